@@ -1,0 +1,1000 @@
+//! The net channel: a cache-aware single-producer, single-consumer ring of `u32` packet-buffer indices
+//! with Van Jacobson's wakeup protocol.
+//!
+//! Source: Van Jacobson & Felderman, "Speeding up Networking", LCA 2006 (`seeds/004`), the
+//! `net_channel` structure and `net_channel_enqueue`.
+//!
+//! # Layout
+//!
+//! ```text
+//!  line group 0 (producer header)   tail · wakecnt · counters    written by the producer every burst
+//!  line group 1 (consumer header)   head                         written by the consumer every burst
+//!  line group 2 (wake header)       wakecnt · wake_type · wake_arg  written by the consumer only when
+//!                                                                it goes to sleep; read by the producer
+//!                                                                every burst
+//!  ring                             capacity × u32 (power of two, every slot usable)
+//! ```
+//!
+//! Each header is a [`CachePadded`] group (128 bytes on x86_64, where the adjacent-line prefetcher pulls
+//! 64-byte lines in pairs), so the producer and consumer never write the same line. VJ's consumer header
+//! holds `head` and `wakecnt` together; we split them because the producer reads the consumer's
+//! `wakecnt` on every burst and the consumer writes `head` on every burst: sharing a line would bounce it
+//! between the cores on every packet. Here the wake header is written only when the consumer sleeps, so
+//! it stays in both caches in the shared state and the producer's check costs a hit.
+//!
+//! Indices `head` and `tail` run freely and are reduced with a mask, so `tail - head` distinguishes
+//! full from empty without wasting a slot. Each side caches the other's index and re-reads it only when
+//! the ring looks full (producer) or too empty for the burst (consumer); each burst ends with exactly one
+//! `Release` store of the side's own index.
+//!
+//! # Wakeups
+//!
+//! The consumer asks for a wakeup by bumping its `wakecnt` and re-checking the ring before it sleeps;
+//! after publishing a burst, the producer compares the two counts and, when they differ, copies the
+//! consumer's count into its own and wakes the consumer. That is a store-buffering pattern: each side
+//! stores one word and then loads the other's, so each needs a StoreLoad barrier or both can miss each
+//! other and the consumer sleeps on a non-empty ring. The producer pays only a compiler barrier per burst
+//! and the consumer issues `membarrier(2)` before it sleeps (an asymmetric barrier; see `sys::Barrier`),
+//! falling back to `SeqCst` fences on both sides where `membarrier` is unavailable. The loom models in
+//! `tests/loom_channel.rs` check the protocol with fences on both sides.
+//!
+//! The producer sends at most one wakeup per request, so a sleeping consumer never causes a wakeup storm.
+//! [`WakeMode`] chooses how the consumer sleeps: not at all ([`WakeMode::Poll`]), on a futex
+//! ([`WakeMode::Park`]), or on an eventfd that an event loop can poll ([`WakeMode::EventFd`]).
+//!
+//! # Example
+//!
+//! ```
+//! use netchannel::channel::Channel;
+//!
+//! let (mut tx, mut rx) = Channel::with_capacity(1024);
+//! let consumer = std::thread::spawn(move || {
+//!     let mut sum = 0u64;
+//!     let mut buf = [0u32; 32];
+//!     loop {
+//!         let n = rx.pop_burst(&mut buf);
+//!         sum += buf[..n].iter().map(|&i| u64::from(i)).sum::<u64>();
+//!         if n == 0 && rx.wait(None).is_closed() {
+//!             return sum;
+//!         }
+//!     }
+//! });
+//! for i in 0..10_000u32 {
+//!     while tx.push(i).is_err() {
+//!         std::hint::spin_loop();
+//!     }
+//! }
+//! drop(tx); // closing wakes the consumer
+//! assert_eq!(consumer.join().unwrap(), (0..10_000u64).sum());
+//! ```
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell, spin_loop};
+use crate::sys::{Barrier, WaitWord};
+
+/// The largest capacity a channel accepts (2^30 slots, 4 GiB of ring).
+pub const MAX_CAPACITY: usize = 1 << 30;
+
+/// How a consumer waits for items, and so how the producer wakes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WakeMode {
+    /// The consumer busy-polls and never sleeps; the producer skips the wakeup check entirely.
+    Poll,
+    /// The consumer sleeps on a futex; the producer wakes it with `FUTEX_WAKE`.
+    #[default]
+    Park,
+    /// The consumer sleeps on an eventfd ([`Consumer::event_fd`]) that can be registered with epoll,
+    /// mio or tokio; the producer wakes it by writing to the eventfd.
+    EventFd,
+}
+
+/// The error [`Producer::push`] returns: the ring is full, and the item comes back to the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushError {
+    /// The ring had no free slot; the item was not enqueued.
+    Full(u32),
+}
+
+impl PushError {
+    /// The item that was not pushed.
+    #[must_use]
+    pub fn into_inner(self) -> u32 {
+        match self {
+            Self::Full(item) => item,
+        }
+    }
+}
+
+impl fmt::Display for PushError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Full(item) => write!(f, "net channel full; item {item} not pushed"),
+        }
+    }
+}
+
+impl std::error::Error for PushError {}
+
+/// Why a channel could not be built.
+#[derive(Debug)]
+pub enum BuildError {
+    /// The requested capacity was zero.
+    ZeroCapacity,
+    /// The requested capacity exceeds [`MAX_CAPACITY`] once rounded up to a power of two.
+    CapacityTooLarge(usize),
+    /// The eventfd for [`WakeMode::EventFd`] could not be created (typically `EMFILE`).
+    EventFd(std::io::Error),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroCapacity => f.write_str("net channel capacity must be at least 1"),
+            Self::CapacityTooLarge(n) => {
+                write!(f, "net channel capacity {n} exceeds the maximum of {MAX_CAPACITY}")
+            }
+            Self::EventFd(e) => write!(f, "cannot create the channel's eventfd: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::EventFd(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// What [`Consumer::wait`] observed when it returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Wait {
+    /// At least one item is ready to pop.
+    Ready,
+    /// The producer is gone and every item it pushed has been popped.
+    Closed,
+    /// The timeout passed with the ring still empty.
+    TimedOut,
+}
+
+impl Wait {
+    /// Whether the channel is closed and drained.
+    #[must_use]
+    pub fn is_closed(self) -> bool {
+        self == Self::Closed
+    }
+}
+
+/// A snapshot of a channel's counters. Reading them costs the reader a few loads and the data path
+/// nothing: `pushed` and `popped` are the free-running ring indices themselves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// Items the producer enqueued.
+    pub pushed: u64,
+    /// Items the consumer dequeued.
+    pub popped: u64,
+    /// Items refused because the ring was full (a driver drops these and returns their buffers).
+    pub refused_full: u64,
+    /// Wakeups the producer sent to a sleeping (or about to sleep) consumer.
+    pub wakeups: u64,
+    /// Wakeups the consumer requested before sleeping (VJ's `c.wakecnt`; a 32-bit count that wraps).
+    /// The producer answers each request at most once, so `wakeups <= wakeup_requests` until it wraps.
+    pub wakeup_requests: u64,
+}
+
+/// The producer's header: what the producer writes.
+#[derive(Debug)]
+struct ProducerHeader {
+    /// Free-running index one past the last published item.
+    tail: AtomicUsize,
+    /// Count of wakeups answered: the producer copies the consumer's `wakecnt` here before it wakes the
+    /// consumer, which sleeps on this word (a futex) while it still holds the value it saw.
+    wakecnt: WaitWord,
+    /// Set when the producer is dropped.
+    closed: AtomicBool,
+    /// Statistics, written only by the producer and only on slow paths.
+    refused: AtomicU64,
+    wakeups: AtomicU64,
+}
+
+/// The consumer's hot header: what the consumer writes on every burst.
+#[derive(Debug)]
+struct ConsumerHeader {
+    /// Free-running index of the next item to pop.
+    head: AtomicUsize,
+    /// Set when the consumer is dropped.
+    closed: AtomicBool,
+}
+
+/// The consumer's wake header: written only when the consumer asks for a wakeup, read by the producer on
+/// every burst.
+#[derive(Debug)]
+struct WakeHeader {
+    /// Count of wakeups requested.
+    wakecnt: AtomicU32,
+    /// VJ's `wake_type`.
+    mode: WakeMode,
+    /// VJ's `wake_arg` for [`WakeMode::EventFd`].
+    #[cfg(not(loom))]
+    event: Option<crate::sys::EventFd>,
+}
+
+#[derive(Debug)]
+#[repr(C)]
+struct Shared {
+    producer: CachePadded<ProducerHeader>,
+    consumer: CachePadded<ConsumerHeader>,
+    wake: CachePadded<WakeHeader>,
+    ring: Box<[UnsafeCell<u32>]>,
+}
+
+// SAFETY: the ring cells are the only non-`Sync` part. Each slot is written only by the producer while
+// it lies in `[tail, head + capacity)` and read only by the consumer while it lies in `[head, tail)`;
+// the Release/Acquire pairs on `tail` and `head` order those accesses, so no cell is ever accessed by
+// both sides at once.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; nothing in `Shared` is tied to a thread.
+unsafe impl Send for Shared {}
+
+impl Shared {
+    /// Wakes the consumer the way it sleeps.
+    fn wake_consumer(&self) {
+        match self.wake.mode {
+            WakeMode::Poll => {}
+            WakeMode::Park => self.producer.wakecnt.wake(),
+            WakeMode::EventFd => {
+                #[cfg(not(loom))]
+                if let Some(event) = &self.wake.event {
+                    event.signal();
+                }
+                #[cfg(loom)]
+                self.producer.wakecnt.wake();
+            }
+        }
+    }
+
+    fn stats(&self) -> ChannelStats {
+        // Relaxed everywhere: a monitoring snapshot that orders nothing.
+        ChannelStats {
+            pushed: self.producer.tail.load(Ordering::Relaxed) as u64,
+            popped: self.consumer.head.load(Ordering::Relaxed) as u64,
+            refused_full: self.producer.refused.load(Ordering::Relaxed),
+            wakeups: self.producer.wakeups.load(Ordering::Relaxed),
+            wakeup_requests: self.wake.wakecnt.load(Ordering::Relaxed).into(),
+        }
+    }
+}
+
+/// The constructor namespace for net channels.
+///
+/// ```
+/// use netchannel::channel::{Channel, WakeMode};
+///
+/// let (tx, rx) = Channel::builder(4096).wake(WakeMode::EventFd).build()?;
+/// assert_eq!(tx.capacity(), 4096);
+/// assert!(rx.event_fd().is_some());
+/// # Ok::<(), netchannel::channel::BuildError>(())
+/// ```
+#[derive(Debug)]
+pub struct Channel(());
+
+impl Channel {
+    /// Creates a channel with room for at least `capacity` items (rounded up to a power of two) whose
+    /// consumer sleeps on a futex ([`WakeMode::Park`]).
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is zero or rounds up past [`MAX_CAPACITY`]; use [`Channel::builder`] to get an
+    /// error instead.
+    #[must_use]
+    pub fn with_capacity(capacity: usize) -> (Producer, Consumer) {
+        match Self::builder(capacity).build() {
+            Ok(pair) => pair,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Starts building a channel with room for at least `capacity` items.
+    pub fn builder(capacity: usize) -> Builder {
+        Builder { capacity, wake: WakeMode::default() }
+    }
+}
+
+/// Configures a channel before it is built. See [`Channel::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct Builder {
+    capacity: usize,
+    wake: WakeMode,
+}
+
+impl Builder {
+    /// How the consumer waits ([`WakeMode::Park`] by default).
+    pub fn wake(mut self, mode: WakeMode) -> Self {
+        self.wake = mode;
+        self
+    }
+
+    /// Allocates the ring and returns its two ends.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] for a zero or too large capacity, or an eventfd that cannot be created.
+    pub fn build(self) -> Result<(Producer, Consumer), BuildError> {
+        if self.capacity == 0 {
+            return Err(BuildError::ZeroCapacity);
+        }
+        let capacity = self
+            .capacity
+            .checked_next_power_of_two()
+            .filter(|&c| c <= MAX_CAPACITY)
+            .ok_or(BuildError::CapacityTooLarge(self.capacity))?;
+        #[cfg(not(loom))]
+        let event = match self.wake {
+            WakeMode::EventFd => Some(crate::sys::EventFd::new().map_err(BuildError::EventFd)?),
+            _ => None,
+        };
+        let ring: Box<[UnsafeCell<u32>]> = (0..capacity).map(|_| UnsafeCell::new(0)).collect();
+        let shared = Arc::new(Shared {
+            producer: CachePadded::new(ProducerHeader {
+                tail: AtomicUsize::new(0),
+                wakecnt: WaitWord::new(0),
+                closed: AtomicBool::new(false),
+                refused: AtomicU64::new(0),
+                wakeups: AtomicU64::new(0),
+            }),
+            consumer: CachePadded::new(ConsumerHeader {
+                head: AtomicUsize::new(0),
+                closed: AtomicBool::new(false),
+            }),
+            wake: CachePadded::new(WakeHeader {
+                wakecnt: AtomicU32::new(0),
+                mode: self.wake,
+                #[cfg(not(loom))]
+                event,
+            }),
+            ring,
+        });
+        // The ring's heap block never moves while `shared` lives, and both handles hold `shared`.
+        let ring = NonNull::from(&shared.ring[0]);
+        let mask = capacity - 1;
+        let barrier = Barrier::get();
+        let producer = Producer {
+            shared: Arc::clone(&shared),
+            ring,
+            mask,
+            tail: 0,
+            cached_head: 0,
+            wakecnt: 0,
+            refused: 0,
+            wakeups: 0,
+            mode: self.wake,
+            barrier,
+            _not_sync: PhantomData,
+        };
+        let consumer = Consumer {
+            shared,
+            ring,
+            mask,
+            head: 0,
+            cached_tail: 0,
+            wakecnt: 0,
+            mode: self.wake,
+            barrier,
+            _not_sync: PhantomData,
+        };
+        Ok((producer, consumer))
+    }
+}
+
+/// Marker that makes a handle `!Sync` (and, until the explicit impl, `!Send`).
+type NotSync = PhantomData<*const ()>;
+
+/// The ring cell for free-running `index`.
+#[inline(always)]
+fn slot<'a>(ring: NonNull<UnsafeCell<u32>>, mask: usize, index: usize) -> &'a UnsafeCell<u32> {
+    // SAFETY: `index & mask < capacity`, so the pointer is inside the ring allocation; both handles keep
+    // that allocation alive (through `shared`) for as long as they can call this, and never move it.
+    unsafe { &*ring.as_ptr().wrapping_add(index & mask) }
+}
+
+/// The sending end of a net channel: the driver or channelizer side.
+///
+/// `Send` but not `Sync` or `Clone`: exactly one thread produces at a time.
+pub struct Producer {
+    shared: Arc<Shared>,
+    ring: NonNull<UnsafeCell<u32>>,
+    mask: usize,
+    /// Authoritative copy of `producer.tail`: only this handle writes it.
+    tail: usize,
+    /// Last value read from `consumer.head`; the ring has at least `capacity - (tail - cached_head)`
+    /// free slots.
+    cached_head: usize,
+    /// Authoritative copy of `producer.wakecnt`.
+    wakecnt: u32,
+    refused: u64,
+    wakeups: u64,
+    mode: WakeMode,
+    barrier: Barrier,
+    _not_sync: NotSync,
+}
+
+// SAFETY: the handle owns its half of the protocol; moving it to another thread moves that ownership.
+// `ring` points into the `Arc`-owned allocation, which the handle keeps alive.
+unsafe impl Send for Producer {}
+
+impl fmt::Debug for Producer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Producer")
+            .field("capacity", &self.capacity())
+            .field("mode", &self.mode)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Producer {
+    /// The number of slots in the ring.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Free slots right now (re-reads the consumer's index).
+    #[must_use]
+    pub fn free_space(&mut self) -> usize {
+        // Acquire: pairs with the Release store of `head` in `Consumer::pop_burst`.
+        self.cached_head = self.shared.consumer.head.load(Ordering::Acquire);
+        self.capacity() - self.tail.wrapping_sub(self.cached_head)
+    }
+
+    /// Whether the consumer has been dropped (pushes still succeed but nobody will read them).
+    #[must_use]
+    pub fn is_abandoned(&self) -> bool {
+        // Acquire: pairs with the Release store in `Consumer::drop`.
+        self.shared.consumer.closed.load(Ordering::Acquire)
+    }
+
+    /// The channel's counters.
+    #[must_use]
+    pub fn stats(&self) -> ChannelStats {
+        self.shared.stats()
+    }
+
+    /// Enqueues one item, waking the consumer if it asked. On a full ring the item comes back in the
+    /// error and is counted in [`ChannelStats::refused_full`].
+    ///
+    /// # Errors
+    ///
+    /// [`PushError::Full`] when no slot is free.
+    #[inline]
+    pub fn push(&mut self, item: u32) -> Result<(), PushError> {
+        if self.tail.wrapping_sub(self.cached_head) == self.capacity() {
+            // Acquire: pairs with the Release store of `head` in `Consumer::pop_burst`, so the
+            // consumer's reads of the slots we are about to reuse happen before our writes.
+            self.cached_head = self.shared.consumer.head.load(Ordering::Acquire);
+            if self.tail.wrapping_sub(self.cached_head) == self.capacity() {
+                self.count_refused(1);
+                return Err(PushError::Full(item));
+            }
+        }
+        // SAFETY: the slot at `tail` is free (checked above) and only the producer writes free slots.
+        unsafe { self.write_slot(self.tail, item) };
+        self.tail = self.tail.wrapping_add(1);
+        self.publish();
+        Ok(())
+    }
+
+    /// Enqueues as many of `items` as fit, in order, with one index publication and one wakeup check
+    /// for the whole burst. Returns how many were enqueued; the rest are counted as refused.
+    #[inline]
+    pub fn push_burst(&mut self, items: &[u32]) -> usize {
+        let capacity = self.capacity();
+        let mut free = capacity - self.tail.wrapping_sub(self.cached_head);
+        if free < items.len() {
+            // Acquire: pairs with the Release store of `head` in `Consumer::pop_burst`.
+            self.cached_head = self.shared.consumer.head.load(Ordering::Acquire);
+            free = capacity - self.tail.wrapping_sub(self.cached_head);
+        }
+        let n = items.len().min(free);
+        if n < items.len() {
+            self.count_refused(items.len() - n);
+        }
+        if n == 0 {
+            return 0;
+        }
+        let start = self.tail & self.mask;
+        let first = n.min(capacity - start);
+        // SAFETY: `n <= free`, so `[tail, tail + n)` are free slots; `first` stops at the ring's end.
+        unsafe { self.write_run(start, &items[..first]) };
+        // SAFETY: the remainder of the same free run, wrapped to slot 0.
+        unsafe { self.write_run(0, &items[first..n]) };
+        self.tail = self.tail.wrapping_add(n);
+        self.publish();
+        n
+    }
+
+    /// Publishes `self.tail` and wakes the consumer if it asked for a wakeup.
+    #[inline(always)]
+    fn publish(&mut self) {
+        // Release: publishes the slot writes; pairs with the Acquire loads of `tail` in
+        // `Consumer::pop_burst`, `Consumer::pop` and `Consumer::request_wakeup`.
+        self.shared.producer.tail.store(self.tail, Ordering::Release);
+        self.check_wakeup();
+    }
+
+    #[inline(always)]
+    fn check_wakeup(&mut self) {
+        if self.mode == WakeMode::Poll {
+            return;
+        }
+        // StoreLoad between the `tail` store above and the `wakecnt` load below; pairs with
+        // `Barrier::heavy` in `Consumer::request_wakeup` (store-buffering pattern, see module docs).
+        self.barrier.light();
+        // Relaxed: the barrier pair, not this load, orders it against the consumer's request.
+        let requested = self.shared.wake.wakecnt.load(Ordering::Relaxed);
+        if requested != self.wakecnt {
+            self.send_wakeup(requested);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn send_wakeup(&mut self, requested: u32) {
+        self.wakecnt = requested;
+        // Release: the consumer's futex wait compares this word; the change must be visible before the
+        // wake below (FUTEX_WAKE is itself a full barrier). Pairs with the Acquire load in
+        // `Consumer::request_wakeup`.
+        self.shared.producer.wakecnt.store(requested, Ordering::Release);
+        self.shared.wake_consumer();
+        self.wakeups += 1;
+        // Relaxed: statistics only.
+        self.shared.producer.wakeups.store(self.wakeups, Ordering::Relaxed);
+    }
+
+    #[cold]
+    fn count_refused(&mut self, n: usize) {
+        self.refused += n as u64;
+        // Relaxed: statistics only.
+        self.shared.producer.refused.store(self.refused, Ordering::Relaxed);
+    }
+
+    /// # Safety
+    ///
+    /// The slot at `index` must be free (in `[tail, head + capacity)`).
+    #[inline(always)]
+    unsafe fn write_slot(&self, index: usize, item: u32) {
+        // SAFETY: the caller guarantees the slot is free, so the consumer does not access it.
+        slot(self.ring, self.mask, index).with_mut(|p| unsafe { p.write(item) });
+    }
+
+    /// # Safety
+    ///
+    /// Slots `[start, start + items.len())` must be free and inside the ring (no wrap).
+    #[inline(always)]
+    unsafe fn write_run(&self, start: usize, items: &[u32]) {
+        #[cfg(not(loom))]
+        {
+            // `UnsafeCell<u32>` is `repr(transparent)` over `u32`.
+            let dst = self.ring.as_ptr().wrapping_add(start).cast::<u32>();
+            // SAFETY: the run is inside the ring and free (caller), and `items` cannot overlap the
+            // ring, which no safe reference exposes.
+            unsafe { std::ptr::copy_nonoverlapping(items.as_ptr(), dst, items.len()) };
+        }
+        #[cfg(loom)]
+        for (i, &item) in items.iter().enumerate() {
+            // SAFETY: forwarded from the caller, one slot at a time so loom tracks each cell.
+            unsafe { self.write_slot(start + i, item) };
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        // Release: the consumer that sees `closed` also sees every published item; pairs with the
+        // Acquire loads in `Consumer::wait` and `Consumer::request_wakeup`.
+        self.shared.producer.closed.store(true, Ordering::Release);
+        // A consumer asleep waiting for items must learn that none will come.
+        self.check_wakeup();
+    }
+}
+
+/// The receiving end of a net channel: the core that consumes the packets.
+///
+/// `Send` but not `Sync` or `Clone`: exactly one thread consumes at a time.
+pub struct Consumer {
+    shared: Arc<Shared>,
+    ring: NonNull<UnsafeCell<u32>>,
+    mask: usize,
+    /// Authoritative copy of `consumer.head`.
+    head: usize,
+    /// Last value read from `producer.tail`.
+    cached_tail: usize,
+    /// Authoritative copy of `wake.wakecnt`.
+    wakecnt: u32,
+    mode: WakeMode,
+    barrier: Barrier,
+    _not_sync: NotSync,
+}
+
+// SAFETY: as for `Producer`.
+unsafe impl Send for Consumer {}
+
+impl fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("capacity", &self.capacity())
+            .field("mode", &self.mode)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Consumer {
+    /// The number of slots in the ring.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// How the consumer waits.
+    #[must_use]
+    pub fn wake_mode(&self) -> WakeMode {
+        self.mode
+    }
+
+    /// Items ready to pop right now (re-reads the producer's index).
+    #[must_use]
+    pub fn len(&mut self) -> usize {
+        self.refresh()
+    }
+
+    /// Whether no item is ready right now.
+    #[must_use]
+    pub fn is_empty(&mut self) -> bool {
+        self.refresh() == 0
+    }
+
+    /// Whether the producer has been dropped. Items it pushed before that may still be queued.
+    #[must_use]
+    pub fn is_abandoned(&self) -> bool {
+        // Acquire: pairs with the Release store in `Producer::drop`.
+        self.shared.producer.closed.load(Ordering::Acquire)
+    }
+
+    /// The channel's counters.
+    #[must_use]
+    pub fn stats(&self) -> ChannelStats {
+        self.shared.stats()
+    }
+
+    /// The eventfd a [`WakeMode::EventFd`] channel signals; register it with epoll (level-triggered),
+    /// and call [`Consumer::request_wakeup`] before each wait. `None` in the other modes.
+    #[cfg(not(loom))]
+    #[must_use]
+    pub fn event_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.shared.wake.event.as_ref().map(crate::sys::EventFd::fd)
+    }
+
+    /// Dequeues one item.
+    #[inline]
+    pub fn pop(&mut self) -> Option<u32> {
+        if self.cached_tail == self.head {
+            // Acquire: pairs with the Release store of `tail` in `Producer::publish`, making the
+            // slot writes visible.
+            self.cached_tail = self.shared.producer.tail.load(Ordering::Acquire);
+            if self.cached_tail == self.head {
+                return None;
+            }
+        }
+        // SAFETY: `head != tail`, so the slot at `head` holds a published item.
+        let item = unsafe { self.read_slot(self.head) };
+        self.head = self.head.wrapping_add(1);
+        // Release: our read of the slot happens before the producer reuses it; pairs with the Acquire
+        // loads of `head` in `Producer::push`/`push_burst`.
+        self.shared.consumer.head.store(self.head, Ordering::Release);
+        Some(item)
+    }
+
+    /// Dequeues up to `out.len()` items into `out`, in order, with one index publication. Returns how
+    /// many were dequeued.
+    #[inline]
+    pub fn pop_burst(&mut self, out: &mut [u32]) -> usize {
+        let mut ready = self.cached_tail.wrapping_sub(self.head);
+        if ready < out.len() {
+            // Acquire: pairs with the Release store of `tail` in `Producer::publish`.
+            self.cached_tail = self.shared.producer.tail.load(Ordering::Acquire);
+            ready = self.cached_tail.wrapping_sub(self.head);
+        }
+        let n = out.len().min(ready);
+        if n == 0 {
+            return 0;
+        }
+        let start = self.head & self.mask;
+        let first = n.min(self.capacity() - start);
+        let (a, b) = out[..n].split_at_mut(first);
+        // SAFETY: `n <= ready`, so `[head, head + n)` hold published items; `first` stops at the
+        // ring's end.
+        unsafe { self.read_run(start, a) };
+        // SAFETY: the remainder of the same published run, wrapped to slot 0.
+        unsafe { self.read_run(0, b) };
+        self.head = self.head.wrapping_add(n);
+        // Release: our reads of the slots happen before the producer reuses them; pairs with the
+        // Acquire loads of `head` in `Producer::push`/`push_burst`.
+        self.shared.consumer.head.store(self.head, Ordering::Release);
+        n
+    }
+
+    /// Asks the producer for a wakeup, then re-checks the ring (VJ's sleep protocol).
+    ///
+    /// Returns `true` when the ring is still empty and the producer is alive, so the caller may sleep:
+    /// the next push will wake it (futex in [`WakeMode::Park`], the eventfd in [`WakeMode::EventFd`]).
+    /// Returns `false` when items are ready or the producer is gone; then the caller must not sleep.
+    /// [`Consumer::wait`] does this for you; event-loop users call it before each `epoll_wait`.
+    ///
+    /// In [`WakeMode::Poll`] no wakeup will ever come, so this never returns `true`.
+    pub fn request_wakeup(&mut self) -> bool {
+        if self.mode == WakeMode::Poll {
+            return false;
+        }
+        #[cfg(not(loom))]
+        if let Some(event) = &self.shared.wake.event {
+            // Clear wakeups already consumed before arming, so a level-triggered poller reports only
+            // new ones.
+            event.drain();
+        }
+        // Acquire: pairs with the Release store in `Producer::send_wakeup`.
+        let answered = self.shared.producer.wakecnt.load(Ordering::Acquire);
+        if answered == self.wakecnt {
+            // No request outstanding: make one. (If one is outstanding, the producer has not answered
+            // it yet and will, so asking again would only cost it a second wakeup.)
+            self.wakecnt = self.wakecnt.wrapping_add(1);
+            // Relaxed: ordered against the `tail` load below by the barrier.
+            self.shared.wake.wakecnt.store(self.wakecnt, Ordering::Relaxed);
+        }
+        // StoreLoad between the `wakecnt` store and the `tail` load; pairs with `Barrier::light` in
+        // `Producer::check_wakeup`.
+        self.barrier.heavy();
+        self.refresh() == 0 && !self.is_abandoned()
+    }
+
+    /// Blocks until an item is ready, the producer is gone and the ring drained, or `timeout` passes
+    /// (`None` waits indefinitely). Does not dequeue. In [`WakeMode::Poll`] this busy-polls.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Wait {
+        #[cfg(not(loom))]
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        #[cfg(loom)]
+        let _ = timeout;
+        loop {
+            if self.refresh() > 0 {
+                return Wait::Ready;
+            }
+            if self.is_abandoned() {
+                // Items published before `closed` are visible now (Release/Acquire on `closed`).
+                return if self.refresh() > 0 { Wait::Ready } else { Wait::Closed };
+            }
+            #[cfg(not(loom))]
+            let remaining = match deadline {
+                None => None,
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(r) if !r.is_zero() => Some(r),
+                    _ => return Wait::TimedOut,
+                },
+            };
+            #[cfg(loom)]
+            let remaining = None;
+            if self.mode == WakeMode::Poll {
+                spin_loop();
+                continue;
+            }
+            // The value the producer has not yet moved past; read before arming so that an answer
+            // arriving between arming and sleeping makes the futex wait return at once.
+            // Acquire: pairs with the Release store in `Producer::send_wakeup`.
+            let answered = self.shared.producer.wakecnt.load(Ordering::Acquire);
+            if !self.request_wakeup() {
+                continue;
+            }
+            self.sleep(answered, remaining);
+        }
+    }
+
+    fn sleep(&self, answered: u32, timeout: Option<Duration>) {
+        #[cfg(not(loom))]
+        if let Some(event) = &self.shared.wake.event {
+            event.poll(timeout);
+            return;
+        }
+        self.shared.producer.wakecnt.wait(answered, timeout);
+    }
+
+    /// Re-reads `tail` and returns the number of ready items.
+    #[inline]
+    fn refresh(&mut self) -> usize {
+        // Acquire: pairs with the Release store of `tail` in `Producer::publish`.
+        self.cached_tail = self.shared.producer.tail.load(Ordering::Acquire);
+        self.cached_tail.wrapping_sub(self.head)
+    }
+
+    /// # Safety
+    ///
+    /// The slot at `index` must hold a published item (in `[head, tail)`).
+    #[inline(always)]
+    unsafe fn read_slot(&self, index: usize) -> u32 {
+        // SAFETY: the caller guarantees the slot is published, so the producer does not write it.
+        slot(self.ring, self.mask, index).with(|p| unsafe { p.read() })
+    }
+
+    /// # Safety
+    ///
+    /// Slots `[start, start + out.len())` must hold published items and lie inside the ring.
+    #[inline(always)]
+    unsafe fn read_run(&self, start: usize, out: &mut [u32]) {
+        #[cfg(not(loom))]
+        {
+            // `UnsafeCell<u32>` is `repr(transparent)` over `u32`.
+            let src = self.ring.as_ptr().wrapping_add(start).cast::<u32>().cast_const();
+            // SAFETY: the run is inside the ring and published (caller); `out` is a distinct caller
+            // buffer.
+            unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        }
+        #[cfg(loom)]
+        for (i, slot) in out.iter_mut().enumerate() {
+            // SAFETY: forwarded from the caller, one slot at a time so loom tracks each cell.
+            *slot = unsafe { self.read_slot(start + i) };
+        }
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire load in `Producer::is_abandoned`.
+        self.shared.consumer.closed.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_rounds_up_and_every_slot_is_usable() {
+        let (mut tx, mut rx) = Channel::with_capacity(5);
+        assert_eq!(tx.capacity(), 8);
+        for i in 0..8 {
+            tx.push(i).unwrap();
+        }
+        assert_eq!(tx.push(99), Err(PushError::Full(99)));
+        assert_eq!(rx.len(), 8);
+        for i in 0..8 {
+            assert_eq!(rx.pop(), Some(i));
+        }
+        assert_eq!(rx.pop(), None);
+        let stats = rx.stats();
+        assert_eq!((stats.pushed, stats.popped, stats.refused_full), (8, 8, 1));
+    }
+
+    #[test]
+    fn bad_capacities_are_errors() {
+        assert!(matches!(Channel::builder(0).build(), Err(BuildError::ZeroCapacity)));
+        assert!(matches!(Channel::builder(MAX_CAPACITY + 1).build(), Err(BuildError::CapacityTooLarge(_))));
+        assert!(matches!(Channel::builder(usize::MAX).build(), Err(BuildError::CapacityTooLarge(_))));
+    }
+
+    #[test]
+    fn bursts_wrap_around_the_ring() {
+        let (mut tx, mut rx) = Channel::with_capacity(8);
+        let mut out = [0u32; 8];
+        let mut next = 0u32;
+        let mut expect = 0u32;
+        for round in 0..100 {
+            let n = 1 + round % 7;
+            let items: Vec<u32> = (next..next + n).collect();
+            assert_eq!(tx.push_burst(&items), n as usize);
+            next += n;
+            let got = rx.pop_burst(&mut out);
+            assert_eq!(got, n as usize);
+            for &v in &out[..got] {
+                assert_eq!(v, expect);
+                expect += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn push_burst_partial_when_nearly_full() {
+        let (mut tx, mut rx) = Channel::with_capacity(4);
+        assert_eq!(tx.push_burst(&[1, 2, 3]), 3);
+        assert_eq!(tx.push_burst(&[4, 5, 6]), 1);
+        assert_eq!(tx.stats().refused_full, 2);
+        let mut out = [0; 8];
+        assert_eq!(rx.pop_burst(&mut out), 4);
+        assert_eq!(&out[..4], &[1, 2, 3, 4]);
+        assert_eq!(tx.push_burst(&[]), 0);
+        assert_eq!(rx.pop_burst(&mut []), 0);
+    }
+
+    #[test]
+    fn headers_sit_on_separate_line_pairs() {
+        let (tx, _rx) = Channel::with_capacity(16);
+        let base = std::ptr::from_ref(&*tx.shared) as usize;
+        let p = std::ptr::from_ref(&tx.shared.producer.tail) as usize - base;
+        let c = std::ptr::from_ref(&tx.shared.consumer.head) as usize - base;
+        let w = std::ptr::from_ref(&tx.shared.wake.wakecnt) as usize - base;
+        let line = std::mem::align_of::<CachePadded<u8>>();
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(line, 128);
+        assert_ne!(p / line, c / line);
+        assert_ne!(c / line, w / line);
+        assert_ne!(p / line, w / line);
+    }
+
+    #[test]
+    fn wait_times_out_on_empty_ring() {
+        for mode in [WakeMode::Poll, WakeMode::Park, WakeMode::EventFd] {
+            let (_tx, mut rx) = Channel::builder(4).wake(mode).build().unwrap();
+            let t = std::time::Instant::now();
+            assert_eq!(rx.wait(Some(Duration::from_millis(20))), Wait::TimedOut);
+            assert!(t.elapsed() >= Duration::from_millis(20), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn dropping_the_producer_wakes_a_sleeping_consumer() {
+        for mode in [WakeMode::Poll, WakeMode::Park, WakeMode::EventFd] {
+            let (mut tx, mut rx) = Channel::builder(4).wake(mode).build().unwrap();
+            let sleeper = std::thread::spawn(move || {
+                let first = rx.wait(None);
+                let item = rx.pop();
+                let second = rx.wait(None);
+                (first, item, second)
+            });
+            std::thread::sleep(Duration::from_millis(10));
+            tx.push(7).unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+            drop(tx);
+            assert_eq!(sleeper.join().unwrap(), (Wait::Ready, Some(7), Wait::Closed), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn abandonment_is_visible_to_both_sides() {
+        let (tx, rx) = Channel::with_capacity(4);
+        assert!(!tx.is_abandoned());
+        drop(rx);
+        assert!(tx.is_abandoned());
+        let (tx, rx) = Channel::with_capacity(4);
+        drop(tx);
+        assert!(rx.is_abandoned());
+    }
+
+    #[test]
+    fn eventfd_becomes_readable_only_after_a_request() {
+        use std::os::fd::AsRawFd;
+        let readable = |fd: std::os::fd::BorrowedFd<'_>| {
+            let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one live pollfd, zero timeout.
+            unsafe { libc::poll(&raw mut pfd, 1, 0) == 1 }
+        };
+        let (mut tx, mut rx) = Channel::builder(8).wake(WakeMode::EventFd).build().unwrap();
+        tx.push(1).unwrap();
+        assert!(!readable(rx.event_fd().unwrap()), "no request, no wakeup");
+        assert_eq!(rx.pop(), Some(1));
+        assert!(rx.request_wakeup());
+        tx.push(2).unwrap();
+        assert!(readable(rx.event_fd().unwrap()));
+        assert_eq!(tx.stats().wakeups, 1);
+        tx.push(3).unwrap();
+        assert_eq!(tx.stats().wakeups, 1, "one wakeup per request");
+        // Items are ready, so the consumer must not sleep; arming drains the stale signal.
+        assert!(!rx.request_wakeup());
+        assert!(!readable(rx.event_fd().unwrap()));
+    }
+}

@@ -1,0 +1,19 @@
+//! Van Jacobson's net channels: the data path of a channelized network stack.
+//!
+//! A packet is a `u32` index into a [`pool`] of packet buffers; indices, not pointers, cross cores. The
+//! driver side pushes each received buffer's index into the [`channel`] of whoever consumes that
+//! packet's flow, and the consumer processes it on its own core (Van Jacobson & Felderman, "Speeding up
+//! Networking", LCA 2006).
+//!
+//! * [`channel`]: the cache-aware single-producer/single-consumer ring of indices, with VJ's wakeup
+//!   protocol (busy poll, futex, or eventfd).
+//!
+//! Not yet here (later issues): transport signatures and the classifier, the signature registry, the
+//! device trait, the channelizer loop and the software devices.
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
+pub mod channel;
+mod sync;
+mod sys;
+
+pub use channel::{Channel, Consumer, Producer};

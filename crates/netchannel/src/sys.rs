@@ -1,0 +1,238 @@
+//! The few operating-system services the channel's wakeup protocol needs: a futex word to sleep on, an
+//! eventfd for epoll integration, and an asymmetric memory barrier (`membarrier(2)`).
+//!
+//! Under `--cfg loom` the futex is emulated with loom's `Mutex` + `Condvar` (same semantics: `wait`
+//! sleeps only while the word still holds the expected value, checked atomically with going to sleep),
+//! and both barriers are full `SeqCst` fences, which loom models.
+
+use std::time::Duration;
+
+use crate::sync::{AtomicU32, Ordering};
+
+/// A 32-bit word that a thread can sleep on until another thread changes it and wakes it: a Linux
+/// futex in production, a mutex/condvar emulation under loom.
+#[derive(Debug)]
+pub(crate) struct WaitWord {
+    word: AtomicU32,
+    #[cfg(loom)]
+    lock: crate::sync::Mutex<()>,
+    #[cfg(loom)]
+    cond: crate::sync::Condvar,
+}
+
+impl WaitWord {
+    pub(crate) fn new(value: u32) -> Self {
+        Self {
+            word: AtomicU32::new(value),
+            #[cfg(loom)]
+            lock: crate::sync::Mutex::new(()),
+            #[cfg(loom)]
+            cond: crate::sync::Condvar::new(),
+        }
+    }
+
+    pub(crate) fn load(&self, order: Ordering) -> u32 {
+        self.word.load(order)
+    }
+
+    pub(crate) fn store(&self, value: u32, order: Ordering) {
+        self.word.store(value, order);
+    }
+
+    /// Sleeps while the word equals `expected`, for at most `timeout`. Returns early on a wake, on a
+    /// spurious wakeup, on a signal, or when the word no longer equals `expected`; callers re-check.
+    pub(crate) fn wait(&self, expected: u32, timeout: Option<Duration>) {
+        #[cfg(not(loom))]
+        {
+            let ts = timeout.map(|t| libc::timespec {
+                tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+                // Always < 1e9, so it fits every `c_long`.
+                tv_nsec: t.subsec_nanos().into(),
+            });
+            let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: FUTEX_WAIT reads the aligned 32-bit word we own for the duration of the call and
+            // an optional relative timeout that lives on this stack frame. Errors (EAGAIN when the
+            // word changed, EINTR, ETIMEDOUT) all mean "return and let the caller re-check".
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.word.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    expected,
+                    ts_ptr,
+                );
+            }
+        }
+        #[cfg(loom)]
+        {
+            let _ = timeout; // loom has no clock: a model waits until woken.
+            let guard = self.lock.lock().unwrap();
+            // SeqCst: the check and the sleep are atomic with respect to `wake` because both hold
+            // `lock`; the ordering itself is what the futex syscall gives (a full barrier).
+            if self.word.load(Ordering::SeqCst) == expected {
+                drop(self.cond.wait(guard).unwrap());
+            }
+        }
+    }
+
+    /// Wakes every thread sleeping in [`WaitWord::wait`] on this word. The caller must have changed the
+    /// word first, or a sleeper that has not yet entered the kernel would miss the wakeup.
+    pub(crate) fn wake(&self) {
+        #[cfg(not(loom))]
+        // SAFETY: FUTEX_WAKE only uses the address as a key; the word is alive for the call.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            );
+        }
+        #[cfg(loom)]
+        {
+            drop(self.lock.lock().unwrap());
+            self.cond.notify_all();
+        }
+    }
+}
+
+/// An owned, non-blocking eventfd: the producer writes to it to wake a consumer that sleeps in
+/// `epoll`/`poll`/mio rather than on a futex.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) struct EventFd(std::os::fd::OwnedFd);
+
+#[cfg(not(loom))]
+impl EventFd {
+    pub(crate) fn new() -> std::io::Result<Self> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd takes no pointers; a negative return is an error reported through errno.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
+        Ok(Self(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.0.as_fd()
+    }
+
+    /// Adds one to the counter, making the fd readable. A saturated counter (EAGAIN) is already
+    /// readable, so the error is ignored.
+    pub(crate) fn signal(&self) {
+        use std::os::fd::AsRawFd;
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live local to a descriptor we own.
+        unsafe {
+            libc::write(self.0.as_raw_fd(), (&raw const one).cast(), 8);
+        }
+    }
+
+    /// Resets the counter to zero so level-triggered pollers stop reporting it.
+    pub(crate) fn drain(&self) {
+        use std::os::fd::AsRawFd;
+        let mut value: u64 = 0;
+        // SAFETY: reads 8 bytes into a live local from a non-blocking descriptor we own; EAGAIN
+        // (already zero) is fine.
+        unsafe {
+            libc::read(self.0.as_raw_fd(), (&raw mut value).cast(), 8);
+        }
+    }
+
+    /// Sleeps until the fd is readable or `timeout` passes.
+    pub(crate) fn poll(&self, timeout: Option<Duration>) {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = timeout.map_or(-1, |t| {
+            // Round up so a sub-millisecond timeout still sleeps instead of spinning.
+            let ms = t.as_micros().div_ceil(1000);
+            libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
+        });
+        // SAFETY: one live pollfd on this stack frame; EINTR just returns early.
+        unsafe {
+            libc::poll(&raw mut pfd, 1, ms);
+        }
+    }
+}
+
+/// The asymmetric barrier pair that keeps a full fence off the producer's per-push path.
+///
+/// The wakeup handshake is a store-buffering (Dekker) pattern: the producer stores `tail` then loads the
+/// consumer's wakeup count; the consumer stores its wakeup count then loads `tail`. Each side needs a
+/// StoreLoad barrier between its store and its load, or both could miss each other and the consumer would
+/// sleep on a non-empty ring. A `SeqCst` fence on both sides is correct but costs tens of nanoseconds per
+/// push. `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` instead makes every running thread of the process
+/// execute a full barrier, so the rarely-taken side (the consumer going to sleep) pays a system call and
+/// the hot side (the producer) needs only a compiler barrier, which keeps the compiler from reordering
+/// its store and load. This is the same substitution liburcu's `urcu-memb` flavour and folly's
+/// `asymmetricHeavyBarrier` make. When `membarrier` is unavailable (old kernel, seccomp) both sides fall
+/// back to `SeqCst` fences; the choice is made once per process, before any channel exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Barrier {
+    /// `membarrier(2)` on the heavy side, a compiler fence on the light side.
+    Asymmetric,
+    /// `SeqCst` fences on both sides.
+    Symmetric,
+}
+
+impl Barrier {
+    /// The barrier this process uses; registers with `membarrier` on first use. Setting the environment
+    /// variable `NETCHANNEL_NO_MEMBARRIER=1` forces the symmetric fallback (for benchmarks and tests).
+    pub(crate) fn get() -> Self {
+        #[cfg(loom)]
+        return Self::Symmetric;
+        #[cfg(not(loom))]
+        {
+            static CHOICE: std::sync::OnceLock<Barrier> = std::sync::OnceLock::new();
+            *CHOICE.get_or_init(|| {
+                if std::env::var_os("NETCHANNEL_NO_MEMBARRIER").is_some_and(|v| v != "0") {
+                    return Self::Symmetric;
+                }
+                // SAFETY: membarrier takes two integer arguments and no pointers.
+                let registered = unsafe {
+                    libc::syscall(libc::SYS_membarrier, libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0)
+                };
+                if registered == 0 {
+                    Self::Asymmetric
+                } else {
+                    tracing::debug!(
+                        error = %std::io::Error::last_os_error(),
+                        "membarrier(2) unavailable; channel wakeups use SeqCst fences on both sides"
+                    );
+                    Self::Symmetric
+                }
+            })
+        }
+    }
+
+    /// The hot side's StoreLoad barrier (the producer, every burst).
+    #[inline(always)]
+    pub(crate) fn light(self) {
+        match self {
+            // The heavy side's membarrier supplies the hardware barrier; we only stop the compiler
+            // from moving the following load above the preceding store.
+            Self::Asymmetric => std::sync::atomic::compiler_fence(Ordering::SeqCst),
+            // SeqCst fence: pairs with the SeqCst fence in `heavy` (store-buffering pattern).
+            Self::Symmetric => fence(Ordering::SeqCst),
+        }
+    }
+
+    /// The cold side's StoreLoad barrier (the consumer, once per sleep).
+    pub(crate) fn heavy(self) {
+        // SeqCst fence: orders this thread's own store before its load; pairs with `light`.
+        fence(Ordering::SeqCst);
+        #[cfg(not(loom))]
+        if self == Self::Asymmetric {
+            // SAFETY: integer arguments only. Registration succeeded in `get`, so this cannot fail
+            // with EPERM; any other failure would leave us without the barrier, so we fall through to
+            // the fence above, which alone is only correct if the producer also fences — report it.
+            let r = unsafe { libc::syscall(libc::SYS_membarrier, libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
+            debug_assert_eq!(r, 0, "membarrier failed after successful registration");
+        }
+    }
+}
+
+use crate::sync::fence;

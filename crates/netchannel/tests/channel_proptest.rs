@@ -1,0 +1,88 @@
+//! Any sequence of channel operations behaves like a bounded `VecDeque` (the model).
+
+use std::collections::VecDeque;
+
+use netchannel::channel::{Channel, PushError, WakeMode};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Push(u32),
+    PushBurst(Vec<u32>),
+    Pop,
+    PopBurst(usize),
+    Len,
+    RequestWakeup,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => any::<u32>().prop_map(Op::Push),
+        3 => proptest::collection::vec(any::<u32>(), 0..80).prop_map(Op::PushBurst),
+        4 => Just(Op::Pop),
+        3 => (0usize..80).prop_map(Op::PopBurst),
+        1 => Just(Op::Len),
+        1 => Just(Op::RequestWakeup),
+    ]
+}
+
+fn mode() -> impl Strategy<Value = WakeMode> {
+    prop_oneof![Just(WakeMode::Poll), Just(WakeMode::Park), Just(WakeMode::EventFd)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn matches_vecdeque_model(requested in 1usize..70, mode in mode(), ops in proptest::collection::vec(op(), 0..200)) {
+        let (mut tx, mut rx) = Channel::builder(requested).wake(mode).build().unwrap();
+        let capacity = requested.next_power_of_two();
+        prop_assert_eq!(tx.capacity(), capacity);
+        let mut model: VecDeque<u32> = VecDeque::new();
+        let mut refused = 0u64;
+        let mut pushed = 0u64;
+        for op in ops {
+            match op {
+                Op::Push(v) => {
+                    let r = tx.push(v);
+                    if model.len() < capacity {
+                        prop_assert_eq!(r, Ok(()));
+                        model.push_back(v);
+                        pushed += 1;
+                    } else {
+                        prop_assert_eq!(r, Err(PushError::Full(v)));
+                        refused += 1;
+                    }
+                }
+                Op::PushBurst(items) => {
+                    let n = tx.push_burst(&items);
+                    let fit = items.len().min(capacity - model.len());
+                    prop_assert_eq!(n, fit);
+                    model.extend(&items[..n]);
+                    pushed += n as u64;
+                    refused += (items.len() - n) as u64;
+                }
+                Op::Pop => prop_assert_eq!(rx.pop(), model.pop_front()),
+                Op::PopBurst(k) => {
+                    let mut out = vec![0u32; k];
+                    let n = rx.pop_burst(&mut out);
+                    prop_assert_eq!(n, k.min(model.len()));
+                    for got in &out[..n] {
+                        prop_assert_eq!(Some(*got), model.pop_front());
+                    }
+                }
+                Op::Len => prop_assert_eq!(rx.len(), model.len()),
+                Op::RequestWakeup => {
+                    // May sleep only when empty and never in Poll mode.
+                    let may_sleep = rx.request_wakeup();
+                    prop_assert_eq!(may_sleep, model.is_empty() && mode != WakeMode::Poll);
+                }
+            }
+            prop_assert_eq!(tx.free_space(), capacity - model.len());
+        }
+        let stats = tx.stats();
+        prop_assert_eq!(stats.pushed, pushed);
+        prop_assert_eq!(stats.refused_full, refused);
+        prop_assert_eq!(stats.pushed - stats.popped, model.len() as u64);
+    }
+}

@@ -1,0 +1,76 @@
+//! Arbitrary sequences of net-channel operations, checked against a `VecDeque` model.
+#![no_main]
+
+use std::collections::VecDeque;
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use netchannel::channel::{Channel, PushError, WakeMode};
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Push(u32),
+    PushBurst(Vec<u32>),
+    Pop,
+    PopBurst(u8),
+    Len,
+    RequestWakeup,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    capacity: u8,
+    mode: u8,
+    ops: Vec<Op>,
+}
+
+fuzz_target!(|input: Input| {
+    let mode = match input.mode % 3 {
+        0 => WakeMode::Poll,
+        1 => WakeMode::Park,
+        _ => WakeMode::EventFd,
+    };
+    let requested = usize::from(input.capacity);
+    let Ok((mut tx, mut rx)) = Channel::builder(requested).wake(mode).build() else {
+        assert_eq!(requested, 0, "only a zero capacity is refused here");
+        return;
+    };
+    let capacity = requested.next_power_of_two();
+    assert_eq!(tx.capacity(), capacity);
+    let mut model = VecDeque::new();
+    let mut out = vec![0u32; 256];
+    for op in input.ops {
+        match op {
+            Op::Push(v) => {
+                let r = tx.push(v);
+                if model.len() < capacity {
+                    assert_eq!(r, Ok(()));
+                    model.push_back(v);
+                } else {
+                    assert_eq!(r, Err(PushError::Full(v)));
+                }
+            }
+            Op::PushBurst(items) => {
+                let n = tx.push_burst(&items);
+                assert_eq!(n, items.len().min(capacity - model.len()));
+                model.extend(&items[..n]);
+            }
+            Op::Pop => assert_eq!(rx.pop(), model.pop_front()),
+            Op::PopBurst(k) => {
+                let k = usize::from(k);
+                let n = rx.pop_burst(&mut out[..k]);
+                assert_eq!(n, k.min(model.len()));
+                for got in &out[..n] {
+                    assert_eq!(Some(*got), model.pop_front());
+                }
+            }
+            Op::Len => assert_eq!(rx.len(), model.len()),
+            Op::RequestWakeup => {
+                assert_eq!(rx.request_wakeup(), model.is_empty() && mode != WakeMode::Poll);
+            }
+        }
+    }
+    let stats = tx.stats();
+    assert_eq!(stats.pushed - stats.popped, model.len() as u64);
+    assert!(stats.wakeups <= stats.wakeup_requests);
+});

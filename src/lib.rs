@@ -1,0 +1,13 @@
+//! Van Jacobson's net channels end to end.
+//!
+//! This umbrella package re-exports the workspace's crates and owns the examples and benchmarks:
+//!
+//! * [`netchannel`]: cache-aware single-producer channels of packet-buffer indices and the buffer pool;
+//! * [`ixgbe_vfio`]: the userspace Intel 82599 driver (placeholder until its issue lands);
+//! * [`tcp_lib`]: the TCP/IP stack in the library (placeholder until its issue lands);
+//! * [`accept_affinity`]: Affinity-Accept (placeholder until its issue lands).
+
+pub use accept_affinity;
+pub use ixgbe_vfio;
+pub use netchannel;
+pub use tcp_lib;
