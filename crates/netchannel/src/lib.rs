@@ -13,7 +13,9 @@
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod channel;
+pub mod pool;
 mod sync;
 mod sys;
 
 pub use channel::{Channel, Consumer, Producer};
+pub use pool::{Packet, PacketRx, PacketTx, Pool, PoolCache};
