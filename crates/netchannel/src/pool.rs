@@ -1494,6 +1494,18 @@ impl PacketTx {
     pub fn is_abandoned(&self) -> bool {
         self.tx.is_abandoned()
     }
+
+    /// Free slots right now; see [`Producer::free_space`].
+    #[must_use]
+    pub fn free_space(&mut self) -> usize {
+        self.tx.free_space()
+    }
+
+    /// The underlying channel's counters.
+    #[must_use]
+    pub fn stats(&self) -> channel::ChannelStats {
+        self.tx.stats()
+    }
 }
 
 /// The receiving end of a channel of packets; see [`Pool::packet_channel`]. `Send`, not `Sync`.
@@ -1545,6 +1557,24 @@ impl PacketRx {
     #[must_use]
     pub fn is_abandoned(&self) -> bool {
         self.rx.is_abandoned()
+    }
+
+    /// Packets ready right now; see [`Consumer::len`].
+    #[must_use]
+    pub fn len(&mut self) -> usize {
+        self.rx.len()
+    }
+
+    /// Whether no packet is ready right now.
+    #[must_use]
+    pub fn is_empty(&mut self) -> bool {
+        self.rx.is_empty()
+    }
+
+    /// The underlying channel's counters.
+    #[must_use]
+    pub fn stats(&self) -> channel::ChannelStats {
+        self.rx.stats()
     }
 }
 
