@@ -14,7 +14,9 @@ fn items() -> u32 {
 /// Pushes `0..n` in bursts of varying size; the consumer checks the sequence and, in the sleeping
 /// modes, waits for items whenever the ring runs dry, so every wakeup path is exercised.
 fn run(mode: WakeMode, capacity: usize, n: u32) {
-    let (mut tx, mut rx): (Producer, Consumer) = Channel::builder(capacity).wake(mode).build().unwrap();
+    // No spinning in `wait`: every empty ring goes straight to the wakeup protocol.
+    let (mut tx, mut rx): (Producer, Consumer) =
+        Channel::builder(capacity).wake(mode).spin(Duration::ZERO).build().unwrap();
     let consumer = std::thread::spawn(move || {
         let mut expect = 0u32;
         let mut buf = [0u32; 61];
@@ -95,11 +97,12 @@ fn stress_tiny_ring_park() {
 }
 
 /// The producer pushes one item at a time with pauses, so the consumer is asleep for almost every item
-/// and each item needs a wakeup. A lost wakeup shows up as a `TimedOut` from the bounded wait.
+/// and each item needs a wakeup (no spinning before sleeping). A lost wakeup shows up as a `TimedOut`
+/// from the bounded wait.
 #[test]
 fn every_item_needs_a_wakeup() {
     for mode in [WakeMode::Park, WakeMode::EventFd] {
-        let (mut tx, mut rx) = Channel::builder(8).wake(mode).build().unwrap();
+        let (mut tx, mut rx) = Channel::builder(8).wake(mode).spin(Duration::ZERO).build().unwrap();
         let rounds = 2_000u32;
         let consumer = std::thread::spawn(move || {
             for expect in 0..rounds {
