@@ -11,3 +11,8 @@ pub use accept_affinity;
 pub use ixgbe_vfio;
 pub use netchannel;
 pub use tcp_lib;
+
+/// The README's code samples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

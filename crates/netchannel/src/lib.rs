@@ -7,12 +7,17 @@
 //!
 //! * [`channel`]: the cache-aware single-producer/single-consumer ring of indices, with VJ's wakeup
 //!   protocol (busy poll, futex, or eventfd).
+//! * [`pool`]: the packet buffers: one (hugepage) region, per-core caches, packets that carry their
+//!   metadata in the buffer, and a safe packet channel between cores.
+//! * [`dev`]: the [`NetDevice`](dev::NetDevice) trait every backend implements and the
+//!   [`PacketBatch`](dev::PacketBatch) that bursts travel in.
 //!
-//! Not yet here (later issues): transport signatures and the classifier, the signature registry, the
-//! device trait, the channelizer loop and the software devices.
+//! Still to come (the channelize-the-driver issue): transport signatures and the classifier, the
+//! signature registry, the channelizer loop and the software devices.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod channel;
+pub mod dev;
 pub mod pool;
 mod sync;
 mod sys;

@@ -1,0 +1,284 @@
+//! The device side of the data path: the [`NetDevice`] trait that every backend implements (the 82599
+//! driver and its model, TAP, the in-memory pair and later AF_XDP), and the
+//! [`PacketBatch`] that bursts of packets travel in.
+//!
+//! A device moves packets in bursts and never allocates per packet: receive fills a caller's
+//! [`PacketBatch`] with packets whose buffers come from the caller's [`PoolCache`]; transmit takes
+//! packets from the front of a batch and frees (or, for DMA devices, later recycles) their buffers.
+//!
+//! One `NetDevice` value is driven by one thread. A device with several queues that are served by
+//! several cores hands each core its own value (the 82599 driver splits into per-queue devices); the
+//! `queue` parameter addresses the queues a value owns, `0..info().queues`.
+
+use std::fmt;
+
+use crate::pool::{Packet, PoolCache};
+
+/// A 48-bit Ethernet MAC address.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl MacAddr {
+    /// The broadcast address `ff:ff:ff:ff:ff:ff`.
+    pub const BROADCAST: Self = Self([0xff; 6]);
+
+    /// Whether the group (multicast) bit is set; broadcast is a multicast address.
+    #[must_use]
+    pub fn is_multicast(self) -> bool {
+        self.0[0] & 1 == 1
+    }
+
+    /// Whether this is a locally administered address (as software devices use).
+    #[must_use]
+    pub fn is_local(self) -> bool {
+        self.0[0] & 2 == 2
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+impl fmt::Debug for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// What a device is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// A name for logs: the interface name, the PCI address, `pair0`.
+    pub name: String,
+    /// The device's MAC address.
+    pub mac: MacAddr,
+    /// The largest IP packet it carries (the Ethernet payload), e.g. 1500.
+    pub mtu: usize,
+    /// How many RX/TX queue pairs this value serves: `queue` arguments are `0..queues`.
+    pub queues: u16,
+}
+
+/// Whether the link is up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Carrier present; the speed where the device knows it.
+    Up {
+        /// Link speed in Mbit/s, if known.
+        speed_mbps: Option<u32>,
+    },
+    /// No carrier.
+    Down,
+}
+
+/// Counters every device keeps. Totals since the device was created, over all of this value's queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Frames received and handed to the caller.
+    pub rx_packets: u64,
+    /// Bytes in those frames.
+    pub rx_bytes: u64,
+    /// Frames the device had to drop: no buffer, no room in the caller's batch on a device that cannot
+    /// hold them back, a frame larger than the data room.
+    pub rx_dropped: u64,
+    /// Frames that arrived damaged or that the device reported as bad (for the 82599 model: bogus
+    /// descriptors).
+    pub rx_errors: u64,
+    /// Frames handed to the device for transmission and accepted.
+    pub tx_packets: u64,
+    /// Bytes in those frames.
+    pub tx_bytes: u64,
+    /// Frames the device accepted but could not send (a full wire, a closed peer).
+    pub tx_dropped: u64,
+}
+
+/// Why a device operation failed. Transient conditions (no packet, a full TX ring) are not errors:
+/// they show up as a count of zero.
+#[derive(Debug)]
+pub enum DevError {
+    /// `queue` is not one this value serves.
+    NoSuchQueue {
+        /// The queue asked for.
+        queue: u16,
+        /// How many queues there are.
+        queues: u16,
+    },
+    /// The device failed in a way that will not go away by retrying (the TAP file descriptor closed,
+    /// the peer of a pair hung up, the NIC stopped responding).
+    Failed(std::io::Error),
+}
+
+impl fmt::Display for DevError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoSuchQueue { queue, queues } => {
+                write!(f, "queue {queue} does not exist (this device has {queues})")
+            }
+            Self::Failed(e) => write!(f, "device failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DevError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Failed(e) => Some(e),
+            Self::NoSuchQueue { .. } => None,
+        }
+    }
+}
+
+/// A bounded batch of packets: what a burst travels in between a device and its caller.
+///
+/// Its capacity is fixed when it is made, so filling and draining it never allocates. Packets borrow
+/// the [`PoolCache`] they belong to, so a batch lives on the thread that owns that cache.
+///
+/// ```
+/// use netchannel::dev::PacketBatch;
+/// use netchannel::pool::{HugePages, Pool};
+///
+/// let pool = Pool::builder(64).hugepages(HugePages::Never).build()?;
+/// let cache = pool.cache();
+/// let mut batch = PacketBatch::with_capacity(32);
+/// while !batch.is_full() {
+///     let Some(packet) = cache.alloc() else { break };
+///     batch.push(packet).expect("not full");
+/// }
+/// assert_eq!(batch.len(), 32);
+/// batch.clear(); // every buffer goes back to `cache`
+/// assert_eq!(pool.audit().outstanding, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PacketBatch<'c> {
+    packets: Vec<Packet<'c>>,
+    capacity: usize,
+}
+
+impl fmt::Debug for PacketBatch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PacketBatch")
+            .field("len", &self.packets.len())
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl<'c> PacketBatch<'c> {
+    /// An empty batch with room for `capacity` packets (the burst size; 32 is typical).
+    #[must_use]
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self { packets: Vec::with_capacity(capacity), capacity }
+    }
+
+    /// How many packets it holds at most.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// How many packets it holds.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.packets.len()
+    }
+
+    /// Whether it holds no packet.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    /// Whether it holds `capacity` packets.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.packets.len() >= self.capacity
+    }
+
+    /// Room left.
+    #[must_use]
+    pub fn remaining(&self) -> usize {
+        self.capacity - self.packets.len()
+    }
+
+    /// Appends a packet.
+    ///
+    /// # Errors
+    ///
+    /// The packet comes back when the batch is full.
+    pub fn push(&mut self, packet: Packet<'c>) -> Result<(), Packet<'c>> {
+        if self.is_full() {
+            return Err(packet);
+        }
+        self.packets.push(packet);
+        Ok(())
+    }
+
+    /// Removes and returns every packet, front first (the batch keeps its storage).
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Packet<'c>> {
+        self.packets.drain(..)
+    }
+
+    /// Removes the first `n` packets (fewer if it holds fewer), front first.
+    pub fn drain_front(&mut self, n: usize) -> std::vec::Drain<'_, Packet<'c>> {
+        let n = n.min(self.packets.len());
+        self.packets.drain(..n)
+    }
+
+    /// Drops every packet, returning the buffers to their cache.
+    pub fn clear(&mut self) {
+        self.packets.clear();
+    }
+
+    /// The packets, front first.
+    #[must_use]
+    pub fn as_slice(&self) -> &[Packet<'c>] {
+        &self.packets
+    }
+
+    /// The packets, front first, mutably.
+    #[must_use]
+    pub fn as_mut_slice(&mut self) -> &mut [Packet<'c>] {
+        &mut self.packets
+    }
+}
+
+/// A network device: a source and sink of Ethernet frames in bursts.
+///
+/// Implementations never panic on what arrives from the device or the wire, never allocate per packet,
+/// and count what they drop in [`DeviceStats`].
+pub trait NetDevice {
+    /// Name, MAC, MTU and queue count.
+    fn info(&self) -> DeviceInfo;
+
+    /// Carrier state.
+    fn link(&self) -> Link;
+
+    /// Counters since creation.
+    fn stats(&self) -> DeviceStats;
+
+    /// Receives up to `batch.remaining()` frames from `queue` into buffers allocated from `cache`,
+    /// appending them to `batch`; returns how many were appended (zero when none is waiting). Each
+    /// packet's data is exactly one Ethernet frame (no FCS), starting after the pool's headroom.
+    ///
+    /// # Errors
+    ///
+    /// [`DevError::NoSuchQueue`] for a bad queue, [`DevError::Failed`] when the device is gone.
+    fn rx_burst<'c>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<usize, DevError>;
+
+    /// Transmits frames from the front of `batch` on `queue`, removing those it accepted, and returns
+    /// how many. Frames it cannot accept now (a full ring, a wire that is rate-limited) stay in `batch`
+    /// for the caller to retry or drop. Accepted packets' buffers go back to their cache when the device
+    /// is done with them.
+    ///
+    /// # Errors
+    ///
+    /// [`DevError::NoSuchQueue`] for a bad queue, [`DevError::Failed`] when the device is gone.
+    fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError>;
+}
