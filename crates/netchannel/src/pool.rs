@@ -1287,6 +1287,12 @@ impl Packet<'_> {
         self.index
     }
 
+    /// The [id](Pool::id) of the pool the buffer belongs to.
+    #[must_use]
+    pub fn pool_id(&self) -> u64 {
+        self.cache.pool.id()
+    }
+
     /// Bytes of packet data.
     #[must_use]
     pub fn len(&self) -> usize {

@@ -9,10 +9,58 @@
 //! One `NetDevice` value is driven by one thread. A device with several queues that are served by
 //! several cores hands each core its own value (the 82599 driver splits into per-queue devices); the
 //! `queue` parameter addresses the queues a value owns, `0..info().queues`.
+//!
+//! # Software devices and middlewares
+//!
+//! * [`Pair`]: two in-memory ends joined by a zero-copy wire (net channels of buffer indices), the
+//!   link of deterministic tests.
+//! * [`Tap`]: a Linux TAP interface, so the kernel's own stack can be the peer.
+//! * [`PcapWriter`]: wraps any device and records every frame it receives and transmits in a pcap
+//!   file.
+//! * [`FaultInjector`]: wraps any device and drops, duplicates, reorders, corrupts, delays and
+//!   rate-limits frames, reproducibly from a seed.
 
 use std::fmt;
 
-use crate::pool::{Packet, PoolCache};
+use crate::pool::{Packet, Pool, PoolCache};
+
+#[cfg(not(loom))]
+pub mod fault;
+#[cfg(not(loom))]
+pub mod pair;
+#[cfg(not(loom))]
+pub mod pcap;
+#[cfg(not(loom))]
+pub mod tap;
+
+#[cfg(not(loom))]
+pub use fault::{
+    Clock, DirectionConfig, DirectionStats, FaultConfig, FaultInjector, FaultStats, RateLimit, StdClock,
+    VirtualClock,
+};
+#[cfg(not(loom))]
+pub use pair::{DEFAULT_WIRE_CAPACITY, Pair, PairBuilder};
+#[cfg(not(loom))]
+pub use pcap::{PcapStats, PcapWriter};
+#[cfg(not(loom))]
+pub use tap::{Tap, TapError};
+
+/// Whether `packet`'s buffer lives in `pool`'s region.
+///
+/// Exact, and safe to ask about a packet of any pool: a packet keeps its own pool alive, `pool` is
+/// alive, and two live pools are two disjoint mappings, so the packet's buffer sits at
+/// `region + buffer_offset` of `pool` only if that *is* its pool. (`Packet` does not expose its pool;
+/// this is how devices check that the packets they are handed can be rebuilt from their own pool.)
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn packet_in_pool(packet: &Packet<'_>, pool: &Pool) -> bool {
+    packet.pool_id() == pool.id()
+}
+
+/// The error a device returns when handed a cache or packet of another pool than its own.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn wrong_pool(what: &'static str, expected: u64) -> DevError {
+    DevError::WrongPool { what, expected }
+}
 
 /// A 48-bit Ethernet MAC address.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,7 +138,8 @@ pub struct DeviceStats {
     pub tx_packets: u64,
     /// Bytes in those frames.
     pub tx_bytes: u64,
-    /// Frames the device accepted but could not send (a full wire, a closed peer).
+    /// Frames the device accepted but could not send (a closed peer, a write the OS refused). A full
+    /// ring or wire is not a drop: those frames stay in the caller's batch.
     pub tx_dropped: u64,
 }
 
@@ -98,6 +147,13 @@ pub struct DeviceStats {
 /// they show up as a count of zero.
 #[derive(Debug)]
 pub enum DevError {
+    /// A cache or packet from another buffer pool than the device's was handed to it; nothing moved.
+    WrongPool {
+        /// What was wrong: "the cache passed to rx_burst", "the first packet handed to tx_burst".
+        what: &'static str,
+        /// The [id](crate::pool::Pool::id) of the device's pool.
+        expected: u64,
+    },
     /// `queue` is not one this value serves.
     NoSuchQueue {
         /// The queue asked for.
@@ -116,6 +172,9 @@ impl fmt::Display for DevError {
             Self::NoSuchQueue { queue, queues } => {
                 write!(f, "queue {queue} does not exist (this device has {queues})")
             }
+            Self::WrongPool { what, expected } => {
+                write!(f, "{what} belongs to another buffer pool than this device's (pool {expected})")
+            }
             Self::Failed(e) => write!(f, "device failed: {e}"),
         }
     }
@@ -125,7 +184,7 @@ impl std::error::Error for DevError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Failed(e) => Some(e),
-            Self::NoSuchQueue { .. } => None,
+            Self::NoSuchQueue { .. } | Self::WrongPool { .. } => None,
         }
     }
 }

@@ -1,0 +1,581 @@
+//! [`Pair`]: two in-memory Ethernet ends joined by a zero-copy wire, the link of deterministic tests.
+//!
+//! Both ends share one [`Pool`]. A frame crosses the wire as its buffer index through a net channel
+//! ([`crate::channel`], one per direction): `tx_burst` on one end gives up each packet's handle
+//! ([`Packet::into_raw`](crate::pool::Packet::into_raw)) and pushes the indices in one burst;
+//! `rx_burst` on the other end pops them and rebuilds the packets with the caller's cache. Ownership
+//! travels with the index, the metadata (data offset and length) travels in the buffer, and no byte is
+//! copied: the receiver gets the very buffer the sender filled.
+//!
+//! Each channel is single-producer/single-consumer, so each end is driven by one thread at a time;
+//! ends are `Send` and may live on different threads.
+//!
+//! # Contract details
+//!
+//! * **A full wire** is back-pressure, not loss: `tx_burst` accepts what fits and leaves the rest at
+//!   the front of the batch (the [`NetDevice::tx_burst`] contract), and nothing is counted as dropped.
+//!   The caller retries or drops. The capacity is set with [`PairBuilder::capacity`].
+//! * **Pools**: `rx_burst` with a cache of another pool, and `tx_burst` whose first packet is of another
+//!   pool, fail with [`DevError::WrongPool`]; nothing is received or sent. A batch whose
+//!   packets are only partly of the pair's pool is sent up to the first foreign packet.
+//! * **Dropping an end**: the other end's `rx_burst` still delivers the frames already in flight, then
+//!   fails with [`DevError::Failed`] (`NotConnected`: the peer hung up); its [`NetDevice::link`] says
+//!   [`Link::Down`]; its `tx_burst` accepts frames and drops them, counting them in
+//!   [`DeviceStats::tx_dropped`] (not in `tx_packets`), like a cable with nobody at the other end.
+//!   Buffers still in flight towards a dropped end go back to the pool when the second end is dropped,
+//!   so [`Pool::check_leaks`] passes once both ends and every cache are gone.
+//! * **MAC addresses**: locally administered unicast addresses `02:6e:63:NN:NN:0S` (`n c` for
+//!   "net channel", a process-wide pair number, and the side 0 or 1), distinct between the two ends
+//!   and between pairs.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use super::{
+    DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, packet_in_pool, wrong_pool,
+};
+use crate::channel::{BuildError, Channel, Consumer, Producer, Wait, WakeMode};
+use crate::pool::{Pool, PoolCache};
+
+/// The wire capacity (frames in flight per direction) unless [`PairBuilder::capacity`] says otherwise.
+pub const DEFAULT_WIRE_CAPACITY: usize = 1024;
+
+/// Frames moved per channel operation.
+const BURST: usize = 64;
+
+/// Numbers pairs for their names and MAC addresses.
+static NEXT_PAIR: AtomicU16 = AtomicU16::new(0);
+
+/// Configures a pair before it is built; see [`Pair::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct PairBuilder {
+    pool: Pool,
+    capacity: usize,
+    wake: WakeMode,
+    mtu: Option<usize>,
+}
+
+impl PairBuilder {
+    /// Frames in flight per direction before `tx_burst` stops accepting ([`DEFAULT_WIRE_CAPACITY`] by
+    /// default; rounded up to a power of two).
+    pub fn capacity(mut self, frames: usize) -> Self {
+        self.capacity = frames;
+        self
+    }
+
+    /// How [`Pair::wait`] waits for frames ([`WakeMode::Park`] by default; [`WakeMode::Poll`] skips
+    /// the wakeup check on every send, for busy-polling tests).
+    pub fn wake(mut self, mode: WakeMode) -> Self {
+        self.wake = mode;
+        self
+    }
+
+    /// The MTU both ends report (by default 1500, or less when the pool's data room cannot hold a
+    /// 1500-byte payload plus a 14-byte Ethernet header). Informative: the wire carries any frame
+    /// that fits a buffer.
+    pub fn mtu(mut self, mtu: usize) -> Self {
+        self.mtu = Some(mtu);
+        self
+    }
+
+    /// Builds the two ends.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] for a zero or too large capacity, or an eventfd that cannot be created.
+    pub fn build(self) -> Result<(Pair, Pair), BuildError> {
+        let (tx0, rx1) = Channel::builder(self.capacity).wake(self.wake).build()?;
+        let (tx1, rx0) = Channel::builder(self.capacity).wake(self.wake).build()?;
+        let wire = Arc::new(Wire {
+            pool: self.pool.clone(),
+            gone: [AtomicBool::new(false), AtomicBool::new(false)],
+            orphans: Mutex::new(Vec::with_capacity(2)),
+        });
+        // Relaxed: the number only has to be unique (modulo 2^16), which the RMW guarantees.
+        let number = NEXT_PAIR.fetch_add(1, Ordering::Relaxed);
+        let mtu = self.mtu.unwrap_or_else(|| self.pool.data_room().saturating_sub(14).min(1500));
+        let end = |side: u8, tx, rx| {
+            let [hi, lo] = number.to_be_bytes();
+            Pair {
+                tx,
+                rx: Some(rx),
+                wire: Arc::clone(&wire),
+                side: usize::from(side),
+                info: DeviceInfo {
+                    name: format!("pair{number}.{side}"),
+                    mac: MacAddr([0x02, 0x6e, 0x63, hi, lo, side]),
+                    mtu,
+                    queues: 1,
+                },
+                stats: DeviceStats::default(),
+                scratch: [0; BURST],
+            }
+        };
+        Ok((end(0, tx0, rx0), end(1, tx1, rx1)))
+    }
+}
+
+/// What both ends share.
+#[derive(Debug)]
+struct Wire {
+    pool: Pool,
+    /// `gone[s]`: end `s` has been dropped.
+    gone: [AtomicBool; 2],
+    /// The receiving channels of dropped ends, kept alive so that frames sent to a dropped end are not
+    /// lost in a freed ring but returned to the pool when the wire goes away.
+    orphans: Mutex<Vec<Consumer>>,
+}
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        let orphans = std::mem::take(self.orphans.get_mut().unwrap_or_else(PoisonError::into_inner));
+        if orphans.is_empty() {
+            return;
+        }
+        // Both ends are gone (each held the wire), so no producer pushes any more.
+        let cache = self.pool.cache();
+        for mut rx in orphans {
+            // SAFETY: only `Pair::tx_burst` pushes into these channels, and only indices of this pool
+            // (checked with `packet_in_pool`) whose packet handles it gave up with `into_raw`: each
+            // index is an owned buffer, sent once. Nobody else will pop them: their end is gone.
+            unsafe { cache.reclaim(&mut rx) };
+        }
+        // Dropping the cache returns the buffers to the depot.
+    }
+}
+
+/// One end of an in-memory Ethernet pair (see the [module documentation](self)).
+///
+/// ```
+/// use netchannel::dev::{NetDevice, PacketBatch, Pair};
+/// use netchannel::pool::{HugePages, Pool};
+///
+/// let pool = Pool::builder(256).hugepages(HugePages::Never).build()?;
+/// let (mut a, mut b) = Pair::builder(&pool).capacity(64).build()?;
+/// let cache = pool.cache();
+///
+/// let mut batch = PacketBatch::with_capacity(32);
+/// let mut frame = cache.alloc().expect("a free buffer");
+/// frame.extend_from_slice(&[0xab; 60])?;
+/// batch.push(frame).expect("room");
+/// assert_eq!(a.tx_burst(0, &mut batch)?, 1);
+///
+/// assert_eq!(b.rx_burst(0, &cache, &mut batch)?, 1);
+/// assert_eq!(batch.as_slice()[0].data(), &[0xab; 60]);
+/// drop(batch); // packets borrow the cache: drop them first
+/// drop((a, b, cache));
+/// pool.check_leaks()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Pair {
+    // Field order matters: `tx` is dropped before `wire`, so when the last end releases the wire no
+    // producer is left to push into the channels it drains.
+    tx: Producer,
+    /// `None` only while dropping.
+    rx: Option<Consumer>,
+    wire: Arc<Wire>,
+    side: usize,
+    info: DeviceInfo,
+    stats: DeviceStats,
+    scratch: [u32; BURST],
+}
+
+impl std::fmt::Debug for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pair")
+            .field("name", &self.info.name)
+            .field("mac", &self.info.mac)
+            .field("pool", &self.wire.pool.id())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pair {
+    /// Starts configuring a pair whose ends move buffers of `pool`.
+    pub fn builder(pool: &Pool) -> PairBuilder {
+        PairBuilder { pool: pool.clone(), capacity: DEFAULT_WIRE_CAPACITY, wake: WakeMode::Park, mtu: None }
+    }
+
+    /// A pair on `pool` with the default configuration.
+    ///
+    /// # Errors
+    ///
+    /// As [`PairBuilder::build`].
+    pub fn new(pool: &Pool) -> Result<(Self, Self), BuildError> {
+        Self::builder(pool).build()
+    }
+
+    /// The pool both ends move buffers of.
+    #[must_use]
+    pub fn pool(&self) -> &Pool {
+        &self.wire.pool
+    }
+
+    /// Frames that can be in flight towards the other end.
+    #[must_use]
+    pub fn wire_capacity(&self) -> usize {
+        self.tx.capacity()
+    }
+
+    /// Whether the other end has been dropped.
+    #[must_use]
+    pub fn is_peer_gone(&self) -> bool {
+        // Acquire: pairs with the Release store in the peer's `Drop`.
+        self.wire.gone[1 - self.side].load(Ordering::Acquire)
+    }
+
+    /// Blocks until a frame is ready to receive, the peer is gone and the wire drained, or `timeout`
+    /// passes (`None`: no limit). Receives nothing; see [`Consumer::wait`]. With
+    /// [`WakeMode::Poll`] it busy-polls.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Wait {
+        match self.rx.as_mut() {
+            Some(rx) => rx.wait(timeout),
+            None => Wait::Closed,
+        }
+    }
+
+    fn check_queue(queue: u16) -> Result<(), DevError> {
+        if queue == 0 { Ok(()) } else { Err(DevError::NoSuchQueue { queue, queues: 1 }) }
+    }
+
+    /// Frees raw indices this end owns but could not send (unreachable: see `tx_burst`).
+    #[cold]
+    fn free_unsent(&self, indices: &[u32]) {
+        tracing::error!(
+            count = indices.len(),
+            "pair wire refused frames it had room for; returning them to the pool"
+        );
+        let cache = self.wire.pool.cache();
+        // SAFETY: the caller owns these indices (their handles were given up with `into_raw`) and
+        // they were not pushed, so nobody else has them.
+        unsafe { cache.free_burst(indices) };
+    }
+}
+
+impl NetDevice for Pair {
+    fn info(&self) -> DeviceInfo {
+        self.info.clone()
+    }
+
+    fn link(&self) -> Link {
+        if self.is_peer_gone() { Link::Down } else { Link::Up { speed_mbps: None } }
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.stats
+    }
+
+    fn rx_burst<'c>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<usize, DevError> {
+        Self::check_queue(queue)?;
+        let pool = &self.wire.pool;
+        if cache.pool().id() != pool.id() {
+            return Err(wrong_pool("the cache passed to rx_burst", pool.id()));
+        }
+        let Some(rx) = self.rx.as_mut() else {
+            return Err(DevError::Failed(io::Error::from(io::ErrorKind::NotConnected)));
+        };
+        let buffers = pool.buffers();
+        let mut received = 0;
+        while !batch.is_full() {
+            let want = batch.remaining().min(BURST);
+            let n = rx.pop_burst(&mut self.scratch[..want]);
+            for &index in &self.scratch[..n] {
+                if index >= buffers {
+                    // Only the peer's `tx_burst` writes this wire, with checked indices: unreachable.
+                    self.stats.rx_errors += 1;
+                    continue;
+                }
+                // SAFETY: the peer's `tx_burst` pushed `index` after checking that its packet is of
+                // this pool and giving up the handle (`into_raw`); popping it transferred ownership
+                // to us, and `cache` is of the same pool (checked above).
+                let packet = unsafe { cache.packet_from_raw(index) };
+                self.stats.rx_packets += 1;
+                self.stats.rx_bytes += packet.len() as u64;
+                received += 1;
+                if let Err(packet) = batch.push(packet) {
+                    // Unreachable (`want <= remaining`); the buffer goes back to `cache`.
+                    self.stats.rx_dropped += 1;
+                    drop(packet);
+                }
+            }
+            if n < want {
+                break;
+            }
+        }
+        // Acquire in `is_abandoned` makes every frame the peer sent before it left visible to the
+        // emptiness check that follows.
+        if received == 0 && !batch.is_full() && rx.is_abandoned() && rx.is_empty() {
+            return Err(DevError::Failed(io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!("{}: the other end of the pair was dropped", self.info.name),
+            )));
+        }
+        Ok(received)
+    }
+
+    fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
+        Self::check_queue(queue)?;
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let pool = &self.wire.pool;
+        let ours = batch.as_slice().iter().take_while(|p| packet_in_pool(p, pool)).count();
+        if ours == 0 {
+            return Err(wrong_pool("the first packet handed to tx_burst", pool.id()));
+        }
+        if self.is_peer_gone() {
+            for packet in batch.drain_front(ours) {
+                self.stats.tx_dropped += 1;
+                drop(packet);
+            }
+            return Ok(ours);
+        }
+        let mut sent = 0;
+        while sent < ours {
+            let n = (ours - sent).min(BURST).min(self.tx.free_space());
+            if n == 0 {
+                break;
+            }
+            let mut bytes = 0;
+            for (slot, packet) in self.scratch[..n].iter_mut().zip(batch.drain_front(n)) {
+                bytes += packet.len() as u64;
+                *slot = packet.into_raw();
+            }
+            // One producer: the free space read above can only have grown, so all `n` fit.
+            let pushed = self.tx.push_burst(&self.scratch[..n]);
+            if pushed < n {
+                self.free_unsent(&self.scratch[pushed..n]);
+                self.stats.tx_dropped += (n - pushed) as u64;
+            }
+            self.stats.tx_packets += pushed as u64;
+            self.stats.tx_bytes += bytes;
+            sent += n;
+        }
+        Ok(sent)
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire load in the peer's `is_peer_gone`.
+        self.wire.gone[self.side].store(true, Ordering::Release);
+        if let Some(rx) = self.rx.take() {
+            self.wire.orphans.lock().unwrap_or_else(PoisonError::into_inner).push(rx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::HugePages;
+
+    fn pool(buffers: u32) -> Pool {
+        Pool::builder(buffers).hugepages(HugePages::Never).batch(8).cache_size(16).build().unwrap()
+    }
+
+    fn frame<'c>(cache: &'c PoolCache, tag: u8, len: usize) -> crate::pool::Packet<'c> {
+        let mut p = cache.alloc().expect("pool has room");
+        p.set_len(len).unwrap();
+        p.data_mut().fill(tag);
+        p
+    }
+
+    #[test]
+    fn ends_are_send_and_distinct() {
+        fn send<T: Send>() {}
+        send::<Pair>();
+        let pool = pool(16);
+        let (a, b) = Pair::builder(&pool).mtu(9000).build().unwrap();
+        let (ia, ib) = (a.info(), b.info());
+        assert_ne!(ia.mac, ib.mac);
+        assert_ne!(ia.name, ib.name);
+        for mac in [ia.mac, ib.mac] {
+            assert!(mac.is_local() && !mac.is_multicast(), "{mac}");
+        }
+        assert_eq!((ia.mtu, ia.queues), (9000, 1));
+        let (c, _d) = Pair::new(&pool).unwrap();
+        assert_ne!(c.info().mac, ia.mac);
+        assert_eq!(c.info().mtu, 1500);
+        assert_eq!(a.link(), Link::Up { speed_mbps: None });
+    }
+
+    #[test]
+    fn frames_cross_both_ways_without_copies() {
+        let pool = pool(64);
+        let (mut a, mut b) = Pair::builder(&pool).capacity(16).build().unwrap();
+        let cache = pool.cache();
+        let mut batch = PacketBatch::with_capacity(8);
+        let mut sent = Vec::new();
+        for i in 0..5u8 {
+            let p = frame(&cache, i, 60 + usize::from(i));
+            sent.push(p.index());
+            batch.push(p).unwrap();
+        }
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 5);
+        assert!(batch.is_empty());
+        assert_eq!(b.rx_burst(0, &cache, &mut batch).unwrap(), 5);
+        for (i, p) in batch.as_slice().iter().enumerate() {
+            assert_eq!(p.index(), sent[i], "the same buffer crossed");
+            assert_eq!(p.len(), 60 + i);
+            assert!(p.data().iter().all(|&x| usize::from(x) == i));
+        }
+        // And back.
+        assert_eq!(b.tx_burst(0, &mut batch).unwrap(), 5);
+        assert_eq!(a.rx_burst(0, &cache, &mut batch).unwrap(), 5);
+        assert_eq!(a.rx_burst(0, &cache, &mut batch).unwrap(), 0);
+        drop(batch);
+        let sa = a.stats();
+        assert_eq!((sa.tx_packets, sa.rx_packets, sa.tx_bytes), (5, 5, 5 * 60 + 10));
+        assert_eq!(sa.tx_bytes, sa.rx_bytes);
+        assert_eq!(b.stats().rx_bytes, sa.tx_bytes);
+        drop((a, b, cache));
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn a_full_wire_leaves_frames_in_the_batch() {
+        let pool = pool(64);
+        let (mut a, mut b) = Pair::builder(&pool).capacity(4).build().unwrap();
+        assert_eq!(a.wire_capacity(), 4);
+        let cache = pool.cache();
+        let mut batch = PacketBatch::with_capacity(8);
+        for i in 0..6 {
+            batch.push(frame(&cache, i, 20)).unwrap();
+        }
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 4);
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch.as_slice()[0].data()[0], 4, "the unsent ones stay, in order");
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 0);
+        assert_eq!(a.stats().tx_dropped, 0);
+        let mut rx = PacketBatch::with_capacity(3);
+        assert_eq!(b.rx_burst(0, &cache, &mut rx).unwrap(), 3, "limited by the batch");
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 2);
+        rx.clear();
+        assert_eq!(b.rx_burst(0, &cache, &mut rx).unwrap(), 3);
+        assert_eq!(rx.as_slice().iter().map(|p| p.data()[0]).collect::<Vec<_>>(), [3, 4, 5]);
+        drop((rx, batch));
+        drop((a, b, cache));
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn other_pools_and_queues_are_refused() {
+        let pool = pool(16);
+        let other = self::pool(8);
+        let (mut a, mut b) = Pair::new(&pool).unwrap();
+        let cache = pool.cache();
+        let foreign = other.cache();
+        let mut fb = PacketBatch::with_capacity(4);
+        assert!(matches!(b.rx_burst(0, &foreign, &mut fb), Err(DevError::WrongPool { .. })));
+        let e = b.rx_burst(0, &foreign, &mut fb).unwrap_err();
+        assert!(e.to_string().contains("another buffer pool"), "{e}");
+
+        fb.push(frame(&foreign, 1, 10)).unwrap();
+        assert!(matches!(a.tx_burst(0, &mut fb), Err(DevError::WrongPool { .. })));
+        assert_eq!(fb.len(), 1, "the foreign packet stays with the caller");
+        fb.clear();
+
+        // A mixed batch is sent up to the first foreign packet.
+        let mut batch = PacketBatch::with_capacity(4);
+        batch.push(frame(&cache, 1, 10)).unwrap();
+        batch.push(frame(&foreign, 2, 10)).unwrap();
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 1);
+        assert_eq!(batch.len(), 1);
+        batch.clear();
+
+        assert!(matches!(a.tx_burst(1, &mut batch), Err(DevError::NoSuchQueue { queue: 1, queues: 1 })));
+        assert!(matches!(a.rx_burst(7, &cache, &mut batch), Err(DevError::NoSuchQueue { queue: 7, .. })));
+        assert_eq!(b.rx_burst(0, &cache, &mut batch).unwrap(), 1);
+        drop((batch, fb));
+        drop((a, b, cache, foreign));
+        pool.check_leaks().unwrap();
+        other.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn dropping_an_end_delivers_in_flight_frames_then_fails_and_leaks_nothing() {
+        let pool = pool(64);
+        let (mut a, mut b) = Pair::builder(&pool).capacity(8).build().unwrap();
+        let cache = pool.cache();
+        let mut batch = PacketBatch::with_capacity(8);
+        for i in 0..3 {
+            batch.push(frame(&cache, i, 30)).unwrap();
+        }
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 3);
+        // Frames in flight towards `a` when it is dropped.
+        for i in 0..2 {
+            batch.push(frame(&cache, 10 + i, 30)).unwrap();
+        }
+        assert_eq!(b.tx_burst(0, &mut batch).unwrap(), 2);
+        drop(a);
+        assert!(b.is_peer_gone());
+        assert_eq!(b.link(), Link::Down);
+        assert_eq!(b.rx_burst(0, &cache, &mut batch).unwrap(), 3);
+        batch.clear();
+        let e = b.rx_burst(0, &cache, &mut batch).unwrap_err();
+        assert!(e.to_string().contains("dropped"), "{e}");
+        assert!(b.wait(Some(Duration::from_millis(10))).is_closed());
+        // Sending to nobody: accepted, dropped, counted.
+        batch.push(frame(&cache, 20, 30)).unwrap();
+        assert_eq!(b.tx_burst(0, &mut batch).unwrap(), 1);
+        assert_eq!(b.stats().tx_dropped, 1);
+        assert_eq!(b.stats().tx_packets, 2);
+        assert!(pool.audit().outstanding >= 2, "the two frames in flight to `a` are not lost yet");
+        drop(batch);
+        drop((b, cache));
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn ends_work_from_two_threads() {
+        const FRAMES: u32 = 20_000;
+        let pool = pool(512);
+        let (mut a, mut b) = Pair::builder(&pool).capacity(64).build().unwrap();
+        let echo = std::thread::spawn(move || {
+            let cache = b.pool().cache();
+            let mut batch = PacketBatch::with_capacity(32);
+            let mut echoed = 0;
+            while echoed < FRAMES {
+                if batch.is_empty() {
+                    let _ = b.wait(Some(Duration::from_secs(5)));
+                    b.rx_burst(0, &cache, &mut batch).unwrap();
+                }
+                echoed += u32::try_from(b.tx_burst(0, &mut batch).unwrap()).unwrap();
+            }
+            b
+        });
+        let cache = pool.cache();
+        let mut out = PacketBatch::with_capacity(32);
+        let mut back = PacketBatch::with_capacity(32);
+        let (mut sent, mut seen) = (0u32, 0u32);
+        while seen < FRAMES {
+            while sent < FRAMES && !out.is_full() {
+                let mut p = cache.alloc().unwrap();
+                p.extend_from_slice(&sent.to_le_bytes()).unwrap();
+                out.push(p).unwrap();
+                sent += 1;
+            }
+            a.tx_burst(0, &mut out).unwrap();
+            a.rx_burst(0, &cache, &mut back).unwrap();
+            for p in back.drain() {
+                assert_eq!(p.data(), seen.to_le_bytes(), "in order, intact");
+                seen += 1;
+            }
+        }
+        let b = echo.join().unwrap();
+        assert_eq!(b.stats().rx_packets, u64::from(FRAMES));
+        drop((out, back));
+        drop((a, b, cache));
+        pool.check_leaks().unwrap();
+    }
+}
