@@ -105,7 +105,7 @@ if [ "$QUICK" != 1 ]; then
 fi
 
 stage "benchmarks compile (cargo bench --no-run)"
-cargo bench --workspace --no-run --locked
+cargo bench --workspace --all-features --no-run --locked
 
 if [ "$QUICK" != 1 ]; then
   stage "fuzz (${FUZZ_SECONDS}s per target)"

@@ -12,15 +12,23 @@
 //! * [`dev`]: the [`NetDevice`](dev::NetDevice) trait every backend implements and the
 //!   [`PacketBatch`](dev::PacketBatch) that bursts travel in.
 //!
-//! Still to come (the channelize-the-driver issue): transport signatures and the classifier, the
-//! signature registry, the channelizer loop and the software devices.
+//! * [`rcu`] and [`registry`]: the read-mostly map from transport signatures to consumers, read once
+//!   per packet without locks or atomic read-modify-writes (quiescent-state-based reclamation; the
+//!   `liburcu` feature adds the system liburcu as a second reclaimer).
+//!
+//! Still to come (the channelize-the-driver issue): transport signatures and the classifier, and the
+//! channelizer loop that joins devices, registry and channels.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod channel;
 pub mod dev;
 pub mod pool;
+pub mod rcu;
+pub mod registry;
 mod sync;
 mod sys;
+#[cfg(feature = "liburcu")]
+pub mod urcu;
 
 pub use channel::{Channel, Consumer, Producer};
 pub use pool::{Packet, PacketRx, PacketTx, Pool, PoolCache};
