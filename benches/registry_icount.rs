@@ -28,9 +28,8 @@ impl RegistryKey for Key {
 #[inline(never)]
 fn lookups<R: Reclaim>(domain: &R, entries: u32, count: u32) -> u64 {
     let reg = Arc::new(Registry::<Key, u64, R>::new(domain.clone()));
-    let regs: Vec<_> = (0..entries)
-        .map(|k| reg.register(Key(k), u64::from(k)).expect("distinct keys"))
-        .collect();
+    let regs: Vec<_> =
+        (0..entries).map(|k| reg.register(Key(k), u64::from(k)).expect("distinct keys")).collect();
     let keys: Vec<Key> = (0..1024u32).map(|i| Key(i.wrapping_mul(2_654_435_761) % entries)).collect();
     let mut reader = domain.register();
     let mut sum = 0u64;
