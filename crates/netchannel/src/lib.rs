@@ -9,15 +9,17 @@
 //!   protocol (busy poll, futex, or eventfd).
 //! * [`pool`]: the packet buffers: one (hugepage) region, per-core caches, packets that carry their
 //!   metadata in the buffer, and a safe packet channel between cores.
-//! * [`dev`]: the [`NetDevice`](dev::NetDevice) trait every backend implements and the
-//!   [`PacketBatch`](dev::PacketBatch) that bursts travel in.
-//!
+//! * [`dev`]: the [`NetDevice`](dev::NetDevice) trait every backend implements, the
+//!   [`PacketBatch`](dev::PacketBatch) that bursts travel in, and the software devices: the in-memory
+//!   [`Pair`](dev::Pair), Linux [`Tap`](dev::Tap), and the [`PcapWriter`](dev::PcapWriter) and
+//!   [`FaultInjector`](dev::FaultInjector) middlewares.
+//! * [`signature`]: transport signatures and the frame classifier that computes them.
 //! * [`rcu`] and [`registry`]: the read-mostly map from transport signatures to consumers, read once
 //!   per packet without locks or atomic read-modify-writes (quiescent-state-based reclamation; the
 //!   `liburcu` feature adds the system liburcu as a second reclaimer).
 //!
-//! Still to come (the channelize-the-driver issue): transport signatures and the classifier, and the
-//! channelizer loop that joins devices, registry and channels.
+//! Still to come (the channelize-the-driver issue): the channelizer loop that joins a device, the
+//! registry and the channels.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod channel;
@@ -25,6 +27,7 @@ pub mod dev;
 pub mod pool;
 pub mod rcu;
 pub mod registry;
+pub mod signature;
 mod sync;
 mod sys;
 #[cfg(feature = "liburcu")]
