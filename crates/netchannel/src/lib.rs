@@ -18,11 +18,14 @@
 //!   per packet without locks or atomic read-modify-writes (quiescent-state-based reclamation; the
 //!   `liburcu` feature adds the system liburcu as a second reclaimer).
 //!
-//! Still to come (the channelize-the-driver issue): the channelizer loop that joins a device, the
-//! registry and the channels.
+//! * [`channelizer`]: the driver loop of one RX queue: receive a burst, classify, look up, push into
+//!   the consumer's channel (or the queue's default channel), announce a quiescent state; and drain
+//!   the consumers' TX channels into the device.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod channel;
+#[cfg(not(loom))]
+pub mod channelizer;
 pub mod dev;
 pub mod pool;
 pub mod rcu;

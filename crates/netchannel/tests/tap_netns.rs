@@ -8,30 +8,18 @@
 #![cfg(not(loom))]
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use netchannel::dev::{Link, MacAddr, NetDevice, PacketBatch, Tap};
 use netchannel::pool::{HugePages, Pool};
 
+mod common;
+use common::ip;
+
 const IFACE: &str = "nctap0";
 const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 1);
 const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 2);
 const PEER_PORT: u16 = 40_000;
-
-fn skip(why: &str) {
-    println!("skipped: {why}");
-    eprintln!("skipped: {why}");
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
 
 fn checksum(bytes: &[u8]) -> u16 {
     let mut sum: u32 =
@@ -99,10 +87,6 @@ fn parse_udp_to_peer(frame: &[u8]) -> Option<(MacAddr, SocketAddrV4, &[u8])> {
 }
 
 fn run_in_namespace() -> Result<(), String> {
-    // SAFETY: unshare only changes this thread's namespace membership.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(format!("skip:unshare(CLONE_NEWNET) failed: {}", std::io::Error::last_os_error()));
-    }
     let mut tap = match Tap::open(IFACE) {
         Ok(t) => t,
         Err(e) => return Err(format!("skip:{e}")),
@@ -214,21 +198,5 @@ fn run_in_namespace() -> Result<(), String> {
 
 #[test]
 fn kernel_udp_through_a_tap_in_a_private_namespace() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return skip("needs root (CAP_NET_ADMIN) to create a network namespace and a TAP");
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return skip("/dev/net/tun is missing (modprobe tun)");
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return skip("the `ip` command (iproute2) is not installed");
-    }
-    // The namespace belongs to this thread only and goes away with it.
-    let result = std::thread::spawn(run_in_namespace).join().expect("the namespace thread panicked");
-    match result {
-        Ok(()) => {}
-        Err(e) if e.starts_with("skip:") => skip(&e["skip:".len()..]),
-        Err(e) => panic!("{e}"),
-    }
+    common::in_private_namespace(run_in_namespace);
 }

@@ -1,0 +1,293 @@
+//! The channelizer: the driver loop of one RX queue (Van Jacobson & Felderman, "Speeding up
+//! Networking", LCA 2006: "channelize the driver").
+//!
+//! Each [`Channelizer::poll`] receives a burst from its device queue, classifies every frame
+//! ([`classify`]), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
+//! first, then the listener), and pushes the packet into the channel of the consumer the registry
+//! names, waking that consumer if it sleeps. Everything else (ARP, ICMP, fragments, signatures nobody
+//! registered) goes to the queue's *default channel*, where the stack's slow path handles it. A full
+//! channel means the packet is dropped, counted, and its buffer returned to the pool: the driver side
+//! never blocks. Malformed frames are counted and dropped here rather than handed to anyone. After the
+//! burst the channelizer announces a quiescent state to the registry's reclaimer, once per burst.
+//!
+//! In the other direction, each consumer's TX channel is drained into the device queue, oldest
+//! first; what the device cannot take yet waits for the next poll (backpressure, no drops).
+//!
+//! Consumers are named by [`ConsumerId`]s: small indices into every channelizer's table of channels.
+//! With several RX queues each consumer has one channel per queue (channels are single-producer), and
+//! the registry stores the id, so re-pointing a signature to another consumer (a stolen connection)
+//! moves its packets on every queue at once.
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use std::sync::Arc;
+//!
+//! use netchannel::channelizer::{Channelizer, ConsumerId, SignatureRegistry};
+//! use netchannel::dev::{NetDevice, PacketBatch, Pair};
+//! use netchannel::pool::{HugePages, Pool};
+//! use netchannel::rcu::Qsbr;
+//! use netchannel::signature::{Proto, Signature};
+//!
+//! let pool = Pool::builder(256).hugepages(HugePages::Never).build()?;
+//! let (nic, mut wire) = Pair::new(&pool)?;
+//! let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
+//! let cache = pool.cache();
+//! let (default_tx, mut default_rx) = pool.packet_channel(64)?;
+//! let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+//!
+//! // Consumer 7 listens on UDP 10.0.0.1:53.
+//! let (tx, mut rx) = pool.packet_channel(64)?;
+//! ch.attach(ConsumerId(7), tx);
+//! let local: SocketAddr = "10.0.0.1:53".parse()?;
+//! let _registration = registry.register(Signature::listener(Proto::Udp, local), ConsumerId(7))?;
+//!
+//! // A UDP datagram to that port arrives on the wire.
+//! let frame = [
+//!     &[0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00][..], // Ethernet
+//!     &[0x45, 0, 0, 30, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 2, 10, 0, 0, 1], // IPv4
+//!     &[0x30, 0x39, 0, 53, 0, 10, 0, 0, b'h', b'i'], // UDP 12345 -> 53
+//! ]
+//! .concat();
+//! let peer_cache = pool.cache();
+//! let mut batch = PacketBatch::with_capacity(1);
+//! let mut packet = peer_cache.alloc().expect("a free buffer");
+//! packet.extend_from_slice(&frame)?;
+//! batch.push(packet).expect("room");
+//! wire.tx_burst(0, &mut batch)?;
+//!
+//! ch.poll()?;
+//! let received = rx.pop(&cache).expect("delivered to consumer 7");
+//! assert_eq!(received.data(), &frame[..]);
+//! assert!(default_rx.pop(&cache).is_none());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+
+use crate::dev::{DevError, NetDevice, PacketBatch};
+use crate::pool::{PacketPushError, PacketRx, PacketTx, PoolCache};
+use crate::rcu::{Qsbr, ReadSide, Reclaim};
+use crate::registry::Registry;
+use crate::signature::{Classified, ClassifyStats, classify};
+use crate::sync::Arc;
+
+/// Names a consumer (a core's stack, an application thread): the value the registry stores for each
+/// signature, and the index of that consumer's channel in every channelizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConsumerId(pub u32);
+
+/// The registry a channelizer reads: transport signatures to consumers.
+pub type SignatureRegistry<R = Qsbr> = Registry<crate::signature::Signature, ConsumerId, R>;
+
+/// What a channelizer has done since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelizerStats {
+    /// Calls to [`Channelizer::poll`].
+    pub polls: u64,
+    /// Frames received from the device.
+    pub rx: u64,
+    /// Frames delivered to a registered consumer's channel.
+    pub delivered: u64,
+    /// Frames delivered to the default channel (no registered signature, or not a TCP/UDP flow).
+    pub to_default: u64,
+    /// Frames whose signature is registered to a consumer that has no channel attached here; they go
+    /// to the default channel (and are also counted in `to_default`).
+    pub unattached: u64,
+    /// Frames dropped because their channel (a consumer's or the default) was full.
+    pub dropped_full: u64,
+    /// Malformed frames, dropped.
+    pub dropped_malformed: u64,
+    /// Frames taken from consumers' TX channels and accepted by the device.
+    pub tx: u64,
+    /// The classifier's verdicts.
+    pub classify: ClassifyStats,
+}
+
+/// What one [`Channelizer::poll`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct PollStats {
+    /// Frames received.
+    pub rx: usize,
+    /// Frames transmitted.
+    pub tx: usize,
+}
+
+/// The driver loop of one device queue. See the [module documentation](self).
+pub struct Channelizer<'c, D: NetDevice, R: Reclaim = Qsbr> {
+    device: D,
+    queue: u16,
+    cache: &'c PoolCache,
+    registry: Arc<SignatureRegistry<R>>,
+    reader: R::Reader,
+    default: PacketTx,
+    consumers: Vec<Option<PacketTx>>,
+    tx_channels: Vec<PacketRx>,
+    rx_batch: PacketBatch<'c>,
+    tx_batch: PacketBatch<'c>,
+    stats: ChannelizerStats,
+}
+
+impl<D: NetDevice, R: Reclaim> fmt::Debug for Channelizer<'_, D, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channelizer")
+            .field("queue", &self.queue)
+            .field("consumers", &self.consumers.iter().filter(|c| c.is_some()).count())
+            .field("tx_channels", &self.tx_channels.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
+    /// A channelizer for `queue` of `device`, allocating receive buffers from `cache`, reading
+    /// `registry` (it registers itself as a reader of the registry's reclaimer, on this thread), and
+    /// sending what no consumer claims into `default`. `burst` is the most frames one poll receives.
+    pub fn new(
+        device: D,
+        queue: u16,
+        cache: &'c PoolCache,
+        registry: Arc<SignatureRegistry<R>>,
+        default: PacketTx,
+        burst: usize,
+    ) -> Self {
+        let reader = registry.reclaim().register();
+        let burst = burst.max(1);
+        Self {
+            device,
+            queue,
+            cache,
+            registry,
+            reader,
+            default,
+            consumers: Vec::new(),
+            tx_channels: Vec::new(),
+            rx_batch: PacketBatch::with_capacity(burst),
+            tx_batch: PacketBatch::with_capacity(burst),
+            stats: ChannelizerStats::default(),
+        }
+    }
+
+    /// Attaches consumer `id`'s channel for this queue; packets whose signature the registry maps to
+    /// `id` go there. Returns the channel previously attached for `id`, if any.
+    pub fn attach(&mut self, id: ConsumerId, channel: PacketTx) -> Option<PacketTx> {
+        let index = id.0 as usize;
+        if self.consumers.len() <= index {
+            self.consumers.resize_with(index + 1, || None);
+        }
+        self.consumers[index].replace(channel)
+    }
+
+    /// Detaches consumer `id`'s channel; its packets go to the default channel until the registry
+    /// stops naming it.
+    pub fn detach(&mut self, id: ConsumerId) -> Option<PacketTx> {
+        self.consumers.get_mut(id.0 as usize).and_then(Option::take)
+    }
+
+    /// Adds a TX channel (a consumer's outgoing packets) that every poll drains into the device queue.
+    pub fn add_tx(&mut self, channel: PacketRx) {
+        self.tx_channels.push(channel);
+    }
+
+    /// The device.
+    #[must_use]
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The device, mutably (for device-specific calls between polls).
+    #[must_use]
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    /// Counters since creation.
+    #[must_use]
+    pub fn stats(&self) -> ChannelizerStats {
+        self.stats
+    }
+
+    /// Receives and dispatches one burst, announces a quiescent state, then transmits what the
+    /// consumers queued.
+    ///
+    /// # Errors
+    ///
+    /// The device's error; the frames already received in this poll have been dispatched.
+    pub fn poll(&mut self) -> Result<PollStats, DevError> {
+        self.stats.polls += 1;
+        let rx = self.receive();
+        // One quiescent state per burst: no reference into the registry survives this point.
+        self.reader.quiescent();
+        let rx = rx?;
+        let tx = self.transmit()?;
+        Ok(PollStats { rx, tx })
+    }
+
+    fn receive(&mut self) -> Result<usize, DevError> {
+        let n = self.device.rx_burst(self.queue, self.cache, &mut self.rx_batch)?;
+        self.stats.rx += n as u64;
+        for packet in self.rx_batch.drain() {
+            let verdict = classify(packet.data());
+            self.stats.classify.record(&verdict);
+            let target = match verdict {
+                Classified::Flow { sig, .. } => {
+                    match self
+                        .registry
+                        .lookup(&mut self.reader, &sig)
+                        .or_else(|| self.registry.lookup(&mut self.reader, &sig.to_listener()))
+                    {
+                        Some(id) => match self.consumers.get_mut(id.0 as usize).and_then(Option::as_mut) {
+                            Some(channel) => Some(channel),
+                            None => {
+                                self.stats.unattached += 1;
+                                None
+                            }
+                        },
+                        None => None,
+                    }
+                }
+                Classified::Other(_) => None,
+                Classified::Malformed(_) => {
+                    self.stats.dropped_malformed += 1;
+                    continue; // dropped: the buffer goes back to the cache
+                }
+            };
+            let (channel, delivered) = match target {
+                Some(channel) => (channel, &mut self.stats.delivered),
+                None => (&mut self.default, &mut self.stats.to_default),
+            };
+            match channel.push(packet) {
+                Ok(()) => *delivered += 1,
+                // Full (or, impossibly here, another pool's channel): drop, the buffer goes back.
+                Err(PacketPushError::Full(_) | PacketPushError::WrongPool(_)) => {
+                    self.stats.dropped_full += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn transmit(&mut self) -> Result<usize, DevError> {
+        for channel in &mut self.tx_channels {
+            while !self.tx_batch.is_full() {
+                let Some(packet) = channel.pop(self.cache) else { break };
+                // Cannot fail: the batch is not full.
+                let _ = self.tx_batch.push(packet);
+            }
+        }
+        if self.tx_batch.is_empty() {
+            return Ok(0);
+        }
+        // What the device does not take stays in `tx_batch`, first in line for the next poll.
+        let sent = self.device.tx_burst(self.queue, &mut self.tx_batch)?;
+        self.stats.tx += sent as u64;
+        Ok(sent)
+    }
+}
+
+impl<D: NetDevice, R: Reclaim> Drop for Channelizer<'_, D, R> {
+    fn drop(&mut self) {
+        // A reader that stops reading must not hold up the registry's grace periods.
+        self.reader.offline();
+    }
+}
