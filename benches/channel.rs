@@ -47,6 +47,9 @@ use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::pin_to_cpu;
+
 use criterion::{BenchmarkId, Criterion, Throughput};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
@@ -65,21 +68,6 @@ const BURSTS: [usize; 3] = [1, 32, 256];
 // ---------------------------------------------------------------------------------------------------
 // Threads
 // ---------------------------------------------------------------------------------------------------
-
-/// Pins the calling thread to `cpu`; best effort (a machine with fewer CPUs, or a cgroup that forbids
-/// it, just leaves the thread where the scheduler puts it).
-fn pin_to_cpu(cpu: usize) {
-    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-        return;
-    }
-    // SAFETY: `cpu_set_t` is a plain bit array; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below the set's capacity (checked above) and `set` is a live local.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 is the calling thread; the pointer and size describe the live local `set`.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set) };
-    let _ignored_on_failure = rc;
-}
 
 /// Spawns the worker thread, pinned to [`WORKER_CPU`].
 fn spawn_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {

@@ -9,7 +9,8 @@
 //! Without valgrind on the PATH it says so and exits successfully (the test script installs it).
 
 use std::hint::black_box;
-use std::process::Command;
+
+mod common;
 
 use netchannel::channel::{Channel, WakeMode};
 use rtrb::{CopyToUninit, RingBuffer};
@@ -78,25 +79,6 @@ fn child(contender: &str, burst: usize, items: usize) {
     println!("{sum}");
 }
 
-/// Instructions callgrind counted for one child run.
-fn count(exe: &str, contender: &str, burst: usize, items: usize) -> Result<u64, String> {
-    let out = Command::new("valgrind")
-        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null", exe, "--child", contender])
-        .arg(burst.to_string())
-        .arg(items.to_string())
-        .output()
-        .map_err(|e| format!("cannot run valgrind: {e}"))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        return Err(format!("callgrind run failed: {stderr}"));
-    }
-    stderr
-        .lines()
-        .find_map(|l| l.split("Collected :").nth(1))
-        .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| format!("no 'Collected' line in callgrind's output: {stderr}"))
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--child") {
@@ -104,19 +86,20 @@ fn main() {
         child(&args[2], parse(3), parse(4));
         return;
     }
-    if Command::new("valgrind").arg("--version").output().is_err() {
+    if !common::have_valgrind() {
         println!("channel_icount: valgrind is not installed; skipping the instruction counts");
         return;
     }
-    let exe = std::env::current_exe().expect("own path");
-    let exe = exe.to_str().expect("UTF-8 path");
     println!("instructions per item, one thread, push + pop, capacity {CAPACITY}, {ITEMS} items");
     println!("| burst | netchannel-park | netchannel-poll | rtrb | rtrb/park | rtrb/poll |");
     println!("|---:|---:|---:|---:|---:|---:|");
     for burst in BURSTS {
         let mut per_item = [0f64; CONTENDERS.len()];
         for (slot, contender) in per_item.iter_mut().zip(CONTENDERS) {
-            let run = |items| count(exe, contender, burst, items).unwrap_or_else(|e| panic!("{e}"));
+            let run = |items: usize| {
+                let args = [contender.to_owned(), burst.to_string(), items.to_string()];
+                common::callgrind_instructions(&[], &args).unwrap_or_else(|e| panic!("{e}"))
+            };
             let (full, empty) = (run(ITEMS), run(0));
             *slot = (full - empty) as f64 / ITEMS as f64;
         }

@@ -10,9 +10,10 @@
 
 use std::hint::black_box;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod common;
 
 use netchannel::channelizer::{Channelizer, ConsumerId, SignatureRegistry};
 use netchannel::dev::{NetDevice, PacketBatch, Pair};
@@ -58,7 +59,8 @@ fn poll_once<D: NetDevice>(ch: &mut Channelizer<'_, D>) -> usize {
 fn run(entries: u32, rounds: usize) -> Duration {
     let pool = Pool::builder(16_384).hugepages(HugePages::Prefer).build().expect("pool");
     let (nic, mut wire) = Pair::builder(&pool).capacity(4096).build().expect("pair");
-    let registry = Arc::new(SignatureRegistry::with_capacity(Qsbr::new(), entries as usize));
+    // A fixed seed: the counts depend on chain lengths, which depend on the seed.
+    let registry = Arc::new(SignatureRegistry::with_capacity_and_seed(Qsbr::new(), entries as usize, 0x5eed));
     let registrations: Vec<_> = (0..entries)
         .map(|i| {
             let (local, remote) = flow(i);
@@ -103,30 +105,6 @@ fn run(entries: u32, rounds: usize) -> Duration {
     inside
 }
 
-fn count(exe: &str, entries: u32, rounds: usize) -> Result<u64, String> {
-    let out = Command::new("valgrind")
-        .args([
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            "--toggle-collect=*poll_once*",
-            exe,
-            "--child",
-        ])
-        .arg(entries.to_string())
-        .arg(rounds.to_string())
-        .output()
-        .map_err(|e| format!("cannot run valgrind: {e}"))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        return Err(format!("callgrind run failed: {stderr}"));
-    }
-    stderr
-        .lines()
-        .find_map(|l| l.split("Collected :").nth(1))
-        .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| format!("no 'Collected' line in callgrind's output: {stderr}"))
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--child") {
@@ -135,9 +113,7 @@ fn main() {
         let _ = run(entries, rounds);
         return;
     }
-    let have_valgrind = Command::new("valgrind").arg("--version").output().is_ok();
-    let exe = std::env::current_exe().expect("own path");
-    let exe = exe.to_str().expect("UTF-8 path");
+    let have_valgrind = common::have_valgrind();
     println!(
         "channelizer full path per packet at burst {BURST}: rx_burst + classify + lookup + push (IPv4/TCP)"
     );
@@ -147,7 +123,11 @@ fn main() {
         let packets = (ROUNDS * BURST) as f64;
         let ns = run(entries, ROUNDS).as_nanos() as f64 / packets;
         let instructions = if have_valgrind {
-            let per = |rounds: usize| count(exe, entries, rounds).unwrap_or_else(|e| panic!("{e}"));
+            let per = |rounds: usize| {
+                let args = [entries.to_string(), rounds.to_string()];
+                common::callgrind_instructions(&["--toggle-collect=*poll_once*"], &args)
+                    .unwrap_or_else(|e| panic!("{e}"))
+            };
             // Subtract a short run so set-up inside the first polls is not counted.
             let (full, short) = (per(ROUNDS), per(ROUNDS / 10));
             format!("{:.1}", (full - short) as f64 / (packets - (ROUNDS / 10 * BURST) as f64))

@@ -6,8 +6,9 @@
 //! number of entries if the table is doing its job. Without valgrind it says so and exits.
 
 use std::hint::black_box;
-use std::process::Command;
 use std::sync::Arc;
+
+mod common;
 
 use netchannel::rcu::{Qsbr, ReadSide, Reclaim};
 use netchannel::registry::{Registry, RegistryKey};
@@ -27,7 +28,8 @@ impl RegistryKey for Key {
 
 #[inline(never)]
 fn lookups<R: Reclaim>(domain: &R, entries: u32, count: u32) -> u64 {
-    let reg = Arc::new(Registry::<Key, u64, R>::new(domain.clone()));
+    // A fixed seed: the counts depend on chain lengths, which depend on the seed.
+    let reg = Arc::new(Registry::<Key, u64, R>::with_capacity_and_seed(domain.clone(), 0, 0x5eed));
     let regs: Vec<_> =
         (0..entries).map(|k| reg.register(Key(k), u64::from(k)).expect("distinct keys")).collect();
     let keys: Vec<Key> = (0..1024u32).map(|i| Key(i.wrapping_mul(2_654_435_761) % entries)).collect();
@@ -55,24 +57,6 @@ fn child(reclaim: &str, entries: u32, count: u32) {
     println!("{sum}");
 }
 
-fn count(exe: &str, reclaim: &str, entries: u32, lookups: u32) -> Result<u64, String> {
-    let out = Command::new("valgrind")
-        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null", exe, "--child", reclaim])
-        .arg(entries.to_string())
-        .arg(lookups.to_string())
-        .output()
-        .map_err(|e| format!("cannot run valgrind: {e}"))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        return Err(format!("callgrind run failed: {stderr}"));
-    }
-    stderr
-        .lines()
-        .find_map(|l| l.split("Collected :").nth(1))
-        .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| format!("no 'Collected' line in callgrind's output: {stderr}"))
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--child") {
@@ -80,12 +64,10 @@ fn main() {
         child(&args[2], parse(3), parse(4));
         return;
     }
-    if Command::new("valgrind").arg("--version").output().is_err() {
+    if !common::have_valgrind() {
         println!("registry_icount: valgrind is not installed; skipping the instruction counts");
         return;
     }
-    let exe = std::env::current_exe().expect("own path");
-    let exe = exe.to_str().expect("UTF-8 path");
     let reclaimers: &[&str] = if cfg!(feature = "liburcu") { &["qsbr", "liburcu"] } else { &["qsbr"] };
     println!("instructions per lookup (present keys, quiescent state every 32 lookups), {LOOKUPS} lookups");
     println!("| entries | {} |", reclaimers.join(" | "));
@@ -94,7 +76,10 @@ fn main() {
         let cells: Vec<String> = reclaimers
             .iter()
             .map(|r| {
-                let run = |n| count(exe, r, entries, n).unwrap_or_else(|e| panic!("{e}"));
+                let run = |n: u32| {
+                    let args = [(*r).to_owned(), entries.to_string(), n.to_string()];
+                    common::callgrind_instructions(&[], &args).unwrap_or_else(|e| panic!("{e}"))
+                };
                 let (full, empty) = (run(LOOKUPS), run(0));
                 format!("{:.1}", (full - empty) as f64 / f64::from(LOOKUPS))
             })
