@@ -75,7 +75,7 @@ fn run(entries: u32, rounds: usize) -> Duration {
     let mut consumers: Vec<PacketRx> = (0..CONSUMERS)
         .map(|id| {
             let (tx, rx) = pool.packet_channel(4096).expect("channel");
-            ch.attach(ConsumerId(id), tx);
+            ch.attach(ConsumerId(id), tx).expect("same pool");
             rx
         })
         .collect();

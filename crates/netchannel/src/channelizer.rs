@@ -37,7 +37,7 @@
 //!
 //! // Consumer 7 listens on UDP 10.0.0.1:53.
 //! let (tx, mut rx) = pool.packet_channel(64)?;
-//! ch.attach(ConsumerId(7), tx);
+//! ch.attach(ConsumerId(7), tx).expect("same pool");
 //! let local: SocketAddr = "10.0.0.1:53".parse()?;
 //! let _registration = registry.register(Signature::listener(Proto::Udp, local), ConsumerId(7))?;
 //!
@@ -65,7 +65,7 @@
 use std::fmt;
 
 use crate::dev::{DevError, NetDevice, PacketBatch};
-use crate::pool::{PacketPushError, PacketRx, PacketTx, PoolCache};
+use crate::pool::{PacketRx, PacketTx, PoolCache};
 use crate::rcu::{Qsbr, ReadSide, Reclaim};
 use crate::registry::Registry;
 use crate::signature::{Classified, ClassifyStats, classify};
@@ -113,6 +113,20 @@ pub struct PollStats {
     pub tx: usize,
 }
 
+/// A destination channel and the buffer indices staged for it during the current burst: each burst
+/// reaches each channel with one `push_burst`, so one index publication and one wakeup check per
+/// consumer per burst (VJ's publish-per-burst), not per packet.
+struct Lane {
+    tx: PacketTx,
+    staged: Vec<u32>,
+}
+
+impl Lane {
+    fn new(tx: PacketTx, burst: usize) -> Self {
+        Self { tx, staged: Vec::with_capacity(burst) }
+    }
+}
+
 /// The driver loop of one device queue. See the [module documentation](self).
 pub struct Channelizer<'c, D: NetDevice, R: Reclaim = Qsbr> {
     device: D,
@@ -120,8 +134,10 @@ pub struct Channelizer<'c, D: NetDevice, R: Reclaim = Qsbr> {
     cache: &'c PoolCache,
     registry: Arc<SignatureRegistry<R>>,
     reader: R::Reader,
-    default: PacketTx,
-    consumers: Vec<Option<PacketTx>>,
+    default: Lane,
+    consumers: Vec<Option<Lane>>,
+    /// Consumers with packets staged in this burst (indices into `consumers`).
+    dirty: Vec<u32>,
     tx_channels: Vec<PacketRx>,
     rx_batch: PacketBatch<'c>,
     tx_batch: PacketBatch<'c>,
@@ -143,6 +159,10 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     /// A channelizer for `queue` of `device`, allocating receive buffers from `cache`, reading
     /// `registry` (it registers itself as a reader of the registry's reclaimer, on this thread), and
     /// sending what no consumer claims into `default`. `burst` is the most frames one poll receives.
+    ///
+    /// # Panics
+    ///
+    /// If `default` carries packets of another pool than `cache`'s (a set-up error).
     pub fn new(
         device: D,
         queue: u16,
@@ -151,6 +171,7 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         default: PacketTx,
         burst: usize,
     ) -> Self {
+        assert_eq!(default.pool_id(), cache.pool().id(), "the default channel is of another pool");
         let reader = registry.reclaim().register();
         let burst = burst.max(1);
         Self {
@@ -159,8 +180,9 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
             cache,
             registry,
             reader,
-            default,
+            default: Lane::new(default, burst),
             consumers: Vec::new(),
+            dirty: Vec::with_capacity(burst),
             tx_channels: Vec::new(),
             rx_batch: PacketBatch::with_capacity(burst),
             tx_batch: PacketBatch::with_capacity(burst),
@@ -170,18 +192,26 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
 
     /// Attaches consumer `id`'s channel for this queue; packets whose signature the registry maps to
     /// `id` go there. Returns the channel previously attached for `id`, if any.
-    pub fn attach(&mut self, id: ConsumerId, channel: PacketTx) -> Option<PacketTx> {
+    ///
+    /// # Errors
+    ///
+    /// The channel comes back if it carries packets of another pool than this channelizer's cache.
+    pub fn attach(&mut self, id: ConsumerId, channel: PacketTx) -> Result<Option<PacketTx>, PacketTx> {
+        if channel.pool_id() != self.cache.pool().id() {
+            return Err(channel);
+        }
         let index = id.0 as usize;
         if self.consumers.len() <= index {
             self.consumers.resize_with(index + 1, || None);
         }
-        self.consumers[index].replace(channel)
+        let burst = self.rx_batch.capacity();
+        Ok(self.consumers[index].replace(Lane::new(channel, burst)).map(|lane| lane.tx))
     }
 
     /// Detaches consumer `id`'s channel; its packets go to the default channel until the registry
     /// stops naming it.
     pub fn detach(&mut self, id: ConsumerId) -> Option<PacketTx> {
-        self.consumers.get_mut(id.0 as usize).and_then(Option::take)
+        self.consumers.get_mut(id.0 as usize).and_then(Option::take).map(|lane| lane.tx)
     }
 
     /// Adds a TX channel (a consumer's outgoing packets) that every poll drains into the device queue.
@@ -229,41 +259,43 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         for packet in self.rx_batch.drain() {
             let verdict = classify(packet.data());
             self.stats.classify.record(&verdict);
-            let target = match verdict {
-                Classified::Flow { sig, .. } => {
-                    match self
-                        .registry
-                        .lookup(&mut self.reader, &sig)
-                        .or_else(|| self.registry.lookup(&mut self.reader, &sig.to_listener()))
-                    {
-                        Some(id) => match self.consumers.get_mut(id.0 as usize).and_then(Option::as_mut) {
-                            Some(channel) => Some(channel),
-                            None => {
-                                self.stats.unattached += 1;
-                                None
-                            }
-                        },
-                        None => None,
-                    }
-                }
+            let consumer = match verdict {
+                Classified::Flow { sig, .. } => self
+                    .registry
+                    .lookup(&mut self.reader, &sig)
+                    .or_else(|| self.registry.lookup(&mut self.reader, &sig.to_listener())),
                 Classified::Other(_) => None,
                 Classified::Malformed(_) => {
                     self.stats.dropped_malformed += 1;
                     continue; // dropped: the buffer goes back to the cache
                 }
             };
-            let (channel, delivered) = match target {
-                Some(channel) => (channel, &mut self.stats.delivered),
-                None => (&mut self.default, &mut self.stats.to_default),
+            let lane = match consumer {
+                Some(id) => match self.consumers.get_mut(id.0 as usize).and_then(Option::as_mut) {
+                    Some(lane) => {
+                        if lane.staged.is_empty() {
+                            self.dirty.push(id.0);
+                        }
+                        lane
+                    }
+                    None => {
+                        self.stats.unattached += 1;
+                        &mut self.default
+                    }
+                },
+                None => &mut self.default,
             };
-            match channel.push(packet) {
-                Ok(()) => *delivered += 1,
-                // Full (or, impossibly here, another pool's channel): drop, the buffer goes back.
-                Err(PacketPushError::Full(_) | PacketPushError::WrongPool(_)) => {
-                    self.stats.dropped_full += 1;
-                }
-            }
+            // Ownership moves to the staged index; `flush` sends or frees it. At most one burst is
+            // staged, so this never reallocates.
+            lane.staged.push(packet.into_raw());
         }
+        // Every dirty id has an attached lane: nothing detaches between staging and here.
+        let delivered = self.dirty.drain(..).filter_map(|id| {
+            let lane = self.consumers.get_mut(id as usize)?.as_mut()?;
+            Some(flush(lane, self.cache, &mut self.stats.dropped_full))
+        });
+        self.stats.delivered += delivered.sum::<u64>();
+        self.stats.to_default += flush(&mut self.default, self.cache, &mut self.stats.dropped_full);
         Ok(n)
     }
 
@@ -283,6 +315,26 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         self.stats.tx += sent as u64;
         Ok(sent)
     }
+}
+
+/// Sends a lane's staged indices with one `push_burst`, frees what does not fit (a full channel: drop
+/// and count), and returns how many were sent.
+fn flush(lane: &mut Lane, cache: &PoolCache, dropped_full: &mut u64) -> u64 {
+    if lane.staged.is_empty() {
+        return 0;
+    }
+    // SAFETY: every staged index came from `Packet::into_raw` of a packet received into `cache`, whose
+    // pool is the lane's (checked in `new` and `attach`); each was staged once and has no handle.
+    let sent = unsafe { lane.tx.push_raw_burst(&lane.staged) };
+    let refused = &lane.staged[sent..];
+    if !refused.is_empty() {
+        *dropped_full += refused.len() as u64;
+        // SAFETY: the refused indices are still ours (the channel did not take them), of `cache`'s
+        // pool, distinct, with no handle: freeing them returns the buffers.
+        unsafe { cache.free_burst(refused) };
+    }
+    lane.staged.clear();
+    sent as u64
 }
 
 impl<D: NetDevice, R: Reclaim> Drop for Channelizer<'_, D, R> {

@@ -1474,6 +1474,25 @@ impl fmt::Debug for PacketTx {
 }
 
 impl PacketTx {
+    /// The [id](Pool::id) of the pool whose packets this channel carries.
+    #[must_use]
+    pub fn pool_id(&self) -> u64 {
+        self.pool_id
+    }
+
+    /// Sends a burst of packets given as raw buffer indices, with one index publication and one wakeup
+    /// check for the whole burst; returns how many were sent (from the front). The rest still belong to
+    /// the caller, who frees or retries them.
+    ///
+    /// # Safety
+    ///
+    /// Every index names a buffer of this channel's pool ([`PacketTx::pool_id`]) that the caller owns
+    /// (from [`Packet::into_raw`] or [`PoolCache::alloc_burst`]) with no [`Packet`] handle alive, and
+    /// no index appears twice: the receiver rebuilds a packet from each one it pops.
+    pub unsafe fn push_raw_burst(&mut self, indices: &[u32]) -> usize {
+        self.tx.push_burst(indices)
+    }
+
     /// Sends `packet` (its index; the metadata travels in the buffer). The receiver now owns it.
     ///
     /// # Errors

@@ -99,7 +99,7 @@ fn exact_then_listener_then_default() {
     let mut rx: Vec<PacketRx> = (0..4)
         .map(|i| {
             let (tx, rx) = pool.packet_channel(64).unwrap();
-            assert!(ch.attach(ConsumerId(i), tx).is_none());
+            assert!(ch.attach(ConsumerId(i), tx).expect("same pool").is_none());
             rx
         })
         .collect();
@@ -153,7 +153,7 @@ fn full_channels_drop_and_every_buffer_comes_back() {
         let (default_tx, mut default_rx) = pool.packet_channel(2).unwrap();
         let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
         let (tx, mut rx) = pool.packet_channel(4).unwrap();
-        ch.attach(ConsumerId(0), tx);
+        ch.attach(ConsumerId(0), tx).expect("same pool");
         let _r = registry.register(listener(Proto::Udp, "10.0.0.1:9"), ConsumerId(0)).unwrap();
         let mine: Vec<Vec<u8>> = (0..10u8).map(|i| frame(UDP, "10.0.0.2:7", "10.0.0.1:9", &[i])).collect();
         let strays: Vec<Vec<u8>> = (0..5u8).map(|i| frame(UDP, "10.0.0.2:7", "10.0.0.1:10", &[i])).collect();
@@ -180,8 +180,8 @@ fn repointing_a_flow_moves_its_packets() {
     let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
     let (tx0, mut rx0) = pool.packet_channel(8).unwrap();
     let (tx1, mut rx1) = pool.packet_channel(8).unwrap();
-    ch.attach(ConsumerId(0), tx0);
-    ch.attach(ConsumerId(1), tx1);
+    ch.attach(ConsumerId(0), tx0).expect("same pool");
+    ch.attach(ConsumerId(1), tx1).expect("same pool");
     let flow = sig(Proto::Tcp, "10.0.0.1:80", "10.0.0.2:1234");
     let mut registration = registry.register(flow, ConsumerId(0)).unwrap();
     let f = frame(TCP, "10.0.0.2:1234", "10.0.0.1:80", b"x");
@@ -214,7 +214,7 @@ fn a_consumer_without_a_channel_here_gets_nothing_and_nothing_is_lost() {
     let (default_tx, mut default_rx) = pool.packet_channel(8).unwrap();
     let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
     let (tx, _rx) = pool.packet_channel(8).unwrap();
-    ch.attach(ConsumerId(3), tx);
+    ch.attach(ConsumerId(3), tx).expect("same pool");
     assert!(ch.detach(ConsumerId(3)).is_some());
     let _r = registry.register(listener(Proto::Udp, "10.0.0.1:9"), ConsumerId(3)).unwrap();
     let f = frame(UDP, "10.0.0.2:7", "10.0.0.1:9", b"orphan");
@@ -223,6 +223,19 @@ fn a_consumer_without_a_channel_here_gets_nothing_and_nothing_is_lost() {
     assert_eq!(drain(&mut default_rx, &cache), [f]);
     let s = ch.stats();
     assert_eq!((s.unattached, s.to_default, s.delivered), (1, 1, 0));
+}
+
+#[test]
+fn a_channel_of_another_pool_is_refused() {
+    let other = pool(64);
+    let pool = pool(64);
+    let (nic, _wire) = Pair::new(&pool).unwrap();
+    let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
+    let cache = pool.cache();
+    let (default_tx, _default_rx) = pool.packet_channel(8).unwrap();
+    let mut ch = Channelizer::new(nic, 0, &cache, registry, default_tx, 32);
+    let (foreign, _rx) = other.packet_channel(8).unwrap();
+    assert!(ch.attach(ConsumerId(0), foreign).is_err());
 }
 
 #[test]
@@ -291,7 +304,7 @@ fn consumer_on_another_thread_is_woken() {
     let cache = pool.cache();
     let peer = pool.cache();
     let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
-    ch.attach(ConsumerId(0), tx);
+    ch.attach(ConsumerId(0), tx).expect("same pool");
     let mut sent = 0u32;
     while sent < N {
         // Flow control: keep fewer frames in flight than the consumer's channel holds, so nothing

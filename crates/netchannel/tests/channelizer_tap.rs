@@ -58,7 +58,7 @@ fn run() -> Result<(), String> {
     let mut rx: Vec<PacketRx> = Vec::new();
     for id in 0..4 {
         let (tx, r) = pool.packet_channel(64).map_err(|e| e.to_string())?;
-        ch.attach(ConsumerId(id), tx);
+        ch.attach(ConsumerId(id), tx).expect("same pool");
         rx.push(r);
     }
 
