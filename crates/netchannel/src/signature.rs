@@ -15,22 +15,40 @@
 //! it, then falls back to the default channel (DESIGN §4).
 //!
 //! Signatures are canonical: both addresses have the same family and IPv6 addresses carry no flow label
-//! or scope id (the classifier cannot see a scope id, and the flow label is per-packet). The fields are
-//! private so that the derived `Eq`/`Hash` and [`Signature::hash64`] only ever see canonical values.
+//! or scope id (the classifier cannot see a scope id, and the flow label is per-packet).
+//!
+//! ## Representation
+//!
+//! A signature is five 64-bit words (40 bytes, no padding), laid out so that [`classify`] fills it with
+//! plain loads of the header bytes and the registry compares and hashes it a word at a time:
+//!
+//! * `meta`: the four port bytes as they are on the wire (source port, destination port) read as a
+//!   little-endian `u32` in bits 0..32, the IP protocol number in bits 32..40, and bit 40 set for IPv6.
+//! * `addrs`: the address bytes as they are on the wire, source (remote) then destination (local),
+//!   read as little-endian words. IPv6 fills all four words; IPv4's 8 address bytes fill `addrs[0]`
+//!   alone (remote in the low half, local in the high half) and the other three words are zero.
+//!
+//! Little-endian is a plain load on the targets that matter; on a big-endian target the words are
+//! byte-swapped but mean the same. The fields are private, so every signature is built by
+//! [`Signature::new`], [`Signature::listener`] or [`classify`] and is canonical: equality of signatures
+//! is equality of the five words, and the derived `Hash` and [`Signature::hash64`] only ever see
+//! canonical values. [`Signature::local`] and [`Signature::remote`] build a [`SocketAddr`] on demand.
 //!
 //! # Hashing
 //!
 //! [`Signature::hash64`] is the registry's bucket hash. It is *keyed*: the registry draws a random seed
 //! when it is built, so a remote peer, who chooses its own address and port and so half of every
-//! signature it sends, cannot precompute a set of signatures that land in one bucket. The function packs
-//! the canonical fields into 64-bit words and combines them with the *folded multiply* of wyhash and
-//! foldhash (`fold(x, y) = lo(x·y) ^ hi(x·y)` of the full 128-bit product), with the seed XORed into both
-//! operands of the first multiply and a second multiply to finish. An IPv4 signature costs two
-//! multiplies, an IPv6 one four: a handful of instructions, where SipHash-1-3 (std's `DefaultHasher`)
-//! costs several times the whole per-packet budget. Like foldhash it is not a cryptographic PRF: it is
-//! meant to defeat blind flooding by peers who do not know the seed and never see hash values, which is
-//! the threat a receive path faces; it is not meant to resist an attacker who can observe bucket
-//! placement precisely enough to recover the seed.
+//! signature it sends, cannot precompute a set of signatures that land in one bucket. The function
+//! combines the words that carry information for the signature's family with the *folded multiply* of
+//! wyhash and foldhash (`fold(x, y) = lo(x·y) ^ hi(x·y)` of the full 128-bit product), with the seed
+//! XORed into both operands of the first multiply and a second multiply to finish. An IPv4 signature
+//! (`meta` and `addrs[0]`) costs two multiplies, an IPv6 one four: a handful of instructions, where
+//! SipHash-1-3 (std's `DefaultHasher`) costs several times the whole per-packet budget. The family bit in
+//! `meta` keeps an IPv4 signature from colliding by construction with the IPv6 one whose words happen to
+//! equal it. Like foldhash it is not a cryptographic PRF: it is meant to defeat blind flooding by peers
+//! who do not know the seed and never see hash values, which is the threat a receive path faces; it is
+//! not meant to resist an attacker who can observe bucket placement precisely enough to recover the
+//! seed.
 //!
 //! # Classification
 //!
@@ -71,6 +89,7 @@
 //! ```
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 /// A transport protocol that signatures steer.
@@ -131,11 +150,70 @@ impl std::error::Error for SignatureError {}
 ///
 /// Always canonical (see the [module documentation](self)): both addresses of one family, IPv6 flow
 /// label and scope id zero. A *listener* signature has the wildcard remote (unspecified address, port 0).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// Five 64-bit words in a fixed layout (see [Representation](self#representation)): equality compares
+/// the words, and [`Signature::local`] and [`Signature::remote`] build their [`SocketAddr`] on demand.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
 pub struct Signature {
-    proto: Proto,
-    local: SocketAddr,
-    remote: SocketAddr,
+    /// Wire port bytes (source, destination) as a little-endian `u32` in bits 0..32, the protocol
+    /// number in bits 32..40, [`META_V6`] for IPv6.
+    meta: u64,
+    /// Wire address bytes, source then destination, as little-endian words; IPv4 fills `addrs[0]` only.
+    addrs: [u64; 4],
+}
+
+// The layout the hot path relies on: five words, no padding (so derived `Eq` compares exactly the words),
+// and a classifier verdict that stays small.
+const _: () = assert!(size_of::<Signature>() == 40);
+const _: () = assert!(size_of::<Classified>() <= 48);
+
+/// The family bit of [`Signature::meta`]: set for IPv6.
+const META_V6: u64 = 1 << 40;
+/// The remote (source) port's bits of [`Signature::meta`].
+const META_REMOTE_PORT: u64 = 0xFFFF;
+/// Where the protocol number sits in [`Signature::meta`].
+const META_PROTO_SHIFT: u32 = 32;
+
+/// `meta` from the four wire port bytes (source port, destination port), the protocol and the family.
+#[inline(always)]
+const fn meta(ports: [u8; 4], proto: Proto, v6: bool) -> u64 {
+    let family = if v6 { META_V6 } else { 0 };
+    // Widening casts: `u64::from` is not const.
+    u32::from_le_bytes(ports) as u64 | (proto.number() as u64) << META_PROTO_SHIFT | family
+}
+
+/// The little-endian word of the 8 bytes of `b` at `at` (zero if they are not all there, which the
+/// callers' constant offsets rule out; the fallback keeps the function panic-free).
+#[inline(always)]
+fn le64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at.wrapping_add(8)).and_then(|s| <[u8; 8]>::try_from(s).ok()).map_or(0, u64::from_le_bytes)
+}
+
+/// The four wire port bytes of a (source, destination) port pair.
+#[inline(always)]
+const fn ports(src: u16, dst: u16) -> [u8; 4] {
+    let [a, b] = src.to_be_bytes();
+    let [c, d] = dst.to_be_bytes();
+    [a, b, c, d]
+}
+
+/// The IPv4 address whose wire bytes are the low 4 bytes of little-endian `w`.
+#[expect(clippy::cast_possible_truncation, reason = "the low half of the word")]
+fn ipv4_of(w: u64) -> Ipv4Addr {
+    Ipv4Addr::from((w as u32).to_le_bytes())
+}
+
+/// The IPv6 address whose wire bytes are those of little-endian `w0` then `w1`.
+fn ipv6_of(w0: u64, w1: u64) -> Ipv6Addr {
+    Ipv6Addr::from((u128::from(w1) << 64 | u128::from(w0)).to_le_bytes())
+}
+
+/// (low, high) halves of `x`: the first and second 8 bytes of its little-endian representation.
+#[inline(always)]
+#[expect(clippy::cast_possible_truncation, reason = "splitting a 128-bit word into its halves")]
+const fn split128(x: u128) -> (u64, u64) {
+    (x as u64, (x >> 64) as u64)
 }
 
 impl Signature {
@@ -147,53 +225,114 @@ impl Signature {
     ///
     /// [`SignatureError::FamilyMismatch`] if one address is IPv4 and the other IPv6.
     pub fn new(proto: Proto, local: SocketAddr, remote: SocketAddr) -> Result<Self, SignatureError> {
-        if local.is_ipv4() != remote.is_ipv4() {
-            return Err(SignatureError::FamilyMismatch);
+        match (local, remote) {
+            (SocketAddr::V4(l), SocketAddr::V4(r)) => Ok(Self::v4(proto, l, r)),
+            (SocketAddr::V6(l), SocketAddr::V6(r)) => Ok(Self::v6(proto, l, r)),
+            _ => Err(SignatureError::FamilyMismatch),
         }
-        Ok(Self { proto, local: canonical(local), remote: canonical(remote) })
     }
 
     /// The listener signature for `local`: matches packets to `local` from any remote.
     #[must_use]
     pub fn listener(proto: Proto, local: SocketAddr) -> Self {
-        Self { proto, local: canonical(local), remote: wildcard_of(local) }
+        match local {
+            SocketAddr::V4(l) => Self::v4(proto, l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+            SocketAddr::V6(l) => Self::v6(proto, l, SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0)),
+        }
+    }
+
+    fn v4(proto: Proto, local: SocketAddrV4, remote: SocketAddrV4) -> Self {
+        let [a, b, c, d] = remote.ip().octets();
+        let [e, f, g, h] = local.ip().octets();
+        Self {
+            meta: meta(ports(remote.port(), local.port()), proto, false),
+            addrs: [u64::from_le_bytes([a, b, c, d, e, f, g, h]), 0, 0, 0],
+        }
+    }
+
+    /// Flow label and scope id are dropped: they are not part of a signature.
+    fn v6(proto: Proto, local: SocketAddrV6, remote: SocketAddrV6) -> Self {
+        let (r0, r1) = split128(u128::from_le_bytes(remote.ip().octets()));
+        let (l0, l1) = split128(u128::from_le_bytes(local.ip().octets()));
+        Self { meta: meta(ports(remote.port(), local.port()), proto, true), addrs: [r0, r1, l0, l1] }
+    }
+
+    /// Whether this is an IPv6 signature.
+    #[inline(always)]
+    fn is_v6(&self) -> bool {
+        self.meta & META_V6 != 0
+    }
+
+    /// The bits of `addrs[0]` that hold the remote address (all of it for IPv6, where `addrs[1]`
+    /// holds the rest; the low half for IPv4, where `addrs[1]` is zero).
+    #[inline(always)]
+    fn remote_mask0(&self) -> u64 {
+        if self.is_v6() { u64::MAX } else { 0xFFFF_FFFF }
     }
 
     /// Whether this is a listener (wildcard remote) signature.
     #[must_use]
+    #[inline]
     pub fn is_listener(&self) -> bool {
-        self.remote == wildcard_of(self.local)
+        self.meta & META_REMOTE_PORT == 0 && self.addrs[0] & self.remote_mask0() == 0 && self.addrs[1] == 0
     }
 
     /// The listener form of this signature: the same protocol and local address, the wildcard remote.
     /// The registry's second lookup after the exact signature missed.
     #[must_use]
+    #[inline]
     pub fn to_listener(&self) -> Self {
-        Self { proto: self.proto, local: self.local, remote: wildcard_of(self.local) }
+        let [a0, _, a2, a3] = self.addrs;
+        Self { meta: self.meta & !META_REMOTE_PORT, addrs: [a0 & !self.remote_mask0(), 0, a2, a3] }
     }
 
     /// The transport protocol.
     #[must_use]
+    #[inline]
     pub fn proto(&self) -> Proto {
-        self.proto
+        // Only `new` and `classify` build signatures, from a `Proto`: the fallback is never taken.
+        #[expect(clippy::cast_possible_truncation, reason = "the protocol byte of `meta`")]
+        let n = (self.meta >> META_PROTO_SHIFT) as u8;
+        Proto::from_number(n).unwrap_or(Proto::Tcp)
+    }
+
+    /// The wire port bytes: (source, destination).
+    #[inline(always)]
+    #[expect(clippy::cast_possible_truncation, reason = "the port bytes of `meta`")]
+    fn ports(&self) -> (u16, u16) {
+        let [a, b, c, d] = (self.meta as u32).to_le_bytes();
+        (u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d]))
+    }
+
+    /// The remote (source) address.
+    fn remote_ip(&self) -> IpAddr {
+        let [a0, a1, ..] = self.addrs;
+        if self.is_v6() { IpAddr::V6(ipv6_of(a0, a1)) } else { IpAddr::V4(ipv4_of(a0)) }
+    }
+
+    /// The local (destination) address.
+    fn local_ip(&self) -> IpAddr {
+        let [a0, _, a2, a3] = self.addrs;
+        if self.is_v6() { IpAddr::V6(ipv6_of(a2, a3)) } else { IpAddr::V4(ipv4_of(a0 >> 32)) }
     }
 
     /// The local (receiving) socket address: the destination of received packets.
     #[must_use]
     pub fn local(&self) -> SocketAddr {
-        self.local
+        SocketAddr::new(self.local_ip(), self.ports().1)
     }
 
     /// The remote socket address: the source of received packets; the wildcard for a listener.
     #[must_use]
     pub fn remote(&self) -> SocketAddr {
-        self.remote
+        SocketAddr::new(self.remote_ip(), self.ports().0)
     }
 
     /// The flow group of this signature: the low 12 bits of the remote port.
     #[must_use]
+    #[inline]
     pub fn flow_group(&self) -> FlowGroup {
-        FlowGroup::of_port(self.remote.port())
+        FlowGroup::of_port(self.ports().0)
     }
 
     /// A keyed 64-bit hash for the signature registry's buckets; `seed` is the registry's random key.
@@ -206,25 +345,15 @@ impl Signature {
     pub fn hash64(&self, seed: u64) -> u64 {
         let s0 = seed ^ K[0];
         let s1 = seed.rotate_left(32) ^ K[1];
-        // Ports, protocol and family in one word: the family tag keeps an IPv4 signature from colliding
-        // with the IPv6 one whose address words happen to equal it.
-        let misc = u64::from(self.local.port()) << 48
-            | u64::from(self.remote.port()) << 32
-            | u64::from(self.proto.number()) << 8;
-        let h = match (self.local, self.remote) {
-            (SocketAddr::V4(l), SocketAddr::V4(r)) => {
-                let addrs = u64::from(l.ip().to_bits()) << 32 | u64::from(r.ip().to_bits());
-                fold_mul(addrs ^ s0, misc ^ 4 ^ s1)
-            }
-            (l, r) => {
-                // Both IPv6 by construction; an IPv4 address (impossible here) would hash as its mapped
-                // IPv6 form rather than fail.
-                let (lh, ll) = split128(ipv6_bits(l.ip()));
-                let (rh, rl) = split128(ipv6_bits(r.ip()));
-                let a = fold_mul(lh ^ s0, ll ^ s1);
-                let b = fold_mul(rh ^ s1 ^ K[2], rl ^ s0 ^ K[3]);
-                fold_mul(a ^ misc ^ 6, b ^ K[4])
-            }
+        let [a0, a1, a2, a3] = self.addrs;
+        let h = if self.is_v6() {
+            let a = fold_mul(a0 ^ s0, a1 ^ s1);
+            let b = fold_mul(a2 ^ s1 ^ K[2], a3 ^ s0 ^ K[3]);
+            fold_mul(a ^ self.meta, b ^ K[4])
+        } else {
+            // `addrs[1..]` are zero for IPv4: both addresses are in `a0`, ports, protocol and family
+            // in `meta`.
+            fold_mul(a0 ^ s0, self.meta ^ s1)
         };
         fold_mul(h ^ K[5], seed ^ K[6])
     }
@@ -242,10 +371,47 @@ impl fmt::Display for Signature {
     /// `tcp 10.0.0.1:80 <- 10.0.0.2:40000`, or `tcp 10.0.0.1:80 <- *` for a listener.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_listener() {
-            write!(f, "{} {} <- *", self.proto, self.local)
+            write!(f, "{} {} <- *", self.proto(), self.local())
         } else {
-            write!(f, "{} {} <- {}", self.proto, self.local, self.remote)
+            write!(f, "{} {} <- {}", self.proto(), self.local(), self.remote())
         }
+    }
+}
+
+/// Equality of the five words. An IPv4 signature's `addrs[1..]` are zero (canonical form), so once
+/// `meta` (which holds the family) and `addrs[0]` match, two IPv4 signatures are equal without reading
+/// the other words: the registry's probe of an IPv4 key compares two words.
+impl PartialEq for Signature {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.meta == other.meta
+            && self.addrs[0] == other.addrs[0]
+            && (!self.is_v6() || {
+                let ([_, a1, a2, a3], [_, b1, b2, b3]) = (self.addrs, other.addrs);
+                (a1 ^ b1) | (a2 ^ b2) | (a3 ^ b3) == 0
+            })
+    }
+}
+
+impl Eq for Signature {}
+
+/// Hashes the five words: equal signatures have equal words.
+impl Hash for Signature {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.meta.hash(state);
+        self.addrs.hash(state);
+    }
+}
+
+impl fmt::Debug for Signature {
+    /// `Signature { proto: Tcp, local: 10.0.0.1:80, remote: 10.0.0.2:40000 }`: the fields decoded,
+    /// not the raw words.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Signature")
+            .field("proto", &self.proto())
+            .field("local", &self.local())
+            .field("remote", &self.remote())
+            .finish()
     }
 }
 
@@ -266,33 +432,6 @@ const K: [u64; 7] = [
 const fn fold_mul(x: u64, y: u64) -> u64 {
     let p = (x as u128) * (y as u128);
     (p as u64) ^ ((p >> 64) as u64)
-}
-
-#[inline(always)]
-#[expect(clippy::cast_possible_truncation, reason = "splitting a 128-bit word into its halves")]
-const fn split128(x: u128) -> (u64, u64) {
-    ((x >> 64) as u64, x as u64)
-}
-
-fn ipv6_bits(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().to_bits(),
-        IpAddr::V6(v6) => v6.to_bits(),
-    }
-}
-
-fn canonical(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V4(_) => addr,
-        SocketAddr::V6(v6) => SocketAddr::V6(SocketAddrV6::new(*v6.ip(), v6.port(), 0, 0)),
-    }
-}
-
-fn wildcard_of(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V4(_) => SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
-        SocketAddr::V6(_) => SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0)),
-    }
 }
 
 /// One of the 4096 flow groups of Affinity-Accept: the low 12 bits of the remote (TCP/UDP source)
@@ -557,16 +696,10 @@ fn ipv4(packet: &[u8]) -> Classified {
     } else {
         return Classified::Other(Other::OtherL4(protocol));
     };
-    let (src_port, dst_port) = split_ports(ports);
-    let src = Ipv4Addr::new(hdr[12], hdr[13], hdr[14], hdr[15]);
-    let dst = Ipv4Addr::new(hdr[16], hdr[17], hdr[18], hdr[19]);
+    // The signature is the header bytes as they are: source and destination address in one word.
     Classified::Flow {
-        sig: Signature {
-            proto,
-            local: SocketAddr::V4(SocketAddrV4::new(dst, dst_port)),
-            remote: SocketAddr::V4(SocketAddrV4::new(src, src_port)),
-        },
-        flow_group: FlowGroup::of_port(src_port),
+        sig: Signature { meta: meta(ports, proto, false), addrs: [le64_at(hdr, 12), 0, 0, 0] },
+        flow_group: FlowGroup::of_port(u16::from_be_bytes([ports[0], ports[1]])),
     }
 }
 
@@ -616,12 +749,6 @@ fn udp_ports(l4: &[u8]) -> Result<[u8; 4], Classified> {
         Some(udp) => Ok([udp[0], udp[1], udp[2], udp[3]]),
         None => Err(TRUNCATED),
     }
-}
-
-/// (source, destination) port.
-#[inline(always)]
-fn split_ports(p: [u8; 4]) -> (u16, u16) {
-    (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]))
 }
 
 #[inline(always)]
@@ -674,20 +801,14 @@ fn ipv6(packet: &[u8]) -> Classified {
             Err(c) => return c,
         },
     };
-    let (src_port, dst_port) = split_ports(ports);
-    let addr = |at: usize| {
-        // Always 16 bytes: `hdr` is 40 long and `at` is 8 or 24; `get` keeps even that panic-free.
-        let bytes = hdr.get(at..at + 16).and_then(|b| <[u8; 16]>::try_from(b).ok());
-        Ipv6Addr::from(bytes.unwrap_or_default())
-    };
-    let (src, dst) = (addr(8), addr(24));
+    // Source then destination address, as they are in the header (`hdr` is 40 bytes: the constant
+    // offsets are in bounds, and `le64_at` would give 0 rather than panic if they were not).
     Classified::Flow {
         sig: Signature {
-            proto,
-            local: SocketAddr::V6(SocketAddrV6::new(dst, dst_port, 0, 0)),
-            remote: SocketAddr::V6(SocketAddrV6::new(src, src_port, 0, 0)),
+            meta: meta(ports, proto, true),
+            addrs: [le64_at(hdr, 8), le64_at(hdr, 16), le64_at(hdr, 24), le64_at(hdr, 32)],
         },
-        flow_group: FlowGroup::of_port(src_port),
+        flow_group: FlowGroup::of_port(u16::from_be_bytes([ports[0], ports[1]])),
     }
 }
 
@@ -1069,6 +1190,26 @@ mod tests {
         assert_eq!(Proto::from_number(1), None);
         assert_eq!(Proto::Udp.number(), 17);
         assert_eq!(FlowGroup::of_port(0xABCD).index(), 0xBCD);
+    }
+
+    #[test]
+    fn representation_equality_and_debug() {
+        let v4 = Signature::new(Proto::Tcp, sock("10.0.0.1:80"), sock("10.0.0.2:4000")).unwrap();
+        // The IPv4-mapped IPv6 form is another signature: the family bit tells them apart.
+        let mapped =
+            Signature::new(Proto::Tcp, sock("[::ffff:10.0.0.1]:80"), sock("[::ffff:10.0.0.2]:4000")).unwrap();
+        assert_ne!(v4, mapped);
+        assert_eq!(mapped.local(), sock("[::ffff:10.0.0.1]:80"));
+        // IPv6 signatures differing only in the last word are different.
+        let a = Signature::new(Proto::Udp, sock("[2001:db8::1]:53"), sock("[2001:db8::2]:53")).unwrap();
+        let b = Signature::new(Proto::Udp, sock("[2001:db8::1]:53"), sock("[2001:db8::3]:53")).unwrap();
+        let c = Signature::new(Proto::Udp, sock("[2001:db8::4]:53"), sock("[2001:db8::2]:53")).unwrap();
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.to_listener(), Signature::listener(Proto::Udp, sock("[2001:db8::1]:53")));
+        assert_ne!(a.to_listener(), c.to_listener());
+        assert_eq!(format!("{v4:?}"), "Signature { proto: Tcp, local: 10.0.0.1:80, remote: 10.0.0.2:4000 }");
+        assert_eq!(size_of::<Signature>(), 40);
     }
 
     #[test]
