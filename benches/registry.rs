@@ -7,7 +7,7 @@
 //! 1, 10k and 100k entries (the registry announces a quiescent state every 32 lookups, as a
 //! channelizer does once per burst). `registry_read_with_writer/<contender>`: the same at 10k entries
 //! while another thread (pinned to the other CPU) re-points one registered signature back and forth
-//! as fast as it can: the steal/migrate pattern.
+//! 100,000 times a second: the steal/migrate pattern, at the same write rate for every contender.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -87,7 +87,13 @@ fn map(entries: u32) -> Map {
     (0..entries).map(|i| (Key(sig(i)), ConsumerId(i % 4))).collect()
 }
 
-/// Runs `writer` on another thread (pinned to CPU 1) until the returned guard is dropped.
+/// Writes per second of every contender's writer: the same rate for all, so readers see the same
+/// disturbance (a flat-out writer would run at each structure's own write speed instead). 100k/s is far
+/// above what connection stealing and flow-group migration need.
+const WRITES_PER_SEC: u32 = 100_000;
+
+/// Runs `writer` `WRITES_PER_SEC` times a second on another thread (pinned to CPU 1) until the returned
+/// guard is dropped.
 struct Background(Arc<AtomicBool>, Option<std::thread::JoinHandle<()>>);
 
 impl Background {
@@ -96,9 +102,15 @@ impl Background {
         let flag = Arc::clone(&stop);
         let handle = std::thread::spawn(move || {
             pin_to_cpu(1);
+            let period = Duration::from_secs(1) / WRITES_PER_SEC;
+            let mut next = std::time::Instant::now();
             // Relaxed: a stop flag; the join orders everything else.
             while !flag.load(Ordering::Relaxed) {
                 writer();
+                next += period;
+                while std::time::Instant::now() < next {
+                    std::hint::spin_loop();
+                }
             }
         });
         Self(stop, Some(handle))
