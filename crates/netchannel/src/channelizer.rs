@@ -256,46 +256,49 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     fn receive(&mut self) -> Result<usize, DevError> {
         let n = self.device.rx_burst(self.queue, self.cache, &mut self.rx_batch)?;
         self.stats.rx += n as u64;
-        for packet in self.rx_batch.drain() {
-            let verdict = classify(packet.data());
-            self.stats.classify.record(&verdict);
-            let consumer = match verdict {
-                Classified::Flow { sig, .. } => self
-                    .registry
-                    .lookup(&mut self.reader, &sig)
-                    .or_else(|| self.registry.lookup(&mut self.reader, &sig.to_listener())),
-                Classified::Other(_) => None,
-                Classified::Malformed(_) => {
-                    self.stats.dropped_malformed += 1;
-                    continue; // dropped: the buffer goes back to the cache
-                }
-            };
-            let lane = match consumer {
-                Some(id) => match self.consumers.get_mut(id.0 as usize).and_then(Option::as_mut) {
-                    Some(lane) => {
-                        if lane.staged.is_empty() {
-                            self.dirty.push(id.0);
+        let Self { registry, reader, rx_batch, stats, consumers, dirty, default, cache, .. } = self;
+        // One read-side section for the whole burst.
+        registry.read(reader, |view| {
+            for packet in rx_batch.drain() {
+                let verdict = classify(packet.data());
+                stats.classify.record(&verdict);
+                let consumer = match verdict {
+                    Classified::Flow { sig, .. } => {
+                        view.lookup(&sig).or_else(|| view.lookup(&sig.to_listener()))
+                    }
+                    Classified::Other(_) => None,
+                    Classified::Malformed(_) => {
+                        stats.dropped_malformed += 1;
+                        continue; // dropped: the buffer goes back to the cache
+                    }
+                };
+                let lane = match consumer {
+                    Some(id) => match consumers.get_mut(id.0 as usize).and_then(Option::as_mut) {
+                        Some(lane) => {
+                            if lane.staged.is_empty() {
+                                dirty.push(id.0);
+                            }
+                            lane
                         }
-                        lane
-                    }
-                    None => {
-                        self.stats.unattached += 1;
-                        &mut self.default
-                    }
-                },
-                None => &mut self.default,
-            };
-            // Ownership moves to the staged index; `flush` sends or frees it. At most one burst is
-            // staged, so this never reallocates.
-            lane.staged.push(packet.into_raw());
-        }
-        // Every dirty id has an attached lane: nothing detaches between staging and here.
-        let delivered = self.dirty.drain(..).filter_map(|id| {
-            let lane = self.consumers.get_mut(id as usize)?.as_mut()?;
-            Some(flush(lane, self.cache, &mut self.stats.dropped_full))
+                        None => {
+                            stats.unattached += 1;
+                            &mut *default
+                        }
+                    },
+                    None => &mut *default,
+                };
+                // Ownership moves to the staged index; `flush` sends or frees it. At most one burst
+                // is staged, so this never reallocates.
+                lane.staged.push(packet.into_raw());
+            }
         });
-        self.stats.delivered += delivered.sum::<u64>();
-        self.stats.to_default += flush(&mut self.default, self.cache, &mut self.stats.dropped_full);
+        // Every dirty id has an attached lane: nothing detaches between staging and here.
+        let delivered = dirty.drain(..).filter_map(|id| {
+            let lane = consumers.get_mut(id as usize)?.as_mut()?;
+            Some(flush(lane, cache, &mut stats.dropped_full))
+        });
+        stats.delivered += delivered.sum::<u64>();
+        stats.to_default += flush(default, cache, &mut stats.dropped_full);
         Ok(n)
     }
 

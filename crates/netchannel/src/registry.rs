@@ -283,6 +283,20 @@ where
         R::read_section(reader, || unsafe { self.lookup_raw(key) })
     }
 
+    /// Runs `f` with a [`View`] for looking keys up in a burst: the checks and the read-side section
+    /// that [`lookup`](Self::lookup) pays per call are paid once here. Lock-free and free of atomic
+    /// read-modify-writes when `reader` is an online reader of this registry's domain; otherwise the
+    /// view's lookups take the writer lock (still correct). `reader` cannot announce a quiescent state
+    /// while `f` runs (it is borrowed), so a channelizer wraps one burst in one call.
+    #[inline]
+    pub fn read<T>(&self, reader: &mut R::Reader, f: impl FnOnce(&View<'_, K, V, R>) -> T) -> T {
+        if reader.is_online() && self.reclaim.owns(reader) {
+            R::read_section(reader, || f(&View { registry: self, lock_free: true }))
+        } else {
+            f(&View { registry: self, lock_free: false })
+        }
+    }
+
     #[cold]
     fn lookup_locked(&self, key: &K) -> Option<V> {
         let _w = self.lock();
@@ -452,6 +466,51 @@ where
         let t = self.table.load(Ordering::Relaxed);
         // SAFETY: the current table came from `Box::into_raw` and no one else can reach it any more.
         drop(unsafe { Box::from_raw(t) });
+    }
+}
+
+/// Lookups inside one [`Registry::read`] section (one burst). Only `read` makes one, and it cannot
+/// outlive the section: the closure receives it by reference and cannot return it.
+pub struct View<'r, K, V, R>
+where
+    K: RegistryKey,
+    V: Copy + Send + Sync + 'static,
+    R: Reclaim,
+{
+    registry: &'r Registry<K, V, R>,
+    /// The reader is an online reader of the registry's domain, inside a read-side section.
+    lock_free: bool,
+}
+
+impl<K, V, R> fmt::Debug for View<'_, K, V, R>
+where
+    K: RegistryKey,
+    V: Copy + Send + Sync + 'static,
+    R: Reclaim,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("View").field("lock_free", &self.lock_free).finish_non_exhaustive()
+    }
+}
+
+impl<K, V, R> View<'_, K, V, R>
+where
+    K: RegistryKey,
+    V: Copy + Send + Sync + 'static,
+    R: Reclaim,
+{
+    /// Looks `key` up (see [`Registry::lookup`]).
+    #[inline]
+    pub fn lookup(&self, key: &K) -> Option<V> {
+        if self.lock_free {
+            // SAFETY: `lock_free` is set only inside `Registry::read`'s read-side section of an online
+            // reader of this registry's domain, and this view lives no longer than that section (it is
+            // lent to the closure by reference), so every node and table reachable now stays live
+            // until we return a copy.
+            unsafe { self.registry.lookup_raw(key) }
+        } else {
+            self.registry.lookup_locked(key)
+        }
     }
 }
 
@@ -628,6 +687,27 @@ mod tests {
                     assert_eq!(reg.lookup(&mut r, &Key(4)), Some(40));
                     r.online();
                     assert_eq!(reg.lookup(&mut r, &Key(4)), Some(40));
+                }
+
+                #[test]
+                fn burst_view_reads_like_lookup_online_and_offline() {
+                    let d = domain();
+                    let reg = Arc::new(Registry::<Key, u32, _>::with_capacity(d.clone(), 4));
+                    let regs: Vec<_> = (0..64).map(|i| reg.register(Key(i), i * 10).unwrap()).collect();
+                    let mut r = d.register();
+                    for online in [true, false, true] {
+                        if online {
+                            r.online();
+                        } else {
+                            r.offline();
+                        }
+                        let found: Vec<Option<u32>> =
+                            reg.read(&mut r, |view| (0..70).map(|i| view.lookup(&Key(i))).collect());
+                        let want: Vec<Option<u32>> = (0..70).map(|i| (i < 64).then_some(i * 10)).collect();
+                        assert_eq!(found, want, "online: {online}");
+                    }
+                    r.quiescent();
+                    drop(regs);
                 }
 
                 #[test]

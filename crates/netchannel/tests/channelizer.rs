@@ -2,6 +2,8 @@
 //! default), drops on full channels with every buffer accounted for, re-pointing a flow, transmission,
 //! and a two-thread run where the consumer sleeps and is woken per VJ.
 
+#![cfg(not(loom))]
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
