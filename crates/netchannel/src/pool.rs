@@ -1237,6 +1237,16 @@ impl fmt::Debug for Packet<'_> {
     }
 }
 
+/// [`Packet::window`] of a header that does not fit its buffer (written through a raw pointer):
+/// the start clamped to the buffer, the length to what is left after it.
+#[cold]
+#[inline(never)]
+fn clamp_window(data_off: u32, data_len: u32, buf_len: u32) -> (usize, usize) {
+    let off = data_off.min(buf_len);
+    let len = data_len.min(buf_len - off);
+    (off as usize, len as usize)
+}
+
 impl Packet<'_> {
     #[inline(always)]
     fn buf_len(&self) -> usize {
@@ -1265,14 +1275,21 @@ impl Packet<'_> {
     }
 
     /// The data's start and length, clamped to the buffer so that no header contents (which raw
-    /// pointers into the region could have scribbled on) can make an accessor reach outside it.
+    /// pointers into the region could have scribbled on) can make an accessor reach outside it:
+    /// `off = min(data_off, buf_len)`, `len = min(data_len, buf_len - off)`.
+    ///
+    /// Every header the pool writes has `data_off + data_len <= buf_len`, where clamping changes
+    /// nothing: that case is one add, one compare and one predicted branch, and the clamp proper is
+    /// out of line. The sum is taken in `u64`, so it cannot overflow on any target.
     #[inline(always)]
     fn window(&self) -> (usize, usize) {
-        let header = self.header();
-        let buf_len = self.buf_len();
-        let off = (header.data_off as usize).min(buf_len);
-        let len = (header.data_len as usize).min(buf_len - off);
-        (off, len)
+        let Header { data_off, data_len } = self.header();
+        let buf_len = self.cache.layout.buf_len;
+        if u64::from(data_off) + u64::from(data_len) <= u64::from(buf_len) {
+            (data_off as usize, data_len as usize)
+        } else {
+            clamp_window(data_off, data_len, buf_len)
+        }
     }
 
     #[inline(always)]
@@ -1295,6 +1312,7 @@ impl Packet<'_> {
 
     /// Bytes of packet data.
     #[must_use]
+    #[inline]
     pub fn len(&self) -> usize {
         self.window().1
     }
@@ -1320,10 +1338,12 @@ impl Packet<'_> {
 
     /// The packet's data.
     #[must_use]
+    #[inline]
     pub fn data(&self) -> &[u8] {
         let (off, len) = self.window();
-        // SAFETY: `off <= buf_len`, so the pointer stays inside the buffer.
-        let start = unsafe { self.buffer_ptr().add(off) };
+        // SAFETY: `off <= buf_len`, so the pointer stays inside the buffer, which starts `HEADER_SIZE`
+        // bytes into the slot (`buffer_ptr`; one offset, so one address computation).
+        let start = unsafe { self.slot.add(HEADER_SIZE + off) };
         // SAFETY: `off + len <= buf_len` bytes of the buffer this handle owns; the region is mapped
         // (and its bytes initialised, zero-filled by mmap) while the cache's pool lives.
         unsafe { std::slice::from_raw_parts(start.as_ptr(), len) }
@@ -1721,6 +1741,35 @@ mod tests {
         let preferred = Pool::builder(4).build().unwrap();
         let page = preferred.region().page_size();
         assert_eq!(preferred.region().is_hugepage(), page == HUGE_PAGE_SIZE);
+    }
+
+    #[test]
+    fn scribbled_headers_are_clamped_to_the_buffer() {
+        let pool = pool(4, 1, 2);
+        let cache = pool.cache();
+        let buf_len = pool.buffer_len();
+        let bad = [
+            (u32::MAX, u32::MAX),
+            (0, u32::MAX),
+            (u32::MAX, 0),
+            (2000, 2000),
+            (0, u32::try_from(buf_len).unwrap() + 1),
+            (u32::try_from(buf_len).unwrap(), 1),
+            (u32::try_from(buf_len).unwrap() - 1, 2),
+        ];
+        for (off, len) in bad {
+            let p = cache.alloc().unwrap();
+            let header =
+                pool.region().as_ptr().wrapping_add(p.index() as usize * pool.stride()).cast::<Header>();
+            // SAFETY: the header of a buffer we own, at the start of its slot inside the region (what a
+            // raw-pointer user such as a NIC could scribble on).
+            unsafe { header.write(Header { data_off: off, data_len: len }) };
+            let (start, n) = (p.headroom(), p.len());
+            assert!(start <= buf_len && start + n <= buf_len, "({off}, {len}) -> ({start}, {n})");
+            assert_eq!(p.data().len(), n);
+            let end = p.buffer().as_ptr() as usize + buf_len;
+            assert!(p.data().as_ptr() as usize + n <= end);
+        }
     }
 
     #[test]
