@@ -21,6 +21,7 @@
 //!   rate-limits frames, reproducibly from a seed.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 
 use crate::pool::{Packet, Pool, PoolCache};
 
@@ -272,6 +273,56 @@ impl<'c> PacketBatch<'c> {
         }
         self.packets.push(packet);
         Ok(())
+    }
+
+    /// Rebuilds the packets of buffers `indices` with `cache` ([`PoolCache::packet_from_raw`]) and
+    /// appends them, as many as there is room for; returns how many it appended and the sum of their
+    /// lengths. A device's receive path: one capacity check for the run, and a loop that writes each
+    /// packet straight into the storage.
+    ///
+    /// # Safety
+    ///
+    /// As [`PoolCache::packet_from_raw`] for each index: it names a buffer of `cache`'s pool that the
+    /// caller owns and no packet exists for. The indices past the returned count are left to the caller,
+    /// who still owns them.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline]
+    pub(crate) unsafe fn extend_from_raw(&mut self, cache: &'c PoolCache, indices: &[u32]) -> (usize, u64) {
+        /// The loop, over a `&mut` slice (no per-packet capacity check or length update; its writes
+        /// are known not to alias `cache`).
+        ///
+        /// # Safety
+        ///
+        /// As `extend_from_raw`.
+        #[inline(always)]
+        unsafe fn fill<'c>(
+            slots: &mut [MaybeUninit<Packet<'c>>],
+            cache: &'c PoolCache,
+            indices: &[u32],
+        ) -> u64 {
+            let mut bytes = 0;
+            for (slot, &index) in slots.iter_mut().zip(indices) {
+                // SAFETY: the caller's contract.
+                let packet = slot.write(unsafe { cache.packet_from_raw(index) });
+                // Read back from the slot, so that only the loop's cursors live across the length's
+                // out-of-line slow path.
+                bytes += packet.len() as u64;
+            }
+            bytes
+        }
+        let n = indices.len().min(self.remaining());
+        let len = self.packets.len();
+        // The storage was made with `capacity` slots and never holds more, so the spare capacity has
+        // room for `remaining()` packets.
+        let Some(slots) = self.packets.spare_capacity_mut().get_mut(..n) else {
+            return (0, 0);
+        };
+        // SAFETY: the caller's contract, for the first `n` indices.
+        let bytes = unsafe { fill(slots, cache, &indices[..n]) };
+        // SAFETY: `fill` initialized the `n` slots after the first `len` (nothing in it panics in a
+        // release build; a debug assertion failing would only leak the packets written).
+        unsafe { self.packets.set_len(len + n) };
+        (n, bytes)
     }
 
     /// Removes and returns every packet, front first (the batch keeps its storage).

@@ -285,28 +285,36 @@ impl NetDevice for Pair {
         };
         let buffers = pool.buffers();
         let mut received = 0;
-        while !batch.is_full() {
+        loop {
             let want = batch.remaining().min(BURST);
-            let n = rx.pop_burst(&mut self.scratch[..want]);
-            for &index in &self.scratch[..n] {
-                if index >= buffers {
-                    // Only the peer's `tx_burst` writes this wire, with checked indices: unreachable.
-                    self.stats.rx_errors += 1;
-                    continue;
-                }
-                // SAFETY: the peer's `tx_burst` pushed `index` after checking that its packet is of
-                // this pool and giving up the handle (`into_raw`); popping it transferred ownership
-                // to us, and `cache` is of the same pool (checked above).
-                let packet = unsafe { cache.packet_from_raw(index) };
-                self.stats.rx_packets += 1;
-                self.stats.rx_bytes += packet.len() as u64;
-                received += 1;
-                if let Err(packet) = batch.push(packet) {
-                    // Unreachable (`want <= remaining`); the buffer goes back to `cache`.
-                    self.stats.rx_dropped += 1;
-                    drop(packet);
-                }
+            if want == 0 {
+                break;
             }
+            let n = rx.pop_burst(&mut self.scratch[..want]);
+            let popped = &self.scratch[..n];
+            // Only the peer's `tx_burst` writes this wire, with checked indices, so an index out of
+            // the pool is unreachable: one check for the whole burst, and the exact per-index path
+            // (which counts and skips the bad ones) only when it fails.
+            let (packets, bytes) = if all_below(popped, buffers) {
+                // SAFETY: every index is below `buffers` (checked above for the burst); the peer's
+                // `tx_burst` pushed it after checking that its packet is of this pool and giving up
+                // the handle (`into_raw`); popping it transferred ownership to us, and `cache` is of
+                // the same pool (checked above).
+                let (packets, bytes) = unsafe { batch.extend_from_raw(cache, popped) };
+                if packets < n {
+                    // Unreachable: `n <= want <= batch.remaining()`.
+                    self.stats.rx_dropped += drop_unreceived(cache, &popped[packets..]);
+                }
+                (packets, bytes)
+            } else {
+                let done = receive_checked(popped, buffers, cache, batch);
+                self.stats.rx_errors += done.errors;
+                self.stats.rx_dropped += done.dropped;
+                (done.packets, done.bytes)
+            };
+            self.stats.rx_packets += packets as u64;
+            self.stats.rx_bytes += bytes;
+            received += packets;
             if n < want {
                 break;
             }
@@ -341,27 +349,98 @@ impl NetDevice for Pair {
         }
         let mut sent = 0;
         while sent < ours {
-            let n = (ours - sent).min(BURST).min(self.tx.free_space());
-            if n == 0 {
+            // One producer: the free space read here can only grow, so all `fits` frames fit. They
+            // leave the batch in one drain (one move of the frames behind them, not one per chunk).
+            let fits = (ours - sent).min(self.tx.free_space());
+            if fits == 0 {
                 break;
             }
-            let mut bytes = 0;
-            for (slot, packet) in self.scratch[..n].iter_mut().zip(batch.drain_front(n)) {
-                bytes += packet.len() as u64;
-                *slot = packet.into_raw();
+            let mut frames = batch.drain_front(fits);
+            let mut left = fits;
+            while left > 0 {
+                let n = left.min(BURST);
+                let mut bytes = 0;
+                // `zip` asks the scratch slots first, so it takes exactly `n` frames from the drain.
+                for (slot, packet) in self.scratch[..n].iter_mut().zip(frames.by_ref()) {
+                    bytes += packet.len() as u64;
+                    *slot = packet.into_raw();
+                }
+                let pushed = self.tx.push_burst(&self.scratch[..n]);
+                if pushed < n {
+                    self.free_unsent(&self.scratch[pushed..n]);
+                    self.stats.tx_dropped += (n - pushed) as u64;
+                }
+                self.stats.tx_packets += pushed as u64;
+                self.stats.tx_bytes += bytes;
+                left -= n;
             }
-            // One producer: the free space read above can only have grown, so all `n` fit.
-            let pushed = self.tx.push_burst(&self.scratch[..n]);
-            if pushed < n {
-                self.free_unsent(&self.scratch[pushed..n]);
-                self.stats.tx_dropped += (n - pushed) as u64;
-            }
-            self.stats.tx_packets += pushed as u64;
-            self.stats.tx_bytes += bytes;
-            sent += n;
+            sent += fits;
         }
         Ok(sent)
     }
+}
+
+/// Returns to `cache` the buffers of `indices`, popped but not received (unreachable: see
+/// `Pair::rx_burst`); returns how many.
+#[cold]
+#[inline(never)]
+fn drop_unreceived(cache: &PoolCache, indices: &[u32]) -> u64 {
+    // SAFETY: the caller popped these indices of `cache`'s pool (checked in range) from the wire, so
+    // it owns them, and made no packet of them.
+    unsafe { cache.free_burst(indices) };
+    indices.len() as u64
+}
+
+/// What `receive_checked` did.
+struct ReceivedChecked {
+    /// Packets appended to the batch.
+    packets: usize,
+    /// Their bytes.
+    bytes: u64,
+    /// Indices outside the pool, skipped.
+    errors: u64,
+    /// Packets the batch had no room for (unreachable), returned to the cache.
+    dropped: u64,
+}
+
+/// Whether every index of `indices` is below `bound`, in one pass that vectorizes: the OR of the
+/// indices bounds each of them, and only when that test fails (a bound that is not a power of two)
+/// is the exact maximum taken.
+#[inline]
+fn all_below(indices: &[u32], bound: u32) -> bool {
+    indices.iter().fold(0, |acc, &i| acc | i) < bound || indices.iter().fold(0, |acc, &i| acc.max(i)) < bound
+}
+
+/// The per-index path of `Pair::rx_burst` for a burst holding an index outside the pool
+/// (unreachable: see there): rebuilds the packets of the valid indices into `batch` and skips the
+/// others.
+#[cold]
+#[inline(never)]
+fn receive_checked<'c>(
+    indices: &[u32],
+    buffers: u32,
+    cache: &'c PoolCache,
+    batch: &mut PacketBatch<'c>,
+) -> ReceivedChecked {
+    let (mut packets, mut bytes, mut errors, mut dropped) = (0, 0, 0, 0);
+    for &index in indices {
+        if index >= buffers {
+            errors += 1;
+            continue;
+        }
+        // SAFETY: as in `Pair::rx_burst`, and `index < buffers` (checked just above).
+        let packet = unsafe { cache.packet_from_raw(index) };
+        let len = packet.len() as u64;
+        // Unreachable: the caller popped no more indices than the batch has room for. A packet
+        // refused goes back to `cache` and counts as dropped.
+        if batch.push(packet).is_ok() {
+            packets += 1;
+            bytes += len;
+        } else {
+            dropped += 1;
+        }
+    }
+    ReceivedChecked { packets, bytes, errors, dropped }
 }
 
 impl Drop for Pair {
