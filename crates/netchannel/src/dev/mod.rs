@@ -167,6 +167,13 @@ pub enum DevError {
     Failed(std::io::Error),
 }
 
+impl DevError {
+    /// `Ok` when `queue` is one of a device's `queues`, else [`DevError::NoSuchQueue`].
+    pub(crate) fn check_queue(queue: u16, queues: u16) -> Result<(), Self> {
+        if queue < queues { Ok(()) } else { Err(Self::NoSuchQueue { queue, queues }) }
+    }
+}
+
 impl fmt::Display for DevError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

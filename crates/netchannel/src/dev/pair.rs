@@ -238,10 +238,6 @@ impl Pair {
         }
     }
 
-    fn check_queue(queue: u16) -> Result<(), DevError> {
-        if queue == 0 { Ok(()) } else { Err(DevError::NoSuchQueue { queue, queues: 1 }) }
-    }
-
     /// Frees raw indices this end owns but could not send (unreachable: see `tx_burst`).
     #[cold]
     fn free_unsent(&self, indices: &[u32]) {
@@ -275,7 +271,7 @@ impl NetDevice for Pair {
         cache: &'c PoolCache,
         batch: &mut PacketBatch<'c>,
     ) -> Result<usize, DevError> {
-        Self::check_queue(queue)?;
+        DevError::check_queue(queue, 1)?;
         let pool = &self.wire.pool;
         if cache.pool().id() != pool.id() {
             return Err(wrong_pool("the cache passed to rx_burst", pool.id()));
@@ -331,7 +327,7 @@ impl NetDevice for Pair {
     }
 
     fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
-        Self::check_queue(queue)?;
+        DevError::check_queue(queue, 1)?;
         if batch.is_empty() {
             return Ok(0);
         }

@@ -259,10 +259,6 @@ impl Tap {
         Ok(usize::try_from(mtu).unwrap_or(0))
     }
 
-    fn check_queue(queue: u16) -> Result<(), DevError> {
-        if queue == 0 { Ok(()) } else { Err(DevError::NoSuchQueue { queue, queues: 1 }) }
-    }
-
     fn failed(&self, op: &str, e: &io::Error) -> DevError {
         DevError::Failed(io::Error::new(e.kind(), format!("{}: {op} failed: {e}", self.name)))
     }
@@ -299,7 +295,7 @@ impl NetDevice for Tap {
         cache: &'c PoolCache,
         batch: &mut PacketBatch<'c>,
     ) -> Result<usize, DevError> {
-        Self::check_queue(queue)?;
+        DevError::check_queue(queue, 1)?;
         let mut received = 0;
         let mut overflow = [0u8; 1];
         while !batch.is_full() {
@@ -349,7 +345,7 @@ impl NetDevice for Tap {
     }
 
     fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
-        Self::check_queue(queue)?;
+        DevError::check_queue(queue, 1)?;
         let mut done = 0;
         let mut failure = None;
         while let Some(packet) = batch.as_slice().get(done) {
