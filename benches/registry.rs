@@ -127,28 +127,51 @@ impl Drop for Background {
     }
 }
 
+/// Times one lookup per iteration in `group`, cycling through `keys`; `lookup(key, i)` is the
+/// contender's lookup of `key` in iteration `i`.
+fn time_lookups(
+    c: &mut Criterion,
+    group: &str,
+    id: BenchmarkId,
+    keys: &[Signature],
+    mut lookup: impl FnMut(&Signature, usize) -> Option<ConsumerId>,
+) {
+    let mut g = c.benchmark_group(group);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(id, |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            lookup(black_box(&keys[i & 1023]), i)
+        });
+    });
+    g.finish();
+}
+
+/// The registry's lookup, announcing a quiescent state every 32 lookups as a channelizer does once per
+/// burst.
+fn registry_lookup<'a, R: Reclaim>(
+    registry: &'a SignatureRegistry<R>,
+    reader: &'a mut R::Reader,
+) -> impl FnMut(&Signature, usize) -> Option<ConsumerId> + 'a {
+    move |key, i| {
+        let hit = registry.lookup(reader, key);
+        if i & 31 == 0 {
+            reader.quiescent();
+        }
+        hit
+    }
+}
+
 fn bench_registry<R: Reclaim>(c: &mut Criterion, name: &str, domain: &R) {
     for entries in SIZES {
         let registry =
             Arc::new(SignatureRegistry::with_capacity_and_seed(domain.clone(), entries as usize, SEED));
         let regs: Vec<_> =
             (0..entries).map(|i| registry.register(sig(i), ConsumerId(i % 4)).expect("new")).collect();
-        let keys = probe_keys(entries);
         let mut reader = domain.register();
-        let mut group = c.benchmark_group("registry_read");
-        group.throughput(Throughput::Elements(1));
-        group.bench_function(BenchmarkId::new(name, entries), |b| {
-            let mut i = 0usize;
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                let hit = registry.lookup(&mut reader, black_box(&keys[i & 1023]));
-                if i & 31 == 0 {
-                    reader.quiescent();
-                }
-                hit
-            });
-        });
-        group.finish();
+        let id = BenchmarkId::new(name, entries);
+        time_lookups(c, "registry_read", id, &probe_keys(entries), registry_lookup(&registry, &mut reader));
         reader.offline();
         drop(regs);
     }
@@ -167,22 +190,10 @@ fn bench_registry_with_writer<R: Reclaim>(c: &mut Criterion, name: &str, domain:
             let _ = stolen.repoint(ConsumerId(to));
         }
     });
-    let keys = probe_keys(10_000);
     let mut reader = domain.register();
-    let mut group = c.benchmark_group("registry_read_with_writer");
-    group.throughput(Throughput::Elements(1));
-    group.bench_function(name, |b| {
-        let mut i = 0usize;
-        b.iter(|| {
-            i = i.wrapping_add(1);
-            let hit = registry.lookup(&mut reader, black_box(&keys[i & 1023]));
-            if i & 31 == 0 {
-                reader.quiescent();
-            }
-            hit
-        });
-    });
-    group.finish();
+    let id = BenchmarkId::from_parameter(name);
+    let lookup = registry_lookup(&registry, &mut reader);
+    time_lookups(c, "registry_read_with_writer", id, &probe_keys(10_000), lookup);
     reader.offline();
     drop(regs);
 }
@@ -195,24 +206,13 @@ fn registry_read(c: &mut Criterion) {
     for entries in SIZES {
         let keys = probe_keys(entries);
         let shared = ArcSwap::from_pointee(map(entries));
+        time_lookups(c, "registry_read", BenchmarkId::new("arc-swap", entries), &keys, |k, _| {
+            shared.load().get(&Key(*k)).copied()
+        });
         let locked = RwLock::new(map(entries));
-        let mut group = c.benchmark_group("registry_read");
-        group.throughput(Throughput::Elements(1));
-        group.bench_function(BenchmarkId::new("arc-swap", entries), |b| {
-            let mut i = 0usize;
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                shared.load().get(&Key(*black_box(&keys[i & 1023]))).copied()
-            });
+        time_lookups(c, "registry_read", BenchmarkId::new("rwlock", entries), &keys, |k, _| {
+            locked.read().expect("not poisoned").get(&Key(*k)).copied()
         });
-        group.bench_function(BenchmarkId::new("rwlock", entries), |b| {
-            let mut i = 0usize;
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                locked.read().expect("not poisoned").get(&Key(*black_box(&keys[i & 1023]))).copied()
-            });
-        });
-        group.finish();
     }
 }
 
@@ -237,16 +237,8 @@ fn registry_read_with_writer(c: &mut Criterion) {
                 });
             }
         });
-        let mut group = c.benchmark_group("registry_read_with_writer");
-        group.throughput(Throughput::Elements(1));
-        group.bench_function("arc-swap", |b| {
-            let mut i = 0usize;
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                shared.load().get(&Key(*black_box(&keys[i & 1023]))).copied()
-            });
-        });
-        group.finish();
+        let id = BenchmarkId::from_parameter("arc-swap");
+        time_lookups(c, "registry_read_with_writer", id, &keys, |k, _| shared.load().get(&Key(*k)).copied());
     }
     {
         let locked = Arc::new(RwLock::new(map(10_000)));
@@ -258,16 +250,10 @@ fn registry_read_with_writer(c: &mut Criterion) {
                 locked.write().expect("not poisoned").insert(Key(sig(0)), ConsumerId(to));
             }
         });
-        let mut group = c.benchmark_group("registry_read_with_writer");
-        group.throughput(Throughput::Elements(1));
-        group.bench_function("rwlock", |b| {
-            let mut i = 0usize;
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                locked.read().expect("not poisoned").get(&Key(*black_box(&keys[i & 1023]))).copied()
-            });
+        let id = BenchmarkId::from_parameter("rwlock");
+        time_lookups(c, "registry_read_with_writer", id, &keys, |k, _| {
+            locked.read().expect("not poisoned").get(&Key(*k)).copied()
         });
-        group.finish();
     }
 }
 
