@@ -11,15 +11,23 @@
 //! (802.1Q tag, IPv4, UDP), `ipv6-tcp-ext` (IPv6 with one Destination Options header, TCP), and
 //! `malformed` (an IPv4/TCP frame cut inside the TCP header).
 //!
+//! The anchor, in the same run: `classify/etherparse-<case>` parses the same frame with etherparse's
+//! zero-copy `SlicedPacket::from_ethernet` (the usual Rust packet parser) and reduces it to the same
+//! 5-tuple (protocol, addresses, ports); a fragment, a non-IP frame or a parse error gives none.
+//!
 //! Run with `cargo bench --bench classify`. For a noise-free figure, the same binary counts
 //! instructions under callgrind: `CLASSIFY_ICOUNT=<case>:<n> valgrind --tool=callgrind <bench binary>`
 //! classifies the case's frame `n` times in a loop and exits before Criterion starts; the instructions
-//! per frame are `(I(n) - I(0)) / n`.
+//! per frame are `(I(n) - I(0)) / n`. `CLASSIFY_ICOUNT=etherparse-<case>:<n>` does the same for the
+//! anchor.
 
 use std::hint::black_box;
 use std::time::Duration;
 
+use std::net::IpAddr;
+
 use criterion::{Criterion, Throughput, criterion_group};
+use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use netchannel::signature::{Classified, ClassifyStats, Signature, classify};
 
 const CASES: [&str; 4] = ["ipv4-tcp", "ipv4-udp-vlan", "ipv6-tcp-ext", "malformed"];
@@ -91,6 +99,35 @@ fn expect_shape(case: &str, c: &Classified) {
     assert_eq!(flow, case != "malformed", "{case}: {c:?}");
 }
 
+/// The anchor: etherparse's slicer reduced to what `classify` extracts, the 5-tuple.
+#[inline]
+fn etherparse_tuple(frame: &[u8]) -> Option<(u8, IpAddr, IpAddr, u16, u16)> {
+    let packet = SlicedPacket::from_ethernet(frame).ok()?;
+    let (src, dst) = match packet.net? {
+        NetSlice::Ipv4(ip) => {
+            (IpAddr::V4(ip.header().source_addr()), IpAddr::V4(ip.header().destination_addr()))
+        }
+        NetSlice::Ipv6(ip) => {
+            (IpAddr::V6(ip.header().source_addr()), IpAddr::V6(ip.header().destination_addr()))
+        }
+        NetSlice::Arp(_) => return None,
+    };
+    match packet.transport? {
+        TransportSlice::Tcp(t) => Some((6, src, dst, t.source_port(), t.destination_port())),
+        TransportSlice::Udp(u) => Some((17, src, dst, u.source_port(), u.destination_port())),
+        _ => None,
+    }
+}
+
+#[inline(never)]
+fn etherparse_n(frame: &[u8], n: u64) -> u64 {
+    let mut flows = 0;
+    for _ in 0..n {
+        flows += u64::from(etherparse_tuple(black_box(frame)).is_some());
+    }
+    flows
+}
+
 #[inline(never)]
 fn classify_n(frame: &[u8], n: u64) -> u64 {
     let mut flows = 0;
@@ -105,6 +142,11 @@ fn icount_mode() -> bool {
     let Ok(spec) = std::env::var("CLASSIFY_ICOUNT") else { return false };
     let (case, n) = spec.split_once(':').expect("CLASSIFY_ICOUNT=<case>:<n>");
     let n: u64 = n.parse().expect("a count");
+    if let Some(case) = case.strip_prefix("etherparse-") {
+        let f = frame(case, 1);
+        println!("etherparse {case}: {} flows", etherparse_n(&f, n));
+        return true;
+    }
     let f = frame(case, 1);
     expect_shape(case, &classify(&f));
     println!("{case}: {} flows", classify_n(&f, n));
@@ -118,6 +160,11 @@ fn benches(c: &mut Criterion) {
         let f = frame(case, 1);
         expect_shape(case, &classify(&f));
         single.bench_function(case, |b| b.iter(|| classify(black_box(&f))));
+        // Both parsers must see the same flow (or both none) for the comparison to mean anything.
+        let ours = classify(&f).signature().map(|s| (s.remote().port(), s.local().port()));
+        let theirs = etherparse_tuple(&f).map(|t| (t.3, t.4));
+        assert_eq!(ours, theirs, "{case}: classify and etherparse disagree");
+        single.bench_function(format!("etherparse-{case}"), |b| b.iter(|| etherparse_tuple(black_box(&f))));
     }
     single.finish();
 
