@@ -1,3 +1,18 @@
-//! A userspace Intel 82599 (ixgbe) driver over VFIO that pushes received packets into net channels, with
-//! RSS and Flow Director flow groups, plus a behavioural model of the NIC. Not written yet: this crate is
-//! an empty placeholder until the driver issue lands.
+//! A userspace Intel 82599 (ixgbe) driver that pushes received packets into net channels, with RSS and
+//! Flow Director flow groups, plus a behavioural model of the NIC so that the driver runs in tests and
+//! demos without the card.
+//!
+//! * [`hw`]: what the driver needs from a device: bounds-checked register access ([`hw::Mmio`]) and
+//!   DMA memory ([`hw::DmaSpace`]).
+//! * [`regs`]: the registers and descriptor formats, with their datasheet sections.
+//! * [`sim`]: the behavioural model of the 82599.
+//! * [`driver`]: the driver, written once against [`hw`].
+//! * [`vfio`] and [`sysfs`]: the platform layers that give the driver a real device.
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
+pub mod driver;
+pub mod hw;
+pub mod regs;
+pub mod sim;
+pub mod sysfs;
+pub mod vfio;

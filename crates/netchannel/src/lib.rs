@@ -21,6 +21,8 @@
 //! * [`channelizer`]: the driver loop of one RX queue: receive a burst, classify, look up, push into
 //!   the consumer's channel (or the queue's default channel), announce a quiescent state; and drain
 //!   the consumers' TX channels into the device.
+//! * [`steering`]: the flow-group to RX-queue map ([`FlowSteering`](steering::FlowSteering)) that
+//!   NIC flow steering and the Affinity-Accept balancer share.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod channel;
@@ -31,6 +33,7 @@ pub mod pool;
 pub mod rcu;
 pub mod registry;
 pub mod signature;
+pub mod steering;
 mod sync;
 mod sys;
 #[cfg(feature = "liburcu")]

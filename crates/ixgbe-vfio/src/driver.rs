@@ -1,0 +1,1 @@
+//! Not written yet (issue 5 work in progress).
