@@ -47,6 +47,8 @@ pub const EIMC_ALL: u32 = 0x7FFF_FFFF;
 pub const EEC: u32 = 0x1_0010;
 /// EEC: EEPROM auto-read done.
 pub const EEC_ARD: u32 = 1 << 9;
+/// EEC: EEPROM present (§8.2.3.2.1).
+pub const EEC_PRES: u32 = 1 << 8;
 
 // --- Receive (§8.2.3.8) ------------------------------------------------------------------------------
 
@@ -77,6 +79,9 @@ pub const FCTRL_UPE: u32 = 1 << 9;
 pub const FCTRL_BAM: u32 = 1 << 10;
 /// Receive Checksum Control.
 pub const RXCSUM: u32 = 0x0_5000;
+/// RXCSUM: packet checksum disable: the write-back descriptor carries the RSS hash / Flow Director
+/// filter id instead of the fragment checksum (§8.2.3.7.5; Linux sets it whenever RSS is on).
+pub const RXCSUM_PCSD: u32 = 1 << 13;
 
 /// Receive Descriptor Base Address Low of queue `q`.
 #[must_use]
@@ -132,8 +137,14 @@ pub const HLREG0: u32 = 0x0_4240;
 pub const HLREG0_TXCRCEN: u32 = 1 << 0;
 /// HLREG0: strip CRC on receive.
 pub const HLREG0_RXCRCSTRP: u32 = 1 << 1;
+/// HLREG0: jumbo frame enable: frames up to MAXFRS.MFS are accepted (§8.2.3.22.8).
+pub const HLREG0_JUMBOEN: u32 = 1 << 2;
 /// HLREG0: pad short frames on transmit.
 pub const HLREG0_TXPADEN: u32 = 1 << 10;
+/// Max Frame Size (§8.2.3.22.13): MFS in bits 31:16, 1518 after reset.
+pub const MAXFRS: u32 = 0x0_4268;
+/// MAXFRS: shift of the maximum frame size field (bytes, FCS included).
+pub const MAXFRS_MFS_SHIFT: u32 = 16;
 /// HLREG0: MAC loopback.
 pub const HLREG0_LPBK: u32 = 1 << 15;
 /// Auto-Negotiation Control.
@@ -185,6 +196,16 @@ pub const DMATXCTL: u32 = 0x0_4A80;
 pub const DMATXCTL_TE: u32 = 1 << 0;
 /// DMA Tx TCP Max Allow Size Requests.
 pub const DTXMXSZRQ: u32 = 0x0_8100;
+/// DTXMXSZRQ: the value DPDK and ixy write when DCB and virtualization are off (no limit).
+pub const DTXMXSZRQ_NO_LIMIT: u32 = 0xFFFF;
+/// TXDCTL: prefetch threshold field shift (bits 6:0).
+pub const TXDCTL_PTHRESH_SHIFT: u32 = 0;
+/// TXDCTL: host threshold field shift (bits 14:8).
+pub const TXDCTL_HTHRESH_SHIFT: u32 = 8;
+/// TXDCTL: write-back threshold field shift (bits 22:16).
+pub const TXDCTL_WTHRESH_SHIFT: u32 = 16;
+/// TXDCTL: the mask of each threshold field (before shifting).
+pub const TXDCTL_THRESH_MASK: u32 = 0x7F;
 /// Transmit Packet Buffer Size of packet buffer `i` (0..8).
 #[must_use]
 pub const fn txpbsize(i: u32) -> u32 {
@@ -331,6 +352,12 @@ pub const FDIRCMD_QUERY: u32 = 0x3;
 pub const FDIRCMD_FILTER_VALID: u32 = 1 << 2;
 /// FDIRCMD: update an existing filter in place (an add that may overwrite).
 pub const FDIRCMD_FILTER_UPDATE: u32 = 1 << 3;
+/// FDIRCMD: last filter in the linked list of its bucket (Linux and DPDK set it on every add).
+pub const FDIRCMD_LAST: u32 = 1 << 11;
+/// FDIRCMD: clear the whole filter table (Linux's `ixgbe_reinit_fdir_tables_82599` sets and clears it).
+pub const FDIRCMD_CLEARHT: u32 = 1 << 8;
+/// FDIRCMD: VM pool field shift (bits 29:24).
+pub const FDIRCMD_VT_POOL_SHIFT: u32 = 24;
 /// FDIRCMD: L4 type field, bits 6:5.
 pub const FDIRCMD_L4TYPE_SHIFT: u32 = 5;
 /// FDIRCMD: L4 type UDP.
@@ -347,10 +374,35 @@ pub const FDIRCMD_QUEUE_EN: u32 = 1 << 15;
 pub const FDIRCMD_RX_QUEUE_SHIFT: u32 = 16;
 /// Flow Director free filter counts.
 pub const FDIRFREE: u32 = 0x0_EE38;
+/// FDIRFREE: free filters, bits 15:0.
+pub const FDIRFREE_FREE_MASK: u32 = 0xFFFF;
 /// Flow Director add/remove statistics.
 pub const FDIRUSTAT: u32 = 0x0_EE50;
+/// FDIRUSTAT: filters added, bits 15:0.
+pub const FDIRUSTAT_ADD_MASK: u32 = 0xFFFF;
+/// FDIRUSTAT: filters removed, bits 31:16.
+pub const FDIRUSTAT_REMOVE_SHIFT: u32 = 16;
 /// Flow Director failed add/remove statistics.
 pub const FDIRFSTAT: u32 = 0x0_EE54;
+/// FDIRFSTAT: failed adds, bits 7:0.
+pub const FDIRFSTAT_FADD_MASK: u32 = 0xFF;
+/// FDIRFSTAT: failed removes, bits 15:8.
+pub const FDIRFSTAT_FREMOVE_SHIFT: u32 = 8;
+/// FDIRFSTAT: the mask of each field (after shifting).
+pub const FDIRFSTAT_FIELD_MASK: u32 = 0xFF;
+/// The bucket hash key Linux and DPDK write to [`FDIRHKEY`] (`IXGBE_ATR_BUCKET_HASH_KEY`).
+pub const ATR_BUCKET_HASH_KEY: u32 = 0x3DAD_14E2;
+/// The signature hash key Linux and DPDK write to [`FDIRSKEY`] (`IXGBE_ATR_SIGNATURE_HASH_KEY`).
+pub const ATR_SIGNATURE_HASH_KEY: u32 = 0x174D_3614;
+/// FDIRHASH: the bits of the bucket hash a perfect-match filter uses with PBALLOC 64 KiB (11 bits).
+pub const FDIR_PERFECT_BUCKET_MASK_64K: u32 = 0x07FF;
+/// FDIRHASH: as above with PBALLOC 128 KiB (12 bits).
+pub const FDIR_PERFECT_BUCKET_MASK_128K: u32 = 0x0FFF;
+/// FDIRHASH: as above with PBALLOC 256 KiB (13 bits: 8K buckets).
+pub const FDIR_PERFECT_BUCKET_MASK_256K: u32 = 0x1FFF;
+/// The Flow Director flow type of TCP over IPv4 (`IXGBE_ATR_FLOW_TYPE_TCPV4`): byte 1 of the hash
+/// input, and the L4 type / IPv6 bits of FDIRCMD (shifted by [`FDIRCMD_L4TYPE_SHIFT`]).
+pub const FDIR_FLOW_TYPE_TCPV4: u32 = 0x2;
 /// Flow Director matched packets (clear on read).
 pub const FDIRMATCH: u32 = 0x0_EE58;
 /// Flow Director missed packets (clear on read).
@@ -400,6 +452,18 @@ pub const ROC: u32 = 0x0_40AC;
 pub const TPR: u32 = 0x0_40D0;
 /// Total packets transmitted.
 pub const TPT: u32 = 0x0_40D4;
+/// Receive Queue Statistic Mapping register `i` (0..32, §8.2.3.23): four 8-bit entries, the low 4
+/// bits of entry `j` name the statistics counter (QPRC/QPRDC index) of RX queue `4i + j`. All zero after
+/// reset: every queue counts in counter 0.
+#[must_use]
+pub const fn rqsmr(i: u32) -> u32 {
+    0x0_2300 + 4 * i
+}
+/// Transmit Queue Statistic Mapping register `i` (0..32, §8.2.3.23), as [`rqsmr`] for QPTC.
+#[must_use]
+pub const fn tqsm(i: u32) -> u32 {
+    0x0_8600 + 4 * i
+}
 /// Queue packets received count of queue `q` (0..16).
 #[must_use]
 pub const fn qprc(q: u32) -> u32 {
@@ -440,6 +504,11 @@ pub mod rx {
     pub const STAT_VP: u64 = 1 << 3;
     /// Word 1: an RX data error (bad CRC, symbol, ...): bit 29 ("RXE").
     pub const ERR_RXE: u64 = 1 << 29;
+    /// Word 1: the extended error bits that mean the frame itself is bad and must not be delivered:
+    /// header buffer overflow (23) and the frame errors CE/LE/PE/OSE/USE/RXE (29:24). The L3/L4
+    /// checksum errors (IPE 30, TCPE 31) and the Flow Director error field (21:20) are not frame
+    /// errors: the stack checks checksums itself.
+    pub const ERR_FRAME_MASK: u64 = 0x3F80_0000;
     /// Word 1: shift of the packet length.
     pub const LEN_SHIFT: u32 = 32;
     /// Word 0: mask of the RSS type.
@@ -456,6 +525,14 @@ pub mod rx {
     pub const RSS_TYPE_UDP_IPV4: u64 = 0x7;
     /// Word 0: RSS type UDP/IPv6.
     pub const RSS_TYPE_UDP_IPV6: u64 = 0x8;
+    /// Word 0: packet type IPv4 (bit 4 of the word: bit 0 of the packet type field, §7.1.6.2).
+    pub const PKT_TYPE_IPV4: u64 = 1 << 4;
+    /// Word 0: packet type IPv6.
+    pub const PKT_TYPE_IPV6: u64 = 1 << 6;
+    /// Word 0: packet type TCP.
+    pub const PKT_TYPE_TCP: u64 = 1 << 8;
+    /// Word 0: packet type UDP.
+    pub const PKT_TYPE_UDP: u64 = 1 << 9;
     /// Word 0: shift of the RSS hash / Flow Director id field.
     pub const HASH_SHIFT: u32 = 32;
     /// Word 0: shift of the Flow Director soft id (perfect match).
@@ -468,6 +545,10 @@ pub mod rx {
 pub mod tx {
     /// Word 1: descriptor type "advanced data".
     pub const DTYP_DATA: u64 = 0x3 << 20;
+    /// Word 1: descriptor type "advanced context" (§7.2.3.2.3).
+    pub const DTYP_CONTEXT: u64 = 0x2 << 20;
+    /// Word 1: mask of the descriptor type.
+    pub const DTYP_MASK: u64 = 0xF << 20;
     /// Word 1: command end of packet.
     pub const DCMD_EOP: u64 = 1 << 24;
     /// Word 1: command insert FCS.
