@@ -1,1 +1,0 @@
-//! Not written yet (issue 5 work in progress).

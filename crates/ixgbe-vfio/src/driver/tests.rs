@@ -1,0 +1,409 @@
+//! Unit tests of the driver against a tiny scripted register file and heap "DMA" memory, with the
+//! test playing the device. The behavioural model ([`crate::sim`]) is exercised by the integration
+//! tests (`tests/driver_*.rs`).
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering, fence};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use netchannel::dev::{DevError, Link, NetDevice, PacketBatch};
+use netchannel::pool::{HugePages, Pool};
+use netchannel::signature::FlowGroup;
+use netchannel::steering::{FlowSteering, SteeringError};
+
+use super::*;
+use crate::hw::{DmaGuard, DmaMapping, DmaMemory, Iova, Translation, check_register};
+use crate::regs::{DESC_LEN, rx, tx};
+
+/// How the fake register file misbehaves.
+#[derive(Clone, Copy, Debug, Default)]
+struct Script {
+    reset_never_clears: bool,
+    link_down: bool,
+    rx_enable_never: bool,
+    fdir_cmd_never_clears: bool,
+    fdir_rejects: bool,
+}
+
+/// A register file with just enough behaviour for the init sequence: self-clearing reset, status
+/// bits that are set, enables that read back, FDIRCMD that executes at once.
+struct FakeBar {
+    regs: Vec<AtomicU32>,
+    script: Mutex<Script>,
+    fdir_adds: AtomicUsize,
+    writes: Mutex<Vec<(u32, u32)>>,
+}
+
+impl FakeBar {
+    fn new(script: Script) -> Arc<Self> {
+        let regs = (0..regs::BAR0_LEN / 4).map(|_| AtomicU32::new(0)).collect();
+        let bar = Self {
+            regs,
+            script: Mutex::new(script),
+            fdir_adds: AtomicUsize::new(0),
+            writes: Mutex::default(),
+        };
+        // MAC 02:00:00:00:00:2a in RAL/RAH(0).
+        bar.reg(regs::ral(0)).store(0x0000_0002, Ordering::Relaxed);
+        bar.reg(regs::rah(0)).store(regs::RAH_AV | 0x2a00, Ordering::Relaxed);
+        Arc::new(bar)
+    }
+
+    fn reg(&self, offset: u32) -> &AtomicU32 {
+        &self.regs[check_register(offset, regs::BAR0_LEN) / 4]
+    }
+
+    fn get(&self, offset: u32) -> u32 {
+        self.reg(offset).load(Ordering::Relaxed)
+    }
+
+    fn script(&self) -> Script {
+        *self.script.lock().expect("not poisoned")
+    }
+}
+
+impl Mmio for FakeBar {
+    fn bar_len(&self) -> usize {
+        regs::BAR0_LEN
+    }
+
+    fn read32(&self, offset: u32) -> u32 {
+        let s = self.script();
+        let v = self.get(offset);
+        match offset {
+            regs::CTRL if !s.reset_never_clears => {
+                self.reg(offset).store(v & !regs::CTRL_RST_MASK, Ordering::Relaxed);
+                v
+            }
+            regs::EEC => v | regs::EEC_ARD,
+            regs::RDRXCTL => v | regs::RDRXCTL_DMAIDONE,
+            regs::LINKS if !s.link_down => regs::LINKS_UP | regs::LINKS_SPEED_10G,
+            regs::FDIRCTRL => v | regs::FDIRCTRL_INIT_DONE,
+            regs::FDIRFSTAT => {
+                self.reg(offset).store(0, Ordering::Relaxed);
+                v
+            }
+            _ if (regs::rxdctl(0)..regs::rxdctl(64)).contains(&offset)
+                && (offset - regs::rxdctl(0)).is_multiple_of(0x40)
+                && s.rx_enable_never =>
+            {
+                v & !regs::DCTL_ENABLE
+            }
+            _ => v,
+        }
+    }
+
+    fn write32(&self, offset: u32, value: u32) {
+        self.writes.lock().expect("not poisoned").push((offset, value));
+        let s = self.script();
+        let mut value = value;
+        if offset == regs::FDIRCMD && value & regs::FDIRCMD_CMD_MASK == regs::FDIRCMD_ADD_FLOW {
+            self.fdir_adds.fetch_add(1, Ordering::Relaxed);
+            if s.fdir_rejects {
+                self.reg(regs::FDIRFSTAT).store(1, Ordering::Relaxed);
+            }
+            if !s.fdir_cmd_never_clears {
+                value &= !regs::FDIRCMD_CMD_MASK;
+            }
+        }
+        self.reg(offset).store(value, Ordering::Relaxed);
+    }
+}
+
+/// Heap memory standing in for DMA memory (IOVA = virtual address).
+#[derive(Debug)]
+struct HeapGuard {
+    ptr: usize,
+    layout: Option<Layout>,
+}
+
+impl DmaGuard for HeapGuard {}
+
+impl Drop for HeapGuard {
+    fn drop(&mut self) {
+        if let Some(layout) = self.layout {
+            // SAFETY: `ptr` came from `alloc_zeroed(layout)` in `HeapDma::alloc` and is freed once.
+            unsafe { dealloc(self.ptr as *mut u8, layout) };
+        }
+    }
+}
+
+struct HeapDma;
+
+impl DmaSpace for HeapDma {
+    fn alloc(&self, len: usize) -> Result<DmaMemory, DmaError> {
+        let layout = Layout::from_size_align(len, 4096).expect("valid layout");
+        // SAFETY: `layout` has a non-zero size (rings are at least 512 bytes).
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).expect("allocation");
+        let base = Iova(ptr.as_ptr() as u64);
+        let guard = Box::new(HeapGuard { ptr: ptr.as_ptr() as usize, layout: Some(layout) });
+        // SAFETY: fresh zeroed 4096-aligned memory of `len` bytes, owned by the guard until dropped.
+        Ok(unsafe { DmaMemory::from_raw_parts(ptr, len, Translation::Linear { base }, guard) })
+    }
+
+    fn map(&self, start: usize, len: usize) -> Result<DmaMapping, DmaError> {
+        let guard = Box::new(HeapGuard { ptr: start, layout: None });
+        Ok(DmaMapping::new(start, len, Translation::Linear { base: Iova(start as u64) }, guard))
+    }
+}
+
+fn pool() -> Pool {
+    Pool::builder(4096).hugepages(HugePages::Never).build().expect("pool")
+}
+
+fn config(queues: u16) -> Config {
+    Config {
+        queues,
+        rx_ring: 64,
+        tx_ring: 64,
+        link_timeout: Duration::from_millis(50),
+        register_timeout: Duration::from_millis(50),
+        ..Config::default()
+    }
+}
+
+fn init(bar: &Arc<FakeBar>, pool: &Pool, config: Config) -> Result<(Ixgbe, Vec<IxgbeQueue>), InitError> {
+    Ixgbe::init("fake", Arc::clone(bar) as Arc<dyn Mmio>, Arc::new(HeapDma), pool, config)
+}
+
+#[test]
+fn init_programs_the_device() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (mut nic, queues) = init(&bar, &pool, config(4)).expect("init");
+    assert_eq!(queues.len(), 4);
+    assert_eq!(nic.mac().0, [2, 0, 0, 0, 0, 0x2a]);
+    assert_eq!(nic.link(), Link::Up { speed_mbps: Some(10_000) });
+    assert_eq!(bar.get(regs::FDIRTCPM), 0xFFFF_000F);
+    assert_eq!(bar.get(regs::FDIRHKEY), regs::ATR_BUCKET_HASH_KEY);
+    assert_eq!(bar.get(regs::FDIRCTRL) & 0x3, regs::FDIRCTRL_PBALLOC_256K);
+    assert_eq!(bar.fdir_adds.load(Ordering::Relaxed), 4096);
+    assert_ne!(bar.get(regs::MRQC) & regs::MRQC_RSSEN, 0);
+    assert_eq!(bar.get(regs::reta(0)), 0x0302_0100);
+    for q in 0..4 {
+        assert_eq!(bar.get(regs::rdt(q)), 63, "queue {q} RX ring handed to the device");
+        assert_eq!(bar.get(regs::rdlen(q)), 64 * 16);
+        assert_ne!(bar.get(regs::txdctl(q)) & regs::DCTL_ENABLE, 0);
+        assert_eq!(bar.get(regs::srrctl(q)) & regs::SRRCTL_BSIZEPKT_MASK, 2);
+    }
+    assert_ne!(bar.get(regs::RXCTRL) & regs::RXCTRL_RXEN, 0);
+    assert_eq!(bar.get(regs::DMATXCTL), regs::DMATXCTL_TE);
+    // The reset comes before everything else but the interrupt mask.
+    let writes = bar.writes.lock().expect("not poisoned").clone();
+    assert_eq!(writes[0], (regs::EIMC, regs::EIMC_ALL));
+    assert_eq!(writes[1].0, regs::CTRL);
+    // Round-robin groups.
+    assert_eq!(nic.queue_of(FlowGroup(0)), 0);
+    assert_eq!(nic.queue_of(FlowGroup(4095)), 3);
+    assert_eq!(nic.stats().migrations, 0);
+    drop(queues);
+    for q in 0..4 {
+        assert_eq!(bar.get(regs::rxdctl(q)) & regs::DCTL_ENABLE, 0, "queue {q} disabled on drop");
+    }
+    pool.check_leaks().expect("every buffer back");
+}
+
+#[test]
+fn init_failures_say_what_is_wrong() {
+    let pool = pool();
+    let err = init(&FakeBar::new(Script { reset_never_clears: true, ..Script::default() }), &pool, config(1))
+        .expect_err("reset");
+    assert!(matches!(err, InitError::ResetTimeout { .. }), "{err}");
+    assert!(err.to_string().contains("CTRL.RST"), "{err}");
+
+    let err = init(&FakeBar::new(Script { link_down: true, ..Script::default() }), &pool, config(2))
+        .expect_err("link");
+    assert!(matches!(err, InitError::LinkTimeout { .. }), "{err}");
+    assert!(err.to_string().contains("link_timeout"), "{err}");
+    pool.check_leaks().expect("no buffer leaked by a failed init");
+
+    let err = init(&FakeBar::new(Script { rx_enable_never: true, ..Script::default() }), &pool, config(2))
+        .expect_err("enable");
+    assert!(matches!(err, InitError::EnableTimeout { queue: 0, rx: true, .. }), "{err}");
+
+    let err =
+        init(&FakeBar::new(Script { fdir_cmd_never_clears: true, ..Script::default() }), &pool, config(1))
+            .expect_err("fdir");
+    assert!(matches!(err, InitError::FdirFilter { group: 0, .. }), "{err}");
+
+    let err = init(&FakeBar::new(Script { fdir_rejects: true, ..Script::default() }), &pool, config(1))
+        .expect_err("fdir");
+    assert!(err.to_string().contains("FDIRFSTAT"), "{err}");
+
+    let bar = FakeBar::new(Script::default());
+    for bad in [
+        Config { queues: 0, ..config(1) },
+        Config { rx_ring: 48, ..config(1) },
+        Config { tx_ring: 8192, ..config(1) },
+        Config { queues: 64, rx_ring: 4096, ..config(1) },
+    ] {
+        let err = init(&bar, &pool, bad).expect_err("bad config");
+        assert!(matches!(err, InitError::BadConfig(_)), "{err}");
+    }
+    pool.check_leaks().expect("no buffer leaked by failed inits");
+}
+
+/// The test as the device: completes RX slot `slot` of `queue` with `frame` and the given status
+/// bits (DD is added), writing the frame into the buffer the descriptor names.
+fn complete_rx(queue: &IxgbeQueue, slot: usize, frame: &[u8], status: u64, len: u64) {
+    let ring = queue.rx_ring();
+    let addr = ring.load_u64(slot * DESC_LEN, Ordering::Relaxed);
+    assert_ne!(addr, 0, "slot {slot} has a buffer");
+    // SAFETY: IOVA = virtual address here, and the buffer is the queue's, at least 2 KiB.
+    unsafe { std::ptr::copy_nonoverlapping(frame.as_ptr(), addr as *mut u8, frame.len()) };
+    ring.store_u64(slot * DESC_LEN, 0xdead_beef, Ordering::Relaxed);
+    ring.store_u64(slot * DESC_LEN + 8, rx::STAT_DD | status | len << rx::LEN_SHIFT, Ordering::Release);
+}
+
+#[test]
+fn rx_delivers_good_frames_and_drops_bad_descriptors() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let q = &mut queues[0];
+    let cache = pool.cache();
+    let mut batch = PacketBatch::with_capacity(64);
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 0);
+
+    let frame: Vec<u8> = (0..60u8).collect();
+    complete_rx(q, 0, &frame, rx::STAT_EOP, 60);
+    complete_rx(q, 1, &frame, rx::STAT_EOP, 4000); // longer than the buffer
+    complete_rx(q, 2, &frame, 0, 60); // no EOP: a chain...
+    complete_rx(q, 3, &frame, rx::STAT_EOP, 60); // ... ending here: dropped too
+    complete_rx(q, 4, &frame, rx::STAT_EOP | rx::ERR_RXE, 60);
+    complete_rx(q, 5, &frame, rx::STAT_EOP, 0);
+    complete_rx(q, 6, &frame, rx::STAT_EOP | rx::STAT_FLM, 42);
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 2);
+    assert_eq!(batch.as_slice()[0].data(), &frame[..]);
+    assert_eq!(batch.as_slice()[1].data(), &frame[..42]);
+    let s = q.stats();
+    assert_eq!((s.rx_packets, s.rx_bytes, s.rx_errors), (2, 102, 5));
+    let e = q.queue_stats();
+    assert_eq!((e.rx_bad_length, e.rx_missing_eop, e.rx_chained, e.rx_error_bits), (2, 1, 1, 1));
+    assert_eq!(e.rx_fdir_matches, 1);
+    // One tail write: the device may fill up to the slot before the cursor.
+    assert_eq!(bar.get(regs::rdt(0)), 6);
+    // Every consumed slot was re-armed (DD clear, a buffer address).
+    for slot in 0..7 {
+        assert_eq!(q.rx_ring().load_u64(slot * DESC_LEN + 8, Ordering::Relaxed), 0);
+        assert_ne!(q.rx_ring().load_u64(slot * DESC_LEN, Ordering::Relaxed), 0xdead_beef);
+    }
+    batch.clear();
+    drop(queues);
+    drop(batch);
+    drop(cache);
+    pool.check_leaks().expect("every buffer back");
+}
+
+#[test]
+fn rx_wraps_and_never_reads_the_tail_slot() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let q = &mut queues[0];
+    let cache = pool.cache();
+    let mut batch = PacketBatch::with_capacity(128);
+    let frame = [7u8; 64];
+    let mut next = 0usize;
+    let mut received = 0;
+    for round in 0..10 {
+        // The device fills every slot it owns: from the cursor up to, not including, RDT.
+        let rdt = bar.get(regs::rdt(0)) as usize;
+        while next != rdt {
+            complete_rx(q, next, &frame, rx::STAT_EOP, 64);
+            next = (next + 1) % 64;
+        }
+        // And misbehaves: a completed descriptor at the tail.
+        complete_rx(q, rdt, &frame, rx::STAT_EOP, 64);
+        let n = q.rx_burst(0, &cache, &mut batch).expect("rx");
+        assert_eq!(n, 63, "round {round}");
+        received += n;
+        batch.clear();
+    }
+    assert_eq!(received, 630);
+    assert_eq!(q.queue_stats().rx_past_tail, 10);
+    assert_eq!(q.stats().rx_packets, 630);
+    drop(queues);
+    drop(batch);
+    drop(cache);
+    pool.check_leaks().expect("every buffer back");
+}
+
+#[test]
+fn tx_fills_the_ring_and_cleans_in_batches() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let q = &mut queues[0];
+    let cache = pool.cache();
+    let mut batch = PacketBatch::with_capacity(100);
+    for i in 0..100u8 {
+        let mut p = cache.alloc().expect("buffer");
+        p.extend_from_slice(&[i; 60]).expect("fits");
+        batch.push(p).expect("room");
+    }
+    // 63 fit (one slot stays empty); the rest stay in the batch.
+    assert_eq!(q.tx_burst(0, &mut batch).expect("tx"), 63);
+    assert_eq!(batch.len(), 37);
+    assert_eq!(bar.get(regs::tdt(0)), 63);
+    assert_eq!(q.tx_burst(0, &mut batch).expect("tx"), 0);
+    let w1 = q.tx_ring().load_u64(8, Ordering::Relaxed);
+    assert_eq!(w1 & tx::DTALEN_MASK, 60);
+    assert_eq!(w1 >> tx::PAYLEN_SHIFT, 60);
+    let cmd = tx::DCMD_EOP | tx::DCMD_RS | tx::DCMD_IFCS | tx::DCMD_DEXT | tx::DTYP_DATA;
+    assert_eq!(w1 & cmd, cmd);
+    // The device completes the first 20: only the first full batch of 16 comes back.
+    for slot in 0..20 {
+        q.tx_ring().store_u64(slot * DESC_LEN + 8, tx::STAT_DD, Ordering::Release);
+    }
+    fence(Ordering::SeqCst);
+    assert_eq!(q.tx_burst(0, &mut batch).expect("tx"), 16);
+    assert_eq!(q.queue_stats().tx_cleaned, 16);
+    assert_eq!(q.tx_in_flight(), 63);
+    assert_eq!(q.stats().tx_packets, 79);
+    // Queue index checks.
+    assert!(matches!(q.tx_burst(1, &mut batch), Err(DevError::NoSuchQueue { queue: 1, queues: 1 })));
+    batch.clear();
+    drop(queues);
+    drop(batch);
+    drop(cache);
+    pool.check_leaks().expect("every buffer back, in flight ones included");
+}
+
+#[test]
+fn packets_of_another_pool_are_refused() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let other = Pool::builder(64).hugepages(HugePages::Never).build().expect("pool");
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let foreign = other.cache();
+    let mut batch = PacketBatch::with_capacity(4);
+    batch.push(foreign.alloc().expect("buffer")).expect("room");
+    assert!(matches!(queues[0].tx_burst(0, &mut batch), Err(DevError::WrongPool { .. })));
+    assert_eq!(batch.len(), 1);
+    let mut rx_batch = PacketBatch::with_capacity(4);
+    assert!(matches!(queues[0].rx_burst(0, &foreign, &mut rx_batch), Err(DevError::WrongPool { .. })));
+}
+
+#[test]
+fn migrate_rewrites_the_filter_and_times_out_boundedly() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (mut nic, _queues) = init(&bar, &pool, config(4)).expect("init");
+    nic.migrate(FlowGroup(77), 2).expect("migrate");
+    assert_eq!(nic.queue_of(FlowGroup(77)), 2);
+    let cmd = bar.get(regs::FDIRCMD);
+    assert_ne!(cmd & regs::FDIRCMD_FILTER_UPDATE, 0);
+    assert_eq!(cmd >> regs::FDIRCMD_RX_QUEUE_SHIFT & 0x7F, 2);
+    assert_eq!(bar.get(regs::FDIRPORT), 77);
+    assert_eq!(bar.get(regs::FDIRHASH) >> regs::FDIRHASH_SOFT_ID_SHIFT, 77);
+    assert_eq!(nic.migrate(FlowGroup(1), 4), Err(SteeringError::NoSuchQueue { queue: 4, queues: 4 }));
+    bar.script.lock().expect("not poisoned").fdir_cmd_never_clears = true;
+    assert_eq!(nic.migrate(FlowGroup(5), 0), Err(SteeringError::Timeout { group: FlowGroup(5) }));
+    assert_eq!(nic.queue_of(FlowGroup(5)), 1, "unchanged after a timeout");
+    let stats = nic.stats();
+    assert_eq!((stats.migrations, stats.fdir_cmd_timeouts), (1, 1));
+    assert!(stats.fdir_cmd_polls >= u64::from(fdir::CMD_POLLS));
+}
