@@ -10,8 +10,12 @@
 //! * [`vfio`] and [`sysfs`]: the platform layers that give the driver a real device.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
+pub mod bar;
 pub mod driver;
 pub mod hw;
+pub mod pagemap;
+pub mod pci;
+pub mod platform;
 pub mod regs;
 pub mod sim;
 pub mod sysfs;
