@@ -24,6 +24,7 @@ use arc_swap::ArcSwap;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use netchannel::channelizer::{ConsumerId, SignatureRegistry};
 use netchannel::rcu::{Qsbr, ReadSide, Reclaim};
+use netchannel::registry::HashKey;
 use netchannel::signature::{Proto, Signature};
 
 const SIZES: [u32; 3] = [1, 10_000, 100_000];
@@ -51,7 +52,7 @@ struct Key(Signature);
 
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.0.hash64(SEED));
+        state.write_u64(self.0.hash64(&HashKey::from_seed(SEED)));
     }
 }
 

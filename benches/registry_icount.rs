@@ -11,7 +11,7 @@ use std::sync::Arc;
 mod common;
 
 use netchannel::rcu::{Qsbr, ReadSide, Reclaim};
-use netchannel::registry::{Registry, RegistryKey};
+use netchannel::registry::{HashKey, Registry, RegistryKey};
 
 const LOOKUPS: u32 = 1_000_000;
 const SIZES: [u32; 3] = [1, 10_000, 100_000];
@@ -20,8 +20,8 @@ const SIZES: [u32; 3] = [1, 10_000, 100_000];
 struct Key(u32);
 
 impl RegistryKey for Key {
-    fn hash64(&self, seed: u64) -> u64 {
-        let x = (u64::from(self.0) ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    fn hash64(&self, key: &HashKey) -> u64 {
+        let x = (u64::from(self.0) ^ key.words()[0]).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         x ^ (x >> 31)
     }
 }

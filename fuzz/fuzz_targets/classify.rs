@@ -8,6 +8,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use libfuzzer_sys::fuzz_target;
+use netchannel::registry::HashKey;
 use netchannel::signature::{Classified, FlowGroup, Malformed, Proto, classify};
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
@@ -70,7 +71,8 @@ fn check(frame: &[u8]) {
         let rebuilt = netchannel::signature::Signature::new(sig.proto(), sig.local(), sig.remote())
             .expect("same family");
         assert_eq!(rebuilt, sig);
-        assert_eq!(rebuilt.hash64(7), sig.hash64(7));
+        let key = HashKey::from_seed(7);
+        assert_eq!(rebuilt.hash64(&key), sig.hash64(&key));
     }
     if c != Classified::Malformed(Malformed::Truncated) {
         let mut longer = frame.to_vec();

@@ -2,7 +2,7 @@
 //! Networking", LCA 2006: "channelize the driver").
 //!
 //! Each [`Channelizer::poll`] receives a burst from its device queue, classifies every frame
-//! ([`classify`]), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
+//! ([`classify`](crate::signature::classify)), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
 //! first, then the listener), and pushes the packet into the channel of the consumer the registry
 //! names, waking that consumer if it sleeps. Everything else (ARP, ICMP, fragments, signatures nobody
 //! registered) goes to the queue's *default channel*, where the stack's slow path handles it. A full
@@ -68,7 +68,7 @@ use crate::dev::{DevError, NetDevice, PacketBatch};
 use crate::pool::{PacketRx, PacketTx, PoolCache};
 use crate::rcu::{Qsbr, ReadSide, Reclaim};
 use crate::registry::Registry;
-use crate::signature::{Classified, ClassifyStats, classify};
+use crate::signature::{Classified, ClassifyStats, Signature, classify_fast, classify_general};
 use crate::sync::Arc;
 
 /// Names a consumer (a core's stack, an application thread): the value the registry stores for each
@@ -118,14 +118,19 @@ pub struct PollStats {
 /// consumer per burst (VJ's publish-per-burst), not per packet.
 struct Lane {
     tx: PacketTx,
-    staged: Vec<u32>,
+    /// Room for one burst; `staged[..len]` are this burst's indices.
+    staged: Box<[u32]>,
+    len: usize,
 }
 
 impl Lane {
     fn new(tx: PacketTx, burst: usize) -> Self {
-        Self { tx, staged: Vec::with_capacity(burst) }
+        Self { tx, staged: vec![0; burst].into_boxed_slice(), len: 0 }
     }
 }
+
+/// The lane of the default channel in [`Channelizer::lanes`].
+const DEFAULT_LANE: u32 = 0;
 
 /// The driver loop of one device queue. See the [module documentation](self).
 pub struct Channelizer<'c, D: NetDevice, R: Reclaim = Qsbr> {
@@ -134,10 +139,14 @@ pub struct Channelizer<'c, D: NetDevice, R: Reclaim = Qsbr> {
     cache: &'c PoolCache,
     registry: Arc<SignatureRegistry<R>>,
     reader: R::Reader,
-    default: Lane,
-    consumers: Vec<Option<Lane>>,
-    /// Consumers with packets staged in this burst (indices into `consumers`).
-    dirty: Vec<u32>,
+    /// The default channel's lane ([`DEFAULT_LANE`]), then one per attached consumer, densely.
+    lanes: Vec<Lane>,
+    /// Consumer id to its lane in `lanes`; [`DEFAULT_LANE`] for ids with no channel attached.
+    lane_of: Vec<u32>,
+    /// Lanes with packets staged in this burst; room for one burst.
+    dirty: Box<[u32]>,
+    /// Indices of malformed frames of this burst, freed after it; room for one burst.
+    malformed: Box<[u32]>,
     tx_channels: Vec<PacketRx>,
     rx_batch: PacketBatch<'c>,
     tx_batch: PacketBatch<'c>,
@@ -148,7 +157,7 @@ impl<D: NetDevice, R: Reclaim> fmt::Debug for Channelizer<'_, D, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Channelizer")
             .field("queue", &self.queue)
-            .field("consumers", &self.consumers.iter().filter(|c| c.is_some()).count())
+            .field("consumers", &(self.lanes.len() - 1))
             .field("tx_channels", &self.tx_channels.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
@@ -180,9 +189,10 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
             cache,
             registry,
             reader,
-            default: Lane::new(default, burst),
-            consumers: Vec::new(),
-            dirty: Vec::with_capacity(burst),
+            lanes: vec![Lane::new(default, burst)],
+            lane_of: Vec::new(),
+            dirty: vec![0; burst].into_boxed_slice(),
+            malformed: vec![0; burst].into_boxed_slice(),
             tx_channels: Vec::new(),
             rx_batch: PacketBatch::with_capacity(burst),
             tx_batch: PacketBatch::with_capacity(burst),
@@ -195,23 +205,41 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     ///
     /// # Errors
     ///
-    /// The channel comes back if it carries packets of another pool than this channelizer's cache.
+    /// The channel comes back if it carries packets of another pool than this channelizer's cache,
+    /// or if `id` is `u32::MAX`.
     pub fn attach(&mut self, id: ConsumerId, channel: PacketTx) -> Result<Option<PacketTx>, PacketTx> {
-        if channel.pool_id() != self.cache.pool().id() {
+        if channel.pool_id() != self.cache.pool().id() || id.0 == u32::MAX {
             return Err(channel);
         }
         let index = id.0 as usize;
-        if self.consumers.len() <= index {
-            self.consumers.resize_with(index + 1, || None);
+        if self.lane_of.len() <= index {
+            self.lane_of.resize(index + 1, DEFAULT_LANE);
         }
-        let burst = self.rx_batch.capacity();
-        Ok(self.consumers[index].replace(Lane::new(channel, burst)).map(|lane| lane.tx))
+        let lane = Lane::new(channel, self.rx_batch.capacity());
+        match self.lane_of[index] {
+            DEFAULT_LANE => {
+                // Lanes are at most one per consumer id plus the default, so they fit a `u32`.
+                let Ok(slot) = u32::try_from(self.lanes.len()) else { return Err(lane.tx) };
+                self.lanes.push(lane);
+                self.lane_of[index] = slot;
+                Ok(None)
+            }
+            slot => Ok(Some(std::mem::replace(&mut self.lanes[slot as usize], lane).tx)),
+        }
     }
 
     /// Detaches consumer `id`'s channel; its packets go to the default channel until the registry
     /// stops naming it.
     pub fn detach(&mut self, id: ConsumerId) -> Option<PacketTx> {
-        self.consumers.get_mut(id.0 as usize).and_then(Option::take).map(|lane| lane.tx)
+        let slot = *self.lane_of.get(id.0 as usize).filter(|&&slot| slot != DEFAULT_LANE)?;
+        self.lane_of[id.0 as usize] = DEFAULT_LANE;
+        // Nothing is staged between polls, so lanes can move: the last one takes the freed slot.
+        let lane = self.lanes.swap_remove(slot as usize);
+        let moved_from = u32::try_from(self.lanes.len()).unwrap_or(u32::MAX);
+        if let Some(entry) = self.lane_of.iter_mut().find(|entry| **entry == moved_from) {
+            *entry = slot;
+        }
+        Some(lane.tx)
     }
 
     /// Adds a TX channel (a consumer's outgoing packets) that every poll drains into the device queue.
@@ -256,49 +284,92 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     fn receive(&mut self) -> Result<usize, DevError> {
         let n = self.device.rx_burst(self.queue, self.cache, &mut self.rx_batch)?;
         self.stats.rx += n as u64;
-        let Self { registry, reader, rx_batch, stats, consumers, dirty, default, cache, .. } = self;
+        let Self { registry, reader, rx_batch, stats, lanes, lane_of, dirty, malformed, cache, .. } = self;
+        // Staged and malformed frames, and dirty lanes, are at most one burst each, so the cursors
+        // below stay inside their boxes; the checked accesses turn a broken invariant into a lost
+        // buffer instead of a panic between staging and `forget_all`.
+        let burst = rx_batch.capacity();
+        // Slices, not `Vec`s, and plain values moved into the closure: one load each where the loop
+        // keeps them in memory, none per packet where it keeps them in registers.
+        let (lanes_run, lane_of) = (&mut lanes[..], &lane_of[..]);
+        let (dirty_run, malformed_run, packets) = (&mut dirty[..], &mut malformed[..], rx_batch.as_slice());
+        let counters = &mut *stats;
         // One read-side section for the whole burst.
-        registry.read(reader, |view| {
-            for packet in rx_batch.drain() {
-                let verdict = classify(packet.data());
-                stats.classify.record(&verdict);
-                let consumer = match verdict {
-                    Classified::Flow { sig, .. } => {
-                        view.lookup(&sig).or_else(|| view.lookup(&sig.to_listener()))
-                    }
-                    Classified::Other(_) => None,
-                    Classified::Malformed(_) => {
-                        stats.dropped_malformed += 1;
-                        continue; // dropped: the buffer goes back to the cache
-                    }
-                };
-                let lane = match consumer {
-                    Some(id) => match consumers.get_mut(id.0 as usize).and_then(Option::as_mut) {
-                        Some(lane) => {
-                            if lane.staged.is_empty() {
-                                dirty.push(id.0);
-                            }
-                            lane
-                        }
+        let (n_dirty, n_malformed, n_slow) = registry.read(reader, move |view| {
+            let (mut n_dirty, mut n_malformed, mut n_slow) = (0usize, 0usize, 0usize);
+            // The lane of a consumer: its own if attached here, else the default one (counted).
+            let mut lane_for = |id: ConsumerId| {
+                let slot = lane_of.get(id.0 as usize).copied().unwrap_or(DEFAULT_LANE);
+                if slot == DEFAULT_LANE {
+                    counters.unattached += 1;
+                }
+                slot
+            };
+            for packet in packets {
+                let data = packet.data();
+                // The common case inlined: IPv4 TCP/UDP, the signature in registers through the lookup;
+                // the listener's lookup only on a miss, out of line.
+                let slot = if let Some(sig) = classify_fast(data) {
+                    match view.lookup(&sig) {
+                        Some(id) => lane_for(id),
                         None => {
-                            stats.unattached += 1;
-                            &mut *default
+                            let (meta, a0) = sig.v4_words();
+                            lookup_listener_v4(view, meta, a0).map_or(DEFAULT_LANE, &mut lane_for)
                         }
-                    },
-                    None => &mut *default,
+                    }
+                } else {
+                    n_slow += 1;
+                    let verdict = classify_general(data);
+                    counters.classify.record(&verdict);
+                    match verdict {
+                        Classified::Flow { sig, .. } => view
+                            .lookup(&sig)
+                            .or_else(|| view.lookup(&sig.to_listener()))
+                            .map_or(DEFAULT_LANE, &mut lane_for),
+                        Classified::Other(_) => DEFAULT_LANE,
+                        Classified::Malformed(_) => {
+                            if let Some(slot) = malformed_run.get_mut(n_malformed) {
+                                *slot = packet.index();
+                                n_malformed += 1;
+                            }
+                            continue;
+                        }
+                    }
                 };
-                // Ownership moves to the staged index; `flush` sends or frees it. At most one burst
-                // is staged, so this never reallocates.
-                lane.staged.push(packet.into_raw());
+                let Some(lane) = lanes_run.get_mut(slot as usize) else { continue };
+                if lane.len == 0
+                    && let Some(d) = dirty_run.get_mut(n_dirty)
+                {
+                    *d = slot;
+                    n_dirty += 1;
+                }
+                debug_assert!(lane.len < burst && lane.staged.len() == burst);
+                // SAFETY: `lane.len < burst == lane.staged.len()`: every lane's box holds a burst, its
+                // cursor is reset by `flush` after each burst, and one burst has at most `burst`
+                // packets (the batch's capacity), each staged once.
+                unsafe { *lane.staged.get_unchecked_mut(lane.len) = packet.index() };
+                lane.len += 1;
             }
+            (n_dirty, n_malformed, n_slow)
         });
-        // Every dirty id has an attached lane: nothing detaches between staging and here.
-        let delivered = dirty.drain(..).filter_map(|id| {
-            let lane = consumers.get_mut(id as usize)?.as_mut()?;
-            Some(flush(lane, cache, &mut stats.dropped_full))
-        });
-        stats.delivered += delivered.sum::<u64>();
-        stats.to_default += flush(default, cache, &mut stats.dropped_full);
+        stats.classify.flows += (n - n_slow) as u64;
+        // SAFETY: every packet of the batch had its index staged in a lane or put in `malformed`,
+        // exactly once (the cursors cannot run out: each holds a burst, and the batch holds at most
+        // one burst).
+        unsafe { rx_batch.forget_all() };
+        stats.dropped_malformed += n_malformed as u64;
+        // SAFETY: the malformed indices came from packets received into `cache`, each once, with no
+        // handle left: freeing them returns the buffers.
+        unsafe { cache.free_burst(&malformed[..n_malformed]) };
+        for &slot in &dirty[..n_dirty] {
+            let Some(lane) = lanes.get_mut(slot as usize) else { continue };
+            let sent = flush(lane, cache, &mut stats.dropped_full);
+            if slot == DEFAULT_LANE {
+                stats.to_default += sent;
+            } else {
+                stats.delivered += sent;
+            }
+        }
         Ok(n)
     }
 
@@ -320,23 +391,37 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     }
 }
 
+/// The listener's lookup after the exact signature missed: out of line, so that the hit path keeps
+/// the signature in registers.
+#[cold]
+#[inline(never)]
+fn lookup_listener_v4<R: Reclaim>(
+    view: &crate::registry::View<'_, Signature, ConsumerId, R>,
+    meta: u64,
+    a0: u64,
+) -> Option<ConsumerId> {
+    view.lookup(&Signature::from_v4_words(meta, a0).to_listener())
+}
+
 /// Sends a lane's staged indices with one `push_burst`, frees what does not fit (a full channel: drop
 /// and count), and returns how many were sent.
+#[inline(always)]
 fn flush(lane: &mut Lane, cache: &PoolCache, dropped_full: &mut u64) -> u64 {
-    if lane.staged.is_empty() {
+    let staged = &lane.staged[..lane.len.min(lane.staged.len())];
+    lane.len = 0;
+    if staged.is_empty() {
         return 0;
     }
-    // SAFETY: every staged index came from `Packet::into_raw` of a packet received into `cache`, whose
-    // pool is the lane's (checked in `new` and `attach`); each was staged once and has no handle.
-    let sent = unsafe { lane.tx.push_raw_burst(&lane.staged) };
-    let refused = &lane.staged[sent..];
+    // SAFETY: every staged index came from a packet received into `cache`, whose pool is the lane's
+    // (checked in `new` and `attach`); each was staged once and has no handle.
+    let sent = unsafe { lane.tx.push_raw_burst(staged) };
+    let refused = &staged[sent..];
     if !refused.is_empty() {
         *dropped_full += refused.len() as u64;
         // SAFETY: the refused indices are still ours (the channel did not take them), of `cache`'s
         // pool, distinct, with no handle: freeing them returns the buffers.
         unsafe { cache.free_burst(refused) };
     }
-    lane.staged.clear();
     sent as u64
 }
 

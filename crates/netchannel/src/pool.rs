@@ -1128,6 +1128,38 @@ impl PoolCache {
         Packet { cache: self, slot, index }
     }
 
+    /// Writes the packets of buffers `indices` into `slots` (as many as both hold) and returns the sum
+    /// of their data lengths as their headers say (for device statistics only: nothing reads memory by
+    /// that sum, so a scribbled header can only skew a counter). A device's receive loop: the region
+    /// base and stride are read once, not per packet.
+    ///
+    /// # Safety
+    ///
+    /// As [`PoolCache::packet_from_raw`] for each index written.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline(always)]
+    pub(crate) unsafe fn packets_from_raw<'c>(
+        &'c self,
+        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
+        indices: &[u32],
+    ) -> u64 {
+        let (base, stride) = (self.base, self.layout.stride);
+        let mut bytes = 0u64;
+        for (slot, &index) in slots.iter_mut().zip(indices) {
+            debug_assert!(index < self.layout.count, "buffer index {index} out of range");
+            self.pool.shared.track(index);
+            // SAFETY: `index < count` (the caller's contract), and the build checked that `count ×
+            // stride` bytes fit in the region, so the slot is inside the mapping.
+            let at = unsafe { base.add(index as usize * stride) };
+            // SAFETY: the slot starts with an aligned header, and the caller owns the buffer, so
+            // nothing writes it concurrently.
+            let header = unsafe { at.cast::<Header>().read() };
+            bytes += u64::from(header.data_len);
+            slot.write(Packet { cache: self, slot: at, index });
+        }
+        bytes
+    }
+
     /// Drains buffer indices that other threads send back through `rx` into this cache (spilling
     /// batches to the depot when it fills); returns how many buffers it took. Out-of-range indices are
     /// ignored and counted in [`CacheStats::rejected`].
@@ -1509,6 +1541,7 @@ impl PacketTx {
     /// Every index names a buffer of this channel's pool ([`PacketTx::pool_id`]) that the caller owns
     /// (from [`Packet::into_raw`] or [`PoolCache::alloc_burst`]) with no [`Packet`] handle alive, and
     /// no index appears twice: the receiver rebuilds a packet from each one it pops.
+    #[inline]
     pub unsafe fn push_raw_burst(&mut self, indices: &[u32]) -> usize {
         self.tx.push_burst(indices)
     }

@@ -36,13 +36,13 @@
 //! ```
 //! use std::sync::Arc;
 //! use netchannel::rcu::{Qsbr, Reclaim, ReadSide};
-//! use netchannel::registry::{Registry, RegistryKey};
+//! use netchannel::registry::{HashKey, Registry, RegistryKey};
 //!
 //! #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 //! struct Port(u16);
 //! impl RegistryKey for Port {
-//!     fn hash64(&self, seed: u64) -> u64 {
-//!         (u64::from(self.0) ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+//!     fn hash64(&self, key: &HashKey) -> u64 {
+//!         (u64::from(self.0) ^ key.words()[0]).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 //!     }
 //! }
 //!
@@ -73,10 +73,52 @@ use loom::sync::atomic::AtomicPtr;
 #[cfg(not(loom))]
 use std::sync::atomic::AtomicPtr;
 
-/// A registry key: `Copy`, comparable, and hashable with a seed.
+/// A registry key: `Copy`, comparable, and hashable under the registry's secret [`HashKey`].
 pub trait RegistryKey: Copy + Eq + Send + Sync + 'static {
-    /// A 64-bit hash of the key under `seed`; the low bits pick the bucket, so they must be well mixed.
-    fn hash64(&self, seed: u64) -> u64;
+    /// A 64-bit hash of the key under `key`; the low bits pick the bucket, so they must be well mixed.
+    fn hash64(&self, key: &HashKey) -> u64;
+}
+
+/// A registry's secret hash key: four words expanded once from its seed (SplitMix64), so that a key's
+/// hash mixes its material with ready words instead of deriving them on every lookup.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct HashKey([u64; 4]);
+
+impl HashKey {
+    /// The key expanded from `seed`. Every seed, zero included, gives four well-mixed words; the
+    /// last is odd.
+    #[must_use]
+    pub const fn from_seed(seed: u64) -> Self {
+        /// One SplitMix64 output for state `x` (Steele, Lea and Flood, 2014).
+        const fn splitmix(x: u64) -> u64 {
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+        Self([
+            splitmix(seed.wrapping_add(GAMMA)),
+            splitmix(seed.wrapping_add(GAMMA.wrapping_mul(2))),
+            splitmix(seed.wrapping_add(GAMMA.wrapping_mul(3))),
+            // Odd, so never zero: hashes may use it as a multiplier.
+            splitmix(seed.wrapping_add(GAMMA.wrapping_mul(4))) | 1,
+        ])
+    }
+
+    /// The four words.
+    #[must_use]
+    #[inline(always)]
+    pub const fn words(&self) -> &[u64; 4] {
+        &self.0
+    }
+}
+
+/// Does not print the words: they are the registry's secret.
+impl fmt::Debug for HashKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("HashKey(..)")
+    }
 }
 
 /// The largest bucket array the registry grows to (2^30 buckets).
@@ -190,7 +232,7 @@ where
     R: Reclaim,
 {
     table: AtomicPtr<Table<K, V>>,
-    seed: u64,
+    key: HashKey,
     reclaim: R,
     writer: Mutex<Writer>,
     #[cfg(loom)]
@@ -236,7 +278,7 @@ where
         let buckets = capacity.clamp(1, MAX_BUCKETS).next_power_of_two();
         Self {
             table: AtomicPtr::new(Box::into_raw(Table::new(buckets))),
-            seed,
+            key: HashKey::from_seed(seed),
             reclaim,
             writer: Mutex::new(Writer { len: 0 }),
             #[cfg(loom)]
@@ -285,15 +327,19 @@ where
 
     /// Runs `f` with a [`View`] for looking keys up in a burst: the checks and the read-side section
     /// that [`lookup`](Self::lookup) pays per call are paid once here. Lock-free and free of atomic
-    /// read-modify-writes when `reader` is an online reader of this registry's domain; otherwise the
-    /// view's lookups take the writer lock (still correct). `reader` cannot announce a quiescent state
-    /// while `f` runs (it is borrowed), so a channelizer wraps one burst in one call.
+    /// read-modify-writes when `reader` is an online reader of this registry's domain; otherwise `f`
+    /// runs holding the writer lock (still correct, and writers wait for it). `reader` cannot announce
+    /// a quiescent state while `f` runs (it is borrowed), so a channelizer wraps one burst in one call.
+    ///
+    /// `f` must not register, re-point or unregister entries of this registry: on the locked path
+    /// that would wait for the lock `f` runs under.
     #[inline]
     pub fn read<T>(&self, reader: &mut R::Reader, f: impl FnOnce(&View<'_, K, V, R>) -> T) -> T {
         if reader.is_online() && self.reclaim.owns(reader) {
-            R::read_section(reader, || f(&View { registry: self, lock_free: true }))
+            R::read_section(reader, || f(&View { registry: self }))
         } else {
-            f(&View { registry: self, lock_free: false })
+            let _w = self.lock();
+            f(&View { registry: self })
         }
     }
 
@@ -318,7 +364,7 @@ where
         let table = unsafe { &*table };
         // Acquire: the node's entry and `next` are initialized; pairs with the Release stores in
         // `register`, `repoint`, `unlink` and `grow`.
-        let mut p = table.bucket(key.hash64(self.seed)).load(Ordering::Acquire);
+        let mut p = table.bucket(key.hash64(&self.key)).load(Ordering::Acquire);
         // SAFETY: non-null links point to nodes that are live by the caller's contract.
         while let Some(node) = unsafe { p.as_ref() } {
             let (k, v) = node.entry();
@@ -332,8 +378,8 @@ where
     }
 
     /// The link that points to `key`'s node, and the node. Writer lock held.
-    fn find<'t>(table: &'t Table<K, V>, seed: u64, key: &K) -> Option<Found<'t, K, V>> {
-        let mut link = table.bucket(key.hash64(seed));
+    fn find<'t>(table: &'t Table<K, V>, hash_key: &HashKey, key: &K) -> Option<Found<'t, K, V>> {
+        let mut link = table.bucket(key.hash64(hash_key));
         loop {
             // Relaxed: under the writer lock, which orders every store to the table.
             let p = link.load(Ordering::Relaxed);
@@ -362,10 +408,10 @@ where
     pub fn register(self: &Arc<Self>, key: K, value: V) -> Result<Registration<K, V, R>, DuplicateKey<K, V>> {
         let mut w = self.lock();
         let table = self.current(&w);
-        if Self::find(table, self.seed, &key).is_some() {
+        if Self::find(table, &self.key, &key).is_some() {
             return Err(DuplicateKey { key, value });
         }
-        let head = table.bucket(key.hash64(self.seed));
+        let head = table.bucket(key.hash64(&self.key));
         // Relaxed: under the writer lock.
         let node = Node::alloc(key, value, head.load(Ordering::Relaxed));
         // Release: publishes the node's entry and `next`; pairs with the Acquire loads in `lookup_raw`.
@@ -387,7 +433,7 @@ where
             // SAFETY: nodes of the current table are live under the writer lock.
             while let Some(node) = unsafe { p.as_ref() } {
                 let (k, v) = node.entry();
-                let head = new.bucket(k.hash64(self.seed));
+                let head = new.bucket(k.hash64(&self.key));
                 // Relaxed (both): the new table is private until published below.
                 head.store(Node::alloc(k, v, head.load(Ordering::Relaxed)), Ordering::Relaxed);
                 // Relaxed: under the writer lock.
@@ -427,7 +473,7 @@ where
     fn repoint_locked(&self, key: &K, value: V) {
         let _w = self.lock();
         let table = self.current(&_w);
-        if let Some((link, old)) = Self::find(table, self.seed, key) {
+        if let Some((link, old)) = Self::find(table, &self.key, key) {
             // SAFETY: `old` is live (reachable under the writer lock).
             let next = unsafe { &*old }.next.load(Ordering::Relaxed); // Relaxed: under the writer lock.
             let new = Node::alloc(*key, value, next);
@@ -442,7 +488,7 @@ where
     fn unregister(&self, key: &K) {
         let mut w = self.lock();
         let table = self.current(&w);
-        if let Some((link, node)) = Self::find(table, self.seed, key) {
+        if let Some((link, node)) = Self::find(table, &self.key, key) {
             // SAFETY: `node` is live (reachable under the writer lock).
             let next = unsafe { &*node }.next.load(Ordering::Relaxed); // Relaxed: under the writer lock.
             // Release: `next` was published earlier, but readers that reach it through this link
@@ -478,8 +524,6 @@ where
     R: Reclaim,
 {
     registry: &'r Registry<K, V, R>,
-    /// The reader is an online reader of the registry's domain, inside a read-side section.
-    lock_free: bool,
 }
 
 impl<K, V, R> fmt::Debug for View<'_, K, V, R>
@@ -489,7 +533,7 @@ where
     R: Reclaim,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("View").field("lock_free", &self.lock_free).finish_non_exhaustive()
+        f.debug_struct("View").finish_non_exhaustive()
     }
 }
 
@@ -502,15 +546,11 @@ where
     /// Looks `key` up (see [`Registry::lookup`]).
     #[inline]
     pub fn lookup(&self, key: &K) -> Option<V> {
-        if self.lock_free {
-            // SAFETY: `lock_free` is set only inside `Registry::read`'s read-side section of an online
-            // reader of this registry's domain, and this view lives no longer than that section (it is
-            // lent to the closure by reference), so every node and table reachable now stays live
-            // until we return a copy.
-            unsafe { self.registry.lookup_raw(key) }
-        } else {
-            self.registry.lookup_locked(key)
-        }
+        // SAFETY: only `Registry::read` makes a view, and lends it (by reference, so it cannot escape)
+        // to a closure that runs either inside a read-side section of an online reader of this
+        // registry's domain or holding the writer lock: either way every node and table reachable
+        // now stays live until we return a copy.
+        unsafe { self.registry.lookup_raw(key) }
     }
 }
 
@@ -589,8 +629,8 @@ mod tests {
     pub(super) struct Key(pub(super) u32);
 
     impl RegistryKey for Key {
-        fn hash64(&self, seed: u64) -> u64 {
-            let x = (u64::from(self.0) ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        fn hash64(&self, key: &HashKey) -> u64 {
+            let x = (u64::from(self.0) ^ key.words()[0]).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             x ^ (x >> 29)
         }
     }
@@ -600,7 +640,7 @@ mod tests {
     pub(super) struct Collide(pub(super) u32);
 
     impl RegistryKey for Collide {
-        fn hash64(&self, _seed: u64) -> u64 {
+        fn hash64(&self, _key: &HashKey) -> u64 {
             7
         }
     }

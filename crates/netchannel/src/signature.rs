@@ -40,8 +40,9 @@
 //! when it is built, so a remote peer, who chooses its own address and port and so half of every
 //! signature it sends, cannot precompute a set of signatures that land in one bucket. The function
 //! combines the words that carry information for the signature's family with the *folded multiply* of
-//! wyhash and foldhash (`fold(x, y) = lo(x·y) ^ hi(x·y)` of the full 128-bit product), with the seed
-//! XORed into both operands of the first multiply and a second multiply to finish. An IPv4 signature
+//! wyhash and foldhash (`fold(x, y) = lo(x·y) ^ hi(x·y)` of the full 128-bit product), with words of
+//! the registry's secret [`HashKey`] (expanded once from the seed) XORed into both operands of the
+//! first multiply, and a second multiply by another key word to finish. An IPv4 signature
 //! (`meta` and `addrs[0]`) costs two multiplies, an IPv6 one four: a handful of instructions, where
 //! SipHash-1-3 (std's `DefaultHasher`) costs several times the whole per-packet budget. The family bit in
 //! `meta` keeps an IPv4 signature from colliding by construction with the IPv6 one whose words happen to
@@ -98,6 +99,8 @@
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+
+use crate::registry::HashKey;
 
 /// A transport protocol that signatures steer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -270,6 +273,22 @@ impl Signature {
         self.meta & META_V6 != 0
     }
 
+    /// An IPv4 signature's two live words, `meta` and `addrs[0]` (the others are zero): what a hot
+    /// loop passes to out-of-line code instead of the whole signature, which would have to be
+    /// written to memory first.
+    #[inline(always)]
+    pub(crate) fn v4_words(&self) -> (u64, u64) {
+        debug_assert!(!self.is_v6());
+        (self.meta, self.addrs[0])
+    }
+
+    /// The IPv4 signature of [`Signature::v4_words`].
+    #[inline(always)]
+    pub(crate) fn from_v4_words(meta: u64, a0: u64) -> Self {
+        debug_assert!(meta & META_V6 == 0);
+        Self { meta, addrs: [a0, 0, 0, 0] }
+    }
+
     /// The bits of `addrs[0]` that hold the remote address (all of it for IPv6, where `addrs[1]`
     /// holds the rest; the low half for IPv4, where `addrs[1]` is zero).
     #[inline(always)]
@@ -342,35 +361,35 @@ impl Signature {
         FlowGroup::of_port(self.ports().0)
     }
 
-    /// A keyed 64-bit hash for the signature registry's buckets; `seed` is the registry's random key.
+    /// A keyed 64-bit hash for the signature registry's buckets; `key` is the registry's random key.
     ///
     /// All 64 bits are well mixed, so a table of `2^k` buckets may use either the low or the high `k`
     /// bits. Equal signatures hash equally for one seed; see the [module documentation](self#hashing) for
     /// the construction and what it defends against.
     #[must_use]
     #[inline]
-    pub fn hash64(&self, seed: u64) -> u64 {
-        let s0 = seed ^ K[0];
-        let s1 = seed.rotate_left(32) ^ K[1];
+    pub fn hash64(&self, key: &HashKey) -> u64 {
+        let [k0, k1, k2, k3] = *key.words();
         let [a0, a1, a2, a3] = self.addrs;
         let h = if self.is_v6() {
-            let a = fold_mul(a0 ^ s0, a1 ^ s1);
-            let b = fold_mul(a2 ^ s1 ^ K[2], a3 ^ s0 ^ K[3]);
-            fold_mul(a ^ self.meta, b ^ K[4])
+            let a = fold_mul(a0 ^ k0, a1 ^ k1);
+            let b = fold_mul(a2 ^ k2, a3 ^ k3);
+            fold_mul(a ^ self.meta, b ^ K)
         } else {
             // `addrs[1..]` are zero for IPv4: both addresses are in `a0`, ports, protocol and family
             // in `meta`.
-            fold_mul(a0 ^ s0, self.meta ^ s1)
+            fold_mul(a0 ^ k0, self.meta ^ k1)
         };
-        fold_mul(h ^ K[5], seed ^ K[6])
+        // `k3` is odd (`HashKey`), so the finishing multiply never zeroes the hash.
+        fold_mul(h ^ k2, k3)
     }
 }
 
 /// Signatures key the [registry](crate::registry): the keyed hash above, seeded per registry.
 impl crate::registry::RegistryKey for Signature {
     #[inline]
-    fn hash64(&self, seed: u64) -> u64 {
-        Signature::hash64(self, seed)
+    fn hash64(&self, key: &HashKey) -> u64 {
+        Signature::hash64(self, key)
     }
 }
 
@@ -422,16 +441,9 @@ impl fmt::Debug for Signature {
     }
 }
 
-/// Digits of pi (as foldhash and others use): arbitrary constants that make a zero seed harmless.
-const K: [u64; 7] = [
-    0x243f_6a88_85a3_08d3,
-    0x1319_8a2e_0370_7344,
-    0xa409_3822_299f_31d0,
-    0x082e_fa98_ec4e_6c89,
-    0x4528_21e6_38d0_1377,
-    0xbe54_66cf_34e9_0c6c,
-    0xc0ac_29b7_c97c_50dd,
-];
+/// Digits of pi (as foldhash and others use): an arbitrary constant for the IPv6 combine, so that
+/// its second operand is not the first's key word again.
+const K: u64 = 0x243f_6a88_85a3_08d3;
 
 /// The folded multiply of wyhash/foldhash: both halves of the 128-bit product, XORed.
 #[inline(always)]
@@ -646,7 +658,7 @@ const TRUNCATED: Classified = Classified::Malformed(Malformed::Truncated);
 #[inline]
 pub fn classify(frame: &[u8]) -> Classified {
     match classify_fast(frame) {
-        Some(flow) => flow,
+        Some(sig) => Classified::Flow { sig, flow_group: sig.flow_group() },
         None => classify_general(frame),
     }
 }
@@ -661,8 +673,12 @@ const FAST_LEN: usize = 14 + 20 + 20;
 /// and the IP packet within the frame. `None` for anything else, which [`classify_general`] then
 /// parses from the start; where this returns a flow, `classify_general` returns the same flow (the
 /// `fast_path_agrees_with_the_general_parser` test checks it byte by byte).
+///
+/// It returns the bare signature, not a [`Classified`], so that a caller that inlines it (the
+/// channelizer) keeps the signature's two live words in registers all the way into the registry
+/// lookup, with the IPv6 words known to be zero.
 #[inline(always)]
-fn classify_fast(frame: &[u8]) -> Option<Classified> {
+pub(crate) fn classify_fast(frame: &[u8]) -> Option<Signature> {
     let h = frame.first_chunk::<FAST_LEN>()?;
     // Bytes of the frame past the first `FAST_LEN`.
     let spare = frame.len() - FAST_LEN;
@@ -698,12 +714,10 @@ fn classify_fast(frame: &[u8]) -> Option<Classified> {
         return None;
     };
     let ports = [h[34], h[35], h[36], h[37]];
-    Some(Classified::Flow {
-        sig: Signature {
-            meta: meta(ports, proto, false),
-            addrs: [u64::from_le_bytes([h[26], h[27], h[28], h[29], h[30], h[31], h[32], h[33]]), 0, 0, 0],
-        },
-        flow_group: FlowGroup::of_port(u16::from_be_bytes([h[34], h[35]])),
+    Some(Signature {
+        meta: meta(ports, proto, false),
+        // One 8-byte load: source then destination address, as the general parser stores them.
+        addrs: [le64_at(h, 26), 0, 0, 0],
     })
 }
 
@@ -719,7 +733,7 @@ fn ne16(h: &[u8; FAST_LEN], at: usize) -> Option<u16> {
 /// inlined into the channelizer stays small.
 #[inline(never)]
 #[cold]
-fn classify_general(frame: &[u8]) -> Classified {
+pub(crate) fn classify_general(frame: &[u8]) -> Classified {
     let Some(eth) = frame.first_chunk::<14>() else { return TRUNCATED };
     // EtherTypes are compared in wire byte order (`NE_*`): no byte swap. With a VLAN tag the real
     // EtherType is the 2 bytes before the IP header, as it is without one.
@@ -1341,16 +1355,16 @@ mod tests {
     fn hash_is_a_function_of_the_signature_and_the_seed() {
         let a = Signature::new(Proto::Tcp, sock("10.0.0.1:80"), sock("10.0.0.2:4000")).unwrap();
         let b = Signature::new(Proto::Tcp, sock("10.0.0.1:80"), sock("10.0.0.2:4000")).unwrap();
-        assert_eq!(a.hash64(1), b.hash64(1));
-        assert_ne!(a.hash64(1), a.hash64(2));
+        assert_eq!(a.hash64(&HashKey::from_seed(1)), b.hash64(&HashKey::from_seed(1)));
+        assert_ne!(a.hash64(&HashKey::from_seed(1)), a.hash64(&HashKey::from_seed(2)));
         let udp = Signature::new(Proto::Udp, sock("10.0.0.1:80"), sock("10.0.0.2:4000")).unwrap();
-        assert_ne!(a.hash64(1), udp.hash64(1));
+        assert_ne!(a.hash64(&HashKey::from_seed(1)), udp.hash64(&HashKey::from_seed(1)));
         let swapped = Signature::new(Proto::Tcp, sock("10.0.0.2:4000"), sock("10.0.0.1:80")).unwrap();
-        assert_ne!(a.hash64(1), swapped.hash64(1));
+        assert_ne!(a.hash64(&HashKey::from_seed(1)), swapped.hash64(&HashKey::from_seed(1)));
         // The classifier's signature hashes like the constructed one.
         let (sig, _) = flow(classify(&v4_tcp_frame()));
         let built = Signature::new(Proto::Tcp, sock("10.0.0.1:80"), sock("10.0.0.2:40000")).unwrap();
-        assert_eq!(sig.hash64(99), built.hash64(99));
+        assert_eq!(sig.hash64(&HashKey::from_seed(99)), built.hash64(&HashKey::from_seed(99)));
     }
 
     /// Chi-square statistic and the fullest bucket of `keys` hashed into 4096 buckets, by the low and
@@ -1360,7 +1374,7 @@ mod tests {
             let mut buckets = vec![0usize; 4096];
             let mut n = 0usize;
             for k in keys {
-                buckets[usize::try_from((k.hash64(seed) >> shift) & 4095).unwrap()] += 1;
+                buckets[usize::try_from((k.hash64(&HashKey::from_seed(seed)) >> shift) & 4095).unwrap()] += 1;
                 n += 1;
             }
             #[expect(clippy::cast_precision_loss, reason = "test statistics")]

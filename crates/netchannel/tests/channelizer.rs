@@ -334,3 +334,62 @@ fn consumer_on_another_thread_is_woken() {
     assert!(stats.wakeups > 0, "the consumer never slept: {stats:?}");
     assert!(stats.wakeups <= stats.wakeup_requests);
 }
+
+/// Lanes are kept dense: detaching a consumer in the middle moves the last one into its place, and
+/// every remaining consumer still gets exactly its own packets; replacing and re-attaching work too.
+#[test]
+fn detach_replace_and_reattach_keep_every_consumer_on_its_own_channel() {
+    let pool = pool(512);
+    let (nic, mut wire) = Pair::new(&pool).unwrap();
+    let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
+    let cache = pool.cache();
+    let peer = pool.cache();
+    let (default_tx, mut default_rx) = pool.packet_channel(64).unwrap();
+    let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+    let mut rx: Vec<Option<PacketRx>> = (0..4)
+        .map(|i| {
+            let (tx, rx) = pool.packet_channel(64).unwrap();
+            assert!(ch.attach(ConsumerId(i), tx).expect("same pool").is_none());
+            Some(rx)
+        })
+        .collect();
+    let regs: Vec<_> = (0..4u32)
+        .map(|i| {
+            let local = format!("10.0.0.1:{}", 100 + i);
+            registry.register(listener(Proto::Udp, &local), ConsumerId(i)).unwrap()
+        })
+        .collect();
+    let frames: Vec<Vec<u8>> = (0..4u32)
+        .map(|i| frame(UDP, "10.0.0.2:7", &format!("10.0.0.1:{}", 100 + i), &[b'a' + i as u8]))
+        .collect();
+
+    // Detach consumer 1 (a middle lane): its packet goes to the default channel, the others stay put.
+    assert!(ch.detach(ConsumerId(1)).is_some());
+    assert!(ch.detach(ConsumerId(1)).is_none(), "already detached");
+    assert!(ch.detach(ConsumerId(9)).is_none(), "never attached");
+    inject(&mut wire, &peer, &frames);
+    let _ = ch.poll().unwrap();
+    assert_eq!(drain(&mut default_rx, &cache), [frames[1].clone()]);
+    for i in [0usize, 2, 3] {
+        assert_eq!(drain(rx[i].as_mut().unwrap(), &cache), [frames[i].clone()], "consumer {i}");
+    }
+    rx[1] = None;
+
+    // Replace consumer 3's channel: the old one comes back, the new one receives.
+    let (tx3, rx3) = pool.packet_channel(64).unwrap();
+    assert!(ch.attach(ConsumerId(3), tx3).expect("same pool").is_some());
+    rx[3] = Some(rx3);
+    // Re-attach consumer 1.
+    let (tx1, rx1) = pool.packet_channel(64).unwrap();
+    assert!(ch.attach(ConsumerId(1), tx1).expect("same pool").is_none());
+    rx[1] = Some(rx1);
+    inject(&mut wire, &peer, &frames);
+    let _ = ch.poll().unwrap();
+    for (i, rx) in rx.iter_mut().enumerate() {
+        assert_eq!(drain(rx.as_mut().unwrap(), &cache), [frames[i].clone()], "consumer {i}");
+    }
+    assert!(drain(&mut default_rx, &cache).is_empty());
+    let s = ch.stats();
+    assert_eq!((s.delivered, s.to_default, s.unattached), (7, 1, 1));
+    drop(regs);
+}

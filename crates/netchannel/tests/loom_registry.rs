@@ -12,13 +12,13 @@ use std::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 use netchannel::rcu::{Qsbr, ReadSide, Reclaim};
-use netchannel::registry::{Registry, RegistryKey};
+use netchannel::registry::{HashKey, Registry, RegistryKey};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Key(u32);
 
 impl RegistryKey for Key {
-    fn hash64(&self, _seed: u64) -> u64 {
+    fn hash64(&self, _key: &HashKey) -> u64 {
         u64::from(self.0)
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use netchannel::rcu::{Qsbr, ReadSide, Reclaim};
-use netchannel::registry::{Registration, Registry, RegistryKey};
+use netchannel::registry::{HashKey, Registration, Registry, RegistryKey};
 
 const KEYS: u32 = 256;
 
@@ -21,8 +21,8 @@ const KEYS: u32 = 256;
 struct Key(u32);
 
 impl RegistryKey for Key {
-    fn hash64(&self, seed: u64) -> u64 {
-        let x = (u64::from(self.0) ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    fn hash64(&self, key: &HashKey) -> u64 {
+        let x = (u64::from(self.0) ^ key.words()[0]).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         x ^ (x >> 31)
     }
 }

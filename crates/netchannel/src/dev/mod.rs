@@ -21,7 +21,6 @@
 //!   rate-limits frames, reproducibly from a seed.
 
 use std::fmt;
-use std::mem::MaybeUninit;
 
 use crate::pool::{Packet, Pool, PoolCache};
 
@@ -295,28 +294,6 @@ impl<'c> PacketBatch<'c> {
     #[cfg_attr(loom, allow(dead_code))]
     #[inline]
     pub(crate) unsafe fn extend_from_raw(&mut self, cache: &'c PoolCache, indices: &[u32]) -> (usize, u64) {
-        /// The loop, over a `&mut` slice (no per-packet capacity check or length update; its writes
-        /// are known not to alias `cache`).
-        ///
-        /// # Safety
-        ///
-        /// As `extend_from_raw`.
-        #[inline(always)]
-        unsafe fn fill<'c>(
-            slots: &mut [MaybeUninit<Packet<'c>>],
-            cache: &'c PoolCache,
-            indices: &[u32],
-        ) -> u64 {
-            let mut bytes = 0;
-            for (slot, &index) in slots.iter_mut().zip(indices) {
-                // SAFETY: the caller's contract.
-                let packet = slot.write(unsafe { cache.packet_from_raw(index) });
-                // Read back from the slot, so that only the loop's cursors live across the length's
-                // out-of-line slow path.
-                bytes += packet.len() as u64;
-            }
-            bytes
-        }
         let n = indices.len().min(self.remaining());
         let len = self.packets.len();
         // The storage was made with `capacity` slots and never holds more, so the spare capacity has
@@ -325,11 +302,25 @@ impl<'c> PacketBatch<'c> {
             return (0, 0);
         };
         // SAFETY: the caller's contract, for the first `n` indices.
-        let bytes = unsafe { fill(slots, cache, &indices[..n]) };
-        // SAFETY: `fill` initialized the `n` slots after the first `len` (nothing in it panics in a
+        let bytes = unsafe { cache.packets_from_raw(slots, &indices[..n]) };
+        // SAFETY: `packets_from_raw` initialized the `n` slots after the first `len` (nothing in it panics in a
         // release build; a debug assertion failing would only leak the packets written).
         unsafe { self.packets.set_len(len + n) };
         (n, bytes)
+    }
+
+    /// Empties the batch without dropping its packets: their buffers are not freed.
+    ///
+    /// # Safety
+    ///
+    /// The caller has taken over every packet's buffer by its [`Packet::index`] (staged it for a
+    /// channel, or for [`PoolCache::free_burst`]), exactly once each: otherwise the buffers leak.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline]
+    pub(crate) unsafe fn forget_all(&mut self) {
+        // SAFETY: zero is within capacity and no element needs dropping (the caller owns each
+        // buffer by index now, and `Packet` holds nothing else that needs a destructor).
+        unsafe { self.packets.set_len(0) };
     }
 
     /// Removes and returns every packet, front first (the batch keeps its storage).
