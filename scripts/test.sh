@@ -89,6 +89,15 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --lock
 stage "tests"
 run_tests tests cargo test --workspace --all-features --locked
 
+stage "the echo example: a short run on the 82599 model (the README's main job)"
+if cargo run --locked --example echo -- --packets 20000; then
+  passed=$((passed + 1))
+else
+  echo "the echo example failed" >&2
+  echo "tests: $passed passed, $((failed + 1)) failed"
+  exit 1
+fi
+
 if [ "$QUICK" != 1 ]; then
   stage "loom models"
   run_tests loom env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
