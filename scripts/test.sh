@@ -111,6 +111,10 @@ if [ "$QUICK" != 1 ]; then
     CARGO_TARGET_DIR=target/tsan TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     NETCHANNEL_STRESS_ITEMS="${NETCHANNEL_STRESS_ITEMS:-200000}" \
     cargo +"$NIGHTLY" test "${tsan_flags[@]}" --locked -p netchannel --test '*_stress'
+  # The 82599 driver's queues on their own threads beside the model's thread (DMA through atomics).
+  run_tests tsan-ixgbe env RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
+    CARGO_TARGET_DIR=target/tsan TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    cargo +"$NIGHTLY" test "${tsan_flags[@]}" --locked -p ixgbe-vfio --test driver_datapath
 fi
 
 stage "benchmarks compile (cargo bench --no-run)"
