@@ -143,6 +143,8 @@ pub trait DmaGuard: Send + Sync + fmt::Debug {}
 pub struct DmaMemory {
     ptr: NonNull<u8>,
     len: usize,
+    /// `len / 16`: how many ring descriptors fit.
+    descriptors: usize,
     translation: Translation,
     // Declared last: dropped after the fields above stop being used.
     _guard: Box<dyn DmaGuard>,
@@ -167,7 +169,7 @@ impl DmaMemory {
         translation: Translation,
         guard: Box<dyn DmaGuard>,
     ) -> Self {
-        Self { ptr, len, translation, _guard: guard }
+        Self { ptr, len, descriptors: len / DESCRIPTOR_LEN, translation, _guard: guard }
     }
 
     /// Length in bytes.
@@ -236,6 +238,61 @@ impl DmaMemory {
     #[inline]
     pub fn store_u64(&self, offset: usize, value: u64, order: Ordering) {
         self.word(offset).store(value.to_le(), order);
+    }
+
+    /// Descriptor `index` of the ring this memory holds (bytes `16 * index..16 * index + 16`);
+    /// `None` past the end. One bounds check for the descriptor's two words: the driver's data path.
+    #[must_use]
+    #[inline]
+    pub fn descriptor(&self, index: usize) -> Option<&Descriptor> {
+        if index >= self.descriptors {
+            return None;
+        }
+        // SAFETY: `index * 16 + 16 <= len` (checked above; no overflow, the product is below `len`),
+        // so the descriptor is inside the range.
+        let ptr = unsafe { self.ptr.as_ptr().add(index * DESCRIPTOR_LEN) };
+        // SAFETY: in bounds, 8-byte aligned (the base is, by the constructor's contract, and 16 is a
+        // multiple of 8), valid while `self` lives, and every access to this memory from this side
+        // is atomic, so a shared reference to two atomic words is sound (`Descriptor` is
+        // `repr(transparent)` over `[AtomicU64; 2]`).
+        Some(unsafe { &*ptr.cast::<Descriptor>() })
+    }
+}
+
+/// Bytes per descriptor, both directions (§7.1.6, §7.2.3).
+const DESCRIPTOR_LEN: usize = 16;
+
+/// One 16-byte ring descriptor in [`DmaMemory`]: two little-endian 64-bit words, accessed atomically
+/// per the descriptor memory protocol of the [module documentation](self).
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct Descriptor([AtomicU64; 2]);
+
+impl Descriptor {
+    /// Loads word 0 (the buffer address in read format).
+    #[must_use]
+    #[inline]
+    pub fn load0(&self, order: Ordering) -> u64 {
+        u64::from_le(self.0[0].load(order))
+    }
+
+    /// Loads word 1 (the status word in write-back format).
+    #[must_use]
+    #[inline]
+    pub fn load1(&self, order: Ordering) -> u64 {
+        u64::from_le(self.0[1].load(order))
+    }
+
+    /// Stores word 0.
+    #[inline]
+    pub fn store0(&self, value: u64, order: Ordering) {
+        self.0[0].store(value.to_le(), order);
+    }
+
+    /// Stores word 1.
+    #[inline]
+    pub fn store1(&self, value: u64, order: Ordering) {
+        self.0[1].store(value.to_le(), order);
     }
 }
 

@@ -414,18 +414,21 @@ impl Region {
 
     /// The first byte of the region (page-aligned).
     #[must_use]
+    #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }
 
     /// The mapped length in bytes: the slots, rounded up to [`Region::page_size`].
     #[must_use]
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Always `false`: a pool has at least one buffer.
     #[must_use]
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -549,6 +552,7 @@ pub struct Builder {
 
 impl Builder {
     /// Bytes of packet data each buffer holds after its headroom ([`DEFAULT_DATA_ROOM`] by default).
+    #[inline]
     pub fn data_room(mut self, bytes: usize) -> Self {
         self.data_room = bytes;
         self
@@ -556,6 +560,7 @@ impl Builder {
 
     /// Bytes kept free in front of the data of a fresh buffer, for [`Packet::prepend`]
     /// ([`DEFAULT_HEADROOM`] by default).
+    #[inline]
     pub fn headroom(mut self, bytes: usize) -> Self {
         self.headroom = bytes;
         self
@@ -718,36 +723,42 @@ impl Pool {
 
     /// This pool's id, unique in the process.
     #[must_use]
+    #[inline]
     pub fn id(&self) -> u64 {
         self.shared.id
     }
 
     /// The number of buffers; valid indices are `0..buffers()`.
     #[must_use]
+    #[inline]
     pub fn buffers(&self) -> u32 {
         self.shared.layout.count
     }
 
     /// Bytes from one slot to the next: header, headroom and data room rounded up to [`SLOT_ALIGN`].
     #[must_use]
+    #[inline]
     pub fn stride(&self) -> usize {
         self.shared.layout.stride
     }
 
     /// The headroom of a freshly allocated buffer.
     #[must_use]
+    #[inline]
     pub fn headroom(&self) -> usize {
         self.shared.layout.headroom as usize
     }
 
     /// The data room: bytes of packet data after the headroom.
     #[must_use]
+    #[inline]
     pub fn data_room(&self) -> usize {
         self.shared.data_room as usize
     }
 
     /// The length of each buffer (headroom + data room), starting at [`Pool::buffer_offset`].
     #[must_use]
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         self.shared.layout.buf_len as usize
     }
@@ -773,6 +784,7 @@ impl Pool {
     /// The byte offset within the region of buffer `index` (its headroom's first byte), or `None` when
     /// `index` is out of range. Always a multiple of 64.
     #[must_use]
+    #[inline]
     pub fn buffer_offset(&self, index: u32) -> Option<usize> {
         (index < self.shared.layout.count).then(|| index as usize * self.shared.layout.stride + HEADER_SIZE)
     }
@@ -1018,18 +1030,21 @@ impl PoolCache {
 
     /// The pool this cache belongs to.
     #[must_use]
+    #[inline]
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
 
     /// Free buffers held by this cache.
     #[must_use]
+    #[inline]
     pub fn len(&self) -> usize {
         self.with_local(|l| l.stack.len())
     }
 
     /// Whether this cache holds no free buffer (the next allocation goes to the depot).
     #[must_use]
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -1121,6 +1136,7 @@ impl PoolCache {
     /// else kept it), and no other packet for it exists. Two handles on one buffer would hand out
     /// aliasing `&mut` references to its bytes; an out-of-range index would point outside the region.
     #[must_use]
+    #[inline]
     pub unsafe fn packet_from_raw(&self, index: u32) -> Packet<'_> {
         debug_assert!(index < self.layout.count, "buffer index {index} out of range");
         // SAFETY: `index` is in range (caller).
@@ -1155,6 +1171,41 @@ impl PoolCache {
             // nothing writes it concurrently.
             let header = unsafe { at.cast::<Header>().read() };
             bytes += u64::from(header.data_len);
+            slot.write(Packet { cache: self, slot: at, index });
+        }
+        bytes
+    }
+
+    /// Writes the packets of the frames a device received (`frames`: buffer index and length) into
+    /// `slots` (as many as both hold), each with its data at the pool's headroom and the given length
+    /// (clamped to the data room), and returns the sum of the lengths written.
+    ///
+    /// # Safety
+    ///
+    /// As [`PoolCache::packet_from_raw`] for each index written.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline(always)]
+    pub(crate) unsafe fn packets_from_received<'c>(
+        &'c self,
+        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
+        frames: &[crate::dev::RxFrame],
+    ) -> u64 {
+        let (base, stride) = (self.base, self.layout.stride);
+        let headroom = self.layout.headroom;
+        let room = self.layout.buf_len - headroom;
+        let mut bytes = 0u64;
+        for (slot, frame) in slots.iter_mut().zip(frames) {
+            let index = frame.index;
+            debug_assert!(index < self.layout.count, "buffer index {index} out of range");
+            self.pool.shared.track(index);
+            let data_len = frame.len.min(room);
+            // SAFETY: `index < count` (the caller's contract), and the build checked that `count ×
+            // stride` bytes fit in the region, so the slot is inside the mapping.
+            let at = unsafe { base.add(index as usize * stride) };
+            // SAFETY: the slot starts with an aligned header, and the caller owns the buffer, so
+            // nothing reads or writes it concurrently; `headroom + data_len <= buf_len`.
+            unsafe { at.cast::<Header>().write(Header { data_off: headroom, data_len }) };
+            bytes += u64::from(data_len);
             slot.write(Packet { cache: self, slot: at, index });
         }
         bytes
@@ -1332,12 +1383,14 @@ impl Packet<'_> {
 
     /// The buffer's index in its pool.
     #[must_use]
+    #[inline]
     pub fn index(&self) -> u32 {
         self.index
     }
 
     /// The [id](Pool::id) of the pool the buffer belongs to.
     #[must_use]
+    #[inline]
     pub fn pool_id(&self) -> u64 {
         self.cache.pool.id()
     }
@@ -1351,18 +1404,21 @@ impl Packet<'_> {
 
     /// Whether the packet holds no data.
     #[must_use]
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Free bytes in front of the data (where [`Packet::prepend`] writes).
     #[must_use]
+    #[inline]
     pub fn headroom(&self) -> usize {
         self.window().0
     }
 
     /// Free bytes after the data (how much [`Packet::set_len`] can grow it).
     #[must_use]
+    #[inline]
     pub fn tailroom(&self) -> usize {
         let (off, len) = self.window();
         self.buf_len() - off - len
@@ -1383,6 +1439,7 @@ impl Packet<'_> {
 
     /// The packet's data, writable.
     #[must_use]
+    #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
         let (off, len) = self.window();
         // SAFETY: `off <= buf_len`, so the pointer stays inside the buffer.
@@ -1393,6 +1450,7 @@ impl Packet<'_> {
 
     /// The whole buffer: headroom, data and tailroom.
     #[must_use]
+    #[inline]
     pub fn buffer(&self) -> &[u8] {
         self.cache.pool.shared.track(self.index);
         // SAFETY: the buffer's `buf_len` bytes, owned by this handle, in the mapped region.
@@ -1402,6 +1460,7 @@ impl Packet<'_> {
     /// The whole buffer, writable (a NIC-style driver receives into it, then calls
     /// [`Packet::set_len`]).
     #[must_use]
+    #[inline]
     pub fn buffer_mut(&mut self) -> &mut [u8] {
         self.cache.pool.shared.track(self.index);
         // SAFETY: as in `buffer`, and `&mut self` makes this the only reference into the buffer.
@@ -1410,6 +1469,7 @@ impl Packet<'_> {
 
     /// The byte offset of the buffer (its first headroom byte) within the pool's [`Region`].
     #[must_use]
+    #[inline]
     pub fn buffer_offset(&self) -> usize {
         self.index as usize * self.cache.layout.stride + HEADER_SIZE
     }
@@ -1417,6 +1477,7 @@ impl Packet<'_> {
     /// The byte offset of the first data byte within the pool's [`Region`]: add the region's DMA
     /// address to get a descriptor's buffer address.
     #[must_use]
+    #[inline]
     pub fn dma_offset(&self) -> usize {
         self.buffer_offset() + self.headroom()
     }
@@ -1426,6 +1487,7 @@ impl Packet<'_> {
     /// # Errors
     ///
     /// [`PacketError::TooLong`] when the data would run past the buffer's end.
+    #[inline]
     pub fn set_len(&mut self, len: usize) -> Result<(), PacketError> {
         let (off, _) = self.window();
         let max = self.buf_len() - off;
@@ -1437,6 +1499,7 @@ impl Packet<'_> {
     }
 
     /// Shortens the data to `len` bytes; does nothing when it is not longer than that.
+    #[inline]
     pub fn truncate(&mut self, len: usize) {
         let (off, cur) = self.window();
         if len < cur {
@@ -1449,6 +1512,7 @@ impl Packet<'_> {
     /// # Errors
     ///
     /// [`PacketError::TooLong`] when they do not fit; the packet is unchanged.
+    #[inline]
     pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<(), PacketError> {
         let old = self.len();
         let new = old.saturating_add(bytes.len());
@@ -1463,6 +1527,7 @@ impl Packet<'_> {
     /// # Errors
     ///
     /// [`PacketError::NoHeadroom`] when the headroom is smaller than `n`.
+    #[inline]
     pub fn prepend(&mut self, n: usize) -> Result<&mut [u8], PacketError> {
         let (off, len) = self.window();
         if n > off {
@@ -1477,6 +1542,7 @@ impl Packet<'_> {
     /// # Errors
     ///
     /// [`PacketError::TooShort`] when the data is shorter than `n`.
+    #[inline]
     pub fn strip_front(&mut self, n: usize) -> Result<(), PacketError> {
         let (off, len) = self.window();
         if n > len {
@@ -1487,6 +1553,7 @@ impl Packet<'_> {
     }
 
     /// Empties the packet and restores the pool's default headroom.
+    #[inline]
     pub fn reset(&mut self) {
         self.set_header(self.cache.layout.headroom as usize, 0);
     }
@@ -1495,6 +1562,7 @@ impl Packet<'_> {
     /// as the index (through a channel, into a NIC descriptor). The metadata stays in the buffer;
     /// [`PoolCache::packet_from_raw`] rebuilds the packet, and [`PoolCache::free_burst`] frees it.
     #[must_use = "the buffer leaks unless the index is turned back into a packet or freed"]
+    #[inline]
     pub fn into_raw(self) -> u32 {
         ManuallyDrop::new(self).index
     }
@@ -1528,6 +1596,7 @@ impl fmt::Debug for PacketTx {
 impl PacketTx {
     /// The [id](Pool::id) of the pool whose packets this channel carries.
     #[must_use]
+    #[inline]
     pub fn pool_id(&self) -> u64 {
         self.pool_id
     }
@@ -1552,6 +1621,7 @@ impl PacketTx {
     ///
     /// The packet comes back in [`PacketPushError::Full`] when the channel is full and in
     /// [`PacketPushError::WrongPool`] when it is not from this channel's pool.
+    #[inline]
     pub fn push<'c>(&mut self, packet: Packet<'c>) -> Result<(), PacketPushError<'c>> {
         if packet.cache.pool.shared.id != self.pool_id {
             return Err(PacketPushError::WrongPool(packet));
@@ -1569,12 +1639,14 @@ impl PacketTx {
     /// Whether the receiving end has been dropped (packets pushed after that are lost, and
     /// [`Pool::check_leaks`] reports them missing).
     #[must_use]
+    #[inline]
     pub fn is_abandoned(&self) -> bool {
         self.tx.is_abandoned()
     }
 
     /// Free slots right now; see [`Producer::free_space`].
     #[must_use]
+    #[inline]
     pub fn free_space(&mut self) -> usize {
         self.tx.free_space()
     }
@@ -1604,6 +1676,7 @@ impl PacketRx {
     /// Receives a packet, owned by `cache` from now on (it returns there when dropped). `None` when
     /// the channel is empty, or when `cache` belongs to another pool than the channel.
     #[must_use = "a popped packet that is dropped at once is freed unread"]
+    #[inline]
     pub fn pop<'c>(&mut self, cache: &'c PoolCache) -> Option<Packet<'c>> {
         if cache.pool.shared.id != self.pool.shared.id {
             return None;
@@ -1627,24 +1700,28 @@ impl PacketRx {
 
     /// Blocks until a packet is ready, the sender is gone and the channel drained, or `timeout`
     /// passes; see [`Consumer::wait`].
+    #[inline]
     pub fn wait(&mut self, timeout: Option<Duration>) -> Wait {
         self.rx.wait(timeout)
     }
 
     /// Whether the sending end has been dropped (packets it pushed may still be queued).
     #[must_use]
+    #[inline]
     pub fn is_abandoned(&self) -> bool {
         self.rx.is_abandoned()
     }
 
     /// Packets ready right now; see [`Consumer::len`].
     #[must_use]
+    #[inline]
     pub fn len(&mut self) -> usize {
         self.rx.len()
     }
 
     /// Whether no packet is ready right now.
     #[must_use]
+    #[inline]
     pub fn is_empty(&mut self) -> bool {
         self.rx.is_empty()
     }

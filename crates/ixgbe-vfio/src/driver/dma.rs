@@ -13,6 +13,11 @@ pub(crate) struct BufferDma {
     mapping: Arc<DmaMapping>,
     /// The IOVA of the region's first byte when the mapping is linear (VFIO, the model).
     linear: Option<u64>,
+    /// The IOVA of buffer 0's receive data when the mapping is linear and every buffer's receive
+    /// area lies inside it: the data path's receive address is then one multiply-add.
+    linear_rx: Option<u64>,
+    /// Buffers in the pool.
+    buffers: u32,
     /// Bytes from one slot to the next.
     stride: usize,
     /// Offset of buffer 0's first data byte (slot header + headroom) in the region.
@@ -30,7 +35,18 @@ impl BufferDma {
             Translation::Pages { .. } => None,
         };
         let rx_data_off = pool.buffer_offset(0)? + pool.headroom();
-        Some(Self { mapping, linear, stride: pool.stride(), rx_data_off, rx_buf_len })
+        let stride = pool.stride();
+        let buffers = pool.buffers();
+        // The last buffer's receive area ends inside the mapping, so every buffer's does.
+        let last_end = (buffers.checked_sub(1)? as usize)
+            .checked_mul(stride)
+            .and_then(|o| o.checked_add(rx_data_off))
+            .and_then(|o| o.checked_add(rx_buf_len));
+        let linear_rx = match (linear, last_end) {
+            (Some(base), Some(end)) if end <= mapping.len() => Some(base.wrapping_add(rx_data_off as u64)),
+            _ => None,
+        };
+        Some(Self { mapping, linear, linear_rx, buffers, stride, rx_data_off, rx_buf_len })
     }
 
     /// Receive buffer length.
@@ -69,6 +85,19 @@ impl BufferDma {
     /// The device address of fresh receive buffer `index` (its data starts at the pool's headroom).
     #[inline]
     pub(crate) fn rx_addr(&self, index: u32) -> Option<u64> {
+        match self.linear_rx {
+            // In range by the check in `new`: at most `(buffers - 1) * stride` past buffer 0.
+            Some(base) if index < self.buffers => {
+                Some(base.wrapping_add(u64::from(index).wrapping_mul(self.stride as u64)))
+            }
+            Some(_) => None,
+            None => self.rx_addr_checked(index),
+        }
+    }
+
+    /// [`BufferDma::rx_addr`] with every step checked (page-wise translations).
+    #[cold]
+    fn rx_addr_checked(&self, index: u32) -> Option<u64> {
         let offset = (index as usize).checked_mul(self.stride)?.checked_add(self.rx_data_off)?;
         self.addr(offset, self.rx_buf_len)
     }

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
-use netchannel::dev::{DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketBatch};
-use netchannel::pool::{Packet, PoolCache};
+use netchannel::dev::{DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RxFrame};
+use netchannel::pool::PoolCache;
 
 use super::dma::BufferDma;
 use super::link_state;
-use crate::hw::{DmaMemory, Mmio};
+use crate::hw::{Descriptor, DmaMemory, Mmio};
 use crate::regs::{self, DESC_LEN, rx, tx};
 
 /// How many fresh RX buffers a queue takes from the caller's cache at once.
@@ -67,6 +67,8 @@ pub struct IxgbeQueue {
     rx_mask: usize,
     /// Inside a chain of descriptors (a frame without EOP) that is being dropped.
     rx_discard: bool,
+    /// The frames of the current burst, collected before they become packets (a ring's worth).
+    rx_frames: Box<[RxFrame]>,
     stash: Box<[u32]>,
     stash_len: usize,
     // --- TX, hot ---
@@ -115,6 +117,16 @@ fn reg_pos(pos: usize) -> u32 {
     pos as u32
 }
 
+/// Writes an RX descriptor in read format: buffer address, no header buffer (which also clears DD,
+/// the low bit of the second word).
+#[inline]
+fn arm(desc: &Descriptor, addr: u64) {
+    // Relaxed: published by the Release fence before the RDT write (hw.rs protocol).
+    desc.store0(addr, Ordering::Relaxed);
+    // Relaxed: as above.
+    desc.store1(0, Ordering::Relaxed);
+}
+
 /// The packet length field of an RX write-back descriptor's second word.
 #[inline]
 #[allow(clippy::cast_possible_truncation, reason = "masked to 16 bits first")]
@@ -155,6 +167,7 @@ impl IxgbeQueue {
             rx_next: 0,
             rx_mask: rx_len - 1,
             rx_discard: false,
+            rx_frames: vec![RxFrame::default(); rx_len].into_boxed_slice(),
             stash: vec![0; STASH].into_boxed_slice(),
             stash_len: 0,
             tx_ring,
@@ -272,11 +285,9 @@ impl IxgbeQueue {
     /// clears DD, the low bit of the second word).
     #[inline]
     fn arm_rx(&self, slot: usize, addr: u64) {
-        let off = slot * DESC_LEN;
-        // Relaxed: published by the Release fence before the RDT write (hw.rs protocol).
-        self.rx_ring.store_u64(off, addr, Ordering::Relaxed);
-        // Relaxed: as above.
-        self.rx_ring.store_u64(off + 8, 0, Ordering::Relaxed);
+        if let Some(desc) = self.rx_ring.descriptor(slot) {
+            arm(desc, addr);
+        }
     }
 
     /// Keeps a buffer the device cannot address out of the rings until the queue is dropped.
@@ -346,7 +357,7 @@ impl IxgbeQueue {
     #[inline]
     fn check_tail_slot(&mut self, slot: usize) {
         // Relaxed: only DD is looked at, and nothing the device wrote is read.
-        let status = self.rx_ring.load_u64(slot * DESC_LEN + 8, Ordering::Relaxed);
+        let status = self.rx_ring.descriptor(slot).map_or(0, |d| d.load1(Ordering::Relaxed));
         if status & rx::STAT_DD != 0 {
             self.stats.rx_errors += 1;
             self.extra.rx_past_tail += 1;
@@ -366,7 +377,7 @@ impl IxgbeQueue {
             let last = (self.tx_clean + batch - 1) & self.tx_mask;
             // Acquire: pairs with the device's Release store of the write-back word (hw.rs
             // protocol); after it the device is done with the batch's buffers.
-            let status = self.tx_ring.load_u64(last * DESC_LEN + 8, Ordering::Acquire);
+            let status = self.tx_ring.descriptor(last).map_or(0, |d| d.load1(Ordering::Acquire));
             if status & tx::STAT_DD == 0 {
                 return;
             }
@@ -434,23 +445,26 @@ impl NetDevice for IxgbeQueue {
         if cache.pool().id() != self.pool_id {
             return Err(DevError::WrongPool { what: "the cache passed to rx_burst", expected: self.pool_id });
         }
-        let room = batch.remaining();
+        // Frames are collected as (buffer, length) pairs and turned into packets in one pass at the
+        // end; at most a ring's worth, and at most what the batch has room for.
+        let room = batch.remaining().min(self.rx_frames.len());
         let ring = self.rx_bufs.len();
         let buf_len = self.dma.rx_buf_len();
         let mut slot = self.rx_next;
-        let mut delivered = 0;
+        let mut frames = 0;
         let mut consumed = 0;
-        let mut bytes = 0u64;
         // At most the `ring - 1` slots the device owns: the slot at the tail is never read here.
-        while delivered < room && consumed + 1 < ring {
-            let off = slot * DESC_LEN;
+        while frames < room && consumed + 1 < ring {
+            // `slot` is below the ring size (masked), so both lookups succeed.
+            let (Some(desc), Some(&index)) = (self.rx_ring.descriptor(slot), self.rx_bufs.get(slot)) else {
+                break;
+            };
             // Acquire: pairs with the device's Release store of the write-back's second word (hw.rs
             // protocol): the first word and the frame's bytes are visible after it.
-            let status = self.rx_ring.load_u64(off + 8, Ordering::Acquire);
+            let status = desc.load1(Ordering::Acquire);
             if status & rx::STAT_DD == 0 {
                 break;
             }
-            let index = self.rx_bufs[slot];
             let len = rx_len(status);
             if status & (rx::STAT_EOP | rx::ERR_FRAME_MASK) == rx::STAT_EOP
                 && len.wrapping_sub(1) < buf_len
@@ -461,28 +475,37 @@ impl NetDevice for IxgbeQueue {
                     self.extra.rx_no_buffer += 1;
                     break;
                 };
-                // SAFETY: `index` is the buffer this slot owns (allocated from this pool, never
-                // handed out since), so the queue owns it and no packet exists for it; the slot
-                // takes `fresh` instead right below, so ownership moves to the packet.
-                let mut packet: Packet<'c> = unsafe { cache.packet_from_raw(index) };
-                self.rx_bufs[slot] = fresh;
-                self.arm_rx(slot, addr);
-                // The buffer's data starts at the pool's headroom (alloc_burst reset its header),
-                // with `buf_len <= data room` bytes behind it, so this cannot fail.
-                if packet.set_len(len).is_ok() && batch.push(packet).is_ok() {
-                    // Bit 2 (FLM) as a number: no branch.
-                    self.extra.rx_fdir_matches += (status & rx::STAT_FLM) >> 2;
-                    bytes += len as u64;
-                    delivered += 1;
-                } else {
-                    self.stats.rx_dropped += 1;
+                // The slot takes `fresh`; its old buffer, holding the frame, moves to `rx_frames`.
+                if let (Some(own), Some(frame)) = (self.rx_bufs.get_mut(slot), self.rx_frames.get_mut(frames))
+                {
+                    *own = fresh;
+                    // `len < buf_len`, a 16-bit field.
+                    *frame = RxFrame { index, len: u32::try_from(len).unwrap_or(0) };
+                    frames += 1;
                 }
+                self.arm_rx(slot, addr);
+                // Bit 2 (FLM) as a number: no branch.
+                self.extra.rx_fdir_matches += (status & rx::STAT_FLM) >> 2;
             } else {
                 // The slot keeps its buffer.
                 self.drop_descriptor(slot, status);
             }
             slot = (slot + 1) & self.rx_mask;
             consumed += 1;
+        }
+        let received = &self.rx_frames[..frames];
+        // SAFETY: each frame's buffer was taken out of its ring slot above (the slot holds a fresh
+        // buffer now): a buffer of this pool (the cache's, checked above) that the queue owned, no
+        // packet exists for, and that appears once. Its data starts at the pool's headroom, where
+        // `alloc_burst` left it when it went into the ring.
+        let (delivered, bytes) = unsafe { batch.extend_received(cache, received) };
+        if delivered < frames {
+            // Unreachable (`frames <= batch.remaining()`), but the buffers must not leak.
+            self.stats.rx_dropped += (frames - delivered) as u64;
+            for frame in &self.rx_frames[delivered..frames] {
+                // SAFETY: as above; the packet is dropped at once, freeing the buffer.
+                drop(unsafe { cache.packet_from_raw(frame.index) });
+            }
         }
         if consumed > 0 {
             self.check_tail_slot(self.rx_next.wrapping_sub(1) & self.rx_mask);
@@ -541,12 +564,16 @@ impl NetDevice for IxgbeQueue {
             };
             let len = len as u64;
             let cmd = tx::DCMD_EOP | tx::DCMD_RS | tx::DCMD_IFCS | tx::DCMD_DEXT | tx::DTYP_DATA;
-            let off = slot * DESC_LEN;
+            let (Some(desc), Some(own)) = (self.tx_ring.descriptor(slot), self.tx_bufs.get_mut(slot)) else {
+                // Unreachable: `slot` is masked to the ring. Dropping the packet frees it.
+                self.stats.tx_dropped += 1;
+                continue;
+            };
             // Relaxed: published by the Release fence before the TDT write.
-            self.tx_ring.store_u64(off, addr, Ordering::Relaxed);
+            desc.store0(addr, Ordering::Relaxed);
             // Relaxed: as above.
-            self.tx_ring.store_u64(off + 8, cmd | len | len << tx::PAYLEN_SHIFT, Ordering::Relaxed);
-            self.tx_bufs[slot] = packet.into_raw();
+            desc.store1(cmd | len | len << tx::PAYLEN_SHIFT, Ordering::Relaxed);
+            *own = packet.into_raw();
             slot = (slot + 1) & self.tx_mask;
             sent += 1;
             bytes += len;

@@ -72,12 +72,14 @@ impl MacAddr {
 
     /// Whether the group (multicast) bit is set; broadcast is a multicast address.
     #[must_use]
+    #[inline]
     pub fn is_multicast(self) -> bool {
         self.0[0] & 1 == 1
     }
 
     /// Whether this is a locally administered address (as software devices use).
     #[must_use]
+    #[inline]
     pub fn is_local(self) -> bool {
         self.0[0] & 2 == 2
     }
@@ -196,6 +198,18 @@ impl std::error::Error for DevError {
     }
 }
 
+/// A frame a device received into a pool buffer: the buffer's index and the frame's length in bytes,
+/// its data starting at the pool's headroom. What a DMA driver collects per descriptor before
+/// [`PacketBatch::extend_received`] turns a burst of them into packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct RxFrame {
+    /// The buffer's index in its pool.
+    pub index: u32,
+    /// The frame's length in bytes.
+    pub len: u32,
+}
+
 /// A bounded batch of packets: what a burst travels in between a device and its caller.
 ///
 /// Its capacity is fixed when it is made, so filling and draining it never allocates. Packets borrow
@@ -234,36 +248,42 @@ impl fmt::Debug for PacketBatch<'_> {
 impl<'c> PacketBatch<'c> {
     /// An empty batch with room for `capacity` packets (the burst size; 32 is typical).
     #[must_use]
+    #[inline]
     pub fn with_capacity(capacity: usize) -> Self {
         Self { packets: Vec::with_capacity(capacity), capacity }
     }
 
     /// How many packets it holds at most.
     #[must_use]
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// How many packets it holds.
     #[must_use]
+    #[inline]
     pub fn len(&self) -> usize {
         self.packets.len()
     }
 
     /// Whether it holds no packet.
     #[must_use]
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.packets.is_empty()
     }
 
     /// Whether it holds `capacity` packets.
     #[must_use]
+    #[inline]
     pub fn is_full(&self) -> bool {
         self.packets.len() >= self.capacity
     }
 
     /// Room left.
     #[must_use]
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.capacity - self.packets.len()
     }
@@ -273,12 +293,45 @@ impl<'c> PacketBatch<'c> {
     /// # Errors
     ///
     /// The packet comes back when the batch is full.
+    #[inline]
     pub fn push(&mut self, packet: Packet<'c>) -> Result<(), Packet<'c>> {
         if self.is_full() {
             return Err(packet);
         }
         self.packets.push(packet);
         Ok(())
+    }
+
+    /// Appends the frames a device received into buffers of `cache`'s pool: each [`RxFrame`] names a
+    /// buffer the device filled and the frame's length, whose data starts at the pool's headroom (where
+    /// [`PoolCache::alloc_burst`] leaves a fresh buffer's data). As many as there is room for are
+    /// appended (one capacity check for the run, the packets written straight into the storage);
+    /// returns how many, and the sum of their lengths. A length past the data room is clamped to it.
+    ///
+    /// This is the receive path of a DMA driver: its loop over descriptors only collects `(index,
+    /// length)` pairs, and the packets are built here in one pass.
+    ///
+    /// # Safety
+    ///
+    /// As [`PoolCache::packet_from_raw`] for each frame's index: it names a buffer of `cache`'s pool
+    /// that the caller owns and no packet exists for, and no index appears twice. The frames past the
+    /// returned count are left to the caller, who still owns their buffers.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline]
+    pub unsafe fn extend_received(&mut self, cache: &'c PoolCache, frames: &[RxFrame]) -> (usize, u64) {
+        let n = frames.len().min(self.remaining());
+        let len = self.packets.len();
+        // The storage was made with `capacity` slots and never holds more, so the spare capacity has
+        // room for `remaining()` packets.
+        let Some(slots) = self.packets.spare_capacity_mut().get_mut(..n) else {
+            return (0, 0);
+        };
+        // SAFETY: the caller's contract, for the first `n` frames.
+        let bytes = unsafe { cache.packets_from_received(slots, &frames[..n]) };
+        // SAFETY: `packets_from_received` initialized the `n` slots after the first `len` (nothing in
+        // it panics in a release build; a debug assertion failing would only leak the packets written).
+        unsafe { self.packets.set_len(len + n) };
+        (n, bytes)
     }
 
     /// Rebuilds the packets of buffers `indices` with `cache` ([`PoolCache::packet_from_raw`]) and
@@ -324,29 +377,34 @@ impl<'c> PacketBatch<'c> {
     }
 
     /// Removes and returns every packet, front first (the batch keeps its storage).
+    #[inline]
     pub fn drain(&mut self) -> std::vec::Drain<'_, Packet<'c>> {
         self.packets.drain(..)
     }
 
     /// Removes the first `n` packets (fewer if it holds fewer), front first.
+    #[inline]
     pub fn drain_front(&mut self, n: usize) -> std::vec::Drain<'_, Packet<'c>> {
         let n = n.min(self.packets.len());
         self.packets.drain(..n)
     }
 
     /// Drops every packet, returning the buffers to their cache.
+    #[inline]
     pub fn clear(&mut self) {
         self.packets.clear();
     }
 
     /// The packets, front first.
     #[must_use]
+    #[inline]
     pub fn as_slice(&self) -> &[Packet<'c>] {
         &self.packets
     }
 
     /// The packets, front first, mutably.
     #[must_use]
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [Packet<'c>] {
         &mut self.packets
     }
