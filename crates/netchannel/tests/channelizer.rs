@@ -360,7 +360,14 @@ fn detach_replace_and_reattach_keep_every_consumer_on_its_own_channel() {
         })
         .collect();
     let frames: Vec<Vec<u8>> = (0..4u32)
-        .map(|i| frame(UDP, "10.0.0.2:7", &format!("10.0.0.1:{}", 100 + i), &[b'a' + i as u8]))
+        .map(|i| {
+            frame(
+                UDP,
+                "10.0.0.2:7",
+                &format!("10.0.0.1:{}", 100 + i),
+                &[b'a' + u8::try_from(i).expect("small")],
+            )
+        })
         .collect();
 
     // Detach consumer 1 (a middle lane): its packet goes to the default channel, the others stay put.
