@@ -1,0 +1,283 @@
+//! Bounded byte storage of a connection: a ring buffer allocated once at connection setup (no
+//! allocation per segment), and the out-of-order [`Assembler`] that records which ranges past the
+//! in-order data of the receive ring already hold bytes.
+//!
+//! Out-of-order bytes are written straight into the free part of the receive ring at their offset
+//! from `RCV.NXT` (the advertised window never exceeds that free space, so they always fit); the
+//! assembler only remembers the ranges. When the hole before them fills, the ranges become in-order
+//! data without a copy.
+
+/// A fixed-capacity ring buffer of bytes.
+///
+/// Besides queue operations it lets the sender read bytes at an offset without removing them
+/// (data stays until acknowledged) and the receiver write bytes past the end without committing
+/// them (out-of-order data).
+#[derive(Debug, Clone)]
+pub(crate) struct RingBuffer {
+    storage: Vec<u8>,
+    /// Index of the first byte.
+    head: usize,
+    /// Number of bytes stored.
+    len: usize,
+}
+
+impl RingBuffer {
+    /// A buffer of `capacity` bytes (allocated now, never grown).
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self { storage: vec![0; capacity], head: 0, len: 0 }
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.storage.len()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Free bytes.
+    pub(crate) fn free(&self) -> usize {
+        self.capacity() - self.len
+    }
+
+    /// The storage index of logical offset `off` (from the head), for `off < 2 * capacity`.
+    fn index(&self, off: usize) -> usize {
+        let cap = self.capacity();
+        let i = self.head + off;
+        if i >= cap { i - cap } else { i }
+    }
+
+    /// Appends as much of `data` as fits; returns how much.
+    pub(crate) fn enqueue_slice(&mut self, data: &[u8]) -> usize {
+        let n = self.write_unallocated(0, data);
+        self.len += n;
+        n
+    }
+
+    /// Removes up to `buf.len()` bytes from the front into `buf`; returns how many.
+    pub(crate) fn dequeue_slice(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.read_allocated(0, buf);
+        self.dequeue_allocated(n);
+        n
+    }
+
+    /// Drops up to `n` bytes from the front; returns how many.
+    pub(crate) fn dequeue_allocated(&mut self, n: usize) -> usize {
+        let n = n.min(self.len);
+        if n > 0 {
+            self.head = self.index(n);
+            self.len -= n;
+        }
+        // The head is not reset when the buffer drains: out-of-order bytes may wait past the end,
+        // at offsets relative to it.
+        n
+    }
+
+    /// Copies stored bytes starting `offset` bytes after the front into `buf` without removing
+    /// them; returns how many (0 when `offset >= len`).
+    pub(crate) fn read_allocated(&self, offset: usize, buf: &mut [u8]) -> usize {
+        if offset >= self.len {
+            return 0;
+        }
+        let n = buf.len().min(self.len - offset);
+        self.copy_out(offset, &mut buf[..n]);
+        n
+    }
+
+    fn copy_out(&self, offset: usize, buf: &mut [u8]) {
+        let cap = self.capacity();
+        let start = self.index(offset);
+        let first = buf.len().min(cap - start);
+        buf[..first].copy_from_slice(&self.storage[start..start + first]);
+        let rest = buf.len() - first;
+        buf[first..].copy_from_slice(&self.storage[..rest]);
+    }
+
+    /// Writes `data` into the free space starting `offset` bytes after the stored bytes, without
+    /// committing it; returns how many bytes were written (those that fit in the free space).
+    pub(crate) fn write_unallocated(&mut self, offset: usize, data: &[u8]) -> usize {
+        let free = self.free();
+        if offset >= free {
+            return 0;
+        }
+        let n = data.len().min(free - offset);
+        let cap = self.capacity();
+        let start = self.index(self.len + offset);
+        let first = n.min(cap - start);
+        self.storage[start..start + first].copy_from_slice(&data[..first]);
+        let rest = n - first;
+        self.storage[..rest].copy_from_slice(&data[first..n]);
+        n
+    }
+
+    /// Commits `n` bytes previously written with [`write_unallocated`](Self::write_unallocated)
+    /// at the end (at most the free space).
+    pub(crate) fn enqueue_unallocated(&mut self, n: usize) {
+        self.len += n.min(self.free());
+    }
+}
+
+/// The out-of-order ranges held past the in-order data, as offsets from `RCV.NXT`: sorted,
+/// disjoint, non-adjacent, and at most `max_ranges` of them. Their bytes live in the receive
+/// ring's free space, so their total is bounded by the receive buffer.
+#[derive(Debug, Clone)]
+pub(crate) struct Assembler {
+    ranges: Vec<(usize, usize)>,
+    max_ranges: usize,
+}
+
+impl Assembler {
+    pub(crate) fn new(max_ranges: usize) -> Self {
+        Self { ranges: Vec::with_capacity(max_ranges + 1), max_ranges }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The number of ranges held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// The bytes held out of order.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.ranges.iter().map(|&(s, e)| e - s).sum()
+    }
+
+    /// Records `start..end` (offsets from `RCV.NXT`, `start > 0`). Returns false, recording
+    /// nothing, when that would take more than `max_ranges` ranges.
+    pub(crate) fn add(&mut self, start: usize, end: usize) -> bool {
+        if start >= end {
+            return true;
+        }
+        // The ranges that touch or overlap start..end merge with it.
+        let first = self.ranges.partition_point(|&(_, e)| e < start);
+        let last = self.ranges.partition_point(|&(s, _)| s <= end);
+        if first == last {
+            if self.ranges.len() >= self.max_ranges {
+                return false;
+            }
+            self.ranges.insert(first, (start, end));
+            return true;
+        }
+        let merged = (start.min(self.ranges[first].0), end.max(self.ranges[last - 1].1));
+        self.ranges[first] = merged;
+        self.ranges.drain(first + 1..last);
+        true
+    }
+
+    /// In-order data of `n` bytes arrived at offset 0: returns how far in-order data now reaches
+    /// (`n` or more, when it joins held ranges), and rebases the remaining ranges on the new
+    /// `RCV.NXT`.
+    pub(crate) fn advance(&mut self, n: usize) -> usize {
+        let mut reach = n;
+        let mut consumed = 0;
+        for &(s, e) in &self.ranges {
+            if s <= reach {
+                reach = reach.max(e);
+                consumed += 1;
+            } else {
+                break;
+            }
+        }
+        self.ranges.drain(..consumed);
+        for r in &mut self.ranges {
+            r.0 -= reach;
+            r.1 -= reach;
+        }
+        reach
+    }
+
+    /// Forgets every range.
+    pub(crate) fn clear(&mut self) {
+        self.ranges.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn ring_wraps() {
+        let mut r = RingBuffer::new(8);
+        assert_eq!(r.enqueue_slice(b"abcdef"), 6);
+        let mut out = [0; 4];
+        assert_eq!(r.dequeue_slice(&mut out), 4);
+        assert_eq!(&out, b"abcd");
+        assert_eq!(r.enqueue_slice(b"ghijklmn"), 6, "only the free space");
+        assert_eq!(r.len(), 8);
+        let mut out = [0; 8];
+        assert_eq!(r.read_allocated(1, &mut out), 7);
+        assert_eq!(&out[..7], b"fghijkl");
+        assert_eq!(r.dequeue_allocated(3), 3);
+        assert_eq!(r.write_unallocated(1, b"XY"), 2);
+        assert_eq!(r.write_unallocated(2, b"ZZZ"), 1, "bounded by free space");
+        assert_eq!(r.write_unallocated(3, b"Q"), 0);
+        assert_eq!(r.write_unallocated(0, b"W"), 1);
+        r.enqueue_unallocated(3);
+        let mut out = [0; 8];
+        assert_eq!(r.dequeue_slice(&mut out), 8);
+        assert_eq!(&out, b"hijklWXZ");
+        assert!(r.is_empty());
+        // Bytes written past the end survive the buffer draining.
+        assert_eq!(r.write_unallocated(2, b"late"), 4);
+        assert_eq!(r.enqueue_slice(b"ab"), 2);
+        r.enqueue_unallocated(4);
+        let mut out = [0; 6];
+        assert_eq!(r.dequeue_slice(&mut out), 6);
+        assert_eq!(&out, b"ablate");
+    }
+
+    #[test]
+    fn assembler_merges() {
+        let mut a = Assembler::new(2);
+        assert!(a.add(10, 20));
+        assert!(a.add(30, 40));
+        assert!(!a.add(24, 26), "third disjoint range refused");
+        assert!(a.add(20, 30), "joins both");
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.bytes(), 30);
+        assert!(a.add(50, 60));
+        assert_eq!(a.advance(5), 5, "does not reach the first range");
+        assert_eq!(a.advance(5), 35, "reaches 5..35 after rebasing");
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.advance(10), 20, "50..60, rebased to 10..20, joins");
+        assert!(a.is_empty());
+    }
+
+    proptest! {
+        /// The assembler against a bitmap model.
+        #[test]
+        fn assembler_model(ops in proptest::collection::vec((0usize..64, 1usize..16, any::<bool>()), 1..40)) {
+            let mut a = Assembler::new(4);
+            let mut model = vec![false; 2048];
+            let mut base = 0usize;
+            for (start, len, in_order) in ops {
+                if in_order {
+                    let reach = a.advance(len);
+                    let mut m = base + len;
+                    while model[m] { m += 1; }
+                    prop_assert_eq!(reach, m - base);
+                    base = m;
+                } else {
+                    let s = start + 1;
+                    if a.add(s, s + len) {
+                        for b in &mut model[base + s..base + s + len] { *b = true; }
+                    }
+                }
+                for b in &mut model[..base] { *b = false; }
+                prop_assert!(a.len() <= 4);
+                prop_assert_eq!(a.bytes(), model.iter().filter(|&&b| b).count());
+            }
+        }
+    }
+}

@@ -1,0 +1,1307 @@
+//! [`Connection`]: one TCB and its state machine. See the [module documentation](super).
+
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use super::buffer::{Assembler, RingBuffer};
+use super::congestion::CongestionControl;
+use super::rtt::RttEstimator;
+use super::{Config, ConnectionError, State, Stats, Transmit, reset_for};
+use crate::wire::tcp::Timestamp;
+use crate::wire::{SeqNumber, TcpControl, TcpRepr};
+
+/// The MSS assumed when the peer's SYN has no MSS option (RFC 9293 §3.7.1).
+const DEFAULT_MSS: u16 = 536;
+/// The smallest send MSS we accept, so a peer cannot make us send one-byte segments.
+const MIN_MSS: u16 = 64;
+/// Bytes the timestamps option takes in every segment (RFC 7323 §3: 10, padded to 12).
+const TS_OPTION_LEN: usize = 12;
+/// The largest window scale shift (RFC 7323 §2.3).
+const MAX_WSCALE: u8 = 14;
+/// The shortest interval between ACKs answering unacceptable bare segments (Linux's
+/// `tcp_invalid_ratelimit` default).
+const OOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
+/// TS.Recent older than this is no longer valid for PAWS (RFC 7323 §5.5: 24 days).
+const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+
+/// A TCP connection (one TCB): a sans-IO state machine. See the [module documentation](super)
+/// for the calling contract.
+#[derive(Debug)]
+pub struct Connection {
+    config: Config,
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    state: State,
+    error: Option<ConnectionError>,
+    /// Created by [`accept`](Self::accept) (passive open).
+    passive: bool,
+    /// The zero of the timestamp clock.
+    epoch: Instant,
+    nodelay: bool,
+
+    // Send sequence space (RFC 9293 §3.3.1).
+    iss: SeqNumber,
+    snd_una: SeqNumber,
+    snd_nxt: SeqNumber,
+    /// The highest sequence number sent plus one (SND.NXT is rewound on a timeout; this is not).
+    snd_max: SeqNumber,
+    /// The peer's window, scaled, in bytes.
+    snd_wnd: usize,
+    max_snd_wnd: usize,
+    snd_wl1: SeqNumber,
+    snd_wl2: SeqNumber,
+    syn_acked: bool,
+    /// The application closed its sending side: a FIN follows the buffered data.
+    fin_queued: bool,
+    /// The sequence number of our FIN, once sent.
+    fin_seq: Option<SeqNumber>,
+    /// Bytes from the first unacknowledged data byte on.
+    send_buf: RingBuffer,
+
+    // Receive sequence space.
+    irs: SeqNumber,
+    rcv_nxt: SeqNumber,
+    /// The right edge of the window last advertised (never moved left).
+    rcv_adv: SeqNumber,
+    recv_buf: RingBuffer,
+    ooo: Assembler,
+    /// A FIN received out of order, at this sequence number.
+    ooo_fin: Option<SeqNumber>,
+    fin_received: bool,
+    /// The application will not read any more: data is acknowledged and discarded.
+    rx_closed: bool,
+
+    // Options.
+    /// Payload bytes per segment we send (the peer's MSS, clamped, minus the timestamps option).
+    snd_mss: usize,
+    /// Payload bytes of a full-sized segment from the peer.
+    rcv_mss: usize,
+    snd_wscale: u8,
+    rcv_wscale: u8,
+    ws_ok: bool,
+    ts_ok: bool,
+    sack_ok: bool,
+    ts_offset: u32,
+    ts_recent: u32,
+    ts_recent_at: Instant,
+    last_ack_sent: SeqNumber,
+
+    // Timers and pending output.
+    rtt: RttEstimator,
+    rto_at: Option<Instant>,
+    retries: u32,
+    /// The segment timed for an RTT sample when timestamps are off (Karn's algorithm).
+    rtt_timing: Option<(SeqNumber, Instant)>,
+    ack_pending: bool,
+    ack_now: bool,
+    ack_at: Option<Instant>,
+    unacked_bytes: usize,
+    persist_at: Option<Instant>,
+    persist_backoff: u32,
+    probe_pending: bool,
+    /// The end of the last zero-window probe byte: an ACK may cover it.
+    probe_end: Option<SeqNumber>,
+    /// When we last answered an unacceptable segment without data (rate limit).
+    last_oow_ack: Option<Instant>,
+    /// The persist timer expired with a non-zero but unusable window: send what fits.
+    force_send: bool,
+    keepalive_at: Option<Instant>,
+    keepalive_sent: u32,
+    keepalive_pending: bool,
+    time_wait_at: Option<Instant>,
+    pending_rst: Option<TcpRepr<'static>>,
+
+    // Congestion control.
+    cc: Box<dyn CongestionControl>,
+    dup_acks: u32,
+    in_recovery: bool,
+    recover: SeqNumber,
+    fast_rexmit: bool,
+
+    stats: Stats,
+}
+
+/// The smallest shift that makes `buffer` fit the 16-bit window field, at most 14.
+fn wscale_for(buffer: usize) -> u8 {
+    let mut shift = 0;
+    while shift < MAX_WSCALE && (buffer >> shift) > usize::from(u16::MAX) {
+        shift += 1;
+    }
+    shift
+}
+
+/// The distance from `from` to `to` in bytes, 0 when `to` is not after `from`.
+fn distance(from: SeqNumber, to: SeqNumber) -> usize {
+    usize::try_from(to - from).unwrap_or(0)
+}
+
+impl Connection {
+    fn new(config: Config, local: SocketAddrV4, remote: SocketAddrV4, iss: SeqNumber, now: Instant) -> Self {
+        let rcv_wscale = if config.window_scaling { wscale_for(config.recv_buffer) } else { 0 };
+        Self {
+            config,
+            local,
+            remote,
+            state: State::Closed,
+            error: None,
+            passive: false,
+            epoch: now,
+            nodelay: config.nodelay,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            max_snd_wnd: 0,
+            snd_wl1: SeqNumber::default(),
+            snd_wl2: iss,
+            syn_acked: false,
+            fin_queued: false,
+            fin_seq: None,
+            send_buf: RingBuffer::new(config.send_buffer),
+            irs: SeqNumber::default(),
+            rcv_nxt: SeqNumber::default(),
+            rcv_adv: SeqNumber::default(),
+            recv_buf: RingBuffer::new(config.recv_buffer),
+            ooo: Assembler::new(config.max_ooo_ranges),
+            ooo_fin: None,
+            fin_received: false,
+            rx_closed: false,
+            snd_mss: usize::from(DEFAULT_MSS),
+            rcv_mss: usize::from(config.mss),
+            snd_wscale: 0,
+            rcv_wscale,
+            ws_ok: false,
+            ts_ok: false,
+            sack_ok: false,
+            // A per-connection timestamp offset (RFC 7323 §5.4 recommends one) derived from the
+            // ISS, which the stack draws from a keyed hash (RFC 6528).
+            ts_offset: iss.get().wrapping_mul(0x9e37_79b9).rotate_left(13),
+            ts_recent: 0,
+            ts_recent_at: now,
+            last_ack_sent: SeqNumber::default(),
+            rtt: RttEstimator::new(config.initial_rto, config.min_rto),
+            rto_at: None,
+            retries: 0,
+            rtt_timing: None,
+            ack_pending: false,
+            ack_now: false,
+            ack_at: None,
+            unacked_bytes: 0,
+            persist_at: None,
+            persist_backoff: 0,
+            probe_pending: false,
+            probe_end: None,
+            last_oow_ack: None,
+            force_send: false,
+            keepalive_at: None,
+            keepalive_sent: 0,
+            keepalive_pending: false,
+            time_wait_at: None,
+            pending_rst: None,
+            cc: config.congestion.build(),
+            dup_acks: 0,
+            in_recovery: false,
+            recover: iss,
+            fast_rexmit: false,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Active open (RFC 9293 §3.10.1): a connection in SYN-SENT whose first
+    /// [`poll_transmit`](Self::poll_transmit) is the SYN. `iss` is the initial send sequence
+    /// number (RFC 6528: the stack draws it from a keyed hash).
+    #[must_use]
+    pub fn connect(
+        config: Config,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNumber,
+        now: Instant,
+    ) -> Self {
+        let mut c = Self::new(config, local, remote, iss, now);
+        c.state = State::SynSent;
+        c
+    }
+
+    /// Passive open: the connection a listener creates for the SYN `syn` from `remote` (the
+    /// LISTEN-state processing of RFC 9293 §3.10.7.2), in SYN-RECEIVED; its first
+    /// [`poll_transmit`](Self::poll_transmit) is the SYN-ACK. Returns `None` if `syn` is not a
+    /// SYN without ACK, or its ports do not match `local` and `remote`.
+    #[must_use]
+    pub fn accept(
+        config: Config,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        syn: &TcpRepr<'_>,
+        iss: SeqNumber,
+        now: Instant,
+    ) -> Option<Self> {
+        if syn.control != TcpControl::Syn
+            || syn.ack_number.is_some()
+            || syn.src_port != remote.port()
+            || syn.dst_port != local.port()
+        {
+            return None;
+        }
+        let mut c = Self::new(config, local, remote, iss, now);
+        c.passive = true;
+        c.state = State::SynReceived;
+        c.take_syn(syn, now);
+        Some(c)
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Queries.
+
+    /// The RFC 9293 state.
+    #[must_use]
+    pub const fn state(&self) -> State {
+        self.state
+    }
+
+    /// Why the connection failed, once it has.
+    #[must_use]
+    pub const fn error(&self) -> Option<ConnectionError> {
+        self.error
+    }
+
+    /// The local address.
+    #[must_use]
+    pub const fn local(&self) -> SocketAddrV4 {
+        self.local
+    }
+
+    /// The remote address.
+    #[must_use]
+    pub const fn remote(&self) -> SocketAddrV4 {
+        self.remote
+    }
+
+    /// Counters and estimates.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        Stats {
+            srtt: self.rtt.srtt(),
+            rttvar: self.rtt.rttvar(),
+            rto: self.rtt.rto(),
+            cwnd: self.cc.window(),
+            ssthresh: self.cc.ssthresh(),
+            ..self.stats
+        }
+    }
+
+    /// Whether [`recv`](Self::recv) has something to return: data, or the end of the stream
+    /// (the peer's FIN, or the connection closed).
+    #[must_use]
+    pub fn is_readable(&self) -> bool {
+        !self.recv_buf.is_empty() || self.fin_received || self.state == State::Closed
+    }
+
+    /// Whether [`send`](Self::send) accepts at least one byte now.
+    #[must_use]
+    pub fn is_writable(&self) -> bool {
+        self.may_send() && self.send_buf.free() > 0
+    }
+
+    /// Whether the connection is closed (normally, or with an [`error`](Self::error)).
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// Whether the peer ended its stream and every byte of it has been read.
+    #[must_use]
+    pub fn recv_finished(&self) -> bool {
+        self.fin_received && self.recv_buf.is_empty()
+    }
+
+    /// Whether the handshake completed (the connection is or was synchronized).
+    #[must_use]
+    pub const fn is_established(&self) -> bool {
+        !matches!(self.state, State::Closed | State::Listen | State::SynSent | State::SynReceived)
+    }
+
+    /// Bytes waiting to be read.
+    #[must_use]
+    pub fn recv_queue(&self) -> usize {
+        self.recv_buf.len()
+    }
+
+    /// Bytes in the send buffer (unsent, and sent but unacknowledged).
+    #[must_use]
+    pub fn send_queue(&self) -> usize {
+        self.send_buf.len()
+    }
+
+    /// Whether both SYNs carried SACK-permitted (RFC 2018).
+    #[must_use]
+    pub const fn sack_permitted(&self) -> bool {
+        self.sack_ok
+    }
+
+    /// Whether timestamps are in use (RFC 7323).
+    #[must_use]
+    pub const fn timestamps(&self) -> bool {
+        self.ts_ok
+    }
+
+    /// The window scale shifts in use, `(ours, the peer's)`, or `None` without window scaling.
+    #[must_use]
+    pub const fn window_scale(&self) -> Option<(u8, u8)> {
+        if self.ws_ok { Some((self.rcv_wscale, self.snd_wscale)) } else { None }
+    }
+
+    /// The most payload bytes we put in one segment.
+    #[must_use]
+    pub const fn send_mss(&self) -> usize {
+        self.snd_mss
+    }
+
+    /// The peer's send window in bytes (scaled).
+    #[must_use]
+    pub const fn send_window(&self) -> usize {
+        self.snd_wnd
+    }
+
+    /// Disables (`true`) or enables Nagle's algorithm.
+    pub fn set_nodelay(&mut self, nodelay: bool) {
+        self.nodelay = nodelay;
+    }
+
+    /// Out-of-order ranges and bytes held (tests check the bounds).
+    #[cfg(test)]
+    pub(crate) fn ooo_held(&self) -> (usize, usize) {
+        (self.ooo.len(), self.ooo.bytes())
+    }
+
+    fn may_send(&self) -> bool {
+        !self.fin_queued
+            && matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Application calls.
+
+    /// Queues bytes to send; returns how many fit in the send buffer (0 once the sending side
+    /// is shut down or the connection closed). Data queued before the handshake completes is sent
+    /// after it. Like every input, follow it with [`poll_transmit`](Self::poll_transmit) (which
+    /// also arms the persist timer when the peer's window is closed).
+    pub fn send(&mut self, data: &[u8]) -> usize {
+        if !self.may_send() {
+            return 0;
+        }
+        self.send_buf.enqueue_slice(data)
+    }
+
+    /// Reads received bytes in order; returns how many (0 when none are buffered; see
+    /// [`recv_finished`](Self::recv_finished) for the end of the stream). Freeing space may
+    /// schedule a window update.
+    pub fn recv(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.recv_buf.dequeue_slice(buf);
+        if n > 0 && self.is_established() && !self.fin_received {
+            let current = distance(self.rcv_nxt, self.rcv_adv);
+            let next = self.window_to_advertise();
+            let threshold = (self.recv_buf.capacity() / 2).min(2 * self.rcv_mss);
+            if next > current && (current < self.sws_threshold() || next - current >= threshold) {
+                self.ack_pending = true;
+                self.ack_now = true;
+            }
+        }
+        n
+    }
+
+    /// Closes the sending side (half-close): a FIN follows the data already queued (RFC 9293
+    /// §3.10.4 CLOSE). In SYN-SENT and SYN-RECEIVED the FIN (and any queued data) waits for the
+    /// handshake to complete.
+    pub fn shutdown_write(&mut self) {
+        match self.state {
+            State::SynSent | State::SynReceived => self.fin_queued = true,
+            State::Established => {
+                self.fin_queued = true;
+                self.state = State::FinWait1;
+            }
+            State::CloseWait => {
+                self.fin_queued = true;
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// Closes both directions. In SYN-SENT the connection just closes (RFC 9293 §3.10.4). With
+    /// unread received data this is an [`abort`](Self::abort) (RFC 2525 §2.17, as Linux does);
+    /// otherwise a [`shutdown_write`](Self::shutdown_write), and data that still arrives is
+    /// acknowledged and discarded.
+    pub fn close(&mut self) {
+        self.rx_closed = true;
+        if self.state == State::SynSent {
+            self.enter_closed(None);
+        } else if !self.recv_buf.is_empty() {
+            self.abort();
+        } else {
+            self.shutdown_write();
+        }
+    }
+
+    /// Aborts: a synchronized connection sends `<SEQ=SND.NXT><CTL=RST>` (RFC 9293 §3.10.5) and
+    /// closes at once with [`ConnectionError::Aborted`].
+    pub fn abort(&mut self) {
+        match self.state {
+            State::Closed | State::Listen => return,
+            State::SynReceived
+            | State::Established
+            | State::FinWait1
+            | State::FinWait2
+            | State::CloseWait => {
+                self.pending_rst = Some(TcpRepr {
+                    src_port: self.local.port(),
+                    dst_port: self.remote.port(),
+                    control: TcpControl::Rst,
+                    seq_number: self.snd_nxt,
+                    ..TcpRepr::default()
+                });
+            }
+            _ => {}
+        }
+        self.enter_closed(Some(ConnectionError::Aborted));
+    }
+
+    fn enter_closed(&mut self, error: Option<ConnectionError>) {
+        self.state = State::Closed;
+        if self.error.is_none() {
+            self.error = error;
+        }
+        self.rto_at = None;
+        self.ack_at = None;
+        self.persist_at = None;
+        self.keepalive_at = None;
+        self.time_wait_at = None;
+        self.ack_pending = false;
+        self.ack_now = false;
+        self.probe_pending = false;
+        self.keepalive_pending = false;
+        self.fast_rexmit = false;
+        self.send_buf.dequeue_allocated(usize::MAX);
+        self.ooo.clear();
+    }
+
+    fn enter_time_wait(&mut self, now: Instant) {
+        self.state = State::TimeWait;
+        self.time_wait_at = Some(now + self.config.msl * 2);
+        self.rto_at = None;
+        self.persist_at = None;
+        self.keepalive_at = None;
+        self.probe_pending = false;
+        self.keepalive_pending = false;
+        self.fast_rexmit = false;
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Time.
+
+    /// The earliest instant at which [`handle_timeout`](Self::handle_timeout) has work, if any.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.rto_at, self.ack_at, self.persist_at, self.keepalive_at, self.time_wait_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Runs the timers due at `now`: retransmission, delayed ACK, persist, keepalive, TIME-WAIT.
+    /// Follow it with [`poll_transmit`](Self::poll_transmit).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
+        if due(self.time_wait_at) {
+            self.enter_closed(None);
+            return;
+        }
+        if due(self.rto_at) {
+            self.rto_at = None;
+            self.on_rto();
+            if self.state == State::Closed {
+                return;
+            }
+        }
+        if due(self.ack_at) {
+            self.ack_at = None;
+            if self.ack_pending {
+                self.ack_now = true;
+            }
+        }
+        if due(self.persist_at) {
+            self.persist_at = None;
+            if self.snd_wnd == 0 {
+                self.probe_pending = true;
+            } else {
+                self.force_send = true;
+            }
+            self.persist_backoff = self.persist_backoff.saturating_add(1);
+        }
+        if due(self.keepalive_at) {
+            self.keepalive_at = None;
+            if let (Some(ka), State::Established) = (self.config.keepalive, self.state) {
+                if self.keepalive_sent >= ka.probes {
+                    self.enter_closed(Some(ConnectionError::TimedOut));
+                    return;
+                }
+                self.keepalive_sent += 1;
+                self.keepalive_pending = true;
+                self.keepalive_at = Some(now + ka.interval);
+            }
+        }
+    }
+
+    fn on_rto(&mut self) {
+        self.retries += 1;
+        let limit = match self.state {
+            State::SynSent | State::SynReceived => self.config.syn_retries,
+            _ => self.config.max_retransmits,
+        };
+        if self.retries > limit {
+            self.enter_closed(Some(ConnectionError::TimedOut));
+            return;
+        }
+        self.stats.timeouts += 1;
+        self.rtt.back_off();
+        self.rtt_timing = None;
+        match self.state {
+            State::SynSent | State::SynReceived => self.snd_nxt = self.iss,
+            _ => {
+                let flight = distance(self.snd_una, self.snd_max);
+                if flight > 0 {
+                    self.cc.on_rto(flight, self.snd_mss);
+                }
+                self.in_recovery = false;
+                self.recover = self.snd_max;
+                self.dup_acks = 0;
+                self.fast_rexmit = false;
+                // Go back: resend from the first unacknowledged byte as the window allows.
+                self.snd_nxt = self.snd_una;
+            }
+        }
+    }
+
+    fn arm_keepalive(&mut self, now: Instant) {
+        if let Some(ka) = self.config.keepalive {
+            self.keepalive_at = Some(now + ka.idle);
+            self.keepalive_sent = 0;
+        }
+    }
+
+    /// The timestamp clock: milliseconds since the connection was created, plus the offset.
+    fn ts_now(&self, now: Instant) -> u32 {
+        let ms = now.saturating_duration_since(self.epoch).as_millis() % (1 << 32);
+        u32::try_from(ms).unwrap_or(0).wrapping_add(self.ts_offset)
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Receiving.
+
+    /// Records the peer's SYN: sequence numbers and the options negotiation (RFC 9293 §3.7.1,
+    /// RFC 7323 §2.2 and §3.2, RFC 2018 §2).
+    fn take_syn(&mut self, syn: &TcpRepr<'_>, now: Instant) {
+        self.irs = syn.seq_number;
+        self.rcv_nxt = syn.seq_number + 1;
+        self.ws_ok = self.config.window_scaling && syn.window_scale.is_some();
+        if self.ws_ok {
+            self.snd_wscale = syn.window_scale.unwrap_or(0).min(MAX_WSCALE);
+        } else {
+            self.snd_wscale = 0;
+            self.rcv_wscale = 0;
+        }
+        self.ts_ok = self.config.timestamps && syn.timestamp.is_some();
+        if let Some(ts) = syn.timestamp.filter(|_| self.ts_ok) {
+            self.ts_recent = ts.tsval;
+            self.ts_recent_at = now;
+        }
+        self.sack_ok = self.config.sack && syn.sack_permitted;
+        let mss = syn.max_seg_size.unwrap_or(DEFAULT_MSS).min(self.config.mss).max(MIN_MSS);
+        let option_len = if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        self.snd_mss = usize::from(mss) - option_len;
+        self.rcv_mss = usize::from(self.config.mss).saturating_sub(option_len).max(1);
+        // The window of a SYN is never scaled (RFC 7323 §2.2).
+        self.snd_wnd = usize::from(syn.window_len);
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = syn.seq_number;
+        self.rcv_adv = self.rcv_nxt + self.recv_buf.free().min(usize::from(u16::MAX));
+        self.last_ack_sent = self.rcv_nxt;
+        self.cc.on_established(self.snd_mss);
+    }
+
+    /// Processes one segment that the caller demultiplexed to this connection (RFC 9293
+    /// §3.10.7). Segments for other ports are ignored. Follow it with
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub fn handle_segment(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        if seg.src_port != self.remote.port() || seg.dst_port != self.local.port() {
+            return;
+        }
+        self.stats.segments_in += 1;
+        match self.state {
+            State::Closed => {
+                if self.pending_rst.is_none() {
+                    self.pending_rst = reset_for(seg);
+                }
+            }
+            State::Listen => {}
+            State::SynSent => self.handle_syn_sent(now, seg),
+            _ => self.handle_synchronized(now, seg),
+        }
+    }
+
+    /// SYN-SENT (RFC 9293 §3.10.7.3).
+    fn handle_syn_sent(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        let rst = seg.control == TcpControl::Rst;
+        if let Some(ack) = seg.ack_number
+            && (ack <= self.iss || ack > self.snd_max)
+        {
+            if !rst {
+                self.pending_rst = reset_for(seg);
+            }
+            return;
+        }
+        if rst {
+            if seg.ack_number.is_some() {
+                self.enter_closed(Some(ConnectionError::Refused));
+            }
+            return;
+        }
+        if seg.control != TcpControl::Syn {
+            return;
+        }
+        self.take_syn(seg, now);
+        self.snd_wl2 = seg.ack_number.unwrap_or(self.iss);
+        self.ack_pending = true;
+        self.ack_now = true;
+        match seg.ack_number {
+            Some(ack) => {
+                self.sample_rtt(now, seg, ack);
+                self.snd_una = ack;
+                self.syn_acked = true;
+                self.retries = 0;
+                self.rto_at = None;
+                self.state = State::Established;
+                self.arm_keepalive(now);
+                if self.fin_queued {
+                    self.state = State::FinWait1;
+                }
+            }
+            None => {
+                // Simultaneous open: answer with a SYN-ACK.
+                self.state = State::SynReceived;
+                self.snd_nxt = self.iss;
+            }
+        }
+    }
+
+    /// The acceptability test of RFC 9293 §3.10.7.4 for a segment of `len` at `seq` against a
+    /// receive window of `wnd` bytes.
+    fn acceptable(&self, seq: SeqNumber, len: usize, wnd: usize) -> bool {
+        let nxt = self.rcv_nxt;
+        let in_window = |s: SeqNumber| nxt <= s && s < nxt + wnd;
+        match (len, wnd) {
+            (0, 0) => seq == nxt,
+            (0, _) => in_window(seq),
+            (_, 0) => false,
+            _ => in_window(seq) || in_window(seq + (len - 1)),
+        }
+    }
+
+    fn challenge_ack(&mut self) {
+        self.ack_pending = true;
+        self.ack_now = true;
+    }
+
+    /// Every state after SYN-SENT (RFC 9293 §3.10.7.4).
+    fn handle_synchronized(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        let rst = seg.control == TcpControl::Rst;
+        let syn = seg.control == TcpControl::Syn;
+        let mut fin = seg.control == TcpControl::Fin;
+
+        // A retransmitted SYN: our SYN-ACK was lost, send it again.
+        if self.state == State::SynReceived && syn && seg.ack_number.is_none() && seg.seq_number == self.irs {
+            self.snd_nxt = self.iss;
+            return;
+        }
+        // Simultaneous open: the peer's SYN-ACK repeats its SYN and acknowledges ours (RFC 9293
+        // figure 8, line 6). Its ACK completes the handshake; ours tells the peer.
+        if self.state == State::SynReceived && syn && seg.ack_number.is_some() && seg.seq_number == self.irs {
+            let ack_only =
+                TcpRepr { control: TcpControl::None, seq_number: self.irs + 1, payload: &[], ..*seg };
+            self.handle_synchronized(now, &ack_only);
+            if self.is_established() {
+                self.challenge_ack();
+            }
+            return;
+        }
+
+        // PAWS (RFC 7323 §5.3 R1).
+        if self.ts_ok
+            && !rst
+            && let Some(ts) = seg.timestamp
+            && SeqNumber::new(ts.tsval) < SeqNumber::new(self.ts_recent)
+            && now.saturating_duration_since(self.ts_recent_at) < PAWS_IDLE
+        {
+            self.challenge_ack();
+            return;
+        }
+
+        // Acceptability.
+        let wnd = distance(self.rcv_nxt, self.rcv_adv);
+        let mut payload = seg.payload;
+        if !self.acceptable(seg.seq_number, seg.segment_len(), wnd) {
+            if rst {
+                return;
+            }
+            if self.state == State::TimeWait && fin {
+                // A retransmitted FIN: our ACK was lost. Acknowledge it and restart 2 MSL.
+                self.time_wait_at = Some(now + self.config.msl * 2);
+            }
+            // Answer with an ACK; for segments without data or flags at most once per
+            // OOW_ACK_INTERVAL, so that two ends can never ping-pong ACKs.
+            let bare = seg.payload.is_empty() && seg.control == TcpControl::None;
+            let limited = bare
+                && self.last_oow_ack.is_some_and(|t| now.saturating_duration_since(t) < OOW_ACK_INTERVAL);
+            if !limited {
+                self.challenge_ack();
+                if bare {
+                    self.last_oow_ack = Some(now);
+                }
+            }
+            // A zero window accepts nothing, but the ACK of a segment at RCV.NXT is still
+            // processed (RFC 9293 §3.10.7.4).
+            if !(wnd == 0 && seg.seq_number == self.rcv_nxt && !syn) {
+                return;
+            }
+            payload = &[];
+            fin = false;
+        }
+
+        // Trim to the window: bytes before RCV.NXT were received already.
+        let mut seq = seg.seq_number;
+        if seq < self.rcv_nxt {
+            let skip = distance(seq, self.rcv_nxt);
+            if skip > payload.len() {
+                fin = false;
+            }
+            payload = payload.get(skip..).unwrap_or(&[]);
+            seq = self.rcv_nxt;
+        }
+        let room = wnd.saturating_sub(distance(self.rcv_nxt, seq));
+        if payload.len() > room {
+            payload = &payload[..room];
+            fin = false;
+        }
+
+        // RST (RFC 5961 §3.2): only an exact match resets; in the window, a challenge ACK.
+        if rst {
+            if seg.seq_number == self.rcv_nxt {
+                let error = match self.state {
+                    State::SynReceived if !self.passive => Some(ConnectionError::Refused),
+                    State::SynReceived
+                    | State::Established
+                    | State::FinWait1
+                    | State::FinWait2
+                    | State::CloseWait => Some(ConnectionError::Reset),
+                    _ => None,
+                };
+                self.enter_closed(error);
+            } else {
+                self.challenge_ack();
+            }
+            return;
+        }
+
+        // SYN on a synchronized connection (RFC 5961 §4): challenge ACK.
+        if syn {
+            self.challenge_ack();
+            return;
+        }
+
+        // TS.Recent (RFC 7323 §4.3).
+        if self.ts_ok
+            && let Some(ts) = seg.timestamp
+            && seg.seq_number <= self.last_ack_sent
+            && SeqNumber::new(ts.tsval) >= SeqNumber::new(self.ts_recent)
+        {
+            self.ts_recent = ts.tsval;
+            self.ts_recent_at = now;
+        }
+
+        let Some(ack) = seg.ack_number else { return };
+        if self.state == State::SynReceived {
+            if self.snd_una < ack && ack <= self.snd_max {
+                self.state = if self.fin_queued { State::FinWait1 } else { State::Established };
+                self.snd_wnd = usize::from(seg.window_len) << self.snd_wscale;
+                self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+                self.snd_wl1 = seg.seq_number;
+                self.snd_wl2 = ack;
+                self.arm_keepalive(now);
+            } else {
+                self.pending_rst = reset_for(seg);
+                return;
+            }
+        }
+        if !self.handle_ack(now, seg, ack) {
+            return;
+        }
+        if self.keepalive_at.is_some() {
+            self.arm_keepalive(now);
+        }
+        match self.state {
+            State::LastAck if self.fin_acked() => {
+                self.enter_closed(None);
+                return;
+            }
+            State::Closing if self.fin_acked() => self.enter_time_wait(now),
+            State::FinWait1 if self.fin_acked() => self.state = State::FinWait2,
+            _ => {}
+        }
+
+        // Text (RFC 9293 §3.10.7.4 seventh), only before the peer's FIN.
+        if !matches!(self.state, State::Established | State::FinWait1 | State::FinWait2) {
+            return;
+        }
+        let offset = distance(self.rcv_nxt, seq);
+        let mut written = 0;
+        if !payload.is_empty() {
+            written = self.recv_buf.write_unallocated(offset, payload);
+            if offset == 0 {
+                let filled_hole = !self.ooo.is_empty();
+                let reach = self.ooo.advance(written);
+                self.recv_buf.enqueue_unallocated(reach);
+                if self.rx_closed {
+                    self.recv_buf.dequeue_allocated(usize::MAX);
+                }
+                self.rcv_nxt += reach;
+                self.stats.bytes_in += reach as u64;
+                self.unacked_bytes += reach;
+                self.ack_pending = true;
+                if filled_hole || self.unacked_bytes >= 2 * self.rcv_mss {
+                    self.ack_now = true;
+                } else if let Some(delay) = self.config.delayed_ack {
+                    self.ack_at.get_or_insert(now + delay);
+                } else {
+                    self.ack_now = true;
+                }
+            } else {
+                // Out of order: keep it if the range fits, and send a duplicate ACK at once
+                // (RFC 5681 §4.2).
+                if written > 0 && !self.ooo.add(offset, offset + written) {
+                    written = 0;
+                }
+                self.challenge_ack();
+            }
+        }
+        if fin && written == payload.len() {
+            let fin_seq = seq + payload.len();
+            if fin_seq != self.rcv_nxt {
+                self.ooo_fin = Some(fin_seq);
+            }
+        }
+        if (fin && seq + payload.len() == self.rcv_nxt) || self.ooo_fin == Some(self.rcv_nxt) {
+            self.ooo_fin = None;
+            self.process_fin(now);
+        }
+    }
+
+    /// Whether `ack` is past the recovery point (RFC 6582 §3.2 step 2: "the cumulative
+    /// acknowledgment field covers more than recover"). A recovery point so stale that it is
+    /// incomparable counts as passed.
+    fn recover_passed(&self, ack: SeqNumber) -> bool {
+        ack.partial_cmp(&self.recover) != Some(std::cmp::Ordering::Less) && ack != self.recover
+    }
+
+    fn fin_acked(&self) -> bool {
+        self.fin_seq.is_some_and(|f| self.snd_una > f)
+    }
+
+    fn process_fin(&mut self, now: Instant) {
+        self.rcv_nxt += 1;
+        self.fin_received = true;
+        self.ack_pending = true;
+        self.ack_now = true;
+        self.ooo.clear();
+        match self.state {
+            State::SynReceived | State::Established => self.state = State::CloseWait,
+            State::FinWait1 => {
+                if self.fin_acked() {
+                    self.enter_time_wait(now);
+                } else {
+                    self.state = State::Closing;
+                }
+            }
+            State::FinWait2 => self.enter_time_wait(now),
+            _ => {}
+        }
+    }
+
+    fn sample_rtt(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: SeqNumber) {
+        if self.ts_ok {
+            if let Some(ts) = seg.timestamp {
+                let ms = self.ts_now(now).wrapping_sub(ts.tsecr);
+                // An echo from the future or from long ago is not a measurement.
+                if ms < 60_000 {
+                    self.rtt.sample(Duration::from_millis(u64::from(ms)));
+                }
+            }
+        } else if let Some((seq, sent)) = self.rtt_timing
+            && ack > seq
+        {
+            self.rtt.sample(now.saturating_duration_since(sent));
+            self.rtt_timing = None;
+        }
+    }
+
+    /// ACK processing (RFC 9293 §3.10.7.4 fifth, RFC 5961 §5, RFC 5681 §3.2, RFC 6582 §3.2).
+    /// Returns false when the segment must be dropped.
+    fn handle_ack(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: SeqNumber) -> bool {
+        let highest = self.probe_end.map_or(self.snd_max, |p| self.snd_max.max(p));
+        if ack > highest || ack < self.snd_una - self.max_snd_wnd {
+            self.challenge_ack();
+            return false;
+        }
+        if ack > self.snd_max {
+            // The peer took a zero-window probe byte.
+            self.snd_max = ack;
+        }
+        if self.probe_end.is_some_and(|p| ack >= p) {
+            self.probe_end = None;
+        }
+        let window = usize::from(seg.window_len) << self.snd_wscale;
+        let mss = self.snd_mss;
+        if ack > self.snd_una {
+            let acked = distance(self.snd_una, ack);
+            let mut data_acked = acked;
+            if !self.syn_acked {
+                self.syn_acked = true;
+                data_acked -= 1;
+            }
+            if self.fin_seq.is_some_and(|f| ack > f && self.snd_una <= f) {
+                data_acked = data_acked.saturating_sub(1);
+            }
+            self.send_buf.dequeue_allocated(data_acked);
+            self.sample_rtt(now, seg, ack);
+            self.retries = 0;
+            self.snd_una = ack;
+            if self.snd_nxt < ack {
+                self.snd_nxt = ack;
+            }
+            let flight = distance(self.snd_una, self.snd_max);
+            if self.in_recovery {
+                if ack >= self.recover {
+                    self.cc.on_exit_recovery(flight, mss);
+                    self.in_recovery = false;
+                } else {
+                    // A partial ACK: the next hole was lost too (RFC 6582 §3.2 step 5).
+                    self.cc.on_partial_ack(data_acked, mss);
+                    self.fast_rexmit = true;
+                    self.stats.fast_retransmits += 1;
+                }
+            } else if data_acked > 0 {
+                self.cc.on_ack(data_acked, mss);
+            }
+            self.dup_acks = 0;
+            self.rto_at = if self.snd_una == self.snd_max { None } else { Some(now + self.rtt.rto()) };
+            self.persist_backoff = 0;
+        } else if ack == self.snd_una
+            && self.snd_nxt != self.snd_una
+            && seg.payload.is_empty()
+            && seg.control == TcpControl::None
+            && window == self.snd_wnd
+        {
+            // A duplicate ACK (RFC 5681 §2).
+            self.stats.dup_acks += 1;
+            self.dup_acks = self.dup_acks.saturating_add(1);
+            if self.in_recovery {
+                self.cc.on_recovery_dup_ack(mss);
+            } else if self.dup_acks == 3 && self.recover_passed(ack) {
+                // Fast retransmit and NewReno fast recovery (RFC 6582 §3.2 step 2).
+                self.recover = self.snd_max;
+                self.in_recovery = true;
+                self.cc.on_enter_recovery(distance(self.snd_una, self.snd_max), mss);
+                self.fast_rexmit = true;
+                self.stats.fast_retransmits += 1;
+                self.rtt_timing = None;
+            }
+        }
+        // Window update (SND.WL1/SND.WL2 rule), for ACKs that are not old.
+        if ack >= self.snd_una
+            && (self.snd_wl1 < seg.seq_number || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack))
+        {
+            self.snd_wnd = window;
+            self.max_snd_wnd = self.max_snd_wnd.max(window);
+            self.snd_wl1 = seg.seq_number;
+            self.snd_wl2 = ack;
+            if window > 0 {
+                self.persist_at = None;
+                self.persist_backoff = 0;
+                self.probe_pending = false;
+                self.probe_end = None;
+            }
+        }
+        true
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Sending.
+
+    /// The SWS threshold of the receiver (RFC 9293 §3.8.6.2.2): min(RCV.BUFF / 2, Eff.snd.MSS).
+    fn sws_threshold(&self) -> usize {
+        (self.recv_buf.capacity() / 2).min(self.rcv_mss).max(1)
+    }
+
+    /// The window to advertise now: the free receive space, but the right edge moves only by
+    /// at least the SWS threshold, and never to the left.
+    fn window_to_advertise(&self) -> usize {
+        let free = self.recv_buf.free();
+        let current = distance(self.rcv_nxt, self.rcv_adv);
+        let wnd = if free >= current + self.sws_threshold() { free } else { current };
+        wnd.min(usize::from(u16::MAX) << self.rcv_wscale)
+    }
+
+    /// The window field for an ACK-carrying segment, and the advertised edge it implies.
+    fn advertise(&mut self) -> u16 {
+        let wnd = self.window_to_advertise();
+        let field = u16::try_from(wnd >> self.rcv_wscale).unwrap_or(u16::MAX);
+        let edge = self.rcv_nxt + (usize::from(field) << self.rcv_wscale);
+        self.rcv_adv = self.rcv_adv.max(edge);
+        field
+    }
+
+    /// A header from us with the ACK, window and timestamps filled in.
+    fn header(&mut self, now: Instant, control: TcpControl, seq: SeqNumber) -> TcpRepr<'static> {
+        let window_len = self.advertise();
+        self.ack_pending = false;
+        self.ack_now = false;
+        self.ack_at = None;
+        self.unacked_bytes = 0;
+        self.last_ack_sent = self.rcv_nxt;
+        TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            control,
+            seq_number: seq,
+            ack_number: Some(self.rcv_nxt),
+            window_len,
+            timestamp: self.ts_ok.then(|| Timestamp { tsval: self.ts_now(now), tsecr: self.ts_recent }),
+            ..TcpRepr::default()
+        }
+    }
+
+    fn transmit(&mut self, repr: TcpRepr<'static>, payload_len: usize) -> Transmit {
+        self.stats.segments_out += 1;
+        Transmit { src: self.local, dst: self.remote, repr, payload_len }
+    }
+
+    /// The next segment to send, its payload copied into `buf` (see [`Transmit`] for the
+    /// contract); `None` when there is nothing to send now. Call it until it returns `None`
+    /// after every input. `buf` should hold at least one MSS; a shorter one gives shorter
+    /// segments.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(rst) = self.pending_rst.take() {
+            return Some(self.transmit(rst, 0));
+        }
+        match self.state {
+            State::Closed | State::Listen => return None,
+            State::SynSent | State::SynReceived => {
+                if self.snd_nxt == self.iss {
+                    return Some(self.send_syn(now));
+                }
+                if self.state == State::SynReceived && self.ack_now {
+                    let repr = self.header(now, TcpControl::None, self.snd_nxt);
+                    return Some(self.transmit(repr, 0));
+                }
+                return None;
+            }
+            _ => {}
+        }
+        if self.fast_rexmit {
+            self.fast_rexmit = false;
+            if let Some(t) = self.retransmit_first(now, buf) {
+                return Some(t);
+            }
+        }
+        if self.state != State::TimeWait
+            && let Some(t) = self.send_data(now, buf)
+        {
+            return Some(t);
+        }
+        if self.probe_pending {
+            self.probe_pending = false;
+            if let Some(t) = self.send_probe(now, buf) {
+                return Some(t);
+            }
+        }
+        if self.keepalive_pending {
+            self.keepalive_pending = false;
+            let repr = self.header(now, TcpControl::None, self.snd_una - 1);
+            return Some(self.transmit(repr, 0));
+        }
+        if self.ack_pending && self.ack_now {
+            // At SND.MAX, not SND.NXT: after a timeout rewound SND.NXT, an ACK from there would
+            // be old to the peer, which would answer it with an ACK of its own, and so on.
+            let repr = self.header(now, TcpControl::None, self.snd_max);
+            return Some(self.transmit(repr, 0));
+        }
+        None
+    }
+
+    fn send_syn(&mut self, now: Instant) -> Transmit {
+        let active = self.state == State::SynSent;
+        let ack_number = (!active).then_some(self.rcv_nxt);
+        let tsval = self.ts_now(now);
+        let repr = TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            control: TcpControl::Syn,
+            seq_number: self.iss,
+            ack_number,
+            window_len: u16::try_from(self.recv_buf.free()).unwrap_or(u16::MAX),
+            max_seg_size: Some(self.config.mss),
+            window_scale: (if active { self.config.window_scaling } else { self.ws_ok })
+                .then_some(self.rcv_wscale),
+            sack_permitted: if active { self.config.sack } else { self.sack_ok },
+            timestamp: if active {
+                self.config.timestamps.then_some(Timestamp { tsval, tsecr: 0 })
+            } else {
+                self.ts_ok.then_some(Timestamp { tsval, tsecr: self.ts_recent })
+            },
+            ..TcpRepr::default()
+        };
+        if self.snd_max == self.iss {
+            self.rtt_timing = Some((self.iss, now));
+        } else {
+            self.stats.retransmits += 1;
+        }
+        if !active {
+            self.ack_pending = false;
+            self.ack_now = false;
+            self.last_ack_sent = self.rcv_nxt;
+        }
+        self.snd_nxt = self.iss + 1;
+        self.snd_max = self.snd_max.max(self.snd_nxt);
+        self.rto_at.get_or_insert(now + self.rtt.rto());
+        self.transmit(repr, 0)
+    }
+
+    /// The sequence number of the first byte in the send buffer.
+    fn send_base(&self) -> SeqNumber {
+        if self.syn_acked { self.snd_una } else { self.iss + 1 }
+    }
+
+    /// Fast retransmit: the first unacknowledged segment, whatever the windows say.
+    fn retransmit_first(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.snd_una == self.snd_max {
+            return None;
+        }
+        let outstanding = distance(self.snd_una, self.snd_max);
+        let data = outstanding.min(self.send_buf.len());
+        let len = data.min(self.snd_mss).min(buf.len());
+        let n = self.send_buf.read_allocated(0, &mut buf[..len]);
+        let fin = self.fin_seq.is_some_and(|f| self.snd_una + n == f);
+        if n == 0 && !fin {
+            return None;
+        }
+        let control = if fin { TcpControl::Fin } else { TcpControl::None };
+        let seq = self.snd_una;
+        let mut repr = self.header(now, control, seq);
+        repr.push = n > 0;
+        self.stats.retransmits += 1;
+        if self.rtt_timing.is_some_and(|(s, _)| seq <= s) {
+            self.rtt_timing = None;
+        }
+        Some(self.transmit(repr, n))
+    }
+
+    /// New data, retransmissions after a timeout, and the FIN, as the windows, Nagle and SWS
+    /// avoidance allow.
+    fn send_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let base = self.send_base();
+        let sent = distance(base, self.snd_nxt);
+        let buffered = self.send_buf.len();
+        let unsent = buffered.saturating_sub(sent);
+        let data_end = base + buffered;
+        let fin_pending = self.fin_queued
+            && !self.fin_acked()
+            && self.snd_nxt <= data_end
+            && matches!(self.state, State::FinWait1 | State::Closing | State::LastAck);
+        if unsent == 0 && !fin_pending {
+            return None;
+        }
+        let in_flight = distance(self.snd_una, self.snd_nxt);
+        let mss = self.snd_mss;
+        // Limited transmit (RFC 3042): up to two segments past cwnd on the first two duplicate
+        // ACKs.
+        let extra = if self.in_recovery || self.dup_acks > 2 { 0 } else { self.dup_acks as usize * mss };
+        let wnd = self.snd_wnd.min(self.cc.window().saturating_add(extra));
+        let usable = wnd.saturating_sub(in_flight);
+        let size = unsent.min(usable).min(mss).min(buf.len());
+        let ends_data = size == unsent;
+        let fin = fin_pending && ends_data;
+        // Sender SWS avoidance and Nagle (RFC 9293 §3.8.6.2.1).
+        let allowed = size > 0
+            && (size >= mss.min(buf.len())
+                || (ends_data && (self.nodelay || in_flight == 0 || self.fin_queued))
+                || (in_flight == 0 && size >= self.max_snd_wnd / 2)
+                || self.force_send);
+        // A FIN with no data left to send goes whatever the windows say.
+        if !(allowed || (fin && unsent == 0)) {
+            // Data waits. With nothing in flight, only the persist timer gets it going.
+            if unsent > 0 && self.rto_at.is_none() && self.persist_at.is_none() && in_flight == 0 {
+                let backoff = self.rtt.rto().saturating_mul(1 << self.persist_backoff.min(6));
+                self.persist_at = Some(now + backoff.min(super::rtt::MAX_RTO));
+            }
+            return None;
+        }
+        self.force_send = false;
+        let seq = self.snd_nxt;
+        let n = self.send_buf.read_allocated(sent, &mut buf[..size]);
+        let control = if fin { TcpControl::Fin } else { TcpControl::None };
+        let mut repr = self.header(now, control, seq);
+        repr.push = n > 0 && ends_data;
+        let end = seq + n + usize::from(fin);
+        if seq < self.snd_max {
+            self.stats.retransmits += 1;
+            if self.rtt_timing.is_some_and(|(s, _)| seq <= s) {
+                self.rtt_timing = None;
+            }
+        } else {
+            self.stats.bytes_out += n as u64;
+            if !self.ts_ok && self.rtt_timing.is_none() {
+                self.rtt_timing = Some((seq, now));
+            }
+        }
+        if fin {
+            self.fin_seq = Some(seq + n);
+        }
+        self.snd_nxt = end;
+        self.snd_max = self.snd_max.max(end);
+        self.rto_at.get_or_insert(now + self.rtt.rto());
+        self.persist_at = None;
+        Some(self.transmit(repr, n))
+    }
+
+    /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,
+    /// and the persist timer again with backoff.
+    fn send_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let sent = distance(self.send_base(), self.snd_nxt);
+        if self.snd_wnd != 0 || buf.is_empty() {
+            return None;
+        }
+        let n = self.send_buf.read_allocated(sent, &mut buf[..1]);
+        if n == 0 {
+            return None;
+        }
+        let seq = self.snd_nxt;
+        let repr = self.header(now, TcpControl::None, seq);
+        self.probe_end = Some(seq + 1);
+        let backoff = self.rtt.rto().saturating_mul(1 << self.persist_backoff.min(6));
+        self.persist_at = Some(now + backoff.min(super::rtt::MAX_RTO));
+        Some(self.transmit(repr, n))
+    }
+}

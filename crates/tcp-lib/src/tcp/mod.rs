@@ -1,0 +1,361 @@
+//! The TCP connection core: one transmission control block (TCB) as a sans-IO state machine.
+//!
+//! # Design
+//!
+//! A [`Connection`] is written in the quinn-proto style: it reads no clock, does no I/O and makes
+//! no syscalls. The caller (the per-core stack, or a test harness with virtual time) feeds it
+//! * segments: [`Connection::handle_segment`] with a parsed [`TcpRepr`] (the caller demultiplexed
+//!   it by 4-tuple and verified the checksum),
+//! * time: [`Connection::handle_timeout`] once `now` reaches [`Connection::poll_timeout`],
+//! * application calls: [`send`](Connection::send), [`recv`](Connection::recv),
+//!   [`shutdown_write`](Connection::shutdown_write), [`close`](Connection::close),
+//!   [`abort`](Connection::abort),
+//!
+//! and after any of these drains [`Connection::poll_transmit`] until it returns `None`: each call
+//! yields one segment as a [`Transmit`], the header description plus payload bytes copied into a
+//! caller buffer, ready for [`TcpRepr::emit`](crate::wire::TcpRepr::emit).
+//!
+//! ```
+//! use std::net::{Ipv4Addr, SocketAddrV4};
+//! use std::time::Instant;
+//! use tcp_lib::tcp::{Config, Connection, State};
+//! use tcp_lib::wire::SeqNumber;
+//!
+//! let client_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40000);
+//! let server_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
+//! let now = Instant::now(); // a real stack passes its clock; tests pass virtual time
+//! let mut client = Connection::connect(Config::default(), client_addr, server_addr, SeqNumber::new(1), now);
+//! let mut buf = [0u8; 1500];
+//! let syn = client.poll_transmit(now, &mut buf).expect("the SYN");
+//! // The listener accepts the SYN (the stack emits and parses segments with `wire` in between).
+//! let mut server =
+//!     Connection::accept(Config::default(), server_addr, client_addr, &syn.segment(&buf), SeqNumber::new(9), now)
+//!         .expect("a SYN");
+//! assert_eq!(client.send(b"hello"), 5);
+//! // Shuttle segments until both sides are quiet.
+//! loop {
+//!     let mut moved = false;
+//!     while let Some(t) = server.poll_transmit(now, &mut buf) {
+//!         client.handle_segment(now, &t.segment(&buf));
+//!         moved = true;
+//!     }
+//!     while let Some(t) = client.poll_transmit(now, &mut buf) {
+//!         server.handle_segment(now, &t.segment(&buf));
+//!         moved = true;
+//!     }
+//!     if !moved {
+//!         break;
+//!     }
+//! }
+//! assert_eq!((client.state(), server.state()), (State::Established, State::Established));
+//! let mut got = [0u8; 16];
+//! assert_eq!(server.recv(&mut got), 5);
+//! assert_eq!(&got[..5], b"hello");
+//! // The server's ACK of "hello" is delayed: a timer, for `handle_timeout` at this instant.
+//! assert!(server.poll_timeout().is_some());
+//! ```
+//!
+//! Memory is bounded when the connection is created: the send and receive buffers are ring buffers
+//! of the configured sizes, out-of-order data is stored in the free part of the receive ring (the
+//! advertised window never exceeds it) with at most [`Config::max_ooo_ranges`] ranges, and no
+//! segment allocates. Nothing a peer sends can make the connection panic; sequence numbers are
+//! compared only through the wrapping [`SeqNumber`].
+//!
+//! # What it implements
+//!
+//! * RFC 9293: the eleven states ([`State`]), active, passive and simultaneous open, simultaneous
+//!   close, half-close, TIME-WAIT for 2·MSL ([`Config::msl`]), the segment acceptability test
+//!   (§3.10.7.4), ACK processing with the SND.WL1/SND.WL2 window update rule, RST generation
+//!   ([`reset_for`]) and processing, sender and receiver silly window avoidance (§3.8.6.2), Nagle
+//!   (RFC 896, on unless [`Connection::set_nodelay`]). Data carried on a SYN is not accepted (it is
+//!   not acknowledged, so the peer sends it again).
+//! * RFC 5961: an RST is accepted only at exactly RCV.NXT; an in-window RST or any SYN on a
+//!   synchronized connection gets a challenge ACK; ACKs of data never sent are answered with an ACK
+//!   and dropped. (Rate limiting of challenge ACKs is not implemented yet.)
+//! * RFC 7323: window scaling (only when both SYNs carry it; the shift is capped at 14), timestamps
+//!   (TSval = a per-connection offset plus milliseconds of the caller's clock; TSecr echo of
+//!   TS.Recent; RTT samples from TSecr; PAWS).
+//! * RFC 2018: the SACK-permitted negotiation is recorded ([`Connection::sack_permitted`]); SACK
+//!   blocks are a later work item.
+//! * RFC 6298: the retransmission timer (initial and minimum RTO configurable), Karn's algorithm
+//!   when timestamps are off, exponential backoff, a retry limit after which the connection fails
+//!   with [`ConnectionError::TimedOut`]; SYN retries.
+//! * RFC 1122 §4.2.3.2: delayed ACKs (at most [`Config::delayed_ack`], and at least every second
+//!   full-sized segment); §4.2.2.17 zero-window probing with the persist timer; §4.2.3.6 keepalive
+//!   (off by default).
+//! * RFC 5681 slow start and congestion avoidance, fast retransmit on the third duplicate ACK with
+//!   NewReno fast recovery (RFC 6582) and limited transmit (RFC 3042), behind the
+//!   [`CongestionControl`] trait.
+//!
+//! Urgent data is not supported: the urgent pointer is ignored and urgent bytes are ordinary data.
+//!
+//! # Listening
+//!
+//! The LISTEN state belongs to the listener (a later work item, with the SYN queue and SYN
+//! cookies): [`listen_reply`] says what a listener does with a segment, and
+//! [`Connection::accept`] builds the SYN-RECEIVED connection for a SYN it accepts. A `Connection`
+//! itself never reports [`State::Listen`].
+
+use std::fmt;
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use crate::wire::{SeqNumber, TcpControl, TcpRepr};
+
+mod buffer;
+mod congestion;
+mod connection;
+mod rtt;
+
+#[cfg(test)]
+mod tests;
+
+pub use congestion::{CongestionAlgorithm, CongestionControl, NewReno};
+pub use connection::Connection;
+
+/// The states of RFC 9293 §3.3.2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// No connection.
+    Closed,
+    /// Waiting for a connection request (a listener's state).
+    Listen,
+    /// SYN sent, waiting for a matching SYN.
+    SynSent,
+    /// SYN received and SYN sent, waiting for the ACK of our SYN.
+    SynReceived,
+    /// Open: data flows both ways.
+    Established,
+    /// We closed (FIN sent), waiting for its ACK or the peer's FIN.
+    FinWait1,
+    /// Our FIN is acknowledged; waiting for the peer's FIN.
+    FinWait2,
+    /// The peer closed; we may still send.
+    CloseWait,
+    /// Both closed at once; waiting for the ACK of our FIN.
+    Closing,
+    /// The peer closed first and then we did; waiting for the ACK of our FIN.
+    LastAck,
+    /// Waiting 2·MSL so that the peer received our ACK of its FIN and old duplicates die.
+    TimeWait,
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Closed => "CLOSED",
+            Self::Listen => "LISTEN",
+            Self::SynSent => "SYN-SENT",
+            Self::SynReceived => "SYN-RECEIVED",
+            Self::Established => "ESTABLISHED",
+            Self::FinWait1 => "FIN-WAIT-1",
+            Self::FinWait2 => "FIN-WAIT-2",
+            Self::CloseWait => "CLOSE-WAIT",
+            Self::Closing => "CLOSING",
+            Self::LastAck => "LAST-ACK",
+            Self::TimeWait => "TIME-WAIT",
+        })
+    }
+}
+
+/// Why a connection ended abnormally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConnectionError {
+    /// The peer answered our SYN with a reset ("connection refused").
+    Refused,
+    /// The peer reset an open connection.
+    Reset,
+    /// Retransmissions (of data, SYN or keepalive probes) went unanswered too long.
+    TimedOut,
+    /// The application aborted the connection.
+    Aborted,
+}
+
+impl fmt::Display for ConnectionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Refused => "connection refused",
+            Self::Reset => "connection reset by peer",
+            Self::TimedOut => "connection timed out",
+            Self::Aborted => "connection aborted",
+        })
+    }
+}
+
+impl std::error::Error for ConnectionError {}
+
+/// Keepalive parameters (RFC 1122 §4.2.3.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first probe (RFC 1122: at least two hours by default).
+    pub idle: Duration,
+    /// Time between unanswered probes.
+    pub interval: Duration,
+    /// Unanswered probes after which the connection fails with [`ConnectionError::TimedOut`].
+    pub probes: u32,
+}
+
+/// The configuration of a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Send buffer size in bytes (bounds what [`Connection::send`] accepts before the peer
+    /// acknowledges it).
+    pub send_buffer: usize,
+    /// Receive buffer size in bytes; the advertised window follows its free space.
+    pub recv_buffer: usize,
+    /// The MSS we announce and the most we send per segment (the interface MTU minus 40).
+    pub mss: u16,
+    /// Offer window scaling (RFC 7323).
+    pub window_scaling: bool,
+    /// Offer timestamps (RFC 7323).
+    pub timestamps: bool,
+    /// Offer SACK (RFC 2018).
+    pub sack: bool,
+    /// Maximum segment lifetime; TIME-WAIT lasts twice this.
+    pub msl: Duration,
+    /// RTO before any RTT sample (RFC 6298: 1 s).
+    pub initial_rto: Duration,
+    /// Lower bound of the RTO (RFC 6298: 1 s; many stacks use 200 ms).
+    pub min_rto: Duration,
+    /// Retransmissions of one segment after which the connection fails.
+    pub max_retransmits: u32,
+    /// Retransmissions of the SYN (or SYN-ACK) after which the connection fails.
+    pub syn_retries: u32,
+    /// Longest ACK delay (`None`: acknowledge every segment at once). RFC 1122 allows up to 500 ms.
+    pub delayed_ack: Option<Duration>,
+    /// Keepalive probing (`None`: off, the default).
+    pub keepalive: Option<Keepalive>,
+    /// Disable Nagle's algorithm from the start.
+    pub nodelay: bool,
+    /// Most out-of-order ranges held (each one a hole the peer must fill).
+    pub max_ooo_ranges: usize,
+    /// Congestion control.
+    pub congestion: CongestionAlgorithm,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            send_buffer: 64 * 1024,
+            recv_buffer: 64 * 1024,
+            mss: 1460,
+            window_scaling: true,
+            timestamps: true,
+            sack: true,
+            msl: Duration::from_secs(30),
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_secs(1),
+            max_retransmits: 12,
+            syn_retries: 6,
+            delayed_ack: Some(Duration::from_millis(40)),
+            keepalive: None,
+            nodelay: false,
+            max_ooo_ranges: 8,
+            congestion: CongestionAlgorithm::NewReno,
+        }
+    }
+}
+
+/// Counters and estimates of one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Smoothed RTT (None before the first sample).
+    pub srtt: Option<Duration>,
+    /// RTT variation.
+    pub rttvar: Duration,
+    /// Current retransmission timeout, backoff included.
+    pub rto: Duration,
+    /// Congestion window in bytes.
+    pub cwnd: usize,
+    /// Slow-start threshold in bytes (`usize::MAX` until the first loss).
+    pub ssthresh: usize,
+    /// Segments retransmitted (timeouts, fast retransmits, SYN retries).
+    pub retransmits: u64,
+    /// Retransmission timer expirations.
+    pub timeouts: u64,
+    /// Fast retransmits (entries into fast recovery, and NewReno partial-ACK retransmits).
+    pub fast_retransmits: u64,
+    /// Duplicate ACKs received (RFC 5681 definition).
+    pub dup_acks: u64,
+    /// Payload bytes sent for the first time.
+    pub bytes_out: u64,
+    /// Payload bytes received in order.
+    pub bytes_in: u64,
+    /// Segments emitted.
+    pub segments_out: u64,
+    /// Segments handled.
+    pub segments_in: u64,
+}
+
+/// One segment to send, from [`Connection::poll_transmit`].
+///
+/// **Contract:** `repr` is the complete header (ports, flags, sequence and acknowledgment numbers,
+/// window, options) with an empty payload; the payload is the first `payload_len` bytes of the
+/// buffer passed to `poll_transmit`. [`segment`](Self::segment) joins the two into the
+/// [`TcpRepr`] to emit from `src` to `dst`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The local address (IPv4 source).
+    pub src: SocketAddrV4,
+    /// The remote address (IPv4 destination).
+    pub dst: SocketAddrV4,
+    /// The header; its `payload` is empty.
+    pub repr: TcpRepr<'static>,
+    /// Payload bytes at the start of the caller's buffer.
+    pub payload_len: usize,
+}
+
+impl Transmit {
+    /// The segment, with its payload taken from `buf` (the buffer given to `poll_transmit`).
+    /// A `buf` shorter than `payload_len` gives a shorter payload.
+    #[must_use]
+    pub fn segment<'a>(&self, buf: &'a [u8]) -> TcpRepr<'a> {
+        TcpRepr { payload: &buf[..self.payload_len.min(buf.len())], ..self.repr }
+    }
+}
+
+/// The reset answering `seg` when no connection wants it (RFC 9293 §3.10.7.1, CLOSED state, and
+/// §3.5.2): none for a reset; `<SEQ=SEG.ACK><CTL=RST>` when it carries an ACK; else
+/// `<SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>`. Ports are swapped.
+#[must_use]
+pub fn reset_for(seg: &TcpRepr<'_>) -> Option<TcpRepr<'static>> {
+    if seg.control == TcpControl::Rst {
+        return None;
+    }
+    let base = TcpRepr {
+        src_port: seg.dst_port,
+        dst_port: seg.src_port,
+        control: TcpControl::Rst,
+        ..TcpRepr::default()
+    };
+    Some(match seg.ack_number {
+        Some(ack) => TcpRepr { seq_number: ack, ..base },
+        None => TcpRepr {
+            seq_number: SeqNumber::new(0),
+            ack_number: Some(seg.seq_number + seg.segment_len()),
+            ..base
+        },
+    })
+}
+
+/// What a listener does with a segment for which no connection exists (RFC 9293 §3.10.7.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListenAction {
+    /// Drop it silently (an RST, or a segment with neither SYN nor ACK).
+    Ignore,
+    /// Answer with this reset (any ACK).
+    Reset(TcpRepr<'static>),
+    /// A connection request: [`Connection::accept`] it (or queue it, or answer with a cookie).
+    Accept,
+}
+
+/// The LISTEN-state processing of RFC 9293 §3.10.7.2.
+#[must_use]
+pub fn listen_reply(seg: &TcpRepr<'_>) -> ListenAction {
+    match (seg.control, seg.ack_number) {
+        (TcpControl::Rst, _) => ListenAction::Ignore,
+        (_, Some(_)) => reset_for(seg).map_or(ListenAction::Ignore, ListenAction::Reset),
+        (TcpControl::Syn, None) => ListenAction::Accept,
+        _ => ListenAction::Ignore,
+    }
+}

@@ -1,0 +1,1130 @@
+//! Scripted tests: exact segments in, exact segments out.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::tcp::{ConnectionError, Keepalive, ListenAction, listen_reply, reset_for};
+use crate::wire::tcp::Timestamp;
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+
+/// The peer's sequence number `n` bytes after its SYN.
+fn peer(n: usize) -> SeqNumber {
+    REMOTE_SEQ + 1 + n
+}
+
+/// Our sequence number `n` bytes after our SYN.
+fn ours(n: usize) -> SeqNumber {
+    LOCAL_SEQ + 1 + n
+}
+
+/// Our pure ACK of peer byte `n` with window `wnd`, at our byte `at`.
+fn ack(at: usize, n: usize, wnd: u16) -> TcpRepr<'static> {
+    TcpRepr { seq_number: ours(at), ack_number: Some(peer(n)), window_len: wnd, ..RECV_TEMPL }
+}
+
+/// A segment from the peer at its byte `at`, acknowledging our byte `acked`.
+fn from_peer(at: usize, acked: usize) -> TcpRepr<'static> {
+    TcpRepr { seq_number: peer(at), ack_number: Some(ours(acked)), ..SEND_TEMPL }
+}
+
+fn fin(r: TcpRepr<'static>) -> TcpRepr<'static> {
+    TcpRepr { control: TcpControl::Fin, ..r }
+}
+
+fn rst(r: TcpRepr<'static>) -> TcpRepr<'static> {
+    TcpRepr { control: TcpControl::Rst, ..r }
+}
+
+/// Established with `config`, from a SYN with `syn` options, SYN-ACK consumed.
+pub(super) fn established_with(config: Config, syn: TcpRepr<'static>, ack: TcpRepr<'static>) -> Script {
+    let mut s = Script::accept_with(config, syn);
+    let out = s.drain();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].repr.control, TcpControl::Syn);
+    send!(s, ack);
+    assert_eq!(s.conn.state(), State::Established);
+    assert!(s.drain().is_empty());
+    s
+}
+
+// ------------------------------------------------------------------------------------------
+// Opening.
+
+#[test]
+fn passive_open() {
+    let mut s = Script::syn_received();
+    assert!(!s.conn.is_established());
+    assert!(s.conn.is_writable(), "data may be queued before the handshake completes");
+    send!(s, from_peer(0, 0));
+    recv!(s, []);
+    assert_eq!(s.conn.state(), State::Established);
+    assert_eq!((s.conn.window_scale(), s.conn.sack_permitted(), s.conn.timestamps()), (None, false, false));
+    assert_eq!(s.conn.send_mss(), 1460);
+    assert_eq!(s.conn.send_window(), 256);
+}
+
+#[test]
+fn active_open() {
+    let mut s = Script::syn_sent();
+    assert!(!s.conn.is_writable() || s.conn.send(b"") == 0);
+    send!(
+        s,
+        TcpRepr {
+            control: TcpControl::Syn,
+            seq_number: REMOTE_SEQ,
+            max_seg_size: Some(1000),
+            ..from_peer(0, 0)
+        }
+    );
+    assert_eq!(s.conn.state(), State::Established);
+    recv!(s, [ack(0, 0, 64)]);
+    assert_eq!(s.conn.send_mss(), 1000, "the peer's MSS");
+    assert!(s.conn.stats().srtt.is_some(), "the SYN was timed");
+}
+
+#[test]
+fn accept_refuses_non_syn() {
+    let now = Instant::now();
+    let config = script_config();
+    assert!(Connection::accept(config, LOCAL, REMOTE, &from_peer(0, 0), LOCAL_SEQ, now).is_none());
+    let syn_ack = TcpRepr { ack_number: Some(LOCAL_SEQ), ..syn_from_peer() };
+    assert!(Connection::accept(config, LOCAL, REMOTE, &syn_ack, LOCAL_SEQ, now).is_none());
+    let wrong_port = TcpRepr { dst_port: 81, ..syn_from_peer() };
+    assert!(Connection::accept(config, LOCAL, REMOTE, &wrong_port, LOCAL_SEQ, now).is_none());
+}
+
+#[test]
+fn syn_received_resends_syn_ack_for_a_duplicate_syn() {
+    let mut s = Script::syn_received();
+    send!(s, syn_from_peer());
+    recv!(s, [syn_ack()]);
+    assert_eq!(s.conn.stats().retransmits, 1);
+}
+
+#[test]
+fn syn_received_bad_ack_gets_reset() {
+    let mut s = Script::syn_received();
+    send!(s, from_peer(0, 9));
+    recv!(
+        s,
+        [TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: ours(9),
+            ack_number: None,
+            window_len: 0,
+            ..RECV_TEMPL
+        }]
+    );
+    assert_eq!(s.conn.state(), State::SynReceived);
+    // No ACK at all: dropped.
+    send!(s, TcpRepr { ack_number: None, ..from_peer(0, 0) });
+    recv!(s, []);
+    assert_eq!(s.conn.state(), State::SynReceived);
+}
+
+#[test]
+fn syn_received_syn_ack_retransmit_and_timeout() {
+    let config = Config { syn_retries: 2, ..script_config() };
+    let mut s = Script::accept_with(config, syn_from_peer());
+    recv!(s, [syn_ack()]);
+    s.advance(SEC);
+    recv!(s, [syn_ack()]);
+    s.advance(2 * SEC - MS);
+    recv!(s, []);
+    s.advance(MS);
+    recv!(s, [syn_ack()]);
+    s.advance(4 * SEC);
+    recv!(s, []);
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::TimedOut)));
+}
+
+#[test]
+fn syn_sent_retries_then_times_out() {
+    let mut s = Script::syn_sent();
+    let backoffs = [1, 2, 4, 8, 16, 32];
+    for b in backoffs {
+        s.advance(Duration::from_secs(b) - MS);
+        recv!(s, []);
+        s.advance(MS);
+        recv!(s, [our_syn()]);
+    }
+    assert_eq!(s.conn.stats().retransmits, 6);
+    s.advance(Duration::from_secs(64));
+    recv!(s, []);
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::TimedOut)));
+    assert_eq!(s.conn.poll_timeout(), None);
+}
+
+#[test]
+fn syn_sent_unacceptable_ack_gets_reset() {
+    let mut s = Script::syn_sent();
+    let bad = TcpRepr { control: TcpControl::Syn, seq_number: REMOTE_SEQ, ..from_peer(0, 5) };
+    send!(s, bad);
+    recv!(
+        s,
+        [TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: ours(5),
+            ack_number: None,
+            window_len: 0,
+            ..RECV_TEMPL
+        }]
+    );
+    assert_eq!(s.conn.state(), State::SynSent);
+    // ACK = ISS is unacceptable too, and a RST with a bad ACK is ignored.
+    send!(s, TcpRepr { ack_number: Some(LOCAL_SEQ), ..from_peer(0, 0) });
+    recv!(
+        s,
+        [TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: LOCAL_SEQ,
+            ack_number: None,
+            window_len: 0,
+            ..RECV_TEMPL
+        }]
+    );
+    send!(s, rst(from_peer(0, 5)));
+    recv!(s, []);
+    // A RST without ACK is ignored; neither SYN nor RST: dropped.
+    send!(s, TcpRepr { ack_number: None, ..rst(from_peer(0, 0)) });
+    send!(s, from_peer(0, 0));
+    recv!(s, []);
+    assert_eq!(s.conn.state(), State::SynSent);
+}
+
+#[test]
+fn syn_sent_reset_is_refused() {
+    let mut s = Script::syn_sent();
+    send!(s, rst(from_peer(0, 0)));
+    recv!(s, []);
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::Refused)));
+    assert!(s.conn.is_readable() && s.conn.is_closed() && !s.conn.is_writable());
+}
+
+#[test]
+fn simultaneous_open() {
+    let mut s = Script::syn_sent();
+    send!(s, TcpRepr { ack_number: None, ..syn_from_peer() });
+    assert_eq!(s.conn.state(), State::SynReceived);
+    recv!(s, [syn_ack()]);
+    // The peer's SYN-ACK (its SYN again, acknowledging ours) completes it.
+    send!(s, TcpRepr { control: TcpControl::Syn, seq_number: REMOTE_SEQ, ..from_peer(0, 0) });
+    assert_eq!(s.conn.state(), State::Established);
+    recv!(s, [ack(0, 0, 64)]);
+
+    // The other interleaving: the peer's plain ACK.
+    let mut s = Script::syn_sent();
+    send!(s, TcpRepr { ack_number: None, ..syn_from_peer() });
+    recv!(s, [syn_ack()]);
+    send!(s, from_peer(0, 0));
+    assert_eq!(s.conn.state(), State::Established);
+    recv!(s, []);
+}
+
+#[test]
+fn simultaneous_open_reset_is_refused() {
+    let mut s = Script::syn_sent();
+    send!(s, TcpRepr { ack_number: None, ..syn_from_peer() });
+    recv!(s, [syn_ack()]);
+    send!(s, rst(from_peer(0, 0)));
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::Refused)));
+}
+
+// ------------------------------------------------------------------------------------------
+// Closing.
+
+pub(super) fn fin_wait_1() -> Script {
+    let mut s = Script::established();
+    s.conn.shutdown_write();
+    assert_eq!(s.conn.state(), State::FinWait1);
+    recv!(s, [fin(ack(0, 0, 64))]);
+    s
+}
+
+pub(super) fn fin_wait_2() -> Script {
+    let mut s = fin_wait_1();
+    send!(s, from_peer(0, 1));
+    recv!(s, []);
+    assert_eq!(s.conn.state(), State::FinWait2);
+    s
+}
+
+pub(super) fn time_wait() -> Script {
+    let mut s = fin_wait_2();
+    send!(s, fin(from_peer(0, 1)));
+    recv!(s, [ack(1, 1, 63)]);
+    assert_eq!(s.conn.state(), State::TimeWait);
+    s
+}
+
+pub(super) fn close_wait() -> Script {
+    let mut s = Script::established();
+    send!(s, fin(from_peer(0, 0)));
+    recv!(s, [ack(0, 1, 63)]);
+    assert_eq!(s.conn.state(), State::CloseWait);
+    s
+}
+
+pub(super) fn last_ack() -> Script {
+    let mut s = close_wait();
+    s.conn.close();
+    recv!(s, [fin(ack(0, 1, 63))]);
+    assert_eq!(s.conn.state(), State::LastAck);
+    s
+}
+
+pub(super) fn closing() -> Script {
+    let mut s = fin_wait_1();
+    send!(s, fin(from_peer(0, 0)));
+    recv!(s, [ack(1, 1, 63)]);
+    assert_eq!(s.conn.state(), State::Closing);
+    s
+}
+
+#[test]
+fn active_close_through_time_wait() {
+    let mut s = time_wait();
+    assert!(s.conn.recv_finished());
+    assert_eq!(s.conn.poll_timeout(), Some(s.now + 60 * SEC), "2 MSL");
+    s.advance(60 * SEC - MS);
+    assert_eq!(s.conn.state(), State::TimeWait);
+    s.advance(MS);
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, None));
+    recv!(s, []);
+    // A closed connection answers with a reset.
+    send!(s, from_peer(1, 1));
+    recv!(
+        s,
+        [TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: ours(1),
+            ack_number: None,
+            window_len: 0,
+            ..RECV_TEMPL
+        }]
+    );
+}
+
+#[test]
+fn msl_is_configurable() {
+    let config = Config { msl: Duration::from_millis(500), ..script_config() };
+    let mut s = established_with(config, syn_from_peer(), from_peer(0, 0));
+    s.conn.close();
+    recv!(s, [fin(ack(0, 0, 64))]);
+    send!(s, fin(from_peer(0, 1)));
+    recv!(s, [ack(1, 1, 63)]);
+    assert_eq!(s.conn.state(), State::TimeWait);
+    s.advance(SEC);
+    assert_eq!(s.conn.state(), State::Closed);
+}
+
+#[test]
+fn fin_and_ack_together_go_to_time_wait() {
+    let mut s = fin_wait_1();
+    send!(s, fin(from_peer(0, 1)));
+    recv!(s, [ack(1, 1, 63)]);
+    assert_eq!(s.conn.state(), State::TimeWait);
+}
+
+#[test]
+fn time_wait_acks_a_retransmitted_fin_and_restarts() {
+    let mut s = time_wait();
+    s.advance(30 * SEC);
+    send!(s, fin(from_peer(0, 1)));
+    recv!(s, [ack(1, 1, 63)]);
+    s.advance(59 * SEC);
+    assert_eq!(s.conn.state(), State::TimeWait, "2 MSL restarted at 30 s");
+    s.advance(SEC);
+    assert_eq!(s.conn.state(), State::Closed);
+}
+
+#[test]
+fn simultaneous_close() {
+    let mut s = closing();
+    send!(s, from_peer(1, 1));
+    recv!(s, []);
+    assert_eq!(s.conn.state(), State::TimeWait);
+}
+
+#[test]
+fn closing_retransmits_fin() {
+    let mut s = closing();
+    s.advance(SEC);
+    recv!(s, [fin(ack(0, 1, 63))]);
+    send!(s, from_peer(1, 1));
+    assert_eq!(s.conn.state(), State::TimeWait);
+}
+
+#[test]
+fn passive_close() {
+    let mut s = last_ack();
+    send!(s, from_peer(1, 1));
+    recv!(s, []);
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, None));
+    assert_eq!(s.conn.poll_timeout(), None);
+}
+
+#[test]
+fn last_ack_retransmits_fin_then_times_out() {
+    let config = Config { max_retransmits: 2, ..script_config() };
+    let mut s = established_with(config, syn_from_peer(), from_peer(0, 0));
+    send!(s, fin(from_peer(0, 0)));
+    recv!(s, [ack(0, 1, 63)]);
+    s.conn.close();
+    recv!(s, [fin(ack(0, 1, 63))]);
+    s.advance(SEC);
+    recv!(s, [fin(ack(0, 1, 63))]);
+    s.advance(2 * SEC);
+    recv!(s, [fin(ack(0, 1, 63))]);
+    s.advance(4 * SEC);
+    recv!(s, []);
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::TimedOut)));
+}
+
+#[test]
+fn half_close_keeps_receiving() {
+    let mut s = fin_wait_2();
+    assert!(!s.conn.is_writable());
+    assert_eq!(s.conn.send(b"late"), 0, "the sending side is shut");
+    send!(s, TcpRepr { payload: b"hello", ..from_peer(0, 1) });
+    recv!(s, [ack(1, 5, 59)]);
+    let mut buf = [0; 16];
+    assert_eq!(s.conn.recv(&mut buf), 5);
+    assert_eq!(&buf[..5], b"hello");
+    send!(s, fin(from_peer(5, 1)));
+    recv!(s, [ack(1, 6, 58)]);
+    assert_eq!(s.conn.state(), State::TimeWait);
+    assert!(s.conn.recv_finished());
+}
+
+#[test]
+fn data_after_close_is_acknowledged_and_discarded() {
+    let mut s = Script::established();
+    s.conn.close();
+    recv!(s, [fin(ack(0, 0, 64))]);
+    send!(s, TcpRepr { payload: b"late", ..from_peer(0, 1) });
+    recv!(s, [ack(1, 4, 60)]);
+    assert_eq!(s.conn.recv_queue(), 0);
+    assert_eq!(s.conn.state(), State::FinWait2);
+}
+
+#[test]
+fn close_wait_keeps_sending() {
+    let mut s = close_wait();
+    assert!(s.conn.is_writable());
+    assert_eq!(s.conn.send(b"xyz"), 3);
+    recv!(s, [TcpRepr { push: true, payload: b"xyz", ..ack(0, 1, 63) }]);
+    s.conn.shutdown_write();
+    assert_eq!(s.conn.state(), State::LastAck);
+    recv!(s, [fin(ack(3, 1, 63))]);
+    send!(s, from_peer(1, 4));
+    assert_eq!(s.conn.state(), State::Closed);
+}
+
+#[test]
+fn fin_waits_for_queued_data() {
+    let mut s = Script::established();
+    assert_eq!(s.conn.send(b"abc"), 3);
+    s.conn.shutdown_write();
+    recv!(s, [TcpRepr { push: true, control: TcpControl::Fin, payload: b"abc", ..ack(0, 0, 64) }]);
+    send!(s, from_peer(0, 4));
+    assert_eq!(s.conn.state(), State::FinWait2);
+    assert_eq!(s.conn.send_queue(), 0);
+}
+
+#[test]
+fn shutdown_in_syn_received_waits_for_the_handshake() {
+    let mut s = Script::syn_received();
+    s.conn.shutdown_write();
+    recv!(s, []);
+    send!(s, from_peer(0, 0));
+    assert_eq!(s.conn.state(), State::FinWait1);
+    recv!(s, [fin(ack(0, 0, 64))]);
+}
+
+#[test]
+fn shutdown_in_syn_sent_sends_data_and_fin_after_the_handshake() {
+    let mut s = Script::syn_sent();
+    assert_eq!(s.conn.send(b"hi"), 2);
+    s.conn.shutdown_write();
+    recv!(s, []);
+    send!(s, TcpRepr { control: TcpControl::Syn, seq_number: REMOTE_SEQ, ..from_peer(0, 0) });
+    assert_eq!(s.conn.state(), State::FinWait1);
+    recv!(s, [TcpRepr { push: true, control: TcpControl::Fin, payload: b"hi", ..ack(0, 0, 64) }]);
+}
+
+#[test]
+fn close_in_syn_sent_closes() {
+    let mut s = Script::syn_sent();
+    s.conn.close();
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, None));
+    recv!(s, []);
+}
+
+#[test]
+fn out_of_order_fin_waits_for_the_data_before_it() {
+    let mut s = Script::established();
+    send!(s, fin(TcpRepr { payload: b"def", ..from_peer(3, 0) }));
+    recv!(s, [ack(0, 0, 64)]);
+    assert_eq!(s.conn.state(), State::Established);
+    send!(s, TcpRepr { payload: b"abc", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 7, 57)]);
+    assert_eq!(s.conn.state(), State::CloseWait);
+    let mut buf = [0; 8];
+    assert_eq!(s.conn.recv(&mut buf), 6);
+    assert_eq!(&buf[..6], b"abcdef");
+    assert!(s.conn.recv_finished());
+}
+
+// ------------------------------------------------------------------------------------------
+// Resets and unacceptable segments.
+
+/// Every state a reset can meet, the peer's and our next sequence offsets there, and the error
+/// an exact reset leaves.
+fn reset_cases() -> Vec<(Script, usize, usize, Option<ConnectionError>)> {
+    vec![
+        (Script::syn_received(), 0, 0, Some(ConnectionError::Reset)),
+        (Script::established(), 0, 0, Some(ConnectionError::Reset)),
+        (fin_wait_1(), 0, 1, Some(ConnectionError::Reset)),
+        (fin_wait_2(), 0, 1, Some(ConnectionError::Reset)),
+        (close_wait(), 1, 0, Some(ConnectionError::Reset)),
+        (closing(), 1, 1, None),
+        (last_ack(), 1, 1, None),
+        (time_wait(), 1, 1, None),
+    ]
+}
+
+#[test]
+fn reset_in_each_state() {
+    for (mut s, p, o, error) in reset_cases() {
+        let state = s.conn.state();
+        // Outside the window: ignored.
+        send!(s, rst(from_peer(p + 1000, o)));
+        recv!(s, []);
+        // In the window but not at RCV.NXT: a challenge ACK (RFC 5961 §3.2).
+        send!(s, rst(from_peer(p + 1, o)));
+        let out = s.drain();
+        assert_eq!(out.len(), 1, "{state:?}");
+        assert_eq!(
+            (out[0].repr.control, out[0].repr.ack_number),
+            (TcpControl::None, Some(peer(p))),
+            "{state:?}"
+        );
+        assert_eq!(s.conn.state(), state);
+        // Exactly at RCV.NXT: reset.
+        send!(s, rst(from_peer(p, o)));
+        recv!(s, []);
+        assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, error), "{state:?}");
+        assert_eq!(s.conn.poll_timeout(), None);
+    }
+}
+
+#[test]
+fn syn_on_synchronized_connection_gets_challenge_ack() {
+    let mut s = Script::established();
+    for seq in [REMOTE_SEQ, peer(0), peer(10), peer(100_000)] {
+        send!(s, TcpRepr { control: TcpControl::Syn, seq_number: seq, ack_number: None, ..SEND_TEMPL });
+        recv!(s, [ack(0, 0, 64)]);
+        assert_eq!(s.conn.state(), State::Established);
+    }
+}
+
+#[test]
+fn unacceptable_segments_get_an_ack() {
+    let mut s = Script::established();
+    send!(s, TcpRepr { payload: b"abcdef", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 6, 58)]);
+    // Entirely old (a duplicate).
+    send!(s, TcpRepr { payload: b"abc", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 6, 58)]);
+    // Past the window.
+    send!(s, TcpRepr { payload: b"zzz", ..from_peer(6 + 58, 0) });
+    recv!(s, [ack(0, 6, 58)]);
+    // An old pure ACK is acceptable if in the window... one before RCV.NXT is not.
+    send!(s, from_peer(5, 0));
+    recv!(s, [ack(0, 6, 58)]);
+    let mut buf = [0; 64];
+    assert_eq!(s.conn.recv(&mut buf), 6);
+    assert_eq!(&buf[..6], b"abcdef", "nothing else was stored");
+}
+
+#[test]
+fn data_beyond_the_window_is_trimmed() {
+    let mut s = Script::established();
+    let big = [7u8; 100];
+    send!(s, TcpRepr { payload: &big, ..from_peer(0, 0) });
+    recv!(s, [ack(0, 64, 0)]);
+    // A partly duplicate segment keeps only its new bytes.
+    let mut s = Script::established();
+    send!(s, TcpRepr { payload: b"abc", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 3, 61)]);
+    send!(s, TcpRepr { payload: b"abcdef", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 6, 58)]);
+    let mut buf = [0; 64];
+    assert_eq!(s.conn.recv(&mut buf), 6);
+    assert_eq!(&buf[..6], b"abcdef");
+}
+
+#[test]
+fn ack_of_unsent_data_is_answered_and_dropped() {
+    let mut s = Script::established();
+    send!(s, TcpRepr { payload: b"abc", ..from_peer(0, 100) });
+    recv!(s, [ack(0, 0, 64)]);
+    assert_eq!(s.conn.recv_queue(), 0);
+    // Far in the past (more than the largest window ever seen): the same.
+    send!(s, TcpRepr { payload: b"abc", ack_number: Some(LOCAL_SEQ - 100_000), ..from_peer(0, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    assert_eq!(s.conn.recv_queue(), 0);
+    // A slightly old ACK is fine: the data is taken.
+    send!(s, TcpRepr { payload: b"abc", ack_number: Some(LOCAL_SEQ), ..from_peer(0, 0) });
+    recv!(s, [ack(0, 3, 61)]);
+}
+
+#[test]
+fn segments_for_other_ports_are_ignored() {
+    let mut s = Script::established();
+    send!(s, TcpRepr { src_port: 1, payload: b"abc", ..from_peer(0, 0) });
+    send!(s, rst(TcpRepr { dst_port: 1, ..from_peer(0, 0) }));
+    recv!(s, []);
+    assert_eq!(s.conn.stats().segments_in, 1, "only the handshake ACK");
+    assert_eq!(s.conn.state(), State::Established);
+}
+
+#[test]
+fn abort_sends_reset() {
+    let mut s = Script::established();
+    assert_eq!(s.conn.send(b"abc"), 3);
+    recv!(s, [TcpRepr { push: true, payload: b"abc", ..ack(0, 0, 64) }]);
+    s.conn.abort();
+    recv!(
+        s,
+        [TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: ours(3),
+            ack_number: None,
+            window_len: 0,
+            ..RECV_TEMPL
+        }]
+    );
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::Aborted)));
+    // Close with unread data is an abort too.
+    let mut s = Script::established();
+    send!(s, TcpRepr { payload: b"abc", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 3, 61)]);
+    s.conn.close();
+    recv!(
+        s,
+        [TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: ours(0),
+            ack_number: None,
+            window_len: 0,
+            ..RECV_TEMPL
+        }]
+    );
+    // In SYN-SENT an abort is silent.
+    let mut s = Script::syn_sent();
+    s.conn.abort();
+    recv!(s, []);
+    assert!(s.conn.is_closed());
+}
+
+#[test]
+fn listener_rules() {
+    assert_eq!(listen_reply(&syn_from_peer()), ListenAction::Accept);
+    assert_eq!(listen_reply(&rst(from_peer(0, 0))), ListenAction::Ignore);
+    assert_eq!(listen_reply(&TcpRepr { ack_number: None, ..from_peer(0, 0) }), ListenAction::Ignore);
+    assert_eq!(
+        listen_reply(&from_peer(0, 7)),
+        ListenAction::Reset(TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: ours(7),
+            ack_number: None,
+            window_len: 0,
+            ..RECV_TEMPL
+        })
+    );
+    // Without ACK: <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>.
+    let data = TcpRepr { ack_number: None, payload: b"abcd", ..fin(from_peer(0, 0)) };
+    assert_eq!(
+        reset_for(&data),
+        Some(TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: SeqNumber::new(0),
+            ack_number: Some(peer(5)),
+            window_len: 0,
+            ..RECV_TEMPL
+        })
+    );
+    assert_eq!(reset_for(&rst(from_peer(0, 0))), None);
+}
+
+// ------------------------------------------------------------------------------------------
+// Data transfer.
+
+#[test]
+fn send_and_acknowledge() {
+    let mut s = Script::established();
+    assert_eq!(s.conn.send(b"abcdef"), 6);
+    recv!(s, [TcpRepr { push: true, payload: b"abcdef", ..ack(0, 0, 64) }]);
+    assert_eq!(s.conn.poll_timeout(), Some(s.now + SEC), "the retransmission timer runs");
+    send!(s, from_peer(0, 6));
+    recv!(s, []);
+    assert_eq!(s.conn.send_queue(), 0);
+    assert_eq!(s.conn.poll_timeout(), None, "everything acknowledged");
+    assert_eq!(s.conn.stats().bytes_out, 6);
+    // The send buffer is bounded.
+    assert_eq!(s.conn.send(&[0; 100]), 64);
+    assert!(!s.conn.is_writable());
+}
+
+#[test]
+fn out_of_order_segments_are_reassembled() {
+    let mut s = Script::established();
+    send!(s, TcpRepr { payload: b"ghi", ..from_peer(6, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    send!(s, TcpRepr { payload: b"def", ..from_peer(3, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    assert_eq!(s.conn.ooo_held(), (1, 6));
+    assert_eq!(s.conn.recv_queue(), 0);
+    send!(s, TcpRepr { payload: b"abc", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 9, 55)]);
+    assert_eq!(s.conn.ooo_held(), (0, 0));
+    let mut buf = [0; 64];
+    assert_eq!(s.conn.recv(&mut buf), 9);
+    assert_eq!(&buf[..9], b"abcdefghi");
+    assert_eq!(s.conn.stats().bytes_in, 9);
+}
+
+#[test]
+fn out_of_order_store_is_bounded() {
+    let config = Config { max_ooo_ranges: 2, ..script_config() };
+    let mut s = established_with(config, syn_from_peer(), from_peer(0, 0));
+    for at in [2, 6, 10] {
+        send!(s, TcpRepr { payload: b"x", ..from_peer(at, 0) });
+        recv!(s, [ack(0, 0, 64)]);
+    }
+    assert_eq!(s.conn.ooo_held(), (2, 2), "the third hole was refused");
+    send!(s, TcpRepr { payload: b"ab", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 3, 61)]);
+}
+
+#[test]
+fn receive_window_follows_free_space_with_sws_avoidance() {
+    let mut s = Script::established();
+    send!(s, TcpRepr { payload: &[1; 64], ..from_peer(0, 0) });
+    recv!(s, [ack(0, 64, 0)]);
+    let mut buf = [0; 64];
+    assert_eq!(s.conn.recv(&mut buf[..10]), 10);
+    recv!(s, []);
+    assert_eq!(s.conn.recv(&mut buf[..21]), 21);
+    recv!(s, []);
+    assert_eq!(s.conn.recv(&mut buf[..1]), 1);
+    // 32 bytes free = RCV.BUFF / 2: the window opens.
+    recv!(s, [ack(0, 64, 32)]);
+    // A zero-window probe before that gets the current window.
+    send!(s, TcpRepr { payload: b"q", ..from_peer(64 + 32, 0) });
+    recv!(s, [ack(0, 64, 32)]);
+}
+
+#[test]
+fn zero_window_accepts_acks() {
+    let mut s = Script::established();
+    assert_eq!(s.conn.send(b"abc"), 3);
+    recv!(s, [TcpRepr { push: true, payload: b"abc", ..ack(0, 0, 64) }]);
+    send!(s, TcpRepr { payload: &[1; 64], ..from_peer(0, 0) });
+    recv!(s, [ack(3, 64, 0)]);
+    // Data at RCV.NXT with a zero window: not acceptable, but its ACK counts.
+    send!(s, TcpRepr { payload: b"more", ..from_peer(64, 3) });
+    recv!(s, [ack(3, 64, 0)]);
+    assert_eq!(s.conn.send_queue(), 0);
+}
+
+#[test]
+fn nagle_holds_small_segments() {
+    let mut s = Script::established();
+    assert_eq!(s.conn.send(b"a"), 1);
+    recv!(s, [TcpRepr { push: true, payload: b"a", ..ack(0, 0, 64) }]);
+    assert_eq!(s.conn.send(b"b"), 1);
+    recv!(s, []);
+    assert_eq!(s.conn.send(b"c"), 1);
+    recv!(s, []);
+    send!(s, from_peer(0, 1));
+    recv!(s, [TcpRepr { push: true, payload: b"bc", ..ack(1, 0, 64) }]);
+    s.conn.set_nodelay(true);
+    assert_eq!(s.conn.send(b"d"), 1);
+    recv!(s, [TcpRepr { push: true, payload: b"d", ..ack(3, 0, 64) }]);
+}
+
+#[test]
+fn delayed_ack_timing() {
+    let config = Config { delayed_ack: Some(40 * MS), recv_buffer: 4096, ..script_config() };
+    let syn = TcpRepr { max_seg_size: Some(100), ..syn_from_peer() };
+    let mut s = established_with(config, syn, from_peer(0, 0));
+    send!(s, TcpRepr { payload: &[1; 10], ..from_peer(0, 0) });
+    recv!(s, []);
+    assert_eq!(s.conn.poll_timeout(), Some(s.now + 40 * MS));
+    s.advance(39 * MS);
+    recv!(s, []);
+    s.advance(MS);
+    recv!(s, [ack(0, 10, 4086)]);
+    // At least every second full-sized segment (our MSS 1460): two of them ack at once.
+    send!(s, TcpRepr { payload: &[2; 1460], ..from_peer(10, 0) });
+    recv!(s, []);
+    send!(s, TcpRepr { payload: &[3; 1460], ..from_peer(1470, 0) });
+    recv!(s, [ack(0, 2930, 4096 - 2930)]);
+    // Sending data carries the ACK and cancels the timer.
+    send!(s, TcpRepr { payload: &[4; 5], ..from_peer(2930, 0) });
+    assert_eq!(s.conn.send(b"x"), 1);
+    recv!(s, [TcpRepr { push: true, payload: b"x", ..ack(0, 2935, 4096 - 2935) }]);
+    assert_eq!(s.conn.poll_timeout(), Some(s.now + SEC), "only the retransmission timer");
+}
+
+#[test]
+fn mss_clamping() {
+    let config = Config { send_buffer: 1000, nodelay: true, ..script_config() };
+    let syn = TcpRepr { max_seg_size: Some(100), window_len: 1000, ..syn_from_peer() };
+    let mut s = established_with(config, syn, TcpRepr { window_len: 1000, ..from_peer(0, 0) });
+    assert_eq!(s.conn.send_mss(), 100);
+    assert_eq!(s.conn.send(&[9; 250]), 250);
+    let lens: Vec<_> = s.drain().iter().map(|t| t.payload.len()).collect();
+    assert_eq!(lens, [100, 100, 50]);
+    // No MSS option: 536. A tiny MSS is raised to 64. Ours caps theirs.
+    let s = Script::accept_with(script_config(), TcpRepr { max_seg_size: None, ..syn_from_peer() });
+    assert_eq!(s.conn.send_mss(), 536);
+    let s = Script::accept_with(script_config(), TcpRepr { max_seg_size: Some(1), ..syn_from_peer() });
+    assert_eq!(s.conn.send_mss(), 64);
+    let config = Config { mss: 1200, ..script_config() };
+    let s = Script::accept_with(config, syn_from_peer());
+    assert_eq!(s.conn.send_mss(), 1200);
+}
+
+#[test]
+fn window_scaling_arithmetic() {
+    let config = Config { recv_buffer: 1 << 20, window_scaling: true, ..script_config() };
+    let syn = TcpRepr { window_scale: Some(3), window_len: 65535, ..syn_from_peer() };
+    let mut s = Script::accept_with(config, syn);
+    let out = s.drain();
+    assert_eq!(out[0].repr.window_scale, Some(5), "1 MiB needs a shift of 5");
+    assert_eq!(out[0].repr.window_len, 65535, "a SYN's window is not scaled");
+    send!(s, TcpRepr { window_len: 100, ..from_peer(0, 0) });
+    assert_eq!(s.conn.window_scale(), Some((5, 3)));
+    assert_eq!(s.conn.send_window(), 800, "100 << 3");
+    send!(s, TcpRepr { payload: &[0; 10], window_len: 100, ..from_peer(0, 0) });
+    let out = s.drain();
+    assert_eq!(out[0].repr.window_len, u16::try_from(((1 << 20) - 10) >> 5).unwrap());
+    // A shift above 14 counts as 14.
+    let syn = TcpRepr { window_scale: Some(15), ..syn_from_peer() };
+    let mut s = Script::accept_with(config, syn);
+    s.drain();
+    send!(s, TcpRepr { window_len: 1, ..from_peer(0, 0) });
+    assert_eq!(s.conn.window_scale(), Some((5, 14)));
+    assert_eq!(s.conn.send_window(), 1 << 14);
+    // Only when both SYNs carry it: the window field saturates at 65535.
+    let mut s = Script::accept_with(config, syn_from_peer());
+    let out = s.drain();
+    assert_eq!(out[0].repr.window_scale, None);
+    send!(s, TcpRepr { payload: &[0; 10], window_len: 100, ..from_peer(0, 0) });
+    assert_eq!(s.conn.window_scale(), None);
+    assert_eq!(s.conn.send_window(), 100);
+    let out = s.drain();
+    assert_eq!(out[0].repr.window_len, 65535);
+    // An active open offers it and drops it when the SYN-ACK does not carry it.
+    let base = Instant::now();
+    let mut s = Script::new(Connection::connect(config, LOCAL, REMOTE, LOCAL_SEQ, base), base);
+    let out = s.drain();
+    assert_eq!(out[0].repr.window_scale, Some(5));
+    send!(s, TcpRepr { control: TcpControl::Syn, seq_number: REMOTE_SEQ, ..from_peer(0, 0) });
+    assert_eq!(s.conn.window_scale(), None);
+}
+
+#[test]
+fn timestamps_rtt_and_paws() {
+    let config = Config { timestamps: true, sack: true, ..script_config() };
+    let syn = TcpRepr {
+        timestamp: Some(Timestamp { tsval: 100, tsecr: 0 }),
+        sack_permitted: true,
+        ..syn_from_peer()
+    };
+    let mut s = Script::accept_with(config, syn);
+    let out = s.drain();
+    let ts0 = out[0].repr.timestamp.expect("timestamps negotiated");
+    assert_eq!(ts0.tsecr, 100);
+    assert!(out[0].repr.sack_permitted);
+    let ts = |tsval, tsecr| Some(Timestamp { tsval, tsecr });
+    send!(s, TcpRepr { timestamp: ts(101, ts0.tsval), ..from_peer(0, 0) });
+    assert_eq!(s.conn.state(), State::Established);
+    assert!(s.conn.timestamps() && s.conn.sack_permitted());
+    assert_eq!(s.conn.send_mss(), 1460 - 12, "the option takes 12 bytes of every segment");
+    // RTT from TSecr: our data leaves at 100 ms, its ACK comes 50 ms later.
+    s.advance(100 * MS);
+    assert_eq!(s.conn.send(b"x"), 1);
+    let out = s.drain();
+    assert_eq!(out[0].repr.timestamp, ts(ts0.tsval + 100, 101));
+    s.advance(50 * MS);
+    // The echo says which transmission is acknowledged: one from 80 ms, so the sample is 70 ms.
+    // With the handshake's 0 ms sample first, SRTT = 70 / 8 (RFC 6298).
+    send!(s, TcpRepr { timestamp: ts(102, ts0.tsval + 80), ..from_peer(0, 1) });
+    assert_eq!(s.conn.stats().srtt, Some(Duration::from_micros(8750)));
+    // Data with a newer TSval is taken and echoed.
+    send!(s, TcpRepr { payload: b"ab", timestamp: ts(103, 0), ..from_peer(0, 1) });
+    let out = s.drain();
+    assert_eq!((out[0].repr.ack_number, out[0].repr.timestamp), (Some(peer(2)), ts(ts0.tsval + 150, 103)));
+    // PAWS: an older TSval is dropped and answered with an ACK.
+    send!(s, TcpRepr { payload: b"cd", timestamp: ts(50, 0), ..from_peer(2, 1) });
+    let out = s.drain();
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].repr.ack_number, out[0].repr.timestamp), (Some(peer(2)), ts(ts0.tsval + 150, 103)));
+    assert_eq!(s.conn.recv_queue(), 2);
+    // TSval wraps in serial arithmetic: 103 -> 2^32 - 1 would be older.
+    send!(s, TcpRepr { payload: b"cd", timestamp: ts(u32::MAX, 0), ..from_peer(2, 1) });
+    s.drain();
+    assert_eq!(s.conn.recv_queue(), 2);
+    send!(s, TcpRepr { payload: b"cd", timestamp: ts(104, 0), ..from_peer(2, 1) });
+    s.drain();
+    assert_eq!(s.conn.recv_queue(), 4);
+}
+
+#[test]
+fn retransmission_backoff_and_failure() {
+    let config = Config { max_retransmits: 3, ..script_config() };
+    let mut s = established_with(config, syn_from_peer(), from_peer(0, 0));
+    assert_eq!(s.conn.send(b"abc"), 3);
+    let data = TcpRepr { push: true, payload: b"abc", ..ack(0, 0, 64) };
+    recv!(s, [data]);
+    for backoff in [1, 2, 4] {
+        s.advance(Duration::from_secs(backoff) - MS);
+        recv!(s, []);
+        s.advance(MS);
+        recv!(s, [data]);
+    }
+    let stats = s.conn.stats();
+    assert_eq!((stats.retransmits, stats.timeouts, stats.rto), (3, 3, 8 * SEC));
+    assert_eq!(stats.cwnd, 1460, "one segment after a timeout");
+    s.advance(8 * SEC);
+    recv!(s, []);
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::TimedOut)));
+}
+
+#[test]
+fn ack_resets_the_backoff_and_karn_skips_retransmitted_samples() {
+    let mut s = Script::established();
+    let rto0 = s.conn.stats().rto;
+    assert_eq!(s.conn.send(b"abc"), 3);
+    s.drain();
+    s.advance(SEC);
+    assert_eq!(s.drain().len(), 1);
+    assert_eq!(s.conn.stats().rto, 2 * rto0);
+    let srtt = s.conn.stats().srtt;
+    s.advance(300 * MS);
+    send!(s, from_peer(0, 3));
+    assert_eq!(s.conn.stats().srtt, srtt, "Karn: no sample from a retransmitted segment");
+    assert_eq!(s.conn.stats().rto, 2 * rto0, "backoff kept until a new sample (RFC 6298 5.7)");
+    assert_eq!(s.conn.send(b"d"), 1);
+    s.drain();
+    s.advance(200 * MS);
+    send!(s, from_peer(0, 4));
+    assert_ne!(s.conn.stats().srtt, srtt);
+    assert_eq!(s.conn.stats().rto, SEC, "sampled: back to the (minimum) RTO");
+}
+
+#[test]
+fn min_rto_is_configurable() {
+    let config = Config { min_rto: 200 * MS, initial_rto: 200 * MS, ..script_config() };
+    let mut s = established_with(config, syn_from_peer(), from_peer(0, 0));
+    assert_eq!(s.conn.send(b"abc"), 3);
+    s.drain();
+    s.advance(200 * MS);
+    assert_eq!(s.drain().len(), 1);
+}
+
+/// Four segments of 64 bytes in flight under a 256-byte cwnd (the peer's MSS is 64).
+fn four_in_flight(peer_window: u16) -> Script {
+    let config = Config { send_buffer: 1024, ..script_config() };
+    let syn = TcpRepr { max_seg_size: Some(64), window_len: peer_window, ..syn_from_peer() };
+    let mut s = established_with(config, syn, TcpRepr { window_len: peer_window, ..from_peer(0, 0) });
+    assert_eq!(s.conn.stats().cwnd, 256);
+    let data: Vec<u8> = (0..=255).collect();
+    assert_eq!(s.conn.send(&data), 256);
+    assert_eq!(s.conn.send(&data), 256);
+    let out = s.drain();
+    assert_eq!(
+        out.iter().map(|t| t.repr.seq_number).collect::<Vec<_>>(),
+        [ours(0), ours(64), ours(128), ours(192)]
+    );
+    s
+}
+
+#[test]
+fn fast_retransmit_after_three_dup_acks() {
+    let mut s = four_in_flight(256);
+    let dup = TcpRepr { window_len: 256, ..from_peer(0, 0) };
+    send!(s, dup);
+    send!(s, dup);
+    recv!(s, []);
+    send!(s, dup);
+    let out = s.drain();
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].repr.seq_number, out[0].payload.len()), (ours(0), 64));
+    let stats = s.conn.stats();
+    assert_eq!((stats.dup_acks, stats.fast_retransmits, stats.ssthresh), (3, 1, 128));
+    assert_eq!(stats.cwnd, 128 + 3 * 64);
+    // A partial ACK retransmits the next hole (NewReno).
+    send!(s, TcpRepr { window_len: 256, ..from_peer(0, 64) });
+    let out = s.drain();
+    assert_eq!(out[0].repr.seq_number, ours(64));
+    assert_eq!(s.conn.stats().fast_retransmits, 2);
+    // The full ACK ends recovery.
+    send!(s, TcpRepr { window_len: 256, ..from_peer(0, 256) });
+    assert_eq!(s.conn.stats().cwnd, 128, "min(ssthresh, flight + SMSS)");
+    assert_eq!(s.conn.stats().timeouts, 0);
+}
+
+#[test]
+fn dup_acks_must_be_pure_and_same_window() {
+    let mut s = four_in_flight(256);
+    send!(s, TcpRepr { window_len: 300, ..from_peer(0, 0) });
+    send!(s, TcpRepr { window_len: 300, payload: b"x", ..from_peer(0, 0) });
+    send!(s, TcpRepr { window_len: 300, ..from_peer(1, 0) });
+    s.drain();
+    assert_eq!(s.conn.stats().dup_acks, 1, "a window change and data are not duplicate ACKs");
+}
+
+#[test]
+fn limited_transmit() {
+    let mut s = four_in_flight(1024);
+    let dup = TcpRepr { window_len: 1024, ..from_peer(0, 0) };
+    send!(s, dup);
+    let out = s.drain();
+    assert_eq!(out.iter().map(|t| t.repr.seq_number).collect::<Vec<_>>(), [ours(256)], "one new segment");
+    send!(s, dup);
+    let out = s.drain();
+    assert_eq!(out.iter().map(|t| t.repr.seq_number).collect::<Vec<_>>(), [ours(320)]);
+    send!(s, dup);
+    let out = s.drain();
+    assert_eq!(out[0].repr.seq_number, ours(0), "the fast retransmit");
+}
+
+#[test]
+fn zero_window_persist_probe() {
+    let mut s =
+        established_with(script_config(), syn_from_peer(), TcpRepr { window_len: 0, ..from_peer(0, 0) });
+    assert_eq!(s.conn.send(b"abc"), 3);
+    recv!(s, []);
+    assert_eq!(s.conn.poll_timeout(), Some(s.now + SEC), "the persist timer");
+    s.advance(SEC);
+    recv!(s, [TcpRepr { payload: b"a", ..ack(0, 0, 64) }]);
+    send!(s, TcpRepr { window_len: 0, ..from_peer(0, 0) });
+    recv!(s, []);
+    s.advance(2 * SEC - MS);
+    recv!(s, []);
+    s.advance(MS);
+    recv!(s, [TcpRepr { payload: b"a", ..ack(0, 0, 64) }]);
+    // The window opens: the data goes.
+    send!(s, TcpRepr { window_len: 100, ..from_peer(0, 0) });
+    recv!(s, [TcpRepr { push: true, payload: b"abc", ..ack(0, 0, 64) }]);
+    assert_eq!(s.conn.state(), State::Established, "probes never time a connection out");
+}
+
+#[test]
+fn persist_probe_accepted_by_the_peer() {
+    let mut s =
+        established_with(script_config(), syn_from_peer(), TcpRepr { window_len: 0, ..from_peer(0, 0) });
+    assert_eq!(s.conn.send(b"abc"), 3);
+    recv!(s, []);
+    s.advance(SEC);
+    recv!(s, [TcpRepr { payload: b"a", ..ack(0, 0, 64) }]);
+    // The window had opened: the peer takes the byte.
+    send!(s, TcpRepr { window_len: 10, ..from_peer(0, 1) });
+    recv!(s, [TcpRepr { push: true, payload: b"bc", ..ack(1, 0, 64) }]);
+    send!(s, TcpRepr { window_len: 10, ..from_peer(0, 3) });
+    assert_eq!(s.conn.send_queue(), 0);
+}
+
+#[test]
+fn keepalive_probes_then_times_out() {
+    let keepalive = Keepalive { idle: 10 * SEC, interval: SEC, probes: 2 };
+    let config = Config { keepalive: Some(keepalive), ..script_config() };
+    let mut s = established_with(config, syn_from_peer(), from_peer(0, 0));
+    let probe = TcpRepr { seq_number: LOCAL_SEQ, ..ack(0, 0, 64) };
+    s.advance(10 * SEC - MS);
+    recv!(s, []);
+    s.advance(MS);
+    recv!(s, [probe]);
+    // An answer rearms the idle timer.
+    send!(s, from_peer(0, 0));
+    s.advance(10 * SEC - MS);
+    recv!(s, []);
+    s.advance(MS);
+    recv!(s, [probe]);
+    s.advance(SEC);
+    recv!(s, [probe]);
+    assert_eq!(s.conn.state(), State::Established);
+    s.advance(SEC);
+    recv!(s, []);
+    assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::TimedOut)));
+    // Off by default.
+    let mut s = Script::established();
+    s.advance(Duration::from_secs(3 * 3600));
+    recv!(s, []);
+    assert_eq!(s.conn.poll_timeout(), None);
+}
+
+#[test]
+fn slow_start_grows_cwnd() {
+    let mut s = four_in_flight(1024);
+    send!(s, TcpRepr { window_len: 1024, ..from_peer(0, 64) });
+    assert_eq!(s.conn.stats().cwnd, 256 + 64);
+    let out = s.drain();
+    assert_eq!(out.len(), 2, "the ACK freed one segment and cwnd grew by one");
+}
+
+#[test]
+fn acks_after_a_timeout_carry_the_highest_sequence_number() {
+    // A timeout rewinds SND.NXT; an ACK from there would be old to the peer, which would
+    // answer it with an ACK, which would be old to us... ACKs go out at SND.MAX instead.
+    let mut s = four_in_flight(256);
+    s.advance(SEC);
+    let out = s.drain();
+    assert_eq!(out.len(), 1, "cwnd is one segment after the timeout");
+    assert_eq!(out[0].repr.seq_number, ours(0));
+    send!(s, TcpRepr { payload: b"x", window_len: 256, ..from_peer(0, 0) });
+    let out = s.drain();
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].repr.seq_number, out[0].repr.ack_number), (ours(256), Some(peer(1))));
+}
+
+#[test]
+fn answers_to_unacceptable_bare_segments_are_rate_limited() {
+    let mut s = Script::established();
+    let old = from_peer(0, 0);
+    let old = TcpRepr { seq_number: old.seq_number - 1, ..old };
+    send!(s, old);
+    recv!(s, [ack(0, 0, 64)]);
+    send!(s, old);
+    recv!(s, []);
+    // Unacceptable data is always answered.
+    send!(s, TcpRepr { payload: b"x", ..old });
+    recv!(s, [ack(0, 0, 64)]);
+    s.advance(500 * MS);
+    send!(s, old);
+    recv!(s, [ack(0, 0, 64)]);
+}
+
+#[test]
+fn the_third_handshake_segment_may_carry_data() {
+    let mut s = Script::syn_received();
+    send!(s, TcpRepr { payload: b"early", ..from_peer(0, 0) });
+    assert_eq!(s.conn.state(), State::Established);
+    recv!(s, [ack(0, 5, 59)]);
+    assert_eq!(s.conn.recv_queue(), 5);
+}
+
+#[test]
+fn a_connection_moves_between_threads() {
+    fn assert_send<T: Send>(_: &T) {}
+    let s = Script::established();
+    assert_send(&s.conn);
+}
