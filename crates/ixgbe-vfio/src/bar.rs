@@ -102,6 +102,43 @@ impl MappedBar {
         self.base.as_ptr()
     }
 
+    /// Reads a 64-bit register with one volatile 64-bit load (for devices whose 64-bit registers take
+    /// effect only on a full-width access; the 82599 needs none).
+    ///
+    /// # Panics
+    ///
+    /// When `offset` is not 8-aligned or the register is not inside the mapping.
+    #[inline]
+    #[must_use]
+    pub fn read64(&self, offset: u32) -> u64 {
+        let reg = self.register64(offset);
+        // SAFETY: `reg` is an aligned 64-bit register inside the live mapping (see `register64`); the
+        // access is volatile because device registers have side effects.
+        u64::from_le(unsafe { reg.read_volatile() })
+    }
+
+    /// Writes a 64-bit register with one volatile 64-bit store (see [`MappedBar::read64`]).
+    ///
+    /// # Panics
+    ///
+    /// When `offset` is not 8-aligned or the register is not inside the mapping.
+    #[inline]
+    pub fn write64(&self, offset: u32, value: u64) {
+        let reg = self.register64(offset);
+        // SAFETY: as in `read64`.
+        unsafe { reg.write_volatile(value.to_le()) }
+    }
+
+    fn register64(&self, offset: u32) -> *mut u64 {
+        assert!(offset.is_multiple_of(8), "64-bit register offset {offset:#x} is not 8-aligned");
+        let high = offset.checked_add(4).expect("register offset overflows");
+        check_register(high, self.len);
+        let off = check_register(offset, self.len);
+        // SAFETY: `off + 8 <= len` (both halves checked by `check_register`), so the result stays inside
+        // the mapping; the base is page-aligned and `off` 8-aligned, so the register is 8-aligned.
+        unsafe { self.base.as_ptr().add(off) }.cast::<u64>()
+    }
+
     fn register(&self, offset: u32) -> *mut u32 {
         let off = check_register(offset, self.len);
         // SAFETY: `off + 4 <= len` (checked by `check_register`), so the result stays inside the
