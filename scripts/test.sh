@@ -7,7 +7,7 @@
 # Stages: Debian packages (as root) and cargo-fuzz, then fmt, clippy, doc, all tests, loom models,
 # ThreadSanitizer on the concurrent stress tests (nightly), `cargo bench --no-run`, and a short fuzz run
 # of every target (nightly). Knobs: FUZZ_SECONDS (per target, default 20), LOOM_MAX_PREEMPTIONS
-# (default 3), NETCHANNEL_STRESS_ITEMS for the TSan run (default 200000).
+# (default 3), NETCHANNEL_STRESS_ITEMS and ACCEPT_STRESS_CONNS for the TSan run (default 200000, 20000).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -102,15 +102,15 @@ if [ "$QUICK" != 1 ]; then
   stage "loom models"
   run_tests loom env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
-    cargo test --release --locked -p netchannel --test 'loom_*'
+    cargo test --release --locked -p netchannel -p accept-affinity --test 'loom_*'
 
   stage "ThreadSanitizer (nightly) on the concurrent stress tests"
   tsan_flags=(-Zbuild-std --target x86_64-unknown-linux-gnu)
   rustup component list --toolchain "$NIGHTLY" --installed | grep -q '^rust-src' || tsan_flags=()
   run_tests tsan env RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
     CARGO_TARGET_DIR=target/tsan TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-    NETCHANNEL_STRESS_ITEMS="${NETCHANNEL_STRESS_ITEMS:-200000}" \
-    cargo +"$NIGHTLY" test "${tsan_flags[@]}" --locked -p netchannel --test '*_stress'
+    NETCHANNEL_STRESS_ITEMS="${NETCHANNEL_STRESS_ITEMS:-200000}" ACCEPT_STRESS_CONNS="${ACCEPT_STRESS_CONNS:-20000}" \
+    cargo +"$NIGHTLY" test "${tsan_flags[@]}" --locked -p netchannel -p accept-affinity --test '*_stress'
   # The 82599 driver's queues on their own threads beside the model's thread (DMA through atomics).
   run_tests tsan-ixgbe env RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
     CARGO_TARGET_DIR=target/tsan TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
