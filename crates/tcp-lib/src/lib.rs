@@ -3,8 +3,11 @@
 //! So far: [`wire`], the wire formats (Ethernet, ARP, IPv4 with fragment reassembly, ICMPv4, TCP)
 //! as zero-copy views and parse/emit representations; and [`tcp`], the sans-IO TCP connection core
 //! (one TCB's state machine, timers, options and congestion control, driven by segments and time
-//! from the caller). The listener and the per-core socket API build on them.
+//! from the caller); and [`stack`], the per-core IPv4/TCP endpoint (ARP, ICMP echo, fragment
+//! reassembly, listeners with SYN queue, SYN cookies and accept backlog, socket handles) driven
+//! over a `netchannel` device.
 #![forbid(unsafe_code)]
 
+pub mod stack;
 pub mod tcp;
 pub mod wire;

@@ -1,0 +1,200 @@
+//! The ARP cache (RFC 826) with a bounded queue of packets waiting for each unresolved next hop.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use crate::wire::EthernetAddress;
+
+/// Limits and timers of the ARP cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArpConfig {
+    /// Most resolved entries; when full, the entry closest to expiry is evicted.
+    pub max_entries: usize,
+    /// How long a resolved entry is used before it is resolved again.
+    pub entry_ttl: Duration,
+    /// Most next hops being resolved at once; packets for another one are dropped.
+    pub max_pending_hosts: usize,
+    /// Most IPv4 packets queued per unresolved next hop; more are dropped.
+    pub max_pending_packets: usize,
+    /// Time between ARP requests for an unresolved next hop.
+    pub retry_interval: Duration,
+    /// Requests sent before the next hop is given up and its packets dropped.
+    pub max_requests: u32,
+}
+
+impl Default for ArpConfig {
+    fn default() -> Self {
+        Self {
+            max_entries: 1024,
+            entry_ttl: Duration::from_secs(60),
+            max_pending_hosts: 64,
+            max_pending_packets: 16,
+            retry_interval: Duration::from_secs(1),
+            max_requests: 3,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Pending {
+    packets: VecDeque<Vec<u8>>,
+    requests: u32,
+    next_request: Instant,
+}
+
+/// What [`ArpCache::enqueue`] did with a packet.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Enqueued {
+    /// Queued, and the next hop is new: send a request now.
+    RequestNow,
+    /// Queued behind a request already sent.
+    Queued,
+    /// No room: dropped.
+    Dropped,
+}
+
+#[derive(Debug)]
+pub(crate) struct ArpCache {
+    config: ArpConfig,
+    entries: HashMap<Ipv4Addr, (EthernetAddress, Instant)>,
+    pending: HashMap<Ipv4Addr, Pending>,
+}
+
+impl ArpCache {
+    pub(crate) fn new(config: ArpConfig) -> Self {
+        Self { config, entries: HashMap::new(), pending: HashMap::new() }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The hardware address of `ip`, if resolved and fresh.
+    pub(crate) fn lookup(&mut self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
+        match self.entries.get(&ip) {
+            Some(&(mac, expires)) if expires > now => Some(mac),
+            Some(_) => {
+                self.entries.remove(&ip);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Records `ip -> mac`; returns the packets that waited for it, in order.
+    pub(crate) fn insert(&mut self, ip: Ipv4Addr, mac: EthernetAddress, now: Instant) -> VecDeque<Vec<u8>> {
+        if !self.entries.contains_key(&ip) && self.entries.len() >= self.config.max_entries {
+            let victim = self.entries.iter().min_by_key(|(_, (_, exp))| *exp).map(|(ip, _)| *ip);
+            if let Some(victim) = victim {
+                self.entries.remove(&victim);
+            }
+        }
+        if self.config.max_entries > 0 {
+            self.entries.insert(ip, (mac, now + self.config.entry_ttl));
+        }
+        self.pending.remove(&ip).map(|p| p.packets).unwrap_or_default()
+    }
+
+    /// Whether `ip` is already in the cache (RFC 826 updates only known entries from requests not
+    /// addressed to us).
+    pub(crate) fn contains(&self, ip: Ipv4Addr) -> bool {
+        self.entries.contains_key(&ip)
+    }
+
+    /// Queues an IPv4 packet for the unresolved next hop `ip`.
+    pub(crate) fn enqueue(&mut self, ip: Ipv4Addr, packet: Vec<u8>, now: Instant) -> Enqueued {
+        let max = self.config.max_pending_packets;
+        if let Some(p) = self.pending.get_mut(&ip) {
+            if p.packets.len() >= max {
+                return Enqueued::Dropped;
+            }
+            p.packets.push_back(packet);
+            return Enqueued::Queued;
+        }
+        if self.pending.len() >= self.config.max_pending_hosts || max == 0 {
+            return Enqueued::Dropped;
+        }
+        let mut packets = VecDeque::with_capacity(1);
+        packets.push_back(packet);
+        self.pending
+            .insert(ip, Pending { packets, requests: 1, next_request: now + self.config.retry_interval });
+        Enqueued::RequestNow
+    }
+
+    /// Runs the retry timers: pushes the next hops to ask again onto `requests` and returns how
+    /// many packets were dropped for next hops given up.
+    pub(crate) fn poll(&mut self, now: Instant, requests: &mut Vec<Ipv4Addr>) -> usize {
+        let mut dropped = 0;
+        let (interval, max) = (self.config.retry_interval, self.config.max_requests);
+        self.pending.retain(|ip, p| {
+            if p.next_request > now {
+                return true;
+            }
+            if p.requests >= max {
+                dropped += p.packets.len();
+                return false;
+            }
+            p.requests += 1;
+            p.next_request = now + interval;
+            requests.push(*ip);
+            true
+        });
+        dropped
+    }
+
+    /// The next retry instant.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.pending.values().map(|p| p.next_request).min()
+    }
+
+    /// Packets waiting for resolution, over all next hops.
+    pub(crate) fn pending_packets(&self) -> usize {
+        self.pending.values().map(|p| p.packets.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_is_bounded_retried_and_expired() {
+        let config = ArpConfig { max_pending_hosts: 2, max_pending_packets: 2, ..ArpConfig::default() };
+        let mut arp = ArpCache::new(config);
+        let t0 = Instant::now();
+        let (a, b, c) = (Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 3), Ipv4Addr::new(10, 0, 0, 4));
+        assert_eq!(arp.enqueue(a, vec![1], t0), Enqueued::RequestNow);
+        assert_eq!(arp.enqueue(a, vec![2], t0), Enqueued::Queued);
+        assert_eq!(arp.enqueue(a, vec![3], t0), Enqueued::Dropped);
+        assert_eq!(arp.enqueue(b, vec![4], t0), Enqueued::RequestNow);
+        assert_eq!(arp.enqueue(c, vec![5], t0), Enqueued::Dropped);
+        assert_eq!(arp.pending_packets(), 3);
+        let mut req = Vec::new();
+        assert_eq!(arp.poll(t0, &mut req), 0);
+        assert!(req.is_empty());
+        assert_eq!(arp.next_deadline(), Some(t0 + Duration::from_secs(1)));
+        let mac = EthernetAddress([2, 0, 0, 0, 0, 2]);
+        assert_eq!(arp.insert(a, mac, t0), VecDeque::from([vec![1], vec![2]]));
+        assert_eq!(arp.lookup(a, t0), Some(mac));
+        assert_eq!(arp.lookup(a, t0 + Duration::from_secs(61)), None, "expired");
+        for i in 1..=2 {
+            assert_eq!(arp.poll(t0 + Duration::from_secs(i), &mut req), 0);
+        }
+        assert_eq!(req, vec![b, b]);
+        assert_eq!(arp.poll(t0 + Duration::from_secs(3), &mut req), 1, "given up");
+        assert_eq!(arp.pending_packets(), 0);
+        assert_eq!(arp.next_deadline(), None);
+    }
+
+    #[test]
+    fn entries_are_bounded() {
+        let mut arp = ArpCache::new(ArpConfig { max_entries: 3, ..ArpConfig::default() });
+        let t0 = Instant::now();
+        for i in 0..10u8 {
+            let _ = arp.insert(Ipv4Addr::new(10, 0, 0, i), EthernetAddress([2, 0, 0, 0, 0, i]), t0);
+        }
+        assert_eq!(arp.len(), 3);
+        assert!(arp.contains(Ipv4Addr::new(10, 0, 0, 9)));
+    }
+}

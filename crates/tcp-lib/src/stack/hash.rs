@@ -1,0 +1,311 @@
+//! Keyed hashing for the stack's secrets: initial sequence numbers (RFC 6528), SYN cookies
+//! (RFC 4987) and ephemeral port selection (RFC 6056).
+//!
+//! The keyed hash is SipHash-2-4 (Aumasson and Bernstein, 2012) over 64-bit words, written out
+//! here so that the key can be chosen (a seeded stack replays exactly) while the default key comes
+//! from the operating system's randomness through [`std::hash::RandomState`].
+
+use std::hash::{BuildHasher, RandomState};
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use netchannel::signature::FlowGroup;
+
+use crate::wire::SeqNumber;
+
+/// A 128-bit SipHash key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Key(pub(crate) [u64; 2]);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a secret.
+        f.write_str("Key(..)")
+    }
+}
+
+impl Key {
+    /// A random key from the OS's randomness (std seeds each `RandomState` from it).
+    pub(crate) fn random() -> Self {
+        let a = RandomState::new().hash_one(0x5eed_u64);
+        let b = RandomState::new().hash_one(0x00c0_ffee_u64);
+        Self([a, b])
+    }
+
+    /// A key derived from a seed (deterministic tests).
+    pub(crate) fn from_seed(seed: u64) -> Self {
+        let k = Self([0x736f_6d65_7073_6575, 0x646f_7261_6e64_6f6d]);
+        Self([k.hash(&[seed, 1]), k.hash(&[seed, 2])])
+    }
+
+    /// SipHash-2-4 of the little-endian bytes of `words`.
+    pub(crate) fn hash(&self, words: &[u64]) -> u64 {
+        let [k0, k1] = self.0;
+        let mut v = [
+            k0 ^ 0x736f_6d65_7073_6575,
+            k1 ^ 0x646f_7261_6e64_6f6d,
+            k0 ^ 0x6c79_6765_6e65_7261,
+            k1 ^ 0x7465_6462_7974_6573,
+        ];
+        fn round(v: &mut [u64; 4]) {
+            v[0] = v[0].wrapping_add(v[1]);
+            v[1] = v[1].rotate_left(13);
+            v[1] ^= v[0];
+            v[0] = v[0].rotate_left(32);
+            v[2] = v[2].wrapping_add(v[3]);
+            v[3] = v[3].rotate_left(16);
+            v[3] ^= v[2];
+            v[0] = v[0].wrapping_add(v[3]);
+            v[3] = v[3].rotate_left(21);
+            v[3] ^= v[0];
+            v[2] = v[2].wrapping_add(v[1]);
+            v[1] = v[1].rotate_left(17);
+            v[1] ^= v[2];
+            v[2] = v[2].rotate_left(32);
+        }
+        let mut compress = |m: u64| {
+            v[3] ^= m;
+            round(&mut v);
+            round(&mut v);
+            v[0] ^= m;
+        };
+        for &m in words {
+            compress(m);
+        }
+        // The last block holds the message length in bytes (mod 256) in its top byte.
+        let len = u64::try_from(words.len().wrapping_mul(8) & 0xff).unwrap_or(0);
+        compress(len << 56);
+        v[2] ^= 0xff;
+        for _ in 0..4 {
+            round(&mut v);
+        }
+        v[0] ^ v[1] ^ v[2] ^ v[3]
+    }
+}
+
+/// The 4-tuple as two words.
+fn tuple_words(local: SocketAddrV4, remote: SocketAddrV4) -> [u64; 2] {
+    let l = (u64::from(local.ip().to_bits()) << 16) | u64::from(local.port());
+    let r = (u64::from(remote.ip().to_bits()) << 16) | u64::from(remote.port());
+    [l, r]
+}
+
+/// The low 32 bits.
+fn low32(x: u64) -> u32 {
+    u32::try_from(x & 0xffff_ffff).unwrap_or(0)
+}
+
+/// RFC 6528 §3: `ISN = M + F(localip, localport, remoteip, remoteport, secretkey)`, where `M` is a
+/// timer ticking every 4 microseconds (`since` is the time since the stack's epoch).
+pub(crate) fn isn(key: &Key, local: SocketAddrV4, remote: SocketAddrV4, since: Duration) -> SeqNumber {
+    let m = low32(u64::try_from(since.as_micros() / 4).unwrap_or(u64::MAX));
+    SeqNumber::new(m.wrapping_add(low32(key.hash(&tuple_words(local, remote)))))
+}
+
+/// The MSS values a SYN cookie can carry (its 2-bit index), after Linux's `msstab`.
+pub(crate) const COOKIE_MSS: [u16; 4] = [536, 1300, 1440, 1460];
+
+/// Bits of a cookie below its counter.
+const COOKIE_BITS: u32 = 24;
+const COOKIE_MASK: u32 = (1 << COOKIE_BITS) - 1;
+/// How many counter periods a cookie stays valid (the period is [`COOKIE_PERIOD`]).
+const COOKIE_MAX_AGE: u32 = 2;
+/// The cookie counter's period.
+pub(crate) const COOKIE_PERIOD: Duration = Duration::from_secs(64);
+
+/// The counter for `since` the stack's epoch.
+pub(crate) fn cookie_count(since: Duration) -> u32 {
+    low32(since.as_secs() / COOKIE_PERIOD.as_secs())
+}
+
+/// The cookie for a SYN with sequence number `peer_seq`, MSS index `mss_index` (`< 4`), at counter
+/// `count` (RFC 4987 §3.6, laid out as Linux's `secure_tcp_syn_cookie`):
+/// `H1(tuple) + SEQ + (count << 24) + ((H2(tuple, count) + data) mod 2^24)`.
+pub(crate) fn cookie(
+    key: &Key,
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    peer_seq: SeqNumber,
+    count: u32,
+    mss_index: u32,
+) -> SeqNumber {
+    let [l, r] = tuple_words(local, remote);
+    let h1 = low32(key.hash(&[l, r, 1]));
+    let h2 = low32(key.hash(&[l, r, 2, u64::from(count)]));
+    let value = h1
+        .wrapping_add(peer_seq.get())
+        .wrapping_add(count << COOKIE_BITS)
+        .wrapping_add(h2.wrapping_add(mss_index) & COOKIE_MASK);
+    SeqNumber::new(value)
+}
+
+/// Checks the cookie `ours` (the ACK's acknowledgment number minus one) for a connection whose
+/// SYN had `peer_seq` (the ACK's sequence number minus one) at counter `count`; returns the MSS
+/// index it encodes.
+pub(crate) fn check_cookie(
+    key: &Key,
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    peer_seq: SeqNumber,
+    ours: SeqNumber,
+    count: u32,
+) -> Option<u32> {
+    let [l, r] = tuple_words(local, remote);
+    let h1 = low32(key.hash(&[l, r, 1]));
+    let rest = ours.get().wrapping_sub(h1).wrapping_sub(peer_seq.get());
+    let diff = count.wrapping_sub(rest >> COOKIE_BITS) & (u32::MAX >> COOKIE_BITS);
+    if diff >= COOKIE_MAX_AGE {
+        return None;
+    }
+    let h2 = low32(key.hash(&[l, r, 2, u64::from(count.wrapping_sub(diff))]));
+    let index = rest.wrapping_sub(h2) & COOKIE_MASK;
+    (usize::try_from(index).is_ok_and(|i| i < COOKIE_MSS.len())).then_some(index)
+}
+
+/// The index of the largest cookie MSS not above `mss`.
+pub(crate) fn cookie_mss_index(mss: u16) -> u32 {
+    let mut best = 0;
+    for (i, &m) in (0u32..).zip(COOKIE_MSS.iter()) {
+        if m <= mss {
+            best = i;
+        }
+    }
+    best
+}
+
+/// RFC 6056 §3.3.3 (algorithm 3, "simple hash-based"): the search for a free ephemeral port starts
+/// at `F(local ip, remote ip, remote port, key) + next`, so different destinations see unrelated
+/// sequences and one destination sees ports advance.
+#[derive(Debug)]
+pub(crate) struct PortAllocator {
+    key: Key,
+    next: u32,
+    first: u16,
+    count: u32,
+}
+
+impl PortAllocator {
+    pub(crate) fn new(key: Key, first: u16, last: u16) -> Self {
+        let (first, last) = if first <= last { (first, last) } else { (last, first) };
+        let first = first.max(1);
+        Self { key, next: 0, first, count: u32::from(last) - u32::from(first) + 1 }
+    }
+
+    /// A free port for a connection from `local_ip` to `remote`: the first candidate for which
+    /// `free(port)` holds and whose flow group `want` accepts.
+    pub(crate) fn pick(
+        &mut self,
+        local_ip: std::net::Ipv4Addr,
+        remote: SocketAddrV4,
+        want: Option<&dyn Fn(FlowGroup) -> bool>,
+        mut free: impl FnMut(u16) -> bool,
+    ) -> Option<u16> {
+        let words = [
+            u64::from(local_ip.to_bits()),
+            (u64::from(remote.ip().to_bits()) << 16) | u64::from(remote.port()),
+        ];
+        let offset = low32(self.key.hash(&words));
+        for _ in 0..self.count {
+            let candidate = offset.wrapping_add(self.next) % self.count;
+            self.next = self.next.wrapping_add(1);
+            let port = u16::try_from(u32::from(self.first) + candidate).ok()?;
+            if want.is_some_and(|w| !w(FlowGroup::of_port(port))) {
+                continue;
+            }
+            if free(port) {
+                return Some(port);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    #[test]
+    #[allow(deprecated)]
+    fn siphash_matches_std_siphasher() {
+        use std::hash::Hasher;
+        // The reference vector for the empty message with key 00 01 .. 0f.
+        let key = Key([0x0706_0504_0302_0100, 0x0f0e_0d0c_0b0a_0908]);
+        assert_eq!(key.hash(&[]), 0x726f_db47_dd0e_0e31);
+        for words in [&[1u64][..], &[1, 2, 3], &[u64::MAX, 0, 7, 9, 11]] {
+            let mut h = std::hash::SipHasher::new_with_keys(key.0[0], key.0[1]);
+            for w in words {
+                h.write(&w.to_le_bytes());
+            }
+            assert_eq!(key.hash(words), h.finish());
+        }
+        assert_ne!(Key::random(), Key::random());
+        assert_eq!(Key::from_seed(3), Key::from_seed(3));
+        assert_ne!(Key::from_seed(3), Key::from_seed(4));
+    }
+
+    #[test]
+    fn cookies_round_trip_and_expire() {
+        let key = Key::from_seed(1);
+        let l = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
+        let r = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40000);
+        let seq = SeqNumber::new(u32::MAX - 3);
+        for idx in 0..4 {
+            for count in [0u32, 5, 255, 256, 1000] {
+                let c = cookie(&key, l, r, seq, count, idx);
+                assert_eq!(check_cookie(&key, l, r, seq, c, count), Some(idx));
+                assert_eq!(check_cookie(&key, l, r, seq, c, count + 1), Some(idx));
+                assert_eq!(check_cookie(&key, l, r, seq, c, count + 2), None, "too old");
+                // As in Linux, SEQ is added, not hashed: a SYN a few numbers off shifts the MSS
+                // index; one further off decodes to no valid index.
+                assert_eq!(check_cookie(&key, l, r, seq + 4096, c, count), None, "other SYN");
+                let r2 = SocketAddrV4::new(*r.ip(), 40001);
+                assert_eq!(check_cookie(&key, l, r2, seq, c, count), None, "other tuple");
+                assert_eq!(check_cookie(&Key::from_seed(2), l, r, seq, c, count), None, "other key");
+            }
+        }
+        // A random guess passes with probability about 4 * 2 / 2^24 * ... : none of 10k.
+        let passes = (0..10_000u32)
+            .filter(|&g| {
+                check_cookie(&key, l, r, seq, SeqNumber::new(g.wrapping_mul(0x9e37_79b9)), 7).is_some()
+            })
+            .count();
+        assert!(passes <= 1, "{passes}");
+        assert_eq!(cookie_mss_index(1460), 3);
+        assert_eq!(cookie_mss_index(1400), 1);
+        assert_eq!(cookie_mss_index(100), 0);
+    }
+
+    #[test]
+    fn isn_depends_on_tuple_and_time() {
+        let key = Key::from_seed(1);
+        let l = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
+        let r = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40000);
+        let r2 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40001);
+        let t = Duration::from_secs(1);
+        assert_ne!(isn(&key, l, r, t), isn(&key, l, r2, t));
+        assert_eq!(isn(&key, l, r, t + Duration::from_micros(40)) - isn(&key, l, r, t), 10);
+    }
+
+    #[test]
+    fn ports_spread_and_respect_the_flow_group_hook() {
+        let mut p = PortAllocator::new(Key::from_seed(9), 49152, 65535);
+        let r = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
+        let ip = Ipv4Addr::new(10, 0, 0, 1);
+        let a = p.pick(ip, r, None, |_| true).unwrap();
+        let b = p.pick(ip, r, None, |_| true).unwrap();
+        assert!(a >= 49152 && b >= 49152 && a != b);
+        let even: &dyn Fn(FlowGroup) -> bool = &|g| g.0 % 2 == 0;
+        for _ in 0..100 {
+            let port = p.pick(ip, r, Some(even), |_| true).unwrap();
+            assert_eq!(FlowGroup::of_port(port).0 % 2, 0);
+        }
+        let mut small = PortAllocator::new(Key::from_seed(9), 1000, 1003);
+        let mut used = std::collections::HashSet::new();
+        while let Some(port) = small.pick(ip, r, None, |p| !used.contains(&p)) {
+            used.insert(port);
+        }
+        assert_eq!(used.len(), 4);
+    }
+}

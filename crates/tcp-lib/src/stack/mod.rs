@@ -1,0 +1,1674 @@
+//! The per-core [`Stack`]: one IPv4 interface with ARP, ICMP echo, fragment reassembly, and TCP
+//! connections, listeners and socket handles over the sans-IO [`Connection`] core.
+//!
+//! # Design
+//!
+//! A `Stack` belongs to one core and is driven by the thread running there: it starts no threads,
+//! takes no locks and reads no clock. Like [`Connection`] it is sans-IO in time: every entry point
+//! takes `now`, and application calls ([`connect`](Stack::connect), [`send`](Stack::send), ...)
+//! use the latest `now` the stack was given.
+//!
+//! * **Input**: [`receive`](Stack::receive) takes one Ethernet frame (a borrowed slice, so a pool
+//!   buffer is read in place; TCP payload is copied once, into the connection's receive buffer).
+//! * **Timers**: [`handle_timeout`](Stack::handle_timeout) once `now` reaches
+//!   [`poll_timeout`](Stack::poll_timeout).
+//! * **Output**: [`transmit`](Stack::transmit) builds frames (Ethernet + IPv4 + TCP, checksums
+//!   filled, emitted with [`wire`](crate::wire)) in buffers of a
+//!   [`PoolCache`] and appends them to a [`PacketBatch`] for the device.
+//! * [`poll`](Stack::poll) does all three against a [`NetDevice`]: `rx_burst`, `receive` each
+//!   frame, timers, `transmit`, `tx_burst`.
+//!
+//! ```
+//! use std::net::{Ipv4Addr, SocketAddrV4};
+//! use std::time::{Duration, Instant};
+//! use netchannel::dev::{NetDevice, Pair};
+//! use netchannel::pool::{HugePages, Pool};
+//! use tcp_lib::stack::{Config, Stack};
+//! use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+//!
+//! let pool = Pool::builder(1024).hugepages(HugePages::Never).build()?;
+//! let (mut dev_a, mut dev_b) = Pair::builder(&pool).build()?;
+//! let cache = pool.cache();
+//! let mut now = Instant::now(); // virtual time: only the stacks' arguments move it
+//! let config = |dev: &Pair, host: u8| {
+//!     let mac = EthernetAddress(dev.info().mac.0);
+//!     let cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, host), 24).expect("a /24");
+//!     Config::new(mac, cidr)
+//! };
+//! let mut a = Stack::new(config(&dev_a, 1), now);
+//! let mut b = Stack::new(config(&dev_b, 2), now);
+//!
+//! let listener = b.listen(80)?;
+//! let client = a.connect(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80))?;
+//! assert_eq!(a.send(client, b"hello")?, 5);
+//! let mut server = None;
+//! let mut got = Vec::new();
+//! for _ in 0..100 {
+//!     a.poll(now, &mut dev_a, &cache)?;
+//!     b.poll(now, &mut dev_b, &cache)?;
+//!     server = server.or_else(|| b.accept(listener));
+//!     if let Some(s) = server {
+//!         let mut buf = [0u8; 64];
+//!         if let Ok(n) = b.recv(s, &mut buf) {
+//!             got.extend_from_slice(&buf[..n]);
+//!         }
+//!     }
+//!     now += Duration::from_millis(1);
+//! }
+//! assert_eq!(got, b"hello");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Demultiplexing and timers
+//!
+//! Connections live in a slab (a `Vec` of slots with generation counters, so a stale
+//! [`StreamId`] is detected) and are found by a `HashMap<(local, remote), slot>`: O(1) per segment
+//! whatever the number of connections. (It uses std's SipHash `RandomState`, which resists
+//! hash flooding; a faster keyed hasher, such as the registry's `Signature::hash64`, would go in
+//! `Demux` below.) Listeners are found by local port. Connections that have something to send are
+//! queued on a ready list, so [`transmit`](Stack::transmit) visits only them; connection timers sit
+//! in a binary heap with at most one live entry per connection plus stale entries that are skipped
+//! (the heap is rebuilt when stale entries outnumber live connections).
+//!
+//! # Listeners, SYN queue, SYN cookies, accept backlog
+//!
+//! A listener ([`listen_with`](Stack::listen_with)) keeps a bounded *SYN queue* of half-open
+//! connections (SYN-RECEIVED [`Connection`]s, counted against [`ListenerConfig::syn_queue`]) and
+//! a bounded *accept backlog* of established connections not yet [`accept`](Stack::accept)ed.
+//! When the SYN queue is full, the listener answers SYNs with SYN cookies (RFC 4987 §3.6, laid out
+//! as Linux does): the SYN-ACK's ISN is `H1(tuple) + SEQ + (t << 24) + ((H2(tuple, t) + mss_index)
+//! mod 2^24)` with a keyed SipHash and `t` counting 64-second periods; it keeps no state. An ACK
+//! arriving for no connection, at a listener that overflowed in the last two periods, is checked as
+//! a cookie (the counter at most one period old, the MSS index valid) and becomes an established
+//! connection. **Cookie connections lose window scaling, SACK and timestamps** (the cookie carries
+//! only the MSS, one of 536, 1300, 1440, 1460); encoding them in the timestamp as Linux does is a
+//! later item. While the backlog is full, SYNs are dropped and handshake-completing ACKs are dropped
+//! (the peer retransmits), as Linux does by default.
+//!
+//! The accept path has a hook: [`set_accept_hook`](Stack::set_accept_hook) installs an
+//! [`AcceptHook`] that receives every established connection instead of the listener's own queue,
+//! so the accept-affinity crate can own per-core accept queues; [`AcceptHook::has_room`] replaces the
+//! backlog check.
+//!
+//! # Connection lifetime and TIME-WAIT
+//!
+//! A connection from [`connect`](Stack::connect) or [`accept`](Stack::accept) belongs to the
+//! application until [`close`](Stack::close) or [`abort`](Stack::abort): its handle stays valid
+//! (state, error, buffered data) even after the connection closed. After `close` the stack finishes
+//! the connection (FIN handshake) and reclaims the slot when it reaches CLOSED. Connections in
+//! TIME-WAIT that the application has released are counted in a TIME-WAIT table bounded by
+//! [`Config::max_time_wait`]; when it is full the oldest TIME-WAIT connection is evicted (dropped
+//! without a segment, as Linux does when `tcp_max_tw_buckets` overflows). A TIME-WAIT connection
+//! still holds its `Connection` (a compact TIME-WAIT record is a later item). Ephemeral ports are
+//! never picked for a 4-tuple that is in use, TIME-WAIT included.
+//!
+//! # Security
+//!
+//! * ISNs per RFC 6528: `M + F(4-tuple, secret)`, `M` a 4 µs clock, `F` keyed SipHash-2-4.
+//! * Ephemeral ports per RFC 6056 algorithm 3, with an optional flow-group filter
+//!   ([`set_port_filter`](Stack::set_port_filter)) so replies land on this core's RX queue.
+//! * Blind RST/SYN/data injection is handled by the connection core (RFC 5961).
+//! * Every table is bounded: connections ([`Config::max_connections`]), SYN queues and backlogs,
+//!   TIME-WAIT, the ARP cache and its pending packets, fragment reassembly, queued control frames.
+//!   No frame makes the stack panic.
+//!
+//! # Not yet
+//!
+//! Zero-copy receive (reading payload in place from pool buffers) and a prepared-buffer send path
+//! (the Sandstorm path) are later items: today payload is copied into the connection's receive ring
+//! on input and from its send ring into the frame on output. PMTU discovery from ICMP
+//! fragmentation-needed, IPv4 options on output, and ICMP errors (port/protocol unreachable) are
+//! not generated.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Instant;
+
+use netchannel::dev::{DevError, NetDevice, PacketBatch};
+use netchannel::pool::PoolCache;
+use netchannel::signature::FlowGroup;
+
+use crate::tcp::{self, Connection, ConnectionError, ListenAction, State, Stats, listen_reply, reset_for};
+use crate::wire::ipv4::reassembly::Config as ReassemblyConfig;
+use crate::wire::{
+    ArpOperation, ArpPacket, ArpRepr, ChecksumPolicy, EtherType, EthernetAddress, EthernetFrame,
+    EthernetRepr, FragmentReassembler, Icmpv4Packet, Icmpv4Repr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol,
+    SeqNumber, TcpControl, TcpPacket, TcpRepr,
+};
+
+mod arp;
+mod hash;
+
+pub use arp::ArpConfig;
+
+use arp::{ArpCache, Enqueued};
+use hash::{Key, PortAllocator};
+
+/// Ethernet header length (no VLAN tag: the stack emits untagged frames).
+const ETH_LEN: usize = 14;
+/// IPv4 header length emitted.
+const IP_LEN: usize = 20;
+/// Frames received per `rx_burst` in [`Stack::poll`].
+const BURST: usize = 32;
+/// Most receive bursts per [`Stack::poll`].
+const MAX_RX_BURSTS: usize = 8;
+/// Most echo replies kept for [`Stack::take_ping_reply`].
+const MAX_PING_REPLIES: usize = 64;
+
+/// The configuration of a [`Stack`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The interface's MAC address.
+    pub mac: EthernetAddress,
+    /// The interface's IPv4 address and prefix.
+    pub ip: Ipv4Cidr,
+    /// The default gateway for destinations outside the prefix (`None`: those are unreachable).
+    pub gateway: Option<Ipv4Addr>,
+    /// The IP MTU (the Ethernet payload); TCP's MSS is clamped to `mtu - 40`.
+    pub mtu: usize,
+    /// The configuration of every TCP connection.
+    pub tcp: tcp::Config,
+    /// The ARP cache's limits.
+    pub arp: ArpConfig,
+    /// The fragment reassembly table's limits.
+    pub reassembly: ReassemblyConfig,
+    /// Announce our address with a gratuitous ARP request when the stack starts.
+    pub gratuitous_arp: bool,
+    /// Most connections at once (half-open, open, closing and TIME-WAIT together).
+    pub max_connections: usize,
+    /// Most released connections in TIME-WAIT; the oldest is evicted beyond it.
+    pub max_time_wait: usize,
+    /// Most control frames (ARP, ICMP, RST, SYN cookies) queued between [`Stack::receive`] and
+    /// [`Stack::transmit`]; more are dropped.
+    pub max_queued_frames: usize,
+    /// The ephemeral port range, inclusive (RFC 6335: 49152-65535).
+    pub ephemeral_ports: (u16, u16),
+    /// Seeds the stack's secret (ISNs, SYN cookies, ports) for reproducible tests; `None` draws it
+    /// from the OS's randomness. Never seed a production stack.
+    pub secret_seed: Option<u64>,
+    /// TTL of emitted datagrams.
+    pub ttl: u8,
+}
+
+impl Config {
+    /// Defaults for an interface with `mac` and `ip`: MTU 1500, no gateway, 64k connections,
+    /// 4096 TIME-WAIT, a random secret.
+    #[must_use]
+    pub fn new(mac: EthernetAddress, ip: Ipv4Cidr) -> Self {
+        Self {
+            mac,
+            ip,
+            gateway: None,
+            mtu: 1500,
+            tcp: tcp::Config::default(),
+            arp: ArpConfig::default(),
+            reassembly: ReassemblyConfig::default(),
+            gratuitous_arp: true,
+            max_connections: 65_536,
+            max_time_wait: 4096,
+            max_queued_frames: 4096,
+            ephemeral_ports: (49_152, 65_535),
+            secret_seed: None,
+            ttl: 64,
+        }
+    }
+}
+
+/// The limits of one listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenerConfig {
+    /// Most half-open (SYN-RECEIVED) connections; beyond it SYNs get cookies (or are dropped).
+    pub syn_queue: usize,
+    /// Most established connections waiting for [`Stack::accept`].
+    pub backlog: usize,
+    /// Answer SYNs with SYN cookies when the SYN queue is full.
+    pub syn_cookies: bool,
+}
+
+impl Default for ListenerConfig {
+    /// A SYN queue of 256, a backlog of 128, cookies on.
+    fn default() -> Self {
+        Self { syn_queue: 256, backlog: 128, syn_cookies: true }
+    }
+}
+
+/// Why a stack call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Error {
+    /// The handle does not name a live connection or listener of this stack.
+    InvalidHandle,
+    /// Port 0.
+    InvalidPort,
+    /// A listener already has this port.
+    AddrInUse,
+    /// No free ephemeral port for this destination.
+    NoPorts,
+    /// [`Config::max_connections`] reached.
+    TooManyConnections,
+    /// The destination is outside the prefix and there is no gateway.
+    Unreachable,
+    /// Nothing to read, or no room to write, now.
+    WouldBlock,
+    /// The sending side was shut down (or the connection is closing).
+    WriteClosed,
+    /// The connection failed.
+    Connection(ConnectionError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidHandle => f.write_str("invalid handle"),
+            Self::InvalidPort => f.write_str("invalid port"),
+            Self::AddrInUse => f.write_str("address in use"),
+            Self::NoPorts => f.write_str("no free ephemeral port"),
+            Self::TooManyConnections => f.write_str("too many connections"),
+            Self::Unreachable => f.write_str("no route to host"),
+            Self::WouldBlock => f.write_str("operation would block"),
+            Self::WriteClosed => f.write_str("sending side shut down"),
+            Self::Connection(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A connection handle (an index and a generation: stale handles are refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId {
+    index: u32,
+    generation: u32,
+}
+
+/// A listener handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ListenerId {
+    index: u32,
+    generation: u32,
+}
+
+/// Receives the connections a listener establishes, instead of the listener's own accept queue:
+/// the extension point for per-core accept queues (the accept-affinity crate).
+pub trait AcceptHook {
+    /// Whether the accept queue for `listener` can take another connection; when it cannot, SYNs
+    /// and handshake-completing ACKs for it are dropped.
+    fn has_room(&mut self, listener: ListenerId) -> bool {
+        let _ = listener;
+        true
+    }
+
+    /// `stream` is established on `listener`; the hook now holds its handle (which belongs to the
+    /// application: it must eventually be closed or aborted).
+    fn established(&mut self, listener: ListenerId, stream: StreamId);
+}
+
+/// Counters of a [`Stack`], since it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackStats {
+    /// Frames given to [`Stack::receive`].
+    pub rx_frames: u64,
+    /// Frames for another MAC or IPv4 address.
+    pub rx_not_for_us: u64,
+    /// Frames that did not parse (truncated, bad checksum, malformed headers).
+    pub rx_malformed: u64,
+    /// Frames of an EtherType, IP protocol or ICMP message the stack does not handle.
+    pub rx_unhandled: u64,
+    /// IPv4 fragments received.
+    pub rx_fragments: u64,
+    /// Datagrams reassembled from fragments.
+    pub rx_reassembled: u64,
+    /// TCP segments delivered to a connection or listener.
+    pub tcp_segments_in: u64,
+    /// TCP segments for no connection and no listener.
+    pub tcp_no_socket: u64,
+    /// Resets sent by the stack (for segments no one wants).
+    pub rst_sent: u64,
+    /// ARP requests sent.
+    pub arp_requests: u64,
+    /// ARP replies sent.
+    pub arp_replies: u64,
+    /// Packets dropped waiting for ARP (queue full, or the next hop never answered).
+    pub arp_dropped: u64,
+    /// ICMP echo replies sent.
+    pub icmp_echo_replies: u64,
+    /// Frames appended by [`Stack::transmit`].
+    pub tx_frames: u64,
+    /// Frames dropped on output: control queue full, no pool buffer, a device that refused them.
+    pub tx_dropped: u64,
+    /// Datagrams with no route.
+    pub no_route: u64,
+    /// SYN cookies sent.
+    pub syn_cookies_sent: u64,
+    /// Connections established from a valid cookie.
+    pub syn_cookies_accepted: u64,
+    /// ACKs that failed the cookie check.
+    pub syn_cookies_rejected: u64,
+    /// SYNs and handshake ACKs dropped: SYN queue full without cookies, backlog full, or
+    /// [`Config::max_connections`] reached.
+    pub listen_drops: u64,
+    /// Connections created (active and passive).
+    pub connections_opened: u64,
+    /// Connection slots reclaimed.
+    pub connections_reclaimed: u64,
+    /// TIME-WAIT connections evicted because the table was full.
+    pub time_wait_evicted: u64,
+}
+
+/// What one [`Stack::poll`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollStats {
+    /// Frames received from the device.
+    pub received: usize,
+    /// Frames the device accepted for transmission.
+    pub transmitted: usize,
+    /// Frames built but refused by the device (dropped).
+    pub dropped: usize,
+}
+
+/// An ICMP echo reply received (see [`Stack::ping`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PingReply {
+    /// Who answered.
+    pub from: Ipv4Addr,
+    /// The echo identifier.
+    pub ident: u16,
+    /// The echo sequence number.
+    pub seq_no: u16,
+    /// Bytes of echoed data.
+    pub len: usize,
+}
+
+/// Where a connection is in its listener's queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Active open, or delivered to the application.
+    Open,
+    /// Half-open, counted in its listener's SYN queue.
+    SynQueue,
+    /// From a SYN cookie, not yet delivered (never counted in the SYN queue).
+    Cookie,
+}
+
+#[derive(Debug)]
+struct Entry {
+    conn: Connection,
+    /// The application holds a handle.
+    app_owned: bool,
+    /// The listener that made it (passive opens).
+    listener: Option<ListenerId>,
+    phase: Phase,
+    /// In the demultiplexing map.
+    in_demux: bool,
+    /// On the ready list.
+    ready: bool,
+    /// The earliest live timer-heap entry.
+    timer_at: Option<Instant>,
+    /// Counted in the TIME-WAIT table.
+    time_wait: bool,
+    /// The application shut down the sending side.
+    write_shut: bool,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
+
+#[derive(Debug)]
+struct Listener {
+    port: u16,
+    config: ListenerConfig,
+    syn_queue: usize,
+    accept_queue: VecDeque<StreamId>,
+    last_overflow: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct ListenerSlot {
+    generation: u32,
+    listener: Option<Listener>,
+}
+
+/// The demultiplexing map: `(local, remote)` to slot index. std's SipHash; a faster keyed hasher
+/// would be plugged in here.
+type Demux = HashMap<(SocketAddrV4, SocketAddrV4), u32>;
+
+/// A per-core IPv4/TCP endpoint on one interface. See the [module documentation](self).
+pub struct Stack {
+    config: Config,
+    epoch: Instant,
+    now: Instant,
+    key: Key,
+    ports: PortAllocator,
+    arp: ArpCache,
+    reassembler: FragmentReassembler,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+    demux: Demux,
+    listeners: Vec<ListenerSlot>,
+    listener_ports: HashMap<u16, u32>,
+    ready: VecDeque<u32>,
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    time_wait: VecDeque<(u32, u32)>,
+    time_wait_count: usize,
+    frames: VecDeque<Vec<u8>>,
+    scratch: Vec<u8>,
+    port_filter: Option<Box<dyn Fn(FlowGroup) -> bool>>,
+    accept_hook: Option<Box<dyn AcceptHook>>,
+    ping_replies: VecDeque<PingReply>,
+    ident: u16,
+    stats: StackStats,
+}
+
+impl fmt::Debug for Stack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stack")
+            .field("mac", &self.config.mac)
+            .field("ip", &self.config.ip)
+            .field("connections", &self.live)
+            .field("listeners", &self.listener_ports.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stack {
+    /// A stack for one interface, at time `now`. Queues a gratuitous ARP when configured.
+    #[must_use]
+    pub fn new(mut config: Config, now: Instant) -> Self {
+        let mss = u16::try_from(config.mtu.saturating_sub(IP_LEN + 20)).unwrap_or(u16::MAX).max(64);
+        config.tcp.mss = config.tcp.mss.min(mss);
+        let key = config.secret_seed.map_or_else(Key::random, Key::from_seed);
+        let port_key = Key([key.0[0] ^ 0x706f_7274, key.0[1].rotate_left(17)]);
+        let mut stack = Self {
+            config,
+            epoch: now,
+            now,
+            key,
+            ports: PortAllocator::new(port_key, config.ephemeral_ports.0, config.ephemeral_ports.1),
+            arp: ArpCache::new(config.arp),
+            reassembler: FragmentReassembler::new(config.reassembly),
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            demux: HashMap::new(),
+            listeners: Vec::new(),
+            listener_ports: HashMap::new(),
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            time_wait: VecDeque::new(),
+            time_wait_count: 0,
+            frames: VecDeque::new(),
+            scratch: vec![0; usize::from(config.tcp.mss)],
+            port_filter: None,
+            accept_hook: None,
+            ping_replies: VecDeque::new(),
+            ident: 0,
+            stats: StackStats::default(),
+        };
+        if config.gratuitous_arp {
+            let ip = stack.ip();
+            stack.queue_arp(ArpOperation::Request, EthernetAddress::BROADCAST, EthernetAddress([0; 6]), ip);
+        }
+        stack
+    }
+
+    /// The configuration (with the MSS clamped to the MTU).
+    #[must_use]
+    pub const fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Our IPv4 address.
+    #[must_use]
+    pub const fn ip(&self) -> Ipv4Addr {
+        self.config.ip.address()
+    }
+
+    /// Counters.
+    #[must_use]
+    pub const fn stats(&self) -> &StackStats {
+        &self.stats
+    }
+
+    /// Connections held (any state, TIME-WAIT included).
+    #[must_use]
+    pub const fn connection_count(&self) -> usize {
+        self.live
+    }
+
+    /// Released connections in TIME-WAIT.
+    #[must_use]
+    pub const fn time_wait_count(&self) -> usize {
+        self.time_wait_count
+    }
+
+    /// Resolved ARP entries.
+    #[must_use]
+    pub fn arp_entries(&self) -> usize {
+        self.arp.len()
+    }
+
+    /// Packets waiting for ARP resolution, over all next hops.
+    #[must_use]
+    pub fn arp_pending(&self) -> usize {
+        self.arp.pending_packets()
+    }
+
+    /// The hardware address cached for `ip`, if any.
+    pub fn arp_lookup(&mut self, ip: Ipv4Addr) -> Option<EthernetAddress> {
+        self.arp.lookup(ip, self.now)
+    }
+
+    /// Restricts ephemeral ports to those whose flow group `filter` accepts (e.g. the groups the
+    /// NIC steers to this core's RX queue, so that replies land on this core); `None` lifts it.
+    /// The group is [`FlowGroup::of_port`] of the local port.
+    pub fn set_port_filter(&mut self, filter: Option<Box<dyn Fn(FlowGroup) -> bool>>) {
+        self.port_filter = filter;
+    }
+
+    /// Hands established connections of every listener to `hook` instead of the listeners' own
+    /// accept queues (`None`: back to the queues).
+    pub fn set_accept_hook(&mut self, hook: Option<Box<dyn AcceptHook>>) {
+        self.accept_hook = hook;
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Listeners.
+
+    /// Listens on `port` with the default [`ListenerConfig`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidPort`] for 0, [`Error::AddrInUse`] if a listener has it.
+    pub fn listen(&mut self, port: u16) -> Result<ListenerId, Error> {
+        self.listen_with(port, ListenerConfig::default())
+    }
+
+    /// Listens on `port`.
+    ///
+    /// # Errors
+    /// As [`listen`](Self::listen).
+    pub fn listen_with(&mut self, port: u16, config: ListenerConfig) -> Result<ListenerId, Error> {
+        if port == 0 {
+            return Err(Error::InvalidPort);
+        }
+        if self.listener_ports.contains_key(&port) {
+            return Err(Error::AddrInUse);
+        }
+        let listener =
+            Listener { port, config, syn_queue: 0, accept_queue: VecDeque::new(), last_overflow: None };
+        let index = match self.listeners.iter().position(|l| l.listener.is_none()) {
+            Some(i) => i,
+            None => {
+                self.listeners.push(ListenerSlot::default());
+                self.listeners.len() - 1
+            }
+        };
+        let index32 = u32::try_from(index).map_err(|_| Error::TooManyConnections)?;
+        let slot = &mut self.listeners[index];
+        slot.listener = Some(listener);
+        self.listener_ports.insert(port, index32);
+        Ok(ListenerId { index: index32, generation: slot.generation })
+    }
+
+    fn listener(&self, id: ListenerId) -> Option<&Listener> {
+        let slot = self.listeners.get(usize::try_from(id.index).ok()?)?;
+        if slot.generation == id.generation { slot.listener.as_ref() } else { None }
+    }
+
+    fn listener_mut(&mut self, id: ListenerId) -> Option<&mut Listener> {
+        let slot = self.listeners.get_mut(usize::try_from(id.index).ok()?)?;
+        if slot.generation == id.generation { slot.listener.as_mut() } else { None }
+    }
+
+    /// The next established connection of `listener`, oldest first.
+    pub fn accept(&mut self, listener: ListenerId) -> Option<StreamId> {
+        self.listener_mut(listener)?.accept_queue.pop_front()
+    }
+
+    /// Half-open connections in `listener`'s SYN queue.
+    #[must_use]
+    pub fn syn_queue_len(&self, listener: ListenerId) -> Option<usize> {
+        self.listener(listener).map(|l| l.syn_queue)
+    }
+
+    /// Established connections waiting in `listener`'s accept queue.
+    #[must_use]
+    pub fn accept_queue_len(&self, listener: ListenerId) -> Option<usize> {
+        self.listener(listener).map(|l| l.accept_queue.len())
+    }
+
+    /// Stops listening: queued, never accepted connections are aborted (reset); half-open ones are
+    /// aborted when they complete.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), Error> {
+        let l = self.listener_mut(listener).ok_or(Error::InvalidHandle)?;
+        let queued: Vec<StreamId> = l.accept_queue.drain(..).collect();
+        let port = l.port;
+        let slot = &mut self.listeners[usize::try_from(listener.index).map_err(|_| Error::InvalidHandle)?];
+        slot.listener = None;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.listener_ports.remove(&port);
+        for s in queued {
+            let _ = self.abort(s);
+        }
+        Ok(())
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Connections.
+
+    fn entry(&self, id: StreamId) -> Result<&Entry, Error> {
+        let slot = self.slots.get(usize::try_from(id.index).map_err(|_| Error::InvalidHandle)?);
+        match slot {
+            Some(s) if s.generation == id.generation => {
+                s.entry.as_ref().filter(|e| e.app_owned).ok_or(Error::InvalidHandle)
+            }
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    fn entry_mut(&mut self, id: StreamId) -> Result<&mut Entry, Error> {
+        let slot = self.slots.get_mut(usize::try_from(id.index).map_err(|_| Error::InvalidHandle)?);
+        match slot {
+            Some(s) if s.generation == id.generation => {
+                s.entry.as_mut().filter(|e| e.app_owned).ok_or(Error::InvalidHandle)
+            }
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    fn slot_entry(&mut self, index: u32) -> Option<&mut Entry> {
+        self.slots.get_mut(usize::try_from(index).ok()?)?.entry.as_mut()
+    }
+
+    fn route(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        if self.config.ip.contains_addr(dst) { Some(dst) } else { self.config.gateway }
+    }
+
+    /// Opens a connection to `remote` from an ephemeral port (RFC 6056 algorithm 3, through the
+    /// [port filter](Self::set_port_filter)). The SYN leaves at the next
+    /// [`transmit`](Self::transmit); data sent before the handshake completes follows it.
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`], [`Error::NoPorts`], [`Error::TooManyConnections`].
+    pub fn connect(&mut self, remote: SocketAddrV4) -> Result<StreamId, Error> {
+        if remote.port() == 0 {
+            return Err(Error::InvalidPort);
+        }
+        self.route(*remote.ip()).ok_or(Error::Unreachable)?;
+        if self.live >= self.config.max_connections {
+            return Err(Error::TooManyConnections);
+        }
+        let ip = self.ip();
+        let demux = &self.demux;
+        let listeners = &self.listener_ports;
+        let port = self
+            .ports
+            .pick(ip, remote, self.port_filter.as_deref(), |p| {
+                !listeners.contains_key(&p) && !demux.contains_key(&(SocketAddrV4::new(ip, p), remote))
+            })
+            .ok_or(Error::NoPorts)?;
+        let local = SocketAddrV4::new(ip, port);
+        let iss = hash::isn(&self.key, local, remote, self.now - self.epoch);
+        let conn = Connection::connect(self.config.tcp, local, remote, iss, self.now);
+        let index = self.insert(conn, None, Phase::Open, true);
+        Ok(self.stream_id(index))
+    }
+
+    fn stream_id(&self, index: u32) -> StreamId {
+        let generation =
+            usize::try_from(index).ok().and_then(|i| self.slots.get(i)).map_or(0, |s| s.generation);
+        StreamId { index, generation }
+    }
+
+    fn insert(
+        &mut self,
+        conn: Connection,
+        listener: Option<ListenerId>,
+        phase: Phase,
+        app_owned: bool,
+    ) -> u32 {
+        let key = (conn.local(), conn.remote());
+        let entry = Entry {
+            conn,
+            app_owned,
+            listener,
+            phase,
+            in_demux: true,
+            ready: false,
+            timer_at: None,
+            time_wait: false,
+            write_shut: false,
+        };
+        let index = if let Some(i) = self.free.pop() {
+            i
+        } else {
+            self.slots.push(Slot::default());
+            u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+        };
+        if let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) {
+            slot.entry = Some(entry);
+        }
+        self.demux.insert(key, index);
+        self.live += 1;
+        self.stats.connections_opened += 1;
+        self.mark_ready(index);
+        index
+    }
+
+    fn mark_ready(&mut self, index: u32) {
+        if let Some(e) = self.slot_entry(index)
+            && !e.ready
+        {
+            e.ready = true;
+            self.ready.push_back(index);
+        }
+    }
+
+    /// Queues bytes on `stream`; returns how many fit in the send buffer.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when the buffer is full, [`Error::WriteClosed`] after
+    /// [`shutdown_write`](Self::shutdown_write) or once the connection is closing,
+    /// [`Error::Connection`] once it failed, [`Error::InvalidHandle`].
+    pub fn send(&mut self, stream: StreamId, data: &[u8]) -> Result<usize, Error> {
+        let e = self.entry_mut(stream)?;
+        if let Some(err) = e.conn.error() {
+            return Err(Error::Connection(err));
+        }
+        if e.write_shut
+            || !matches!(
+                e.conn.state(),
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return Err(Error::WriteClosed);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let n = e.conn.send(data);
+        if n == 0 {
+            return Err(Error::WouldBlock);
+        }
+        self.mark_ready(stream.index);
+        Ok(n)
+    }
+
+    /// Reads received bytes of `stream` in order; `Ok(0)` at the end of the stream (the peer's FIN,
+    /// or a connection closed normally).
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when nothing is buffered yet, [`Error::Connection`] once it failed
+    /// (after the buffered bytes are read), [`Error::InvalidHandle`].
+    pub fn recv(&mut self, stream: StreamId, buf: &mut [u8]) -> Result<usize, Error> {
+        let e = self.entry_mut(stream)?;
+        let n = e.conn.recv(buf);
+        if n > 0 {
+            self.mark_ready(stream.index);
+            return Ok(n);
+        }
+        if let Some(err) = e.conn.error() {
+            return Err(Error::Connection(err));
+        }
+        if e.conn.recv_finished() || e.conn.is_closed() || buf.is_empty() {
+            return Ok(0);
+        }
+        Err(Error::WouldBlock)
+    }
+
+    /// Half-close: a FIN follows the data already queued.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn shutdown_write(&mut self, stream: StreamId) -> Result<(), Error> {
+        let e = self.entry_mut(stream)?;
+        e.write_shut = true;
+        e.conn.shutdown_write();
+        self.mark_ready(stream.index);
+        Ok(())
+    }
+
+    /// Releases the handle and closes the connection gracefully (an abort if received data was
+    /// left unread, see [`Connection::close`]); the stack finishes it and reclaims it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn close(&mut self, stream: StreamId) -> Result<(), Error> {
+        let e = self.entry_mut(stream)?;
+        e.conn.close();
+        e.app_owned = false;
+        self.mark_ready(stream.index);
+        Ok(())
+    }
+
+    /// Releases the handle and aborts the connection (an RST if it was synchronized).
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn abort(&mut self, stream: StreamId) -> Result<(), Error> {
+        let e = self.entry_mut(stream)?;
+        e.conn.abort();
+        e.app_owned = false;
+        self.mark_ready(stream.index);
+        Ok(())
+    }
+
+    /// Disables (`true`) or enables Nagle's algorithm.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn set_nodelay(&mut self, stream: StreamId, nodelay: bool) -> Result<(), Error> {
+        self.entry_mut(stream)?.conn.set_nodelay(nodelay);
+        Ok(())
+    }
+
+    /// The RFC 9293 state.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn state(&self, stream: StreamId) -> Result<State, Error> {
+        Ok(self.entry(stream)?.conn.state())
+    }
+
+    /// Why the connection failed, once it has.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn error(&self, stream: StreamId) -> Result<Option<ConnectionError>, Error> {
+        Ok(self.entry(stream)?.conn.error())
+    }
+
+    /// The local and remote addresses.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn addrs(&self, stream: StreamId) -> Result<(SocketAddrV4, SocketAddrV4), Error> {
+        let e = self.entry(stream)?;
+        Ok((e.conn.local(), e.conn.remote()))
+    }
+
+    /// Whether [`recv`](Self::recv) returns something other than [`Error::WouldBlock`] (false for
+    /// an invalid handle).
+    #[must_use]
+    pub fn is_readable(&self, stream: StreamId) -> bool {
+        self.entry(stream).is_ok_and(|e| e.conn.is_readable() || e.conn.error().is_some())
+    }
+
+    /// Whether [`send`](Self::send) accepts a byte now.
+    #[must_use]
+    pub fn is_writable(&self, stream: StreamId) -> bool {
+        self.entry(stream).is_ok_and(|e| !e.write_shut && e.conn.is_writable())
+    }
+
+    /// Counters and estimates of the connection (RTT, cwnd, retransmits, bytes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn connection_stats(&self, stream: StreamId) -> Result<Stats, Error> {
+        Ok(self.entry(stream)?.conn.stats())
+    }
+
+    /// Bytes waiting to be read, and bytes in the send buffer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn queues(&self, stream: StreamId) -> Result<(usize, usize), Error> {
+        let e = self.entry(stream)?;
+        Ok((e.conn.recv_queue(), e.conn.send_queue()))
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // ICMP echo.
+
+    /// Sends an ICMP echo request to `dst`.
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`].
+    pub fn ping(&mut self, dst: Ipv4Addr, ident: u16, seq_no: u16, data: &[u8]) -> Result<(), Error> {
+        self.route(dst).ok_or(Error::Unreachable)?;
+        let repr = Icmpv4Repr::EchoRequest { ident, seq_no, data };
+        self.send_icmp(dst, &repr);
+        Ok(())
+    }
+
+    /// The oldest echo reply received and not yet taken (at most 64 are kept).
+    pub fn take_ping_reply(&mut self) -> Option<PingReply> {
+        self.ping_replies.pop_front()
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Receive.
+
+    fn advance(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    /// Processes one received Ethernet frame (any bytes: what does not parse is counted and
+    /// dropped).
+    pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        self.advance(now);
+        self.stats.rx_frames += 1;
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let dst = eth.dst_addr();
+        if dst != self.config.mac && !dst.is_broadcast() {
+            self.stats.rx_not_for_us += 1;
+            return;
+        }
+        match eth.ethertype() {
+            EtherType::Arp => self.receive_arp(eth.payload()),
+            EtherType::Ipv4 => self.receive_ipv4(eth.payload()),
+            _ => self.stats.rx_unhandled += 1,
+        }
+    }
+
+    fn receive_arp(&mut self, bytes: &[u8]) {
+        let Ok(repr) = ArpPacket::new_checked(bytes).and_then(|p| ArpRepr::parse(&p)) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let (sender_ip, sender_mac) = (repr.source_protocol_addr, repr.source_hardware_addr);
+        let for_us = repr.target_protocol_addr == self.ip();
+        let usable = sender_mac.is_unicast() && !sender_ip.is_unspecified() && sender_ip != self.ip();
+        // RFC 826: update a known entry from any packet; add one when the packet is for us.
+        if usable && (for_us || self.arp.contains(sender_ip)) {
+            let waiting = self.arp.insert(sender_ip, sender_mac, self.now);
+            for mut frame in waiting {
+                self.fill_ethernet(&mut frame, sender_mac);
+                self.push_frame(frame);
+            }
+        }
+        if !for_us {
+            self.stats.rx_not_for_us += 1;
+            return;
+        }
+        if repr.operation == ArpOperation::Request && usable {
+            self.queue_arp(ArpOperation::Reply, sender_mac, sender_mac, sender_ip);
+            self.stats.arp_replies += 1;
+        }
+    }
+
+    fn receive_ipv4(&mut self, bytes: &[u8]) {
+        let Ok(packet) = Ipv4Packet::new_checked(bytes) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        if packet.is_fragment() {
+            self.stats.rx_fragments += 1;
+            match self.reassembler.add(&packet, self.now) {
+                Ok(Some(datagram)) => {
+                    self.stats.rx_reassembled += 1;
+                    self.receive_datagram(&datagram.header, &datagram.payload);
+                }
+                Ok(None) => {}
+                Err(_) => self.stats.rx_malformed += 1,
+            }
+            return;
+        }
+        match Ipv4Repr::parse(&packet, ChecksumPolicy::Verify) {
+            Ok(repr) => self.receive_datagram(&repr, packet.payload()),
+            Err(_) => self.stats.rx_malformed += 1,
+        }
+    }
+
+    fn receive_datagram(&mut self, ip: &Ipv4Repr, payload: &[u8]) {
+        if ip.dst_addr != self.ip() {
+            self.stats.rx_not_for_us += 1;
+            return;
+        }
+        match ip.protocol {
+            Protocol::Tcp => self.receive_tcp(ip.src_addr, payload),
+            Protocol::Icmp => self.receive_icmp(ip.src_addr, payload),
+            _ => self.stats.rx_unhandled += 1,
+        }
+    }
+
+    fn receive_icmp(&mut self, src: Ipv4Addr, bytes: &[u8]) {
+        let Ok(packet) = Icmpv4Packet::new_checked(bytes) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        match Icmpv4Repr::parse(&packet, ChecksumPolicy::Verify) {
+            Ok(Icmpv4Repr::EchoRequest { ident, seq_no, data }) => {
+                self.send_icmp(src, &Icmpv4Repr::EchoReply { ident, seq_no, data });
+                self.stats.icmp_echo_replies += 1;
+            }
+            Ok(Icmpv4Repr::EchoReply { ident, seq_no, data }) => {
+                if self.ping_replies.len() < MAX_PING_REPLIES {
+                    self.ping_replies.push_back(PingReply { from: src, ident, seq_no, len: data.len() });
+                }
+            }
+            // Destination unreachable / time exceeded: PMTU discovery and soft errors are later
+            // items.
+            Ok(_) => self.stats.rx_unhandled += 1,
+            Err(_) => self.stats.rx_malformed += 1,
+        }
+    }
+
+    fn receive_tcp(&mut self, src: Ipv4Addr, bytes: &[u8]) {
+        let ip = self.ip();
+        let Ok(packet) = TcpPacket::new_checked(bytes) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let Ok(seg) = TcpRepr::parse(&packet, src, ip, ChecksumPolicy::Verify) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let local = SocketAddrV4::new(ip, seg.dst_port);
+        let remote = SocketAddrV4::new(src, seg.src_port);
+        if let Some(&index) = self.demux.get(&(local, remote)) {
+            self.stats.tcp_segments_in += 1;
+            let now = self.now;
+            let Some(e) = self.slot_entry(index) else { return };
+            let completing = e.phase == Phase::SynQueue && seg.ack_number.is_some();
+            let listener = e.listener;
+            if completing
+                && let Some(l) = listener
+                && !self.backlog_has_room(l)
+            {
+                self.stats.listen_drops += 1;
+                return;
+            }
+            if let Some(e) = self.slot_entry(index) {
+                e.conn.handle_segment(now, &seg);
+            }
+            self.settle(index);
+            self.mark_ready(index);
+            return;
+        }
+        if let Some(&li) = self.listener_ports.get(&seg.dst_port) {
+            self.stats.tcp_segments_in += 1;
+            let generation =
+                self.listeners.get(usize::try_from(li).unwrap_or(usize::MAX)).map_or(0, |s| s.generation);
+            self.listener_segment(ListenerId { index: li, generation }, local, remote, &seg);
+            return;
+        }
+        self.stats.tcp_no_socket += 1;
+        if let Some(rst) = reset_for(&seg) {
+            self.send_tcp_control(local, remote, &rst);
+        }
+    }
+
+    fn backlog_has_room(&mut self, listener: ListenerId) -> bool {
+        if let Some(hook) = self.accept_hook.as_mut() {
+            return hook.has_room(listener);
+        }
+        self.listener(listener).is_some_and(|l| l.accept_queue.len() < l.config.backlog)
+    }
+
+    fn listener_segment(
+        &mut self,
+        id: ListenerId,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr<'_>,
+    ) {
+        let now = self.now;
+        let since = now - self.epoch;
+        let Some(l) = self.listener(id) else { return };
+        let lconfig = l.config;
+        let recent_overflow = l.last_overflow.is_some_and(|t| now - t < hash::COOKIE_PERIOD * 2);
+        let syn_queue = l.syn_queue;
+        match listen_reply(seg) {
+            ListenAction::Ignore => {}
+            ListenAction::Reset(rst) => {
+                if lconfig.syn_cookies
+                    && recent_overflow
+                    && matches!(seg.control, TcpControl::None | TcpControl::Fin)
+                    && let Some(ack) = seg.ack_number
+                {
+                    let ours = ack - 1;
+                    let peer = seg.seq_number - 1;
+                    let count = hash::cookie_count(since);
+                    if let Some(i) = hash::check_cookie(&self.key, local, remote, peer, ours, count) {
+                        self.accept_cookie(id, local, remote, seg, peer, ours, i);
+                        return;
+                    }
+                    self.stats.syn_cookies_rejected += 1;
+                }
+                self.send_tcp_control(local, remote, &rst);
+            }
+            ListenAction::Accept => {
+                if !self.backlog_has_room(id) || self.live >= self.config.max_connections {
+                    self.stats.listen_drops += 1;
+                    return;
+                }
+                if syn_queue < lconfig.syn_queue {
+                    let iss = hash::isn(&self.key, local, remote, since);
+                    let Some(conn) = Connection::accept(self.config.tcp, local, remote, seg, iss, now) else {
+                        return;
+                    };
+                    if let Some(l) = self.listener_mut(id) {
+                        l.syn_queue += 1;
+                    }
+                    self.insert(conn, Some(id), Phase::SynQueue, false);
+                } else if lconfig.syn_cookies {
+                    if let Some(l) = self.listener_mut(id) {
+                        l.last_overflow = Some(now);
+                    }
+                    let peer_mss = seg.max_seg_size.unwrap_or(536).min(self.config.tcp.mss);
+                    let index = hash::cookie_mss_index(peer_mss);
+                    let count = hash::cookie_count(since);
+                    let iss = hash::cookie(&self.key, local, remote, seg.seq_number, count, index);
+                    let synack = TcpRepr {
+                        src_port: local.port(),
+                        dst_port: remote.port(),
+                        control: TcpControl::Syn,
+                        seq_number: iss,
+                        ack_number: Some(seg.seq_number + 1),
+                        window_len: u16::try_from(self.config.tcp.recv_buffer).unwrap_or(u16::MAX),
+                        max_seg_size: Some(self.config.tcp.mss),
+                        ..TcpRepr::default()
+                    };
+                    self.send_tcp_control(local, remote, &synack);
+                    self.stats.syn_cookies_sent += 1;
+                } else {
+                    self.stats.listen_drops += 1;
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn accept_cookie(
+        &mut self,
+        id: ListenerId,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr<'_>,
+        peer_isn: SeqNumber,
+        our_isn: SeqNumber,
+        mss_index: u32,
+    ) {
+        if !self.backlog_has_room(id) || self.live >= self.config.max_connections {
+            self.stats.listen_drops += 1;
+            return;
+        }
+        let mss =
+            usize::try_from(mss_index).ok().and_then(|i| hash::COOKIE_MSS.get(i)).copied().unwrap_or(536);
+        // The SYN the cookie stands for: its options are lost, except the MSS.
+        let syn = TcpRepr {
+            src_port: remote.port(),
+            dst_port: local.port(),
+            control: TcpControl::Syn,
+            seq_number: peer_isn,
+            window_len: seg.window_len,
+            max_seg_size: Some(mss),
+            ..TcpRepr::default()
+        };
+        let now = self.now;
+        let Some(mut conn) = Connection::accept(self.config.tcp, local, remote, &syn, our_isn, now) else {
+            return;
+        };
+        // The SYN-ACK it would send went out already, as the cookie.
+        while conn.poll_transmit(now, &mut self.scratch).is_some() {}
+        conn.handle_segment(now, seg);
+        if !conn.is_established() {
+            return;
+        }
+        self.stats.syn_cookies_accepted += 1;
+        let index = self.insert(conn, Some(id), Phase::Cookie, false);
+        self.settle(index);
+    }
+
+    /// Bookkeeping after an event on a connection: delivery to the accept queue when a passive
+    /// open completes, SYN-queue accounting.
+    fn settle(&mut self, index: u32) {
+        let Some(e) = self.slot_entry(index) else { return };
+        if !matches!(e.phase, Phase::SynQueue | Phase::Cookie) || e.conn.state() == State::SynReceived {
+            return;
+        }
+        let was_counted = e.phase == Phase::SynQueue;
+        e.phase = Phase::Open;
+        let established = e.conn.is_established() && !e.conn.is_closed();
+        let listener = e.listener;
+        if was_counted && let Some(l) = listener.and_then(|l| self.listener_mut(l)) {
+            l.syn_queue = l.syn_queue.saturating_sub(1);
+        }
+        if !established {
+            return;
+        }
+        let stream = self.stream_id(index);
+        let live_listener = listener.filter(|&l| self.listener(l).is_some());
+        let Some(l) = live_listener else {
+            // The listener is gone: nobody will accept it.
+            if let Some(e) = self.slot_entry(index) {
+                e.conn.abort();
+            }
+            return;
+        };
+        if let Some(e) = self.slot_entry(index) {
+            e.app_owned = true;
+        }
+        if let Some(hook) = self.accept_hook.as_mut() {
+            hook.established(l, stream);
+        } else if let Some(listener) = self.listener_mut(l) {
+            listener.accept_queue.push_back(stream);
+        }
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Timers.
+
+    /// The earliest instant at which [`handle_timeout`](Self::handle_timeout) has work (`now`
+    /// itself when frames wait for [`transmit`](Self::transmit)).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if !self.frames.is_empty() || !self.ready.is_empty() {
+            return Some(self.now);
+        }
+        [
+            self.timers.peek().map(|Reverse((t, _, _))| *t),
+            self.arp.next_deadline(),
+            self.reassembler.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs the timers due at `now`: connection timers, ARP retries, fragment expiry.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+        let now = self.now;
+        while let Some(&Reverse((at, index, generation))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else {
+                continue;
+            };
+            if slot.generation != generation {
+                continue;
+            }
+            let Some(e) = slot.entry.as_mut() else { continue };
+            if e.timer_at != Some(at) {
+                continue;
+            }
+            e.timer_at = None;
+            if e.conn.poll_timeout().is_some_and(|t| t <= now) {
+                e.conn.handle_timeout(now);
+            }
+            self.settle(index);
+            self.mark_ready(index);
+        }
+        let mut requests = Vec::new();
+        self.stats.arp_dropped += u64::try_from(self.arp.poll(now, &mut requests)).unwrap_or(u64::MAX);
+        for ip in requests {
+            self.queue_arp(ArpOperation::Request, EthernetAddress::BROADCAST, EthernetAddress([0; 6]), ip);
+        }
+        self.reassembler.expire(now);
+    }
+
+    fn arm_timer(&mut self, index: u32) {
+        let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else { return };
+        let generation = slot.generation;
+        let Some(e) = slot.entry.as_mut() else { return };
+        let Some(t) = e.conn.poll_timeout() else { return };
+        if e.timer_at.is_none_or(|cur| t < cur) {
+            e.timer_at = Some(t);
+            self.timers.push(Reverse((t, index, generation)));
+        }
+        if self.timers.len() > 2 * self.live + 1024 {
+            self.rebuild_timers();
+        }
+    }
+
+    fn rebuild_timers(&mut self) {
+        self.timers.clear();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(e) = slot.entry.as_mut() else { continue };
+            e.timer_at = e.conn.poll_timeout();
+            if let (Some(t), Ok(i)) = (e.timer_at, u32::try_from(i)) {
+                self.timers.push(Reverse((t, i, slot.generation)));
+            }
+        }
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Transmit.
+
+    fn next_ident(&mut self) -> u16 {
+        self.ident = self.ident.wrapping_add(1);
+        self.ident
+    }
+
+    fn fill_ethernet(&self, frame: &mut [u8], dst: EthernetAddress) {
+        let repr =
+            EthernetRepr { src_addr: self.config.mac, dst_addr: dst, vlan: None, ethertype: EtherType::Ipv4 };
+        if frame.len() >= ETH_LEN {
+            repr.emit(&mut EthernetFrame::new_unchecked(&mut frame[..]));
+        }
+    }
+
+    fn push_frame(&mut self, frame: Vec<u8>) {
+        if self.frames.len() >= self.config.max_queued_frames {
+            self.stats.tx_dropped += 1;
+            return;
+        }
+        self.frames.push_back(frame);
+    }
+
+    fn queue_arp(
+        &mut self,
+        op: ArpOperation,
+        eth_dst: EthernetAddress,
+        target_mac: EthernetAddress,
+        target: Ipv4Addr,
+    ) {
+        let arp = ArpRepr {
+            operation: op,
+            source_hardware_addr: self.config.mac,
+            source_protocol_addr: self.ip(),
+            target_hardware_addr: target_mac,
+            target_protocol_addr: target,
+        };
+        let eth = EthernetRepr {
+            src_addr: self.config.mac,
+            dst_addr: eth_dst,
+            vlan: None,
+            ethertype: EtherType::Arp,
+        };
+        let mut frame = vec![0u8; eth.buffer_len(arp.buffer_len())];
+        let mut view = EthernetFrame::new_unchecked(&mut frame[..]);
+        eth.emit(&mut view);
+        arp.emit(&mut ArpPacket::new_unchecked(view.payload_mut()));
+        if op == ArpOperation::Request {
+            self.stats.arp_requests += 1;
+        }
+        self.push_frame(frame);
+    }
+
+    /// Sends an IPv4 datagram whose payload `write` fills (`len` bytes): now if the next hop is
+    /// resolved, else after ARP.
+    fn send_ip(&mut self, dst: Ipv4Addr, protocol: Protocol, len: usize, write: impl FnOnce(&mut [u8])) {
+        let Some(hop) = self.route(dst) else {
+            self.stats.no_route += 1;
+            return;
+        };
+        let ip = Ipv4Repr {
+            src_addr: self.ip(),
+            dst_addr: dst,
+            protocol,
+            payload_len: len,
+            ttl: self.config.ttl,
+            dscp: 0,
+            ecn: 0,
+            ident: self.next_ident(),
+            dont_frag: true,
+        };
+        let mut frame = vec![0u8; ETH_LEN + ip.buffer_len()];
+        let mut packet = Ipv4Packet::new_unchecked(&mut frame[ETH_LEN..]);
+        ip.emit(&mut packet);
+        write(packet.payload_mut());
+        self.send_frame_to(hop, frame);
+    }
+
+    fn send_frame_to(&mut self, hop: Ipv4Addr, mut frame: Vec<u8>) {
+        if let Some(mac) = self.arp.lookup(hop, self.now) {
+            self.fill_ethernet(&mut frame, mac);
+            self.push_frame(frame);
+            return;
+        }
+        match self.arp.enqueue(hop, frame, self.now) {
+            Enqueued::RequestNow => {
+                self.queue_arp(
+                    ArpOperation::Request,
+                    EthernetAddress::BROADCAST,
+                    EthernetAddress([0; 6]),
+                    hop,
+                );
+            }
+            Enqueued::Queued => {}
+            Enqueued::Dropped => self.stats.arp_dropped += 1,
+        }
+    }
+
+    fn send_icmp(&mut self, dst: Ipv4Addr, repr: &Icmpv4Repr<'_>) {
+        self.send_ip(dst, Protocol::Icmp, repr.buffer_len(), |b| {
+            repr.emit(&mut Icmpv4Packet::new_unchecked(b))
+        });
+    }
+
+    fn send_tcp_control(&mut self, local: SocketAddrV4, remote: SocketAddrV4, seg: &TcpRepr<'_>) {
+        if seg.control == TcpControl::Rst {
+            self.stats.rst_sent += 1;
+        }
+        let (src, dst) = (*local.ip(), *remote.ip());
+        self.send_ip(dst, Protocol::Tcp, seg.buffer_len(), |b| {
+            seg.emit(&mut TcpPacket::new_unchecked(b), src, dst)
+        });
+    }
+
+    /// Builds outgoing frames in buffers of `cache` and appends them to `out` until it is full or
+    /// nothing is left to send: queued control frames (ARP, ICMP, resets, SYN cookies), then the
+    /// segments of connections with something to send. Returns how many frames it appended. Frames
+    /// for next hops still being resolved wait in the ARP queue.
+    pub fn transmit<'c>(&mut self, now: Instant, cache: &'c PoolCache, out: &mut PacketBatch<'c>) -> usize {
+        self.advance(now);
+        let mut appended = 0;
+        while !out.is_full() {
+            let Some(frame) = self.frames.pop_front() else { break };
+            let Some(mut packet) = cache.alloc() else {
+                self.frames.push_front(frame);
+                return appended;
+            };
+            if packet.extend_from_slice(&frame).is_err() {
+                self.stats.tx_dropped += 1;
+                continue;
+            }
+            if out.push(packet).is_err() {
+                break;
+            }
+            appended += 1;
+        }
+        while let Some(&index) = self.ready.front() {
+            match self.drain_connection(index, cache, out, &mut appended) {
+                Drained::All => {
+                    self.ready.pop_front();
+                    if let Some(e) = self.slot_entry(index) {
+                        e.ready = false;
+                    }
+                    self.after_drain(index);
+                }
+                Drained::Stopped => break,
+            }
+        }
+        self.stats.tx_frames += u64::try_from(appended).unwrap_or(u64::MAX);
+        appended
+    }
+
+    fn drain_connection<'c>(
+        &mut self,
+        index: u32,
+        cache: &'c PoolCache,
+        out: &mut PacketBatch<'c>,
+        appended: &mut usize,
+    ) -> Drained {
+        let now = self.now;
+        let Some(remote_ip) = self.slot_entry(index).map(|e| *e.conn.remote().ip()) else {
+            return Drained::All;
+        };
+        let Some(hop) = self.route(remote_ip) else { return Drained::All };
+        loop {
+            let mac = self.arp.lookup(hop, now);
+            if mac.is_some() && out.is_full() {
+                return Drained::Stopped;
+            }
+            let ident = self.ident.wrapping_add(1);
+            let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else {
+                return Drained::All;
+            };
+            let Some(e) = slot.entry.as_mut() else { return Drained::All };
+            let Some(mac) = mac else {
+                // Unresolved next hop: the segment waits (bounded) in the ARP queue.
+                let Some(t) = e.conn.poll_transmit(now, &mut self.scratch) else { return Drained::All };
+                let seg = t.segment(&self.scratch);
+                let mut frame = vec![0u8; ETH_LEN + IP_LEN + seg.buffer_len()];
+                emit_ip_tcp(&mut frame[ETH_LEN..], &seg, t.src, t.dst, ident, self.config.ttl);
+                self.ident = ident;
+                self.send_frame_to(hop, frame);
+                continue;
+            };
+            let Some(mut packet) = cache.alloc() else { return Drained::Stopped };
+            let Some(t) = e.conn.poll_transmit(now, &mut self.scratch) else { return Drained::All };
+            self.ident = ident;
+            let seg = t.segment(&self.scratch);
+            let len = ETH_LEN + IP_LEN + seg.buffer_len();
+            if packet.set_len(len).is_err() {
+                self.stats.tx_dropped += 1;
+                continue;
+            }
+            let data = packet.data_mut();
+            EthernetRepr { src_addr: self.config.mac, dst_addr: mac, vlan: None, ethertype: EtherType::Ipv4 }
+                .emit(&mut EthernetFrame::new_unchecked(&mut data[..]));
+            emit_ip_tcp(&mut data[ETH_LEN..], &seg, t.src, t.dst, ident, self.config.ttl);
+            if out.push(packet).is_err() {
+                self.stats.tx_dropped += 1;
+                return Drained::Stopped;
+            }
+            *appended += 1;
+        }
+    }
+
+    /// After a connection's output is drained: timers, TIME-WAIT accounting, reclaiming.
+    fn after_drain(&mut self, index: u32) {
+        self.arm_timer(index);
+        let Some(e) = self.slot_entry(index) else { return };
+        if e.conn.is_closed() {
+            let key = (e.conn.local(), e.conn.remote());
+            let in_demux = std::mem::replace(&mut e.in_demux, false);
+            let app_owned = e.app_owned;
+            if in_demux {
+                self.demux.remove(&key);
+            }
+            if !app_owned {
+                self.reclaim(index);
+            }
+            return;
+        }
+        if e.conn.state() == State::TimeWait && !e.app_owned && !e.time_wait {
+            e.time_wait = true;
+            let generation = self.stream_id(index).generation;
+            self.time_wait.push_back((index, generation));
+            self.time_wait_count += 1;
+            while self.time_wait_count > self.config.max_time_wait {
+                let Some((i, g)) = self.time_wait.pop_front() else { break };
+                if self.stream_id(i).generation == g && self.slot_entry(i).is_some_and(|e| e.time_wait) {
+                    self.stats.time_wait_evicted += 1;
+                    self.reclaim(i);
+                }
+            }
+        }
+        // Drop stale entries at the front (TIME-WAIT ends in the order it starts).
+        while let Some(&(i, g)) = self.time_wait.front() {
+            if self.stream_id(i).generation == g
+                && self.slots[usize::try_from(i).unwrap_or(0)].entry.as_ref().is_some_and(|e| e.time_wait)
+            {
+                break;
+            }
+            self.time_wait.pop_front();
+        }
+    }
+
+    fn reclaim(&mut self, index: u32) {
+        let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else { return };
+        let Some(e) = slot.entry.take() else { return };
+        slot.generation = slot.generation.wrapping_add(1);
+        if e.in_demux {
+            self.demux.remove(&(e.conn.local(), e.conn.remote()));
+        }
+        if e.time_wait {
+            self.time_wait_count -= 1;
+        }
+        if e.phase == Phase::SynQueue
+            && let Some(l) = e.listener.and_then(|l| self.listener_mut(l))
+        {
+            l.syn_queue = l.syn_queue.saturating_sub(1);
+        }
+        if e.ready {
+            self.ready.retain(|&i| i != index);
+        }
+        self.free.push(index);
+        self.live -= 1;
+        self.stats.connections_reclaimed += 1;
+    }
+
+    /// Receives a burst from `device`, processes each frame, runs the timers, transmits what is
+    /// ready, in as many bursts as it takes. Frames the device refuses are dropped (TCP
+    /// retransmits them).
+    ///
+    /// # Errors
+    /// The device's errors.
+    pub fn poll<D: NetDevice + ?Sized>(
+        &mut self,
+        now: Instant,
+        device: &mut D,
+        cache: &PoolCache,
+    ) -> Result<PollStats, DevError> {
+        let mut stats = PollStats::default();
+        let mut batch = PacketBatch::with_capacity(BURST);
+        for _ in 0..MAX_RX_BURSTS {
+            let n = device.rx_burst(0, cache, &mut batch)?;
+            for packet in batch.drain() {
+                self.receive(now, packet.data());
+            }
+            stats.received += n;
+            if n < BURST {
+                break;
+            }
+        }
+        self.handle_timeout(now);
+        loop {
+            let n = self.transmit(now, cache, &mut batch);
+            if n == 0 {
+                break;
+            }
+            stats.transmitted += device.tx_burst(0, &mut batch)?;
+            if !batch.is_empty() {
+                stats.dropped += batch.len();
+                self.stats.tx_dropped += u64::try_from(batch.len()).unwrap_or(u64::MAX);
+                batch.clear();
+                break;
+            }
+        }
+        Ok(stats)
+    }
+}
+
+enum Drained {
+    All,
+    Stopped,
+}
+
+/// Writes the IPv4 header and the TCP segment into `buf` (exactly `20 + seg.buffer_len()` bytes).
+fn emit_ip_tcp(buf: &mut [u8], seg: &TcpRepr<'_>, src: SocketAddrV4, dst: SocketAddrV4, ident: u16, ttl: u8) {
+    let ip = Ipv4Repr {
+        src_addr: *src.ip(),
+        dst_addr: *dst.ip(),
+        protocol: Protocol::Tcp,
+        payload_len: seg.buffer_len(),
+        ttl,
+        dscp: 0,
+        ecn: 0,
+        ident,
+        dont_frag: true,
+    };
+    let mut packet = Ipv4Packet::new_unchecked(buf);
+    ip.emit(&mut packet);
+    seg.emit(&mut TcpPacket::new_unchecked(packet.payload_mut()), *src.ip(), *dst.ip());
+}

@@ -1,0 +1,137 @@
+//! Two stacks on the two ends of a `netchannel::dev::Pair`, with virtual time.
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use netchannel::dev::{NetDevice, Pair};
+use netchannel::pool::{HugePages, Pool, PoolCache};
+use tcp_lib::stack::{Config, Stack};
+use tcp_lib::wire::{
+    EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol,
+    TcpPacket, TcpRepr,
+};
+
+pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub const TICK: Duration = Duration::from_millis(1);
+
+/// SplitMix64.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next_u64() % u64::try_from(n).unwrap()).unwrap()
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64().to_le_bytes()[0]).collect()
+    }
+}
+
+pub struct Net {
+    pub pool: Pool,
+    pub cache: PoolCache,
+    pub dev_a: Pair,
+    pub dev_b: Pair,
+    pub a: Stack,
+    pub b: Stack,
+    pub now: Instant,
+}
+
+pub fn config(dev: &Pair, ip: Ipv4Addr, seed: u64) -> Config {
+    let mut c = Config::new(EthernetAddress(dev.info().mac.0), Ipv4Cidr::new(ip, 24).unwrap());
+    c.secret_seed = Some(seed);
+    c.tcp.msl = Duration::from_secs(1);
+    c.tcp.min_rto = Duration::from_millis(200);
+    c.tcp.initial_rto = Duration::from_millis(200);
+    c
+}
+
+impl Net {
+    pub fn new() -> Self {
+        Self::with(|_| {}, |_| {})
+    }
+
+    pub fn with(fa: impl FnOnce(&mut Config), fb: impl FnOnce(&mut Config)) -> Self {
+        let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().unwrap();
+        let (dev_a, dev_b) = Pair::builder(&pool).capacity(4096).build().unwrap();
+        let cache = pool.cache();
+        let now = Instant::now();
+        let mut ca = config(&dev_a, A_IP, 1);
+        let mut cb = config(&dev_b, B_IP, 2);
+        fa(&mut ca);
+        fb(&mut cb);
+        let a = Stack::new(ca, now);
+        let b = Stack::new(cb, now);
+        Self { pool, cache, dev_a, dev_b, a, b, now }
+    }
+
+    pub fn b_addr(port: u16) -> SocketAddrV4 {
+        SocketAddrV4::new(B_IP, port)
+    }
+
+    /// Polls both stacks once and advances time by one tick.
+    pub fn step(&mut self) {
+        self.a.poll(self.now, &mut self.dev_a, &self.cache).unwrap();
+        self.b.poll(self.now, &mut self.dev_b, &self.cache).unwrap();
+        self.now += TICK;
+    }
+
+    /// Steps until `done` or `max` steps; returns whether `done` held.
+    pub fn run_until(&mut self, max: usize, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+        for _ in 0..max {
+            if done(self) {
+                return true;
+            }
+            self.step();
+        }
+        done(self)
+    }
+
+    pub fn mac_a(&self) -> EthernetAddress {
+        EthernetAddress(self.dev_a.info().mac.0)
+    }
+
+    pub fn mac_b(&self) -> EthernetAddress {
+        EthernetAddress(self.dev_b.info().mac.0)
+    }
+}
+
+/// An Ethernet/IPv4/TCP frame carrying `seg` from `src` to `dst`.
+pub fn tcp_frame(
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    seg: &TcpRepr<'_>,
+) -> Vec<u8> {
+    let ip = Ipv4Repr {
+        src_addr: *src.ip(),
+        dst_addr: *dst.ip(),
+        protocol: Protocol::Tcp,
+        payload_len: seg.buffer_len(),
+        ttl: 64,
+        dscp: 0,
+        ecn: 0,
+        ident: 1,
+        dont_frag: true,
+    };
+    let eth = EthernetRepr { src_addr: src_mac, dst_addr: dst_mac, vlan: None, ethertype: EtherType::Ipv4 };
+    let mut buf = vec![0u8; eth.buffer_len(ip.buffer_len())];
+    let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+    eth.emit(&mut frame);
+    let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
+    ip.emit(&mut packet);
+    seg.emit(&mut TcpPacket::new_unchecked(packet.payload_mut()), *src.ip(), *dst.ip());
+    buf
+}
