@@ -98,6 +98,10 @@ pub struct Connection {
     unacked_bytes: usize,
     persist_at: Option<Instant>,
     persist_backoff: u32,
+    /// Zero-window probes sent since the peer last sent an acceptable ACK. RFC 1122 §4.2.2.17: the
+    /// connection must stay open while the peer answers probes; one that never answers times out
+    /// like any unanswered retransmission (after `max_retransmits` probes).
+    unanswered_probes: u32,
     probe_pending: bool,
     /// The end of the last zero-window probe byte: an ACK may cover it.
     probe_end: Option<SeqNumber>,
@@ -190,6 +194,7 @@ impl Connection {
             unacked_bytes: 0,
             persist_at: None,
             persist_backoff: 0,
+            unanswered_probes: 0,
             probe_pending: false,
             probe_end: None,
             last_oow_ack: None,
@@ -536,6 +541,11 @@ impl Connection {
         if due(self.persist_at) {
             self.persist_at = None;
             if self.snd_wnd == 0 {
+                self.unanswered_probes += 1;
+                if self.unanswered_probes > self.config.max_retransmits {
+                    self.enter_closed(Some(ConnectionError::TimedOut));
+                    return;
+                }
                 self.probe_pending = true;
             } else {
                 self.force_send = true;
@@ -965,6 +975,8 @@ impl Connection {
             self.challenge_ack();
             return false;
         }
+        // An acceptable ACK: the peer is alive, whatever its window says.
+        self.unanswered_probes = 0;
         if ack > self.snd_max {
             // The peer took a zero-window probe byte.
             self.snd_max = ack;

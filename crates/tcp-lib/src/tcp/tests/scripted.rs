@@ -1028,6 +1028,26 @@ fn zero_window_persist_probe() {
     assert_eq!(s.conn.state(), State::Established, "probes never time a connection out");
 }
 
+/// A peer that closed its window and then went silent: unanswered probes count like unanswered
+/// retransmissions, so the connection times out instead of probing forever (RFC 1122 §4.2.2.17 only
+/// keeps it open while the peer answers). Found by the random-segment test.
+#[test]
+fn unanswered_persist_probes_time_out() {
+    let config = Config { max_retransmits: 3, ..script_config() };
+    let mut s = established_with(config, syn_from_peer(), TcpRepr { window_len: 0, ..from_peer(0, 0) });
+    assert_eq!(s.conn.send(b"abc"), 3);
+    recv!(s, []);
+    let mut probes = 0;
+    while s.conn.state() == State::Established && probes < 10 {
+        let Some(at) = s.conn.poll_timeout() else { break };
+        s.advance(at.saturating_duration_since(s.now));
+        probes += s.drain().iter().filter(|t| t.payload.len() == 1).count();
+    }
+    assert_eq!(s.conn.state(), State::Closed);
+    assert_eq!(s.conn.error(), Some(ConnectionError::TimedOut));
+    assert_eq!(probes, 3, "max_retransmits probes, then the timeout");
+}
+
 #[test]
 fn persist_probe_accepted_by_the_peer() {
     let mut s =
