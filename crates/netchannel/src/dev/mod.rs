@@ -32,6 +32,8 @@ pub mod pair;
 pub mod pcap;
 #[cfg(not(loom))]
 pub mod tap;
+#[cfg(not(loom))]
+pub mod xdp;
 
 #[cfg(not(loom))]
 pub use fault::{
@@ -44,6 +46,8 @@ pub use pair::{DEFAULT_WIRE_CAPACITY, Pair, PairBuilder};
 pub use pcap::{PcapStats, PcapWriter};
 #[cfg(not(loom))]
 pub use tap::{Tap, TapError};
+#[cfg(not(loom))]
+pub use xdp::{AfXdp, AfXdpBuilder, XdpError, XdpMode, XdpStats, ZeroCopy};
 
 /// Whether `packet`'s buffer lives in `pool`'s region.
 ///
