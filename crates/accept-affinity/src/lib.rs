@@ -23,7 +23,9 @@
 //!   queues, round-robin accepts), are real implementations behind the same interface.
 //!
 //! The decisions live in [`policy`], deterministic and single-threaded with explicit inputs and
-//! virtual time, so a simulator can drive exactly the code the concurrent [`AcceptQueue`] runs.
+//! virtual time, so a simulator can drive exactly the code the concurrent [`AcceptQueue`] runs; [`sim`]
+//! is that simulator: the paper's load-balancer experiment (48 cores, a CPU hog on half of them) run on
+//! a real `AcceptQueue` with virtual time (`cargo run --release --example accept_sim`).
 //!
 //! # Example
 //!
@@ -68,6 +70,7 @@
 
 pub mod policy;
 mod queue;
+pub mod sim;
 mod sync;
 
 pub use policy::{AffinityConfig, ConfigError, CoreSet, MAX_CORES, Migration, MigrationReport};
