@@ -245,8 +245,13 @@ impl BusyTracker {
     ///
     /// The core becomes busy when `len > high% * max`; a busy core becomes non-busy when the average
     /// falls below `low% * max` while `len` itself is not above the high-water mark.
+    ///
+    /// The average samples the length the new connection *found* (`len - 1`): an arrival at an empty
+    /// queue counts as 0. Sampling `len` instead would keep every sample at 1 or more, so with a
+    /// per-core share of 10 or less (low-water mark 1) a busy core could never become non-busy again
+    /// (found by the simulator with Apache's 511-connection backlog on 48 cores).
     pub fn on_enqueue(&mut self, len: usize) -> BusyChange {
-        let sample = (len as u128) << EWMA_FRAC;
+        let sample = (len.saturating_sub(1) as u128) << EWMA_FRAC;
         if sample >= self.avg {
             self.avg += (sample - self.avg) / self.weight;
         } else {
@@ -771,15 +776,15 @@ mod tests {
         }
         assert!(t.is_busy());
         let start = t.average();
-        // The queue drains; every new connection now finds it almost empty (length 1 after enqueue).
+        // The queue drains; every new connection now finds it empty (length 1 after enqueue).
         let mut steps = 0;
         while t.is_busy() {
             let before = t.average();
             let change = t.on_enqueue(1);
             steps += 1;
             let after = t.average();
-            // avg' = avg + (1 - avg) / 16
-            let expect = before + (1.0 - before) / 16.0;
+            // avg' = avg + (0 - avg) / 16: the sample is the length the arrival found.
+            let expect = before - before / 16.0;
             assert!((after - expect).abs() < 1e-3, "EWMA step: {before} -> {after}, want {expect}");
             if change == BusyChange::BecameNonBusy {
                 assert!(after < 10.0 && before >= 10.0, "cleared at {after}");
@@ -788,10 +793,25 @@ mod tests {
             }
             assert!(steps < 1000);
         }
-        // From ~start down to below 10 at 15/16 per step: ln((10-1)/(start-1)) / ln(15/16) steps.
-        let predicted = (9.0f64 / (start - 1.0)).ln() / (15.0f64 / 16.0).ln();
+        // From ~start down to below 10 at 15/16 per step: ln(10 / start) / ln(15/16) steps.
+        let predicted = (10.0f64 / start).ln() / (15.0f64 / 16.0).ln();
         assert!((f64::from(steps) - predicted).abs() <= 1.5, "{steps} steps, predicted {predicted}");
         assert!(steps > 10, "a short queue alone must not clear busy");
+    }
+
+    /// With a share of 10 (low-water mark 1 connection), a busy core whose arrivals find an empty
+    /// queue recovers: the average decays towards 0, not towards the 1 the queue holds after each
+    /// enqueue.
+    #[test]
+    fn small_shares_recover() {
+        let mut t = BusyTracker::new(10, &cfg());
+        for len in 1..=10 {
+            t.on_enqueue(len);
+        }
+        assert!(t.is_busy());
+        let steps = (0..1000).take_while(|_| t.on_enqueue(1) != BusyChange::BecameNonBusy).count();
+        assert!(steps < 1000, "a busy core with a share of 10 never recovered");
+        assert!(!t.is_busy());
     }
 
     /// A spike above the high mark while busy keeps the core busy even if the average is low.
