@@ -23,7 +23,7 @@ failed=0
 stage() { printf '\n==> [%4ds] %s\n' $((SECONDS - STARTED)) "$*"; }
 
 # Debian packages the tests and benchmarks use. Installed only when missing, and only as root.
-APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core)
+APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core iptables)
 install_packages() {
   local missing=()
   for p in "${APT_PACKAGES[@]}"; do

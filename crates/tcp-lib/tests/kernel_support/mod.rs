@@ -1,0 +1,635 @@
+//! Shared by `kernel_tap.rs`: the Linux kernel as the peer of our [`Stack`], over a TAP device in a
+//! private network namespace.
+//!
+//! * [`in_private_namespace`] runs a test body on a new thread that first `unshare(CLONE_NEWNET)`s.
+//!   Namespaces are per thread, and threads that thread spawns *after* the unshare are created
+//!   with its namespaces (checked by `threads_spawned_after_unshare_share_the_namespace`), so the
+//!   kernel side's `std::net` sockets run on helper threads inside the namespace.
+//! * [`open_tap`]: the TAP `ktap0`, the kernel's side addressed `10.88.0.1/24` and up.
+//! * [`Host`]: our stack on the TAP (MAC: the TAP's random locally administered address, IP
+//!   `10.88.0.2/24`), driven on the namespace thread by [`Host::run`] with real time: `poll`,
+//!   the test's step, then a wait on the TAP bounded by the stack's `poll_timeout`.
+//! * [`Observer`]: a pass-through device that counts what crossed it (segments, zero windows,
+//!   resets) and can black-hole either direction.
+//! * [`Source`]/[`Sink`]: a deterministic byte stream, checked byte for byte where it arrives.
+//!
+//! Without root, `/dev/net/tun` or iproute2 a test prints `skipped: <why>` and passes.
+#![allow(dead_code, unreachable_pub, missing_docs)] // each test uses its own subset
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use netchannel::dev::{
+    DevError, DeviceInfo, DeviceStats, FaultInjector, Link, NetDevice, PacketBatch, PcapWriter, Tap,
+};
+use netchannel::pool::{HugePages, Pool, PoolCache};
+use tcp_lib::stack::{Config, Stack};
+use tcp_lib::wire::{
+    ChecksumPolicy, EtherType, EthernetFrame, EthernetRepr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol,
+    TcpControl, TcpPacket, TcpRepr,
+};
+
+pub const IFACE: &str = "ktap0";
+pub const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
+pub const STACK_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 2);
+/// The longest the driver sleeps on the TAP between polls.
+const MAX_WAIT: Duration = Duration::from_millis(5);
+/// Read and write timeouts of the kernel side's sockets: a kernel thread never blocks forever.
+pub const SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------
+// Namespaces.
+
+/// Prints a visible skip line (tests that cannot run here pass with this message).
+pub fn skip(why: &str) {
+    println!("skipped: {why}");
+    eprintln!("skipped: {why}");
+}
+
+/// Runs `ip ARGS...`, with its error output in the error.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Why a namespace test cannot run here, if it cannot: it needs root, `/dev/net/tun` and iproute2.
+pub fn namespace_unavailable() -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (CAP_NET_ADMIN) to create a network namespace and a TAP");
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Some("/dev/net/tun is missing (modprobe tun)");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("the `ip` command (iproute2) is not installed");
+    }
+    None
+}
+
+/// The network namespace of the calling thread (`net:[inode]`).
+pub fn thread_netns() -> Result<String, String> {
+    std::fs::read_link("/proc/thread-self/ns/net")
+        .map(|p| p.display().to_string())
+        .map_err(|e| format!("readlink /proc/thread-self/ns/net: {e}"))
+}
+
+/// Runs `body` on a new thread that first moves into a fresh network namespace of its own (it, the
+/// TAP it opens, the `ip`/`iptables` commands it spawns, the threads it starts and their sockets
+/// vanish with it). An error that starts with `skip:` becomes a visible skip; any other fails the
+/// test.
+pub fn in_private_namespace(body: impl FnOnce() -> Result<(), String> + Send + 'static) {
+    if let Some(why) = namespace_unavailable() {
+        return skip(why);
+    }
+    let result = std::thread::spawn(move || {
+        // SAFETY: unshare only changes this thread's namespace membership.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(format!("skip:unshare(CLONE_NEWNET) failed: {}", io::Error::last_os_error()));
+        }
+        body()
+    })
+    .join()
+    .expect("the namespace thread panicked");
+    match result {
+        Ok(()) => {}
+        Err(e) if e.starts_with("skip:") => skip(&e["skip:".len()..]),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Creates the TAP, addresses the kernel's side and brings it up (and `lo`).
+pub fn open_tap() -> Result<Tap, String> {
+    let tap = Tap::open(IFACE).map_err(|e| format!("skip:{e}"))?;
+    ip(&["link", "set", "lo", "up"])?;
+    ip(&["addr", "add", &format!("{KERNEL_IP}/24"), "dev", IFACE])?;
+    ip(&["link", "set", IFACE, "up"])?;
+    Ok(tap)
+}
+
+/// Adds `iptables -A INPUT|OUTPUT -m statistic --mode random --probability P -j DROP` for
+/// traffic on the TAP, with `iptables` (nft backend) or else `iptables-legacy`; returns the
+/// command used, or why neither works.
+pub fn iptables_random_drop(probability: f64) -> Result<&'static str, String> {
+    let p = format!("{probability}");
+    let rules: [&[&str]; 2] = [
+        &[
+            "-A",
+            "INPUT",
+            "-i",
+            IFACE,
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            &p,
+            "-j",
+            "DROP",
+        ],
+        &[
+            "-A",
+            "OUTPUT",
+            "-o",
+            IFACE,
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            &p,
+            "-j",
+            "DROP",
+        ],
+    ];
+    let mut why = Vec::new();
+    for cmd in ["iptables", "iptables-legacy"] {
+        let mut ok = true;
+        for rule in rules {
+            match Command::new(cmd).args(rule).output() {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => {
+                    why.push(format!("{cmd}: {}", String::from_utf8_lossy(&out.stderr).trim()));
+                    ok = false;
+                    break;
+                }
+                Err(e) => {
+                    why.push(format!("{cmd}: {e}"));
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            return Ok(cmd);
+        }
+        // Leave no half-installed rule behind before trying the other backend.
+        let _ = Command::new(cmd).args(["-F", "INPUT"]).output();
+        let _ = Command::new(cmd).args(["-F", "OUTPUT"]).output();
+    }
+    Err(why.join("; "))
+}
+
+/// The packets `iptables -L CHAIN -v -x` counts against its DROP rules.
+pub fn iptables_dropped(cmd: &str, chain: &str) -> u64 {
+    let Ok(out) = Command::new(cmd).args(["-L", chain, "-v", "-x", "-n"]).output() else { return 0 };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("DROP"))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Socket options std does not have.
+
+fn setsockopt_int(
+    fd: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> Result<(), String> {
+    let len = libc::socklen_t::try_from(size_of::<libc::c_int>()).unwrap_or(4);
+    // SAFETY: `value` is a live c_int for the duration of the call and `len` is its size.
+    let r = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, (&raw const value).cast(), len) };
+    if r == 0 { Ok(()) } else { Err(format!("setsockopt({level}, {name}): {}", io::Error::last_os_error())) }
+}
+
+/// `SO_RCVBUF` (the kernel doubles it; a listener's accepted sockets inherit it).
+pub fn set_rcvbuf(fd: &impl AsRawFd, bytes: i32) -> Result<(), String> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes)
+}
+
+/// `SO_LINGER` on with a zero timeout: `close` then sends an RST.
+pub fn set_linger_zero(fd: &impl AsRawFd) -> Result<(), String> {
+    let l = libc::linger { l_onoff: 1, l_linger: 0 };
+    let len = libc::socklen_t::try_from(size_of::<libc::linger>()).unwrap_or(8);
+    // SAFETY: `l` is a live `linger` for the duration of the call and `len` is its size.
+    let r = unsafe {
+        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_LINGER, (&raw const l).cast(), len)
+    };
+    if r == 0 { Ok(()) } else { Err(format!("setsockopt(SO_LINGER): {}", io::Error::last_os_error())) }
+}
+
+/// `SO_KEEPALIVE` with `TCP_KEEPIDLE`, `TCP_KEEPINTVL` (seconds) and `TCP_KEEPCNT`.
+pub fn set_keepalive(fd: &impl AsRawFd, idle_s: i32, interval_s: i32, count: i32) -> Result<(), String> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle_s)?;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, interval_s)?;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, count)
+}
+
+/// A kernel TCP connection to our stack, with [`SOCKET_TIMEOUT`]s.
+pub fn kernel_connect(port: u16) -> Result<TcpStream, String> {
+    let s = TcpStream::connect_timeout(&SocketAddrV4::new(STACK_IP, port).into(), SOCKET_TIMEOUT)
+        .map_err(|e| format!("kernel connect to {STACK_IP}:{port}: {e}"))?;
+    with_timeouts(&s)?;
+    Ok(s)
+}
+
+pub fn with_timeouts(s: &TcpStream) -> Result<(), String> {
+    s.set_read_timeout(Some(SOCKET_TIMEOUT)).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(SOCKET_TIMEOUT)).map_err(|e| e.to_string())
+}
+
+/// Reads `s` to its end into a [`Sink`] expecting the stream of `seed`.
+pub fn kernel_read_all(s: &mut TcpStream, seed: u64) -> Result<Sink, String> {
+    let mut sink = Sink::new(seed);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Ok(sink),
+            Ok(n) => sink.put(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("kernel read after {} bytes: {e}", sink.len)),
+        }
+    }
+}
+
+/// Writes all of `src` to `s`.
+pub fn kernel_write_all(s: &mut TcpStream, src: &mut Source) -> Result<(), String> {
+    loop {
+        let chunk = src.chunk();
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let n = s.write(chunk).map_err(|e| format!("kernel write after {} bytes: {e}", src.produced()))?;
+        src.consume(n);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data.
+
+/// SplitMix64.
+pub fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+const CHUNK: usize = 64 * 1024;
+
+/// Byte `offset..offset + out.len()` of the stream of `seed`: SplitMix64 of the 8-byte word index.
+pub fn fill(seed: u64, offset: u64, out: &mut [u8]) {
+    let mut word = offset / 8;
+    let mut skip = usize::try_from(offset % 8).unwrap_or(0);
+    let mut at = 0;
+    while at < out.len() {
+        let bytes = splitmix(seed ^ word.wrapping_mul(0x2545_f491_4f6c_dd1d)).to_le_bytes();
+        let take = (8 - skip).min(out.len() - at);
+        out[at..at + take].copy_from_slice(&bytes[skip..skip + take]);
+        at += take;
+        skip = 0;
+        word += 1;
+    }
+}
+
+/// `total` bytes of the stream of `seed`, produced in chunks.
+#[derive(Debug)]
+pub struct Source {
+    seed: u64,
+    total: u64,
+    /// Bytes handed out and consumed.
+    done: u64,
+    buf: Vec<u8>,
+    off: usize,
+}
+
+impl Source {
+    pub fn new(seed: u64, total: u64) -> Self {
+        Self { seed, total, done: 0, buf: Vec::with_capacity(CHUNK), off: 0 }
+    }
+
+    /// The next unconsumed bytes (empty at the end).
+    pub fn chunk(&mut self) -> &[u8] {
+        if self.off == self.buf.len() {
+            let n = usize::try_from((self.total - self.done).min(CHUNK as u64)).unwrap_or(CHUNK);
+            self.buf.resize(n, 0);
+            fill(self.seed, self.done, &mut self.buf);
+            self.off = 0;
+        }
+        &self.buf[self.off..]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.off += n;
+        self.done += n as u64;
+    }
+
+    pub fn produced(&self) -> u64 {
+        self.done
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done == self.total
+    }
+}
+
+/// The receiving end: checks every byte against the stream of `seed` as it arrives (byte-exact,
+/// and it names the first wrong offset).
+#[derive(Debug, Clone)]
+pub struct Sink {
+    seed: u64,
+    pub len: u64,
+    /// The first offset whose byte differs from the stream's.
+    pub first_mismatch: Option<u64>,
+    expect: Vec<u8>,
+}
+
+impl Sink {
+    pub fn new(seed: u64) -> Self {
+        Self { seed, len: 0, first_mismatch: None, expect: Vec::new() }
+    }
+
+    pub fn put(&mut self, bytes: &[u8]) {
+        if self.first_mismatch.is_none() {
+            self.expect.resize(bytes.len(), 0);
+            fill(self.seed, self.len, &mut self.expect);
+            if self.expect[..] != *bytes {
+                let i = bytes.iter().zip(&self.expect).position(|(a, b)| a != b).unwrap_or(0);
+                self.first_mismatch = Some(self.len + i as u64);
+            }
+        }
+        self.len += bytes.len() as u64;
+    }
+
+    /// Ok when exactly `total` bytes arrived, each the stream's.
+    pub fn check(&self, total: u64, what: &str) -> Result<(), String> {
+        match self.first_mismatch {
+            Some(at) => Err(format!("{what}: byte {at} differs from what was sent")),
+            None if self.len != total => {
+                Err(format!("{what}: {} bytes arrived, {total} were sent", self.len))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// A byte count from the environment (`VAR`, in bytes, with an optional `K`/`M` suffix), or
+/// `default`.
+pub fn env_bytes(var: &str, default: u64) -> u64 {
+    let Ok(v) = std::env::var(var) else { return default };
+    let v = v.trim();
+    let (num, mul) = match v.as_bytes().last() {
+        Some(b'K' | b'k') => (&v[..v.len() - 1], 1 << 10),
+        Some(b'M' | b'm') => (&v[..v.len() - 1], 1 << 20),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().map_or(default, |n| n * mul)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Devices.
+
+/// A device with a TAP at the bottom, whose descriptor the driver waits on.
+pub trait OnTap: NetDevice {
+    fn tap(&self) -> &Tap;
+}
+
+impl OnTap for Tap {
+    fn tap(&self) -> &Tap {
+        self
+    }
+}
+
+impl<D: OnTap> OnTap for FaultInjector<D> {
+    fn tap(&self) -> &Tap {
+        self.inner().tap()
+    }
+}
+
+impl<D: OnTap, W: Write> OnTap for PcapWriter<D, W> {
+    fn tap(&self) -> &Tap {
+        self.inner().tap()
+    }
+}
+
+impl<D: OnTap> OnTap for Observer<D> {
+    fn tap(&self) -> &Tap {
+        self.inner.tap()
+    }
+}
+
+/// What an [`Observer`] saw of the TCP segments of one direction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub segments: u64,
+    /// Segments with data.
+    pub data: u64,
+    /// Segments (not SYN, not RST) advertising a zero window.
+    pub zero_window: u64,
+    pub rst: u64,
+    pub fin: u64,
+    /// Frames black-holed.
+    pub blackholed: u64,
+}
+
+/// A pass-through device that counts TCP segments each way and can black-hole either direction.
+#[derive(Debug)]
+pub struct Observer<D> {
+    pub inner: D,
+    /// Received (from the kernel).
+    pub rx: Seen,
+    /// Transmitted (by our stack).
+    pub tx: Seen,
+    pub blackhole_rx: bool,
+    pub blackhole_tx: bool,
+}
+
+impl<D> Observer<D> {
+    pub fn new(inner: D) -> Self {
+        Self { inner, rx: Seen::default(), tx: Seen::default(), blackhole_rx: false, blackhole_tx: false }
+    }
+}
+
+/// The IPv4/TCP segment in an Ethernet frame (checksums not checked).
+pub fn parse_tcp(frame: &[u8]) -> Option<(Ipv4Repr, TcpRepr<'_>)> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if EthernetRepr::parse(&eth).ok()?.ethertype != EtherType::Ipv4 {
+        return None;
+    }
+    let ipp = Ipv4Packet::new_checked(&frame[eth.header_len()..]).ok()?;
+    let ip = Ipv4Repr::parse(&ipp, ChecksumPolicy::Trust).ok()?;
+    if ip.protocol != Protocol::Tcp {
+        return None;
+    }
+    let hl = ipp.header_len();
+    let seg =
+        TcpPacket::new_checked(&frame[eth.header_len() + hl..eth.header_len() + hl + ip.payload_len]).ok()?;
+    let tcp = TcpRepr::parse(&seg, ip.src_addr, ip.dst_addr, ChecksumPolicy::Trust).ok()?;
+    Some((ip, tcp))
+}
+
+fn count(seen: &mut Seen, frame: &[u8]) {
+    if let Some((_, t)) = parse_tcp(frame) {
+        seen.segments += 1;
+        if !t.payload.is_empty() {
+            seen.data += 1;
+        }
+        match t.control {
+            TcpControl::Rst => seen.rst += 1,
+            TcpControl::Fin => seen.fin += 1,
+            _ => {}
+        }
+        if t.window_len == 0 && !matches!(t.control, TcpControl::Syn | TcpControl::Rst) {
+            seen.zero_window += 1;
+        }
+    }
+}
+
+impl<D: NetDevice> NetDevice for Observer<D> {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+
+    fn link(&self) -> Link {
+        self.inner.link()
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.inner.stats()
+    }
+
+    fn rx_burst<'c>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<usize, DevError> {
+        let before = batch.len();
+        let n = self.inner.rx_burst(queue, cache, batch)?;
+        if self.blackhole_rx {
+            self.rx.blackholed += n as u64;
+            // Keep what the batch held before; the new frames go back to the pool.
+            let mut all: Vec<_> = batch.drain().collect();
+            all.truncate(before);
+            for p in all {
+                let _ = batch.push(p);
+            }
+            return Ok(0);
+        }
+        for p in &batch.as_slice()[before..] {
+            count(&mut self.rx, p.data());
+        }
+        Ok(n)
+    }
+
+    fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
+        if self.blackhole_tx {
+            let n = batch.len();
+            self.tx.blackholed += n as u64;
+            batch.clear();
+            return Ok(n);
+        }
+        let mut seen: Vec<Seen> = Vec::with_capacity(batch.len());
+        for p in batch.as_slice() {
+            let mut s = Seen::default();
+            count(&mut s, p.data());
+            seen.push(s);
+        }
+        let n = self.inner.tx_burst(queue, batch)?;
+        for s in &seen[..n.min(seen.len())] {
+            self.tx.segments += s.segments;
+            self.tx.data += s.data;
+            self.tx.zero_window += s.zero_window;
+            self.tx.rst += s.rst;
+            self.tx.fin += s.fin;
+        }
+        Ok(n)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Our side.
+
+/// The stack's configuration on `dev`: its MAC, `10.88.0.2/24`, a 200 ms minimum RTO (as Linux),
+/// a 1 s MSL.
+pub fn stack_config(dev: &impl NetDevice) -> Config {
+    let mut c =
+        Config::new(tcp_lib::wire::EthernetAddress(dev.info().mac.0), Ipv4Cidr::new(STACK_IP, 24).unwrap());
+    c.tcp.min_rto = Duration::from_millis(200);
+    c.tcp.msl = Duration::from_secs(1);
+    c
+}
+
+/// A pool of 16 Ki 2 KiB buffers, in ordinary pages.
+pub fn new_pool() -> Result<Pool, String> {
+    Pool::builder(16 * 1024).hugepages(HugePages::Never).build().map_err(|e| e.to_string())
+}
+
+/// Our stack on a TAP-backed device, with its pool.
+pub struct Host<D> {
+    pub stack: Stack,
+    pub dev: D,
+    pub cache: PoolCache,
+    pub pool: Pool,
+}
+
+impl<D: OnTap> Host<D> {
+    pub fn new(dev: D, config: Config) -> Result<Self, String> {
+        Ok(Self::with_pool(new_pool()?, dev, config))
+    }
+
+    /// With a pool made by [`new_pool`] (for devices such as a fault injector that need it first).
+    pub fn with_pool(pool: Pool, dev: D, config: Config) -> Self {
+        let cache = pool.cache();
+        let stack = Stack::new(config, Instant::now());
+        Self { stack, dev, cache, pool }
+    }
+
+    /// Drives the stack until `step` returns true (it runs after every poll), failing after
+    /// `limit`. Sleeps on the TAP (at most 5 ms, and never past the stack's next timer) when a
+    /// poll received nothing.
+    pub fn run(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        mut step: impl FnMut(&mut Stack) -> Result<bool, String>,
+    ) -> Result<Duration, String> {
+        let start = Instant::now();
+        let mut empty = PacketBatch::with_capacity(1);
+        loop {
+            let now = Instant::now();
+            let ps = self.stack.poll(now, &mut self.dev, &self.cache).map_err(|e| format!("poll: {e}"))?;
+            // Frames a fault injector holds move on only when it is called.
+            self.dev.tx_burst(0, &mut empty).map_err(|e| format!("tx_burst: {e}"))?;
+            if step(&mut self.stack)? {
+                return Ok(start.elapsed());
+            }
+            if now.duration_since(start) > limit {
+                return Err(format!("{what}: not done after {limit:?}"));
+            }
+            if ps.received == 0 {
+                let now = Instant::now();
+                let wait = match self.stack.poll_timeout() {
+                    Some(t) if t <= now => continue,
+                    Some(t) => (t - now).min(MAX_WAIT),
+                    None => MAX_WAIT,
+                };
+                self.dev.tap().wait_readable(Some(wait)).map_err(|e| format!("wait_readable: {e}"))?;
+            }
+        }
+    }
+
+    /// Drops the stack, the device and the cache, then checks that every pool buffer came back.
+    pub fn check_leaks(self) -> Result<(), String> {
+        let Self { stack, dev, cache, pool } = self;
+        drop((stack, dev, cache));
+        pool.check_leaks().map_err(|e| e.to_string())
+    }
+
+    /// Drives the stack for `d` (timers, ACKs, probes) with nothing else to do.
+    pub fn idle(&mut self, d: Duration) -> Result<(), String> {
+        let end = Instant::now() + d;
+        self.run(d + Duration::from_secs(1), "idle", |_| Ok(Instant::now() >= end)).map(drop)
+    }
+}

@@ -1,0 +1,979 @@
+//! The Linux kernel is our peer: our [`Stack`] on a TAP device in a private network namespace, the
+//! kernel's TCP behind `std::net` sockets on threads in the same namespace (see `kernel_support`).
+//!
+//! * bulk transfers both ways at once, kernel client -> our server and our client -> kernel server,
+//!   every byte checked against the sender's generator (`TCP_KERNEL_BYTES` each way, 64 MiB by
+//!   default);
+//! * the same through loss, reordering and duplication (our `FaultInjector`, both ways) plus
+//!   `iptables -m statistic` drops on the kernel side (`TCP_KERNEL_LOSSY_BYTES`, 1 MiB by default:
+//!   about 10% loss each way costs many RTOs without SACK-based recovery, ~0.1 MiB/s);
+//! * 1,000 concurrent kernel connections to our echo server, random-sized messages;
+//! * half-close, RST on abort (and refusal), zero windows (slow readers), keepalive, both ways;
+//! * window scaling, SACK-permitted and timestamps negotiated, as a pcap shows.
+//!
+//! Addresses: the kernel 10.88.0.1/24 on `ktap0`, our stack 10.88.0.2 with the TAP's MAC. Needs root
+//! and `/dev/net/tun`; otherwise each test prints `skipped: <why>` and passes.
+#![cfg(not(loom))]
+
+mod kernel_support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use kernel_support::{
+    Host, KERNEL_IP, Observer, OnTap, STACK_IP, Sink, Source, env_bytes, in_private_namespace,
+    kernel_connect, kernel_read_all, kernel_write_all, new_pool, open_tap, parse_tcp, splitmix, stack_config,
+    thread_netns, with_timeouts,
+};
+use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, PcapWriter};
+use tcp_lib::stack::{Error, ListenerConfig, Stack, StreamId};
+use tcp_lib::tcp::{ConnectionError, Keepalive, State};
+use tcp_lib::wire::TcpControl;
+
+const MIB: u64 = 1 << 20;
+
+/// Accepts one connection on `l` within the socket timeout (a non-blocking poll, so a kernel thread
+/// never waits forever for a connection that does not come).
+fn kernel_accept(l: &TcpListener) -> Result<TcpStream, String> {
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + kernel_support::SOCKET_TIMEOUT;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                with_timeouts(&s)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(format!("kernel accept: {e}")),
+        }
+    }
+}
+
+fn kernel_listen(port: u16) -> Result<TcpListener, String> {
+    TcpListener::bind(SocketAddrV4::new(KERNEL_IP, port)).map_err(|e| format!("kernel bind :{port}: {e}"))
+}
+
+/// Reads what is buffered on `s` into `sink`; true at the end of the stream.
+fn our_drain(stack: &mut Stack, s: StreamId, sink: &mut Sink, buf: &mut [u8]) -> Result<bool, String> {
+    loop {
+        match stack.recv(s, buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => sink.put(&buf[..n]),
+            Err(Error::WouldBlock) => return Ok(false),
+            Err(e) => return Err(format!("our recv after {} bytes: {e}", sink.len)),
+        }
+    }
+}
+
+/// Sends what fits of `src` on `s`; shuts the sending side once all is queued.
+fn our_feed(stack: &mut Stack, s: StreamId, src: &mut Source, shut: &mut bool) -> Result<(), String> {
+    while !src.is_done() {
+        match stack.send(s, src.chunk()) {
+            Ok(n) => src.consume(n),
+            Err(Error::WouldBlock) => return Ok(()),
+            Err(e) => return Err(format!("our send after {} bytes: {e}", src.produced())),
+        }
+    }
+    if !*shut {
+        stack.shutdown_write(s).map_err(|e| e.to_string())?;
+        *shut = true;
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// The kernel connects to our listener.
+    KernelClient,
+    /// We connect to the kernel's listener.
+    OurClient,
+}
+
+/// The kernel's half of [`bulk`]: connect (or accept on `listener`), write `bytes` from a second
+/// thread and half-close, read to the end (checking it against the stream of `expect`).
+fn kernel_bulk(
+    listener: Option<&TcpListener>,
+    port: u16,
+    (seed, expect): (u64, u64),
+    bytes: u64,
+) -> Result<Sink, String> {
+    let stream = match listener {
+        Some(l) => kernel_accept(l)?,
+        None => kernel_connect(port)?,
+    };
+    let mut w = stream.try_clone().map_err(|e| e.to_string())?;
+    let writer = std::thread::spawn(move || -> Result<(), String> {
+        kernel_write_all(&mut w, &mut Source::new(seed, bytes))?;
+        w.shutdown(Shutdown::Write).map_err(|e| e.to_string())
+    });
+    let mut r = stream;
+    let sink = kernel_read_all(&mut r, expect);
+    writer.join().map_err(|_| "kernel writer panicked".to_owned())??;
+    sink
+}
+
+/// `bytes` each way at once on one connection, each side sending then half-closing and reading
+/// to the end; checks every byte both ways (against the senders' generator). Returns the elapsed time and our
+/// connection's retransmissions.
+fn bulk<D: OnTap>(
+    host: &mut Host<D>,
+    role: Role,
+    port: u16,
+    bytes: u64,
+    limit: Duration,
+) -> Result<(Duration, u64), String> {
+    let (kernel_seed, our_seed) = (0x6b65_726e ^ u64::from(port), 0x6f75_7273 ^ u64::from(port));
+    let listener = match role {
+        Role::KernelClient => Some(host.stack.listen(port).map_err(|e| e.to_string())?),
+        Role::OurClient => None,
+    };
+    let kl = match role {
+        Role::OurClient => Some(kernel_listen(port)?),
+        Role::KernelClient => None,
+    };
+    let start = Instant::now();
+    let kernel_failed = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let kernel_failed = &kernel_failed;
+        let kernel = scope.spawn(move || -> Result<Sink, String> {
+            let r = kernel_bulk(kl.as_ref(), port, (kernel_seed, our_seed), bytes);
+            kernel_failed.store(r.is_err(), Ordering::SeqCst);
+            r
+        });
+
+        let mut stream = match role {
+            Role::OurClient => {
+                Some(host.stack.connect(SocketAddrV4::new(KERNEL_IP, port)).map_err(|e| e.to_string())?)
+            }
+            Role::KernelClient => None,
+        };
+        let mut src = Source::new(our_seed, bytes);
+        let mut sink = Sink::new(kernel_seed);
+        let (mut shut, mut eof) = (false, false);
+        let mut buf = vec![0u8; 64 * 1024];
+        let result = host.run(limit, "bulk transfer", |stack| {
+            if stream.is_none()
+                && let Some(l) = listener
+            {
+                stream = stack.accept(l);
+            }
+            let Some(s) = stream else { return Ok(kernel.is_finished()) };
+            our_feed(stack, s, &mut src, &mut shut)?;
+            eof = eof || our_drain(stack, s, &mut sink, &mut buf)?;
+            // A kernel thread that ended early has failed: stop and report its error below.
+            Ok(kernel.is_finished() && ((eof && shut) || kernel_failed.load(Ordering::SeqCst)))
+        });
+        let kernel = kernel.join().map_err(|_| "kernel thread panicked".to_owned())?;
+        result?;
+        let kernel_got = kernel?;
+        let s = stream.ok_or("no connection")?;
+        let stats = host.stack.connection_stats(s).map_err(|e| e.to_string())?;
+        sink.check(bytes, "kernel -> us")?;
+        kernel_got.check(bytes, "us -> kernel")?;
+        let elapsed = start.elapsed();
+        println!(
+            "{role:?} port {port}: {bytes} bytes each way, byte-exact, in {elapsed:.2?} ({:.1} MiB/s each way); our connection {stats:?}",
+            bytes as f64 / MIB as f64 / elapsed.as_secs_f64(),
+        );
+        host.stack.close(s).map_err(|e| e.to_string())?;
+        if let Some(l) = listener {
+            host.stack.unlisten(l).map_err(|e| e.to_string())?;
+        }
+        Ok((elapsed, stats.retransmits))
+    })
+}
+
+/// Bulk transfers use bigger buffers than the default 64 KiB so the window is not the bottleneck.
+fn bulk_config(dev: &impl netchannel::dev::NetDevice) -> tcp_lib::stack::Config {
+    let mut c = stack_config(dev);
+    c.tcp.send_buffer = 512 * 1024;
+    c.tcp.recv_buffer = 512 * 1024;
+    c
+}
+
+#[test]
+fn threads_spawned_after_unshare_share_the_namespace() {
+    let outside = thread_netns().unwrap();
+    in_private_namespace(move || {
+        let inside = thread_netns()?;
+        if inside == outside {
+            return Err(format!("unshare left the thread in {outside}"));
+        }
+        let child = std::thread::spawn(thread_netns).join().map_err(|_| "child panicked")??;
+        if child != inside {
+            return Err(format!("a thread spawned after unshare is in {child}, its creator in {inside}"));
+        }
+        // And it sees the namespace's interfaces: binding the TAP's address works there.
+        let _tap = open_tap()?;
+        std::thread::spawn(|| kernel_listen(7).map(drop)).join().map_err(|_| "child panicked")??;
+        println!("namespace thread and its child: {inside}; the test harness: {outside}");
+        Ok(())
+    });
+}
+
+#[test]
+fn bulk_kernel_client_to_our_server_byte_exact_both_ways() {
+    in_private_namespace(|| {
+        let tap = open_tap()?;
+        let config = bulk_config(&tap);
+        let mut host = Host::new(tap, config)?;
+        let bytes = env_bytes("TCP_KERNEL_BYTES", 64 * MIB);
+        bulk(&mut host, Role::KernelClient, 5001, bytes, Duration::from_secs(90))?;
+        host.check_leaks()
+    });
+}
+
+#[test]
+fn bulk_our_client_to_kernel_server_byte_exact_both_ways() {
+    in_private_namespace(|| {
+        let tap = open_tap()?;
+        let config = bulk_config(&tap);
+        let mut host = Host::new(tap, config)?;
+        let bytes = env_bytes("TCP_KERNEL_BYTES", 64 * MIB);
+        bulk(&mut host, Role::OurClient, 5002, bytes, Duration::from_secs(90))?;
+        Ok(())
+    });
+}
+
+fn lossy_direction() -> DirectionConfig {
+    DirectionConfig {
+        drop: 0.05,
+        duplicate: 0.01,
+        reorder: 0.02,
+        reorder_by: 3,
+        ..DirectionConfig::default()
+    }
+}
+
+fn lossy(role: Role, port: u16, seed: u64) {
+    in_private_namespace(move || {
+        let tap = open_tap()?;
+        let iptables = match kernel_support::iptables_random_drop(0.05) {
+            Ok(cmd) => Some(cmd),
+            Err(why) => {
+                kernel_support::skip(&format!("the iptables part only (FaultInjector still runs): {why}"));
+                None
+            }
+        };
+        let config = bulk_config(&tap);
+        let faults = FaultConfig { seed, rx: lossy_direction(), tx: lossy_direction(), max_held: 4096 };
+        let pool = new_pool()?;
+        let dev = FaultInjector::new(tap, &pool, faults);
+        let mut host = Host::with_pool(pool, dev, config);
+        let bytes = env_bytes("TCP_KERNEL_LOSSY_BYTES", MIB);
+        let (elapsed, retransmits) = bulk(&mut host, role, port, bytes, Duration::from_secs(100))?;
+        let fs = host.dev.fault_stats();
+        let (input, output) = iptables.map_or((0, 0), |cmd| {
+            (kernel_support::iptables_dropped(cmd, "INPUT"), kernel_support::iptables_dropped(cmd, "OUTPUT"))
+        });
+        println!(
+            "{role:?}: {elapsed:.2?}, our retransmits {retransmits}, faults {fs:?}, iptables drops in {input} out {output}"
+        );
+        if fs.rx.dropped < 10 || fs.tx.dropped < 10 || fs.rx.reordered == 0 || fs.tx.duplicated == 0 {
+            return Err(format!("too few faults to mean anything: {fs:?}"));
+        }
+        if iptables.is_some() && (input == 0 || output == 0) {
+            return Err(format!("iptables dropped nothing: in {input} out {output}"));
+        }
+        if retransmits == 0 {
+            return Err("we never retransmitted through 5% loss".into());
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn lossy_kernel_client_to_our_server() {
+    lossy(Role::KernelClient, 5011, 21);
+}
+
+#[test]
+fn lossy_our_client_to_kernel_server() {
+    lossy(Role::OurClient, 5012, 22);
+}
+
+#[test]
+fn thousand_concurrent_kernel_connections_echo_random_messages() {
+    const THREADS: usize = 10;
+    const PER_THREAD: usize = 100;
+    const ROUNDS: usize = 3;
+    const PORT: u16 = 7000;
+    in_private_namespace(|| {
+        let tap = open_tap()?;
+        let mut config = stack_config(&tap);
+        config.tcp.send_buffer = 16 * 1024;
+        config.tcp.recv_buffer = 16 * 1024;
+        let mut host = Host::new(tap, config)?;
+        let l = host
+            .stack
+            .listen_with(PORT, ListenerConfig { syn_queue: 1024, backlog: 1024, syn_cookies: true })
+            .map_err(|e| e.to_string())?;
+        let connected = AtomicUsize::new(0);
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            let kernels: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let connected = &connected;
+                    scope.spawn(move || -> Result<u64, String> {
+                        let mut conns = Vec::with_capacity(PER_THREAD);
+                        for _ in 0..PER_THREAD {
+                            conns.push(kernel_connect(PORT)?);
+                        }
+                        connected.fetch_add(PER_THREAD, Ordering::SeqCst);
+                        // Every connection is open before any message flows.
+                        let deadline = Instant::now() + Duration::from_secs(30);
+                        while connected.load(Ordering::SeqCst) < THREADS * PER_THREAD {
+                            if Instant::now() > deadline {
+                                return Err("the other kernel threads never connected".into());
+                            }
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        let mut echoed = 0u64;
+                        let mut x = 0x1000 * t as u64;
+                        for round in 0..ROUNDS {
+                            let mut sent = Vec::with_capacity(PER_THREAD);
+                            for c in &mut conns {
+                                x = splitmix(x);
+                                let len = 1 + usize::try_from(x % 6000).unwrap_or(0);
+                                let msg: Vec<u8> =
+                                    (0..len).map(|i| splitmix(x ^ i as u64).to_le_bytes()[1]).collect();
+                                c.write_all(&msg)
+                                    .map_err(|e| format!("kernel write (round {round}): {e}"))?;
+                                sent.push(msg);
+                            }
+                            for (c, msg) in conns.iter_mut().zip(&sent) {
+                                let mut back = vec![0u8; msg.len()];
+                                c.read_exact(&mut back)
+                                    .map_err(|e| format!("kernel read echo (round {round}): {e}"))?;
+                                if &back != msg {
+                                    return Err(format!("echo differs (round {round}, {} bytes)", msg.len()));
+                                }
+                                echoed += msg.len() as u64;
+                            }
+                        }
+                        drop(conns);
+                        Ok(echoed)
+                    })
+                })
+                .collect();
+
+            struct Echo {
+                s: StreamId,
+                pending: Vec<u8>,
+            }
+            let mut streams: Vec<Echo> = Vec::new();
+            let (mut accepted, mut closed, mut peak) = (0usize, 0usize, 0usize);
+            let mut buf = vec![0u8; 16 * 1024];
+            let result = host.run(Duration::from_secs(60), "1000 connections", |stack| {
+                while let Some(s) = stack.accept(l) {
+                    accepted += 1;
+                    streams.push(Echo { s, pending: Vec::new() });
+                }
+                peak = peak.max(streams.len());
+                let mut i = 0;
+                while i < streams.len() {
+                    let e = &mut streams[i];
+                    let mut eof = false;
+                    if e.pending.len() < 64 * 1024 {
+                        match stack.recv(e.s, &mut buf) {
+                            Ok(0) => eof = true,
+                            Ok(n) => e.pending.extend_from_slice(&buf[..n]),
+                            Err(Error::WouldBlock) => {}
+                            Err(err) => return Err(format!("echo recv: {err}")),
+                        }
+                    }
+                    if !e.pending.is_empty() {
+                        match stack.send(e.s, &e.pending) {
+                            Ok(n) => drop(e.pending.drain(..n)),
+                            Err(Error::WouldBlock) => {}
+                            Err(err) => return Err(format!("echo send: {err}")),
+                        }
+                    }
+                    if eof && e.pending.is_empty() {
+                        stack.close(e.s).map_err(|e| e.to_string())?;
+                        closed += 1;
+                        streams.swap_remove(i);
+                    } else {
+                        i += 1;
+                    }
+                }
+                Ok(kernels.iter().all(|k| k.is_finished()) && streams.is_empty()
+                    || kernels.iter().any(|k| k.is_finished()) && start.elapsed() > Duration::from_secs(55))
+            });
+            let mut echoed = 0;
+            for k in kernels {
+                echoed += k.join().map_err(|_| "kernel thread panicked".to_owned())??;
+            }
+            result?;
+            // Our side finishes its half of each close (LAST-ACK -> CLOSED) and frees every slot.
+            host.run(Duration::from_secs(10), "reclaim", |stack| Ok(stack.connection_count() == 0))?;
+            let st = *host.stack.stats();
+            println!(
+                "{accepted} connections (peak {peak} open at once), {echoed} bytes echoed in {:.2?}, {} closed; stack {st:?}",
+                start.elapsed(),
+                closed
+            );
+            if accepted != THREADS * PER_THREAD || peak != THREADS * PER_THREAD || closed != accepted {
+                return Err(format!("accepted {accepted}, peak {peak}, closed {closed}"));
+            }
+            if st.connections_reclaimed != accepted as u64 {
+                return Err(format!("reclaimed {} of {accepted}", st.connections_reclaimed));
+            }
+            Ok(())
+        })
+    });
+}
+
+#[test]
+fn half_close_both_ways() {
+    in_private_namespace(|| {
+        let tap = open_tap()?;
+        let config = stack_config(&tap);
+        let mut host = Host::new(tap, config)?;
+        const N: u64 = 300 * 1024;
+
+        // The kernel sends a request and shuts down its sending side; we read to its FIN (CLOSE-WAIT)
+        // and only then answer, on the half-open connection.
+        let l = host.stack.listen(6001).map_err(|e| e.to_string())?;
+        std::thread::scope(|scope| -> Result<(), String> {
+            let kernel = scope.spawn(|| -> Result<Sink, String> {
+                let mut s = kernel_connect(6001)?;
+                kernel_write_all(&mut s, &mut Source::new(1, N))?;
+                s.shutdown(Shutdown::Write).map_err(|e| e.to_string())?;
+                kernel_read_all(&mut s, 2)
+            });
+            let (mut stream, mut sink, mut eof, mut src, mut shut) =
+                (None, Sink::new(1), false, Source::new(2, N), false);
+            let mut state_at_eof = None;
+            let mut buf = vec![0u8; 64 * 1024];
+            host.run(Duration::from_secs(20), "half-close (kernel first)", |stack| {
+                stream = stream.or_else(|| stack.accept(l));
+                let Some(s) = stream else { return Ok(false) };
+                if !eof {
+                    eof = our_drain(stack, s, &mut sink, &mut buf)?;
+                    if eof {
+                        state_at_eof = Some(stack.state(s).map_err(|e| e.to_string())?);
+                    }
+                    return Ok(false);
+                }
+                our_feed(stack, s, &mut src, &mut shut)?;
+                Ok(shut && kernel.is_finished())
+            })?;
+            let got = kernel.join().map_err(|_| "kernel panicked")??;
+            if state_at_eof != Some(State::CloseWait) {
+                return Err(format!("at the kernel's FIN we were {state_at_eof:?}, not CLOSE-WAIT"));
+            }
+            sink.check(N, "kernel -> us")?;
+            got.check(N, "us -> kernel")?;
+            let s = stream.ok_or("no stream")?;
+            host.stack.close(s).map_err(|e| e.to_string())?;
+            host.run(
+                Duration::from_secs(5),
+                "LAST-ACK -> CLOSED",
+                |stack| Ok(stack.connection_count() == 0),
+            )?;
+            Ok(())
+        })?;
+
+        // We send a request and shut down; the kernel reads to our FIN, answers, and closes; we end
+        // in TIME-WAIT (the active closer).
+        let kl = kernel_listen(6002)?;
+        std::thread::scope(|scope| -> Result<(), String> {
+            let kernel = scope.spawn(|| -> Result<Sink, String> {
+                let mut s = kernel_accept(&kl)?;
+                let got = kernel_read_all(&mut s, 3)?;
+                kernel_write_all(&mut s, &mut Source::new(4, N))?;
+                Ok(got)
+            });
+            let s = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6002)).map_err(|e| e.to_string())?;
+            let (mut sink, mut eof, mut src, mut shut) = (Sink::new(4), false, Source::new(3, N), false);
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut fin_wait_2 = false;
+            host.run(Duration::from_secs(20), "half-close (us first)", |stack| {
+                our_feed(stack, s, &mut src, &mut shut)?;
+                fin_wait_2 |= stack.state(s) == Ok(State::FinWait2);
+                eof = eof || our_drain(stack, s, &mut sink, &mut buf)?;
+                Ok(eof && kernel.is_finished())
+            })?;
+            let got = kernel.join().map_err(|_| "kernel panicked")??;
+            got.check(N, "us -> kernel")?;
+            sink.check(N, "kernel -> us")?;
+            let state = host.stack.state(s).map_err(|e| e.to_string())?;
+            if !fin_wait_2 || state != State::TimeWait {
+                return Err(format!("FIN-WAIT-2 seen: {fin_wait_2}; now {state}, not TIME-WAIT"));
+            }
+            host.stack.close(s).map_err(|e| e.to_string())?;
+            // TIME-WAIT is 2 MSL = 2 s here.
+            host.run(Duration::from_secs(5), "TIME-WAIT -> CLOSED", |stack| {
+                Ok(stack.connection_count() == 0)
+            })?;
+            Ok(())
+        })
+    });
+}
+
+#[test]
+fn rst_on_abort_and_refusal_both_ways() {
+    in_private_namespace(|| {
+        let tap = open_tap()?;
+        let config = stack_config(&tap);
+        let mut host = Host::new(Observer::new(tap), config)?;
+
+        // Refusals: nothing listens.
+        let c = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6100)).map_err(|e| e.to_string())?;
+        host.run(Duration::from_secs(5), "refused by the kernel", |stack| Ok(stack.error(c) != Ok(None)))?;
+        if host.stack.error(c) != Ok(Some(ConnectionError::Refused)) {
+            return Err(format!("connect to a closed kernel port: {:?}", host.stack.error(c)));
+        }
+        host.stack.close(c).map_err(|e| e.to_string())?;
+        std::thread::scope(|scope| -> Result<(), String> {
+            let k = scope.spawn(|| {
+                TcpStream::connect_timeout(&SocketAddrV4::new(STACK_IP, 6101).into(), Duration::from_secs(5))
+            });
+            host.run(Duration::from_secs(6), "refused by us", |_| Ok(k.is_finished()))?;
+            match k.join().map_err(|_| "kernel panicked")? {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+                other => Err(format!("kernel connect to our closed port: {other:?}")),
+            }
+        })?;
+
+        // We abort: the kernel's blocked read fails with ECONNRESET.
+        let l = host.stack.listen(6102).map_err(|e| e.to_string())?;
+        std::thread::scope(|scope| -> Result<(), String> {
+            let k = scope.spawn(|| -> Result<std::io::Error, String> {
+                let mut s = kernel_connect(6102)?;
+                s.write_all(b"hello").map_err(|e| e.to_string())?;
+                let mut b = [0u8; 16];
+                match s.read(&mut b) {
+                    Ok(n) => Err(format!("read {n} bytes instead of a reset")),
+                    Err(e) => Ok(e),
+                }
+            });
+            let mut stream = None;
+            let rst_before = host.dev.tx.rst;
+            host.run(Duration::from_secs(10), "our abort", |stack| {
+                stream = stream.or_else(|| stack.accept(l));
+                if let Some(s) = stream
+                    && stack.is_readable(s)
+                    && stack.state(s) == Ok(State::Established)
+                {
+                    stack.abort(s).map_err(|e| e.to_string())?;
+                }
+                Ok(k.is_finished())
+            })?;
+            let e = k.join().map_err(|_| "kernel panicked")??;
+            if e.kind() != std::io::ErrorKind::ConnectionReset {
+                return Err(format!("kernel read after our abort: {e}"));
+            }
+            if host.dev.tx.rst <= rst_before {
+                return Err("no RST left our stack".into());
+            }
+            Ok(())
+        })?;
+
+        // We close with unread data: an abort too (RFC 2525 §2.17), the kernel sees the reset.
+        std::thread::scope(|scope| -> Result<(), String> {
+            let k = scope.spawn(|| -> Result<std::io::Error, String> {
+                let mut s = kernel_connect(6102)?;
+                s.write_all(&[7u8; 3000]).map_err(|e| e.to_string())?;
+                let mut b = [0u8; 16];
+                match s.read(&mut b) {
+                    Ok(n) => Err(format!("read {n} bytes (EOF?) instead of a reset")),
+                    Err(e) => Ok(e),
+                }
+            });
+            let mut stream = None;
+            host.run(Duration::from_secs(10), "our close with unread data", |stack| {
+                stream = stream.or_else(|| stack.accept(l));
+                if let Some(s) = stream
+                    && stack.queues(s).is_ok_and(|(r, _)| r >= 3000)
+                {
+                    stack.close(s).map_err(|e| e.to_string())?;
+                }
+                Ok(k.is_finished())
+            })?;
+            let e = k.join().map_err(|_| "kernel panicked")??;
+            if e.kind() != std::io::ErrorKind::ConnectionReset {
+                return Err(format!("kernel read after our close with unread data: {e}"));
+            }
+            Ok(())
+        })?;
+
+        // The kernel aborts (SO_LINGER 0): we see Reset, after reading what came before it.
+        let kl = kernel_listen(6103)?;
+        std::thread::scope(|scope| -> Result<(), String> {
+            let k = scope.spawn(|| -> Result<(), String> {
+                let mut s = kernel_accept(&kl)?;
+                s.write_all(b"last words").map_err(|e| e.to_string())?;
+                std::thread::sleep(Duration::from_millis(100));
+                kernel_support::set_linger_zero(&s)?;
+                drop(s);
+                Ok(())
+            });
+            let c = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6103)).map_err(|e| e.to_string())?;
+            let mut got = Vec::new();
+            let mut err = None;
+            let rst_before = host.dev.rx.rst;
+            let mut buf = [0u8; 64];
+            host.run(Duration::from_secs(10), "kernel abort", |stack| {
+                match stack.recv(c, &mut buf) {
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(Error::WouldBlock) => {}
+                    Err(e) => err = Some(e),
+                }
+                Ok(err.is_some() && k.is_finished())
+            })?;
+            k.join().map_err(|_| "kernel panicked")??;
+            if got != b"last words" || err != Some(Error::Connection(ConnectionError::Reset)) {
+                return Err(format!("got {:?} then {err:?}", String::from_utf8_lossy(&got)));
+            }
+            if host.dev.rx.rst <= rst_before {
+                return Err("no RST came from the kernel".into());
+            }
+            host.stack.close(c).map_err(|e| e.to_string())?;
+            Ok(())
+        })?;
+        host.run(Duration::from_secs(5), "reclaim", |stack| Ok(stack.connection_count() == 0))?;
+        Ok(())
+    });
+}
+
+#[test]
+fn zero_window_slow_readers_both_ways() {
+    const N: u64 = 2 * MIB;
+    const STALL: Duration = Duration::from_millis(1500);
+    in_private_namespace(|| {
+        let tap = open_tap()?;
+        let mut config = stack_config(&tap);
+        config.tcp.recv_buffer = 16 * 1024;
+        let mut host = Host::new(Observer::new(tap), config)?;
+
+        // The kernel reads nothing for a while: its 8 KiB-ish receive buffer fills, it advertises a
+        // zero window, our persist timer probes it, and the transfer resumes when it reads.
+        let kl = kernel_listen(6200)?;
+        kernel_support::set_rcvbuf(&kl, 4096)?;
+        std::thread::scope(|scope| -> Result<(), String> {
+            let k = scope.spawn(|| -> Result<Sink, String> {
+                let mut s = kernel_accept(&kl)?;
+                std::thread::sleep(STALL);
+                kernel_read_all(&mut s, 5)
+            });
+            let c = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6200)).map_err(|e| e.to_string())?;
+            let (mut src, mut shut) = (Source::new(5, N), false);
+            let (mut sink, mut buf) = (Sink::new(0), [0u8; 1024]);
+            let t = host.run(Duration::from_secs(30), "kernel slow reader", |stack| {
+                our_feed(stack, c, &mut src, &mut shut)?;
+                let eof = our_drain(stack, c, &mut sink, &mut buf)?;
+                Ok(eof && k.is_finished())
+            })?;
+            let got = k.join().map_err(|_| "kernel panicked")??;
+            let (rx, tx) = (host.dev.rx, host.dev.tx);
+            println!("kernel slow reader: {t:.2?}; from the kernel {rx:?}; from us {tx:?}");
+            got.check(N, "us -> kernel")?;
+            if rx.zero_window == 0 {
+                return Err("the kernel never advertised a zero window".into());
+            }
+            if t < STALL {
+                return Err(format!("done in {t:?}, before the reader woke"));
+            }
+            host.stack.close(c).map_err(|e| e.to_string())?;
+            Ok(())
+        })?;
+
+        // We read nothing for a while: our 16 KiB receive buffer fills, we advertise a zero window,
+        // the kernel probes, and our window update reopens it.
+        let l = host.stack.listen(6201).map_err(|e| e.to_string())?;
+        let (rx0, tx0) = (host.dev.rx, host.dev.tx);
+        std::thread::scope(|scope| -> Result<(), String> {
+            let k = scope.spawn(|| -> Result<(), String> {
+                let mut s = kernel_connect(6201)?;
+                kernel_write_all(&mut s, &mut Source::new(6, N))?;
+                s.shutdown(Shutdown::Write).map_err(|e| e.to_string())
+            });
+            let mut stream = None;
+            let mut accepted_at = None;
+            let mut zero_at_wake = 0;
+            let (mut sink, mut buf) = (Sink::new(6), vec![0u8; 64 * 1024]);
+            let mut eof = false;
+            let t = host.run(Duration::from_secs(30), "our slow reader", |stack| {
+                if stream.is_none() {
+                    stream = stack.accept(l);
+                    accepted_at = stream.map(|_| Instant::now());
+                }
+                let (Some(s), Some(at)) = (stream, accepted_at) else { return Ok(false) };
+                if at.elapsed() < STALL {
+                    return Ok(false);
+                }
+                if zero_at_wake == 0 {
+                    zero_at_wake = 1 + stack.queues(s).map_err(|e| e.to_string())?.0;
+                }
+                eof = eof || our_drain(stack, s, &mut sink, &mut buf)?;
+                Ok(eof && k.is_finished())
+            })?;
+            k.join().map_err(|_| "kernel panicked")??;
+            let (rx, tx) = (host.dev.rx, host.dev.tx);
+            println!(
+                "our slow reader: {t:.2?}, {} bytes buffered when we woke; zero-window ACKs from us {}, segments from the kernel {}",
+                zero_at_wake - 1,
+                tx.zero_window - tx0.zero_window,
+                rx.segments - rx0.segments
+            );
+            sink.check(N, "kernel -> us")?;
+            if tx.zero_window == tx0.zero_window {
+                return Err("we never advertised a zero window".into());
+            }
+            if zero_at_wake - 1 != 16 * 1024 {
+                return Err(format!("{} bytes buffered at wake, not the full 16 KiB", zero_at_wake - 1));
+            }
+            host.stack.close(stream.ok_or("no stream")?).map_err(|e| e.to_string())?;
+            Ok(())
+        })
+    });
+}
+
+#[test]
+fn keepalive_both_ways() {
+    in_private_namespace(|| {
+        let tap = open_tap()?;
+        let mut config = stack_config(&tap);
+        config.tcp.keepalive = Some(Keepalive {
+            idle: Duration::from_millis(600),
+            interval: Duration::from_millis(600),
+            probes: 3,
+        });
+        let mut host = Host::new(Observer::new(tap), config)?;
+
+        // Our probes on an idle connection: the kernel answers each (in the kernel: no thread needs
+        // to read); then it goes silent (both directions black-holed) and the connection times out
+        // after idle + 3 intervals.
+        let kl = kernel_listen(6300)?;
+        let c = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6300)).map_err(|e| e.to_string())?;
+        host.run(Duration::from_secs(5), "connect", |stack| Ok(stack.state(c) == Ok(State::Established)))?;
+        let _kernel_end = kernel_accept(&kl)?;
+        let (rx0, tx0) = (host.dev.rx, host.dev.tx);
+        host.idle(Duration::from_millis(2000))?;
+        let (rx1, tx1) = (host.dev.rx, host.dev.tx);
+        let (probes, answers) = (tx1.segments - tx0.segments, rx1.segments - rx0.segments);
+        println!("2 s idle: we sent {probes} keepalive probes, the kernel answered {answers}");
+        if host.stack.error(c) != Ok(None) || host.stack.state(c) != Ok(State::Established) {
+            return Err(format!("an answered keepalive failed: {:?}", host.stack.error(c)));
+        }
+        // 600 ms idle, then a probe; each answer restarts the idle time: 3 in 2 s. (Probes closer
+        // than 500 ms go partly unanswered: Linux rate-limits its ACKs to out-of-window segments,
+        // net.ipv4.tcp_invalid_ratelimit.)
+        if probes < 3 || answers < 3 {
+            return Err(format!("{probes} probes, {answers} answers in 2 s"));
+        }
+        host.dev.blackhole_rx = true;
+        host.dev.blackhole_tx = true;
+        let t =
+            host.run(Duration::from_secs(5), "keepalive timeout", |stack| Ok(stack.error(c) != Ok(None)))?;
+        host.dev.blackhole_rx = false;
+        host.dev.blackhole_tx = false;
+        println!("unanswered: timed out after {t:.2?}");
+        if host.stack.error(c) != Ok(Some(ConnectionError::TimedOut)) {
+            return Err(format!("unanswered keepalives: {:?}", host.stack.error(c)));
+        }
+        if t > Duration::from_millis(3500) {
+            return Err(format!("timed out after {t:?}, expected at most 2.4 s"));
+        }
+        host.stack.close(c).map_err(|e| e.to_string())?;
+
+        // The kernel's probes (TCP_KEEPIDLE 1 s, TCP_KEEPINTVL 1 s, TCP_KEEPCNT 2): we answer them
+        // and the connection survives 3.5 s of idleness; then we go silent and the kernel's read
+        // fails with ETIMEDOUT.
+        let l = host.stack.listen(6301).map_err(|e| e.to_string())?;
+        std::thread::scope(|scope| -> Result<(), String> {
+            let k = scope.spawn(|| -> Result<std::io::Error, String> {
+                let mut s = kernel_connect(6301)?;
+                kernel_support::set_keepalive(&s, 1, 1, 2)?;
+                std::thread::sleep(Duration::from_millis(3500));
+                s.write_all(b"ping").map_err(|e| format!("after 3.5 s idle: {e}"))?;
+                let mut b = [0u8; 4];
+                s.read_exact(&mut b).map_err(|e| format!("echo after 3.5 s idle: {e}"))?;
+                if &b != b"ping" {
+                    return Err("bad echo".into());
+                }
+                s.set_read_timeout(Some(Duration::from_secs(15))).map_err(|e| e.to_string())?;
+                match s.read(&mut b) {
+                    Ok(n) => Err(format!("read {n} from a silent peer")),
+                    Err(e) => Ok(e),
+                }
+            });
+            let mut stream = None;
+            host.run(Duration::from_secs(5), "kernel connect", |stack| {
+                stream = stream.or_else(|| stack.accept(l));
+                Ok(stream.is_some() || k.is_finished())
+            })?;
+            let s = stream.ok_or("the kernel never connected")?;
+            let rx0 = host.dev.rx;
+            let mut buf = [0u8; 16];
+            let mut echoed = false;
+            host.run(Duration::from_secs(8), "kernel keepalive", |stack| {
+                if let Ok(n) = stack.recv(s, &mut buf)
+                    && n > 0
+                {
+                    stack.send(s, &buf[..n]).map_err(|e| e.to_string())?;
+                    echoed = true;
+                }
+                Ok(echoed || k.is_finished())
+            })?;
+            // Between the handshake and the ping the connection was idle: what the kernel sent
+            // then were its keepalive probes (at 1, 2 and 3 s), each answered by us.
+            let probes = (host.dev.rx.segments - rx0.segments).saturating_sub(1);
+            println!("the kernel sent {probes} keepalive probes in 3.5 s idle, and the connection lived");
+            if !echoed || probes < 2 {
+                return Err(format!("echoed {echoed}, {probes} kernel probes"));
+            }
+            host.idle(Duration::from_millis(200))?;
+            host.dev.blackhole_rx = true;
+            host.dev.blackhole_tx = true;
+            let t = host.run(Duration::from_secs(12), "kernel keepalive timeout", |_| Ok(k.is_finished()))?;
+            let e = k.join().map_err(|_| "kernel panicked")??;
+            println!("kernel gave up after {t:.2?}: {e}");
+            if e.raw_os_error() != Some(libc::ETIMEDOUT) {
+                return Err(format!("kernel read from a silent peer: {e}, not ETIMEDOUT"));
+            }
+            host.stack.abort(s).map_err(|e| e.to_string())?;
+            Ok(())
+        })
+    });
+}
+
+#[test]
+fn window_scaling_sack_and_timestamps_negotiated_in_a_pcap() {
+    in_private_namespace(|| {
+        let tap = open_tap()?;
+        let mut config = stack_config(&tap);
+        config.tcp.recv_buffer = 1 << 20;
+        config.tcp.send_buffer = 1 << 20;
+        let path = std::env::temp_dir().join(format!(
+            "tcp-lib-kernel-{}-{:?}.pcap",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        // Our transmissions lose 1% after the recording, so the kernel receives out of order data
+        // and its ACKs carry SACK blocks.
+        let faults = FaultConfig {
+            seed: 5,
+            tx: DirectionConfig { drop: 0.01, ..DirectionConfig::default() },
+            ..FaultConfig::default()
+        };
+        let pool = new_pool()?;
+        let dev =
+            PcapWriter::create(FaultInjector::new(tap, &pool, faults), &path).map_err(|e| e.to_string())?;
+        let mut host = Host::with_pool(pool, dev, config);
+        bulk(&mut host, Role::KernelClient, 6400, MIB, Duration::from_secs(30))?;
+        bulk(&mut host, Role::OurClient, 6401, MIB, Duration::from_secs(30))?;
+        host.dev.flush().map_err(|e| e.to_string())?;
+        let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_file(&path);
+        check_negotiation(&bytes, config.tcp.recv_buffer)
+    });
+}
+
+/// The pcap records (little- or big-endian, micro- or nanosecond magic).
+fn pcap_records(bytes: &[u8]) -> Result<Vec<&[u8]>, String> {
+    let magic = bytes.get(..4).ok_or("no pcap header")?;
+    let le = match magic {
+        [0xd4, 0xc3, 0xb2, 0xa1] | [0x4d, 0x3c, 0xb2, 0xa1] => true,
+        [0xa1, 0xb2, 0xc3, 0xd4] | [0xa1, 0xb2, 0x3c, 0x4d] => false,
+        _ => return Err(format!("not a pcap file: magic {magic:02x?}")),
+    };
+    let u32_at = |o: usize| -> Option<u32> {
+        let b: [u8; 4] = bytes.get(o..o + 4)?.try_into().ok()?;
+        Some(if le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) })
+    };
+    if u32_at(20) != Some(1) {
+        return Err("link type is not Ethernet".into());
+    }
+    let mut out = Vec::new();
+    let mut off = 24;
+    while off < bytes.len() {
+        let incl = usize::try_from(u32_at(off + 8).ok_or("truncated record header")?).unwrap_or(usize::MAX);
+        out.push(bytes.get(off + 16..off + 16 + incl).ok_or("truncated record")?);
+        off += 16 + incl;
+    }
+    Ok(out)
+}
+
+fn check_negotiation(pcap: &[u8], our_recv_buffer: usize) -> Result<(), String> {
+    let records = pcap_records(pcap)?;
+    let segs: Vec<_> = records.iter().filter_map(|r| parse_tcp(r)).collect();
+    let from_kernel = |ip: &tcp_lib::wire::Ipv4Repr| ip.src_addr == KERNEL_IP;
+    let syn = |t: &tcp_lib::wire::TcpRepr<'_>| t.control == TcpControl::Syn;
+    let mut report = Vec::new();
+    for (port, kernel_opens) in [(6400u16, true), (6401, false)] {
+        // One connection per listening port (both sides' ephemeral ports are far above it).
+        let conn: Vec<_> = segs.iter().filter(|(_, t)| t.dst_port == port || t.src_port == port).collect();
+        let open =
+            conn.iter().find(|(ip, t)| syn(t) && t.ack_number.is_none() && from_kernel(ip) == kernel_opens);
+        let answer =
+            conn.iter().find(|(ip, t)| syn(t) && t.ack_number.is_some() && from_kernel(ip) != kernel_opens);
+        let (Some((_, open)), Some((_, answer))) = (open, answer) else {
+            return Err(format!("port {port}: no SYN / SYN-ACK in the pcap ({} segments)", conn.len()));
+        };
+        let (kernel_syn, our_syn) = if kernel_opens { (open, answer) } else { (answer, open) };
+        for (who, s) in [("kernel", kernel_syn), ("ours", our_syn)] {
+            report.push(format!(
+                "port {port} {who} {}: mss {:?} wscale {:?} sack_permitted {} ts {}",
+                if s.ack_number.is_some() { "SYN-ACK" } else { "SYN" },
+                s.max_seg_size,
+                s.window_scale,
+                s.sack_permitted,
+                s.timestamp.is_some()
+            ));
+            if s.window_scale.is_none()
+                || !s.sack_permitted
+                || s.timestamp.is_none()
+                || s.max_seg_size.is_none()
+            {
+                return Err(format!("port {port}: the {who} SYN lacks an option: {s:?}"));
+            }
+        }
+        let (kshift, oshift) = (kernel_syn.window_scale.unwrap_or(0), our_syn.window_scale.unwrap_or(0));
+        // Data phase: the windows are scaled. Ours: the field shifted by our scale is our free
+        // receive buffer, more than 64 KiB (which only scaling can express) and at most the buffer.
+        let ours: Vec<usize> = conn
+            .iter()
+            .filter(|(ip, t)| !from_kernel(ip) && !syn(t) && t.control != TcpControl::Rst)
+            .map(|(_, t)| usize::from(t.window_len) << oshift)
+            .collect();
+        let kernels: Vec<usize> = conn
+            .iter()
+            .filter(|(ip, t)| from_kernel(ip) && !syn(t) && t.control != TcpControl::Rst)
+            .map(|(_, t)| usize::from(t.window_len) << kshift)
+            .collect();
+        let (our_max, kernel_max) =
+            (ours.iter().max().copied().unwrap_or(0), kernels.iter().max().copied().unwrap_or(0));
+        report.push(format!(
+            "port {port}: scaled windows: ours up to {our_max}, the kernel's up to {kernel_max}"
+        ));
+        if our_max <= 65_535 || our_max > our_recv_buffer {
+            return Err(format!("port {port}: our scaled window {our_max} (shift {oshift})"));
+        }
+        if kernel_max <= 65_535 {
+            return Err(format!("port {port}: the kernel's scaled window {kernel_max} (shift {kshift})"));
+        }
+        let kernel_sacks =
+            conn.iter().filter(|(ip, t)| from_kernel(ip) && !t.sack_blocks.as_slice().is_empty()).count();
+        let our_sacks =
+            conn.iter().filter(|(ip, t)| !from_kernel(ip) && !t.sack_blocks.as_slice().is_empty()).count();
+        report.push(format!(
+            "port {port}: segments with SACK blocks: the kernel's {kernel_sacks}, ours {our_sacks}"
+        ));
+        if !kernel_opens && kernel_sacks == 0 {
+            // We sent data through 1% loss: the kernel, having SACK-permitted, reports its holes.
+            return Err(format!("port {port}: the kernel never sent a SACK block"));
+        }
+    }
+    for line in report {
+        println!("{line}");
+    }
+    Ok(())
+}
