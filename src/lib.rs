@@ -5,12 +5,15 @@
 //! * [`netchannel`]: cache-aware single-producer channels of packet-buffer indices and the buffer pool;
 //! * [`ixgbe_vfio`]: the userspace Intel 82599 driver (placeholder until its issue lands);
 //! * [`tcp_lib`]: the TCP/IP stack in the library (placeholder until its issue lands);
-//! * [`accept_affinity`]: Affinity-Accept (placeholder until its issue lands).
+//! * [`accept_affinity`]: Affinity-Accept (placeholder until its issue lands);
+//! * [`echo`]: the TCP echo service of `cargo run --release --example echo`, wired end to end.
 
 pub use accept_affinity;
 pub use ixgbe_vfio;
 pub use netchannel;
 pub use tcp_lib;
+
+pub mod echo;
 
 /// The README's code samples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

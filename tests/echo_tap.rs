@@ -1,0 +1,147 @@
+//! The echo service's `--tap` mode against the kernel's TCP: many concurrent `std::net` connections
+//! in a private network namespace, random message sizes, every echoed byte checked, and the
+//! server's summary and buffer accounting checked afterwards.
+//!
+//! The test thread calls `unshare(CLONE_NEWNET)` (namespaces are per thread; the threads it spawns
+//! inherit it), creates a TAP with `ip tuntap`, gives the kernel's side 10.201.0.1/24 and runs
+//! [`netchannels::echo::run`] on it as 10.201.0.2/24. Without root or `/dev/net/tun` it prints
+//! `skipped: <why>` and passes.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use netchannels::echo::{Backend, Options, run};
+use netchannels::tcp_lib::wire::Ipv4Cidr;
+
+const IFACE: &str = "ncecho0";
+const KERNEL: &str = "10.201.0.1/24";
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 2);
+const PORT: u16 = 7;
+const CONNECTIONS: usize = 48;
+const MESSAGES: usize = 12;
+const MAX_SIZE: usize = 20_000;
+
+fn skip(why: &str) {
+    println!("skipped: {why}");
+    eprintln!("skipped: {why}");
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+fn unavailable() -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (CAP_NET_ADMIN) to create a network namespace and a TAP");
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Some("/dev/net/tun is missing (modprobe tun)");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("the `ip` command (iproute2) is not installed");
+    }
+    None
+}
+
+/// One kernel client: `MESSAGES` messages of random size, each written whole and read back whole,
+/// then a half-close and the server's FIN.
+fn kernel_client(index: usize) -> Result<u64, String> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| format!("client {index}: {what}: {e}");
+    let mut s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
+        .map_err(|e| fail("connect", &e))?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| fail("timeout", &e))?;
+    s.set_nodelay(true).map_err(|e| fail("nodelay", &e))?;
+    let mut state = (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut total = 0;
+    let mut back = vec![0u8; MAX_SIZE];
+    for m in 0..MESSAGES {
+        let len = 1 + usize::try_from(next() % MAX_SIZE as u64).expect("small");
+        let msg: Vec<u8> = (0..len).map(|_| next().to_le_bytes()[3]).collect();
+        s.write_all(&msg).map_err(|e| fail(&format!("write message {m}"), &e))?;
+        s.read_exact(&mut back[..len]).map_err(|e| fail(&format!("read message {m} ({len} bytes)"), &e))?;
+        if let Some(at) = msg.iter().zip(&back[..len]).position(|(a, b)| a != b) {
+            return Err(format!("client {index}: message {m}: byte {at} of {len} came back changed"));
+        }
+        total += len as u64;
+    }
+    s.shutdown(std::net::Shutdown::Write).map_err(|e| fail("shutdown", &e))?;
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).map_err(|e| fail("waiting for the server's FIN", &e))?;
+    if !rest.is_empty() {
+        return Err(format!("client {index}: {} unexpected bytes after the last echo", rest.len()));
+    }
+    Ok(total)
+}
+
+fn in_namespace() -> Result<(), String> {
+    // SAFETY: unshare only changes this thread's namespace membership.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(format!("skip:unshare(CLONE_NEWNET) failed: {}", std::io::Error::last_os_error()));
+    }
+    if let Err(e) = ip(&["tuntap", "add", "dev", IFACE, "mode", "tap"]) {
+        return Err(format!("skip:{e}"));
+    }
+    ip(&["addr", "add", KERNEL, "dev", IFACE])?;
+    ip(&["link", "set", IFACE, "up"])?;
+    let options = Options {
+        backend: Backend::Tap { name: IFACE.into(), ip: Ipv4Cidr::new(SERVER, 24).expect("a /24") },
+        cores: 1,
+        progress: false,
+        port: PORT,
+        ..Options::default()
+    };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let server = s.spawn(|| run(&options, &stop));
+        let clients: Vec<_> = (0..CONNECTIONS).map(|i| s.spawn(move || kernel_client(i))).collect();
+        let results: Vec<Result<u64, String>> = clients
+            .into_iter()
+            .map(|c| c.join().unwrap_or_else(|_| Err("a client panicked".into())))
+            .collect();
+        // Relaxed: a plain flag; the join orders the rest.
+        stop.store(true, Ordering::Relaxed);
+        let report = server.join().map_err(|_| "the server panicked".to_owned())??;
+        println!("{report}");
+        let mut sent = 0;
+        for r in results {
+            sent += r?;
+        }
+        let core = report.cores.first().ok_or("no core in the report")?;
+        assert_eq!(report.cores.len(), 1);
+        assert_eq!(core.served, CONNECTIONS as u64, "every connection served");
+        assert_eq!(report.closed(), CONNECTIONS as u64, "every connection closed after the kernel's FIN");
+        assert_eq!(report.bytes_echoed(), sent, "every byte echoed once");
+        assert_eq!(core.failed, 0);
+        assert_eq!(report.accept.enqueued, CONNECTIONS as u64);
+        assert_eq!(report.accept.local, CONNECTIONS as u64);
+        assert_eq!(report.buffers.len(), 1, "the pool was checked for leaks");
+        Ok(())
+    })
+}
+
+#[test]
+fn tap_echo_serves_concurrent_kernel_clients() {
+    if let Some(why) = unavailable() {
+        return skip(why);
+    }
+    match std::thread::spawn(in_namespace).join().expect("the namespace thread panicked") {
+        Ok(()) => {}
+        Err(e) if e.starts_with("skip:") => skip(&e["skip:".len()..]),
+        Err(e) => panic!("{e}"),
+    }
+}
