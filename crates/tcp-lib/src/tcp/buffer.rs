@@ -195,6 +195,11 @@ impl Assembler {
         reach
     }
 
+    /// The ranges held, as offsets from `RCV.NXT`, lowest first.
+    pub(crate) fn ranges(&self) -> impl Iterator<Item = (usize, usize)> + Clone + '_ {
+        self.ranges.iter().copied()
+    }
+
     /// Forgets every range.
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();

@@ -1,12 +1,13 @@
-//! Congestion control behind a small trait, and NewReno (RFC 5681 slow start and congestion
-//! avoidance, RFC 6582 fast recovery window arithmetic, RFC 3465 byte counting limited to one
-//! SMSS per ACK).
+//! Congestion control behind a small trait, with two implementations: [`NewReno`] (RFC 5681 slow
+//! start and congestion avoidance, RFC 6582 fast recovery window arithmetic, RFC 3465 byte
+//! counting limited to one SMSS per ACK) and [`Cubic`] (RFC 9438).
 //!
-//! The connection owns the loss *detection* (duplicate ACK counting, the recovery point, the
-//! retransmission timer); an algorithm only decides the congestion window at each event. CUBIC
-//! (RFC 9438) will be a second implementation of the same trait.
+//! The connection owns the loss *detection* (duplicate ACK counting, the SACK scoreboard, the
+//! recovery point, the retransmission timer); an algorithm only decides the congestion window at
+//! each event. Time comes from the caller (`now`), as everywhere in the sans-IO core.
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 /// A congestion control algorithm: the congestion window and slow-start threshold in bytes,
 /// updated at the events the connection reports. `mss` is the sender's maximum segment size
@@ -21,16 +22,21 @@ pub trait CongestionControl: fmt::Debug + Send {
     /// The handshake completed and the MSS is known: set the initial window.
     fn on_established(&mut self, mss: usize);
 
-    /// `acked` bytes of new data were acknowledged outside fast recovery.
-    fn on_ack(&mut self, acked: usize, mss: usize);
+    /// `acked` bytes of new data were acknowledged outside fast recovery, at `now`, with the
+    /// smoothed RTT `srtt` (zero before the first sample).
+    fn on_ack(&mut self, acked: usize, mss: usize, now: Instant, srtt: Duration);
 
-    /// The third duplicate ACK: fast retransmit and enter fast recovery.
+    /// Loss detected (the third duplicate ACK, or SACK loss detection): fast retransmit and
+    /// enter recovery. The window is reduced: ssthresh is set and cwnd = ssthresh (RFC 6675 §5
+    /// step 4.2; NewReno's inflation by the three duplicate ACKs follows as three
+    /// [`on_recovery_dup_ack`](Self::on_recovery_dup_ack) calls, RFC 5681 §3.2 step 3).
     fn on_enter_recovery(&mut self, flight: usize, mss: usize);
 
-    /// Another duplicate ACK during fast recovery: one more segment has left the network.
+    /// Another duplicate ACK during NewReno fast recovery: one more segment has left the network
+    /// (not called in SACK recovery, where the pipe estimate accounts for it).
     fn on_recovery_dup_ack(&mut self, mss: usize);
 
-    /// A partial ACK during fast recovery acknowledged `acked` bytes.
+    /// A partial ACK during NewReno fast recovery acknowledged `acked` bytes.
     fn on_partial_ack(&mut self, acked: usize, mss: usize);
 
     /// A full ACK ended fast recovery with `flight` bytes still in flight.
@@ -45,8 +51,10 @@ pub trait CongestionControl: fmt::Debug + Send {
 #[non_exhaustive]
 pub enum CongestionAlgorithm {
     /// [`NewReno`].
-    #[default]
     NewReno,
+    /// [`Cubic`] (the default, as in Linux and RFC 9438 deployments).
+    #[default]
+    Cubic,
 }
 
 impl CongestionAlgorithm {
@@ -55,6 +63,7 @@ impl CongestionAlgorithm {
     pub fn build(self) -> Box<dyn CongestionControl> {
         match self {
             Self::NewReno => Box::new(NewReno::new()),
+            Self::Cubic => Box::new(Cubic::new()),
         }
     }
 }
@@ -115,7 +124,7 @@ impl CongestionControl for NewReno {
         self.cwnd = Self::initial_window(mss);
     }
 
-    fn on_ack(&mut self, acked: usize, mss: usize) {
+    fn on_ack(&mut self, acked: usize, mss: usize, _now: Instant, _srtt: Duration) {
         if self.cwnd < self.ssthresh {
             // Slow start: at most one SMSS per ACK (RFC 5681 §3.1, RFC 3465 L = 1).
             self.cwnd = self.cwnd.saturating_add(acked.min(mss));
@@ -130,7 +139,7 @@ impl CongestionControl for NewReno {
 
     fn on_enter_recovery(&mut self, flight: usize, mss: usize) {
         self.ssthresh = Self::reduced(flight, mss);
-        self.cwnd = self.ssthresh + 3 * mss;
+        self.cwnd = self.ssthresh;
         self.acked_in_ca = 0;
     }
 
@@ -162,6 +171,170 @@ impl CongestionControl for NewReno {
     }
 }
 
+/// CUBIC (RFC 9438): after a congestion event the window follows the cubic function of the
+/// time since the current congestion avoidance stage began,
+/// `W_cubic(t) = C·(t − K)³ + W_max` (RFC 9438 §4.2, in segments and seconds), concave up to the
+/// window of the last congestion event `W_max` and convex past it, but never below the window a
+/// Reno flow with the same loss rate would reach (the Reno-friendly region, §4.3). A congestion
+/// event multiplies the window by β = 0.7 (§4.6); fast convergence (§4.7) lowers `W_max` when
+/// the window shrinks from one event to the next, to leave room to new flows. Slow start and the
+/// recovery arithmetic are RFC 5681/6582's, as the RFC prescribes. Time is the `now` the caller
+/// passes; HyStart is not implemented.
+#[derive(Clone, Debug)]
+pub struct Cubic {
+    /// cwnd in bytes (fractional: per-ACK increments can be below one byte).
+    cwnd: f64,
+    ssthresh: usize,
+    /// `W_max` in bytes: the window just before the last reduction (after fast convergence).
+    w_max: f64,
+    /// `cwnd_prior`: the window just before the last reduction (§4.3: α_cubic applies below it).
+    cwnd_prior: f64,
+    /// The start of the current congestion avoidance stage (`None`: not started).
+    epoch: Option<Instant>,
+    /// `K` in seconds for the current stage.
+    k: f64,
+    /// `W_est` in bytes, the Reno-friendly estimate (§4.3).
+    w_est: f64,
+    /// The last reduction was a retransmission timeout: the next stage starts with `K = 0` and
+    /// `W_max` = the window it starts with (§4.8).
+    after_rto: bool,
+}
+
+impl Default for Cubic {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cubic {
+    /// RFC 9438 §5.1: C = 0.4 (segments per second cubed).
+    pub const C: f64 = 0.4;
+    /// RFC 9438 §4.6: the multiplicative decrease factor.
+    pub const BETA: f64 = 0.7;
+    /// RFC 9438 §4.3: α_cubic = 3·(1 − β)/(1 + β), the Reno-friendly additive increase.
+    pub const ALPHA: f64 = 3.0 * (1.0 - Self::BETA) / (1.0 + Self::BETA);
+
+    /// Before the handshake: as [`NewReno::new`].
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            cwnd: 536.0,
+            ssthresh: usize::MAX,
+            w_max: 0.0,
+            cwnd_prior: 0.0,
+            epoch: None,
+            k: 0.0,
+            w_est: 0.0,
+            after_rto: false,
+        }
+    }
+
+    /// RFC 9438 equation 2: `K = ∛((W_max − cwnd_epoch) / C)` in seconds, windows in segments
+    /// (0 when the window starts at or above `W_max`).
+    #[must_use]
+    pub fn k(w_max: f64, cwnd_epoch: f64) -> f64 {
+        if w_max <= cwnd_epoch { 0.0 } else { ((w_max - cwnd_epoch) / Self::C).cbrt() }
+    }
+
+    /// RFC 9438 equation 1: `W_cubic(t) = C·(t − K)³ + W_max`, in segments, `t` in seconds.
+    #[must_use]
+    pub fn w_cubic(t: f64, k: f64, w_max: f64) -> f64 {
+        Self::C * (t - k).powi(3) + w_max
+    }
+
+    /// The congestion event bookkeeping of RFC 9438 §4.6 and §4.7: fast convergence, `W_max`,
+    /// `cwnd_prior`, and the new ssthresh = max(FlightSize · β, 2 · SMSS).
+    fn reduce(&mut self, flight: usize, mss: usize) {
+        self.w_max = if self.cwnd < self.w_max { self.cwnd * (1.0 + Self::BETA) / 2.0 } else { self.cwnd };
+        self.cwnd_prior = self.cwnd;
+        self.ssthresh = to_bytes(flight as f64 * Self::BETA).max(2 * mss);
+        self.epoch = None;
+    }
+}
+
+/// A window in bytes from its floating-point value (truncated, saturating).
+#[expect(clippy::cast_possible_truncation, reason = "windows are far below 2^52 bytes; the cast saturates")]
+fn to_bytes(w: f64) -> usize {
+    w as usize
+}
+
+impl CongestionControl for Cubic {
+    fn window(&self) -> usize {
+        to_bytes(self.cwnd)
+    }
+
+    fn ssthresh(&self) -> usize {
+        self.ssthresh
+    }
+
+    fn on_established(&mut self, mss: usize) {
+        self.cwnd = NewReno::initial_window(mss) as f64;
+    }
+
+    fn on_ack(&mut self, acked: usize, mss: usize, now: Instant, srtt: Duration) {
+        if self.window() < self.ssthresh {
+            // Slow start (RFC 9438 §4.10: as RFC 5681).
+            self.cwnd += acked.min(mss) as f64;
+            return;
+        }
+        let seg = mss as f64;
+        let epoch = *self.epoch.get_or_insert_with(|| {
+            // A new congestion avoidance stage (§4.2): t counts from here.
+            if self.after_rto || self.w_max < self.cwnd {
+                self.w_max = self.cwnd;
+            }
+            self.after_rto = false;
+            self.k = Self::k(self.w_max / seg, self.cwnd / seg);
+            self.w_est = self.cwnd;
+            now
+        });
+        let t = now.saturating_duration_since(epoch).as_secs_f64();
+        // The Reno-friendly estimate (§4.3, equation 4): α_cubic per RTT up to cwnd_prior, then 1.
+        let alpha = if self.w_est >= self.cwnd_prior { 1.0 } else { Self::ALPHA };
+        self.w_est += alpha * acked as f64 * seg / self.cwnd;
+        let cubic = Self::w_cubic(t, self.k, self.w_max / seg) * seg;
+        if cubic < self.w_est {
+            // The Reno-friendly region.
+            self.cwnd = self.w_est;
+        } else {
+            // Concave and convex regions (§4.4, §4.5): towards W_cubic(t + RTT), at most 1.5·cwnd.
+            let target = (Self::w_cubic(t + srtt.as_secs_f64(), self.k, self.w_max / seg) * seg)
+                .clamp(self.cwnd, 1.5 * self.cwnd);
+            self.cwnd += (target - self.cwnd) * acked as f64 / self.cwnd;
+        }
+    }
+
+    fn on_enter_recovery(&mut self, flight: usize, mss: usize) {
+        self.reduce(flight, mss);
+        self.cwnd = self.ssthresh as f64;
+    }
+
+    fn on_recovery_dup_ack(&mut self, mss: usize) {
+        self.cwnd += mss as f64;
+    }
+
+    fn on_partial_ack(&mut self, acked: usize, mss: usize) {
+        // RFC 6582 §3.2 step 5, as NewReno.
+        let mut cwnd = self.window().saturating_sub(acked);
+        if acked >= mss {
+            cwnd += mss;
+        }
+        self.cwnd = cwnd.max(mss) as f64;
+    }
+
+    fn on_exit_recovery(&mut self, flight: usize, mss: usize) {
+        self.cwnd = self.ssthresh.min(flight.max(mss) + mss) as f64;
+    }
+
+    fn on_rto(&mut self, flight: usize, mss: usize) {
+        // RFC 9438 §4.8: ssthresh as for a congestion event, cwnd as RFC 5681 (one SMSS), and the
+        // next stage starts with K = 0.
+        self.reduce(flight, mss);
+        self.cwnd = mss as f64;
+        self.after_rto = true;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,23 +342,29 @@ mod tests {
     #[test]
     fn newreno_phases() {
         let mss = 1000;
+        let now = Instant::now();
+        let rtt = Duration::from_millis(10);
         let mut c = CongestionAlgorithm::NewReno.build();
         c.on_established(mss);
         assert_eq!(c.window(), 4000, "IW for SMSS <= 1095 is 4 segments");
-        c.on_ack(3000, mss);
+        c.on_ack(3000, mss, now, rtt);
         assert_eq!(c.window(), 5000, "slow start: one SMSS per ACK at most");
         c.on_enter_recovery(10_000, mss);
-        assert_eq!((c.ssthresh(), c.window()), (5000, 8000));
+        assert_eq!((c.ssthresh(), c.window()), (5000, 5000), "cwnd = ssthresh (RFC 6675 4.2)");
+        for _ in 0..3 {
+            c.on_recovery_dup_ack(mss);
+        }
+        assert_eq!(c.window(), 8000, "NewReno: ssthresh + 3 SMSS (RFC 5681 3.2 step 3)");
         c.on_recovery_dup_ack(mss);
         assert_eq!(c.window(), 9000);
         c.on_partial_ack(2500, mss);
         assert_eq!(c.window(), 7500);
         c.on_exit_recovery(3000, mss);
         assert_eq!(c.window(), 4000, "min(ssthresh, flight + SMSS)");
-        c.on_ack(1000, mss);
+        c.on_ack(1000, mss, now, rtt);
         assert_eq!(c.window(), 5000, "4000 < ssthresh 5000: still slow start");
         for _ in 0..5 {
-            c.on_ack(1000, mss);
+            c.on_ack(1000, mss, now, rtt);
         }
         assert_eq!(c.window(), 6000, "congestion avoidance: one SMSS per window acked");
         c.on_rto(6000, mss);
@@ -194,5 +373,102 @@ mod tests {
         assert_eq!(c.ssthresh(), 2000, "never below 2 SMSS");
         assert_eq!(NewReno::initial_window(1460), 4380);
         assert_eq!(NewReno::initial_window(4000), 8000);
+    }
+
+    /// ACKs a window's worth, one SMSS per ACK, at `now`; returns cwnd in segments.
+    fn one_rtt(c: &mut Cubic, mss: usize, now: Instant, rtt: Duration) -> f64 {
+        let acks = c.window() / mss;
+        for _ in 0..acks {
+            c.on_ack(mss, mss, now, rtt);
+        }
+        c.cwnd / mss as f64
+    }
+
+    /// A CUBIC in congestion avoidance at `w` segments, just reduced by a loss at `w_max`.
+    fn after_loss(w_max: usize, mss: usize) -> Cubic {
+        let mut c = Cubic::new();
+        c.on_established(mss);
+        c.cwnd = (w_max * mss) as f64;
+        c.on_enter_recovery(w_max * mss, mss);
+        c.on_exit_recovery(w_max * mss, mss);
+        c
+    }
+
+    #[test]
+    fn cubic_k_and_w_cubic_follow_rfc_9438() {
+        // K = cbrt((W_max - cwnd_epoch) / C): W_max 100, cwnd_epoch 70 -> cbrt(75).
+        let k = Cubic::k(100.0, 70.0);
+        assert!((k - 75f64.cbrt()).abs() < 1e-9 && (k - 4.2172).abs() < 1e-3, "{k}");
+        assert_eq!(Cubic::k(100.0, 120.0), 0.0);
+        assert!((Cubic::w_cubic(0.0, k, 100.0) - 70.0).abs() < 1e-9, "starts at cwnd_epoch");
+        assert!((Cubic::w_cubic(k, k, 100.0) - 100.0).abs() < 1e-9, "plateau at W_max at t = K");
+        assert!((Cubic::w_cubic(k + 2.0, k, 100.0) - 103.2).abs() < 1e-9, "C (t - K)^3 past it");
+        assert!((Cubic::ALPHA - 0.3 * 3.0 / 1.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn cubic_beta_and_fast_convergence() {
+        let mss = 1000;
+        let mut c = after_loss(100, mss);
+        assert_eq!((c.ssthresh(), c.window()), (70_000, 70_000), "beta = 0.7");
+        assert!((c.w_max - 100_000.0).abs() < 1e-6);
+        // A second loss below W_max: fast convergence lowers W_max to cwnd (1 + beta) / 2.
+        c.on_enter_recovery(70_000, mss);
+        assert!((c.w_max - 70_000.0 * 0.85).abs() < 1e-6, "{}", c.w_max);
+        assert_eq!(c.window(), 49_000);
+        // A timeout: one segment, and the next stage starts with K = 0 and W_max = its window.
+        c.on_rto(49_000, mss);
+        assert_eq!((c.window(), c.ssthresh()), (1000, 34_300));
+        c.ssthresh = 1000;
+        c.on_ack(mss, mss, Instant::now(), Duration::from_millis(100));
+        assert_eq!((c.k, c.w_max), (0.0, 1000.0));
+        assert_eq!(CongestionAlgorithm::default(), CongestionAlgorithm::Cubic);
+    }
+
+    #[test]
+    fn cubic_window_follows_the_cubic_curve() {
+        // A long RTT (so that the Reno estimate stays below the curve): concave growth up to
+        // W_max at t = K, a plateau, then convex growth; always between the curve at t and t + RTT.
+        let mss = 1000;
+        let rtt = Duration::from_millis(500);
+        let mut c = after_loss(100, mss);
+        let start = Instant::now();
+        let k = Cubic::k(100.0, 70.0);
+        let mut t = Duration::ZERO;
+        let mut last = 70.0;
+        while t.as_secs_f64() < 2.0 * k {
+            let w = one_rtt(&mut c, mss, start + t, rtt);
+            let secs = t.as_secs_f64();
+            let (lo, hi) =
+                (Cubic::w_cubic(secs, k, 100.0), Cubic::w_cubic(secs + rtt.as_secs_f64(), k, 100.0));
+            assert!(
+                w >= last && w <= hi.max(last) + 1.0 && w + 5.0 >= lo,
+                "t {secs}: {w} not near [{lo}, {hi}]"
+            );
+            last = w;
+            t += rtt;
+        }
+        assert!(last > 100.0, "convex past W_max: {last}");
+        assert!(c.w_est / mss as f64 <= last);
+    }
+
+    #[test]
+    fn cubic_reno_friendly_region() {
+        // A short RTT: many RTTs before K, and the Reno estimate (alpha_cubic per RTT up to
+        // cwnd_prior, then one segment per RTT) overtakes the concave curve: cwnd follows it.
+        let mss = 1000;
+        let rtt = Duration::from_millis(10);
+        let mut c = after_loss(100, mss);
+        let start = Instant::now();
+        let k = Cubic::k(100.0, 70.0);
+        let mut w = 0.0;
+        for i in 0..100u32 {
+            w = one_rtt(&mut c, mss, start + rtt * i, rtt);
+        }
+        let cubic_now = Cubic::w_cubic(0.99, k, 100.0);
+        assert!(w > cubic_now + 10.0, "cwnd {w} follows W_est, above W_cubic(1 s) = {cubic_now}");
+        assert!((w - c.w_est / mss as f64).abs() < 1e-9);
+        // About 57 RTTs at alpha_cubic to reach 100, then 43 at one segment per RTT.
+        assert!((135.0..150.0).contains(&w), "{w}");
     }
 }

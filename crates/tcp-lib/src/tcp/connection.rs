@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use super::buffer::{Assembler, RingBuffer};
 use super::congestion::CongestionControl;
 use super::rtt::RttEstimator;
+use super::sack::{RecentBlocks, Scoreboard};
 use super::{Config, ConnectionError, State, Stats, Transmit, reset_for};
-use crate::wire::tcp::Timestamp;
+use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
 /// The MSS assumed when the peer's SYN has no MSS option (RFC 9293 §3.7.1).
@@ -21,6 +22,8 @@ const MAX_WSCALE: u8 = 14;
 /// The shortest interval between ACKs answering unacceptable bare segments (Linux's
 /// `tcp_invalid_ratelimit` default).
 const OOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
+/// The most retransmissions whose loss is tracked in SACK recovery.
+const MAX_RXT_MARKS: usize = 16;
 /// TS.Recent older than this is no longer valid for PAWS (RFC 7323 §5.5: 24 days).
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 
@@ -65,6 +68,9 @@ pub struct Connection {
     rcv_adv: SeqNumber,
     recv_buf: RingBuffer,
     ooo: Assembler,
+    /// The starts of the out-of-order segments received most recently, for the order of our SACK
+    /// blocks (RFC 2018 §4).
+    sack_recent: RecentBlocks,
     /// A FIN received out of order, at this sequence number.
     ooo_fin: Option<SeqNumber>,
     fin_received: bool,
@@ -121,6 +127,14 @@ pub struct Connection {
     in_recovery: bool,
     recover: SeqNumber,
     fast_rexmit: bool,
+    /// What the peer SACKed (RFC 6675 §3); empty unless SACK was negotiated.
+    scoreboard: Scoreboard,
+    /// RFC 6675 HighRxt: the end of the highest retransmission of the current SACK recovery.
+    high_rxt: SeqNumber,
+    /// Retransmissions of the current SACK recovery: (first byte, SND.MAX when sent), at most
+    /// [`MAX_RXT_MARKS`], oldest first. SACKs of data sent after a retransmission while its hole
+    /// at SND.UNA stays open say that the retransmission was lost too.
+    rxt_marks: Vec<(SeqNumber, SeqNumber)>,
 
     stats: Stats,
 }
@@ -168,6 +182,7 @@ impl Connection {
             rcv_adv: SeqNumber::default(),
             recv_buf: RingBuffer::new(config.recv_buffer),
             ooo: Assembler::new(config.max_ooo_ranges),
+            sack_recent: RecentBlocks::default(),
             ooo_fin: None,
             fin_received: false,
             rx_closed: false,
@@ -209,6 +224,9 @@ impl Connection {
             in_recovery: false,
             recover: iss,
             fast_rexmit: false,
+            scoreboard: Scoreboard::new(),
+            high_rxt: iss,
+            rxt_marks: Vec::with_capacity(MAX_RXT_MARKS),
             stats: Stats::default(),
         }
     }
@@ -492,6 +510,8 @@ impl Connection {
         self.fast_rexmit = false;
         self.send_buf.dequeue_allocated(usize::MAX);
         self.ooo.clear();
+        self.sack_recent.clear();
+        self.scoreboard.clear();
     }
 
     fn enter_time_wait(&mut self, now: Instant) {
@@ -590,7 +610,12 @@ impl Connection {
                 self.recover = self.snd_max;
                 self.dup_acks = 0;
                 self.fast_rexmit = false;
-                // Go back: resend from the first unacknowledged byte as the window allows.
+                // RFC 6675 §5.1: forget the SACK information (the receiver may have reneged) and
+                // go back: resend from the first unacknowledged byte as the window allows. SACK
+                // blocks that arrive from now on let the resending skip what they cover.
+                self.scoreboard.clear();
+                self.rxt_marks.clear();
+                self.high_rxt = self.snd_una;
                 self.snd_nxt = self.snd_una;
             }
         }
@@ -709,13 +734,18 @@ impl Connection {
     }
 
     /// The acceptability test of RFC 9293 §3.10.7.4 for a segment of `len` at `seq` against a
-    /// receive window of `wnd` bytes.
+    /// receive window of `wnd` bytes, except that a segment without data is also accepted at
+    /// the right edge of the window (as Linux's `tcp_sequence` does). Our pure ACKs go out at
+    /// SND.MAX; when we filled the peer's window while its RCV.NXT lags behind a hole, SND.MAX
+    /// *is* its right edge, and if both ends are in that state (each one's ACKs lost, each one
+    /// resending data the other already has, which is dropped as old without its ACK being
+    /// looked at) a strict test deadlocks the connection. The random-fault pair test found it.
     fn acceptable(&self, seq: SeqNumber, len: usize, wnd: usize) -> bool {
         let nxt = self.rcv_nxt;
         let in_window = |s: SeqNumber| nxt <= s && s < nxt + wnd;
         match (len, wnd) {
             (0, 0) => seq == nxt,
-            (0, _) => in_window(seq),
+            (0, _) => nxt <= seq && seq <= nxt + wnd,
             (_, 0) => false,
             _ => in_window(seq) || in_window(seq + (len - 1)),
         }
@@ -901,8 +931,12 @@ impl Connection {
             } else {
                 // Out of order: keep it if the range fits, and send a duplicate ACK at once
                 // (RFC 5681 §4.2).
-                if written > 0 && !self.ooo.add(offset, offset + written) {
-                    written = 0;
+                if written > 0 {
+                    if self.ooo.add(offset, offset + written) {
+                        self.sack_recent.record(seq);
+                    } else {
+                        written = 0;
+                    }
                 }
                 self.challenge_ack();
             }
@@ -936,6 +970,7 @@ impl Connection {
         self.ack_pending = true;
         self.ack_now = true;
         self.ooo.clear();
+        self.sack_recent.clear();
         match self.state {
             State::SynReceived | State::Established => self.state = State::CloseWait,
             State::FinWait1 => {
@@ -986,6 +1021,11 @@ impl Connection {
         }
         let window = usize::from(seg.window_len) << self.snd_wscale;
         let mss = self.snd_mss;
+        // RFC 6675 §5: the scoreboard takes the SACK blocks first. Blocks at or below the
+        // cumulative ACK (D-SACKs, stale blocks) are ignored.
+        let new_sack = self.sack_ok
+            && !seg.sack_blocks.is_empty()
+            && self.scoreboard.update(&seg.sack_blocks, ack.max(self.snd_una), self.snd_max);
         if ack > self.snd_una {
             let acked = distance(self.snd_una, ack);
             let mut data_acked = acked;
@@ -1000,14 +1040,27 @@ impl Connection {
             self.sample_rtt(now, seg, ack);
             self.retries = 0;
             self.snd_una = ack;
+            self.scoreboard.prune(ack);
+            self.rxt_marks.retain(|&(s, _)| s >= ack);
             if self.snd_nxt < ack {
                 self.snd_nxt = ack;
             }
             let flight = distance(self.snd_una, self.snd_max);
             if self.in_recovery {
                 if ack >= self.recover {
+                    // RFC 6582 §3.2 step 3, RFC 6675 §5 (the recovery point is covered).
                     self.cc.on_exit_recovery(flight, mss);
                     self.in_recovery = false;
+                    self.rxt_marks.clear();
+                } else if self.sack_ok {
+                    // RFC 6675: a partial ACK changes no window; the scoreboard chooses what to
+                    // retransmit. Without SACK information above it, the segment now at SND.UNA
+                    // is presumed lost as in NewReno (it was sent before the retransmission the
+                    // peer just acknowledged), unless it was retransmitted in this recovery.
+                    if self.scoreboard.is_empty() && self.high_rxt <= self.snd_una {
+                        self.fast_rexmit = true;
+                        self.stats.fast_retransmits += 1;
+                    }
                 } else {
                     // A partial ACK: the next hole was lost too (RFC 6582 §3.2 step 5).
                     self.cc.on_partial_ack(data_acked, mss);
@@ -1015,7 +1068,8 @@ impl Connection {
                     self.stats.fast_retransmits += 1;
                 }
             } else if data_acked > 0 {
-                self.cc.on_ack(data_acked, mss);
+                let srtt = self.rtt.srtt().unwrap_or_default();
+                self.cc.on_ack(data_acked, mss, now, srtt);
             }
             self.dup_acks = 0;
             self.rto_at = if self.snd_una == self.snd_max { None } else { Some(now + self.rtt.rto()) };
@@ -1030,16 +1084,44 @@ impl Connection {
             self.stats.dup_acks += 1;
             self.dup_acks = self.dup_acks.saturating_add(1);
             if self.in_recovery {
-                self.cc.on_recovery_dup_ack(mss);
+                // NewReno inflates cwnd per duplicate ACK; SACK recovery counts the pipe instead.
+                if !self.sack_ok {
+                    self.cc.on_recovery_dup_ack(mss);
+                }
             } else if self.dup_acks == 3 && self.recover_passed(ack) {
-                // Fast retransmit and NewReno fast recovery (RFC 6582 §3.2 step 2).
-                self.recover = self.snd_max;
-                self.in_recovery = true;
-                self.cc.on_enter_recovery(distance(self.snd_una, self.snd_max), mss);
-                self.fast_rexmit = true;
-                self.stats.fast_retransmits += 1;
-                self.rtt_timing = None;
+                self.enter_recovery();
             }
+        }
+        // RFC 6675 §5 step (1.b): with SACK, loss is also detected when IsLost(HighACK + 1),
+        // whatever the ACK carried (data from the peer does not make an ACK a duplicate, but its
+        // SACK blocks count); and by early retransmit (RFC 5827) when too little is in flight
+        // for three segments to be SACKed. A new recovery starts once HighACK >= RecoveryPoint
+        // (RFC 6675 §5).
+        if new_sack
+            && !self.in_recovery
+            && self.snd_una.partial_cmp(&self.recover) != Some(std::cmp::Ordering::Less)
+            && (self
+                .scoreboard
+                .holes(self.snd_una, self.snd_max, mss)
+                .next()
+                .is_some_and(|h| h.start == self.snd_una && h.lost)
+                || self.early_retransmit())
+        {
+            self.enter_recovery();
+        }
+        // A lost retransmission: data sent after the retransmission of the hole at SND.UNA was
+        // SACKed (as much as IsLost asks) while the hole stays open. Retransmit it again.
+        if new_sack
+            && self.in_recovery
+            && self
+                .rxt_marks
+                .iter()
+                .find(|&&(s, _)| s == self.snd_una)
+                .is_some_and(|&(_, mark)| self.scoreboard.enough_above(mark, mss))
+        {
+            self.rxt_marks.retain(|&(s, _)| s != self.snd_una);
+            self.fast_rexmit = true;
+            self.stats.fast_retransmits += 1;
         }
         // Window update (SND.WL1/SND.WL2 rule), for ACKs that are not old.
         if ack >= self.snd_una
@@ -1057,6 +1139,43 @@ impl Connection {
             }
         }
         true
+    }
+
+    /// RFC 5827 early retransmit with SACK: fewer than four segments are outstanding, no new
+    /// data can be sent to draw more ACKs, and everything past the first unacknowledged segment
+    /// was SACKed (ER_thresh = outstanding segments - 1).
+    fn early_retransmit(&self) -> bool {
+        let mss = self.snd_mss;
+        let flight = distance(self.snd_una, self.snd_max);
+        let sent = distance(self.send_base(), self.snd_max);
+        let unsent = self.send_buf.len().saturating_sub(sent);
+        let room = self.snd_wnd.min(self.cc.window()).saturating_sub(flight);
+        // The FIN is never SACKed: the data ends before it.
+        let data_end = self.fin_seq.filter(|&f| f < self.snd_max).unwrap_or(self.snd_max);
+        flight < 4 * mss
+            && (unsent == 0 || room < unsent.min(mss))
+            && self.scoreboard.high_sack() == Some(data_end)
+            && self.scoreboard.sacked_bytes() + mss >= flight
+    }
+
+    /// Fast retransmit and fast recovery: NewReno (RFC 6582 §3.2 step 2, with the RFC 5681 §3.2
+    /// step 3 inflation by the three duplicate ACKs) without SACK, RFC 6675 §5 step (4) with it
+    /// (cwnd = ssthresh; the pipe counts what left the network).
+    fn enter_recovery(&mut self) {
+        let mss = self.snd_mss;
+        self.recover = self.snd_max;
+        self.in_recovery = true;
+        self.cc.on_enter_recovery(distance(self.snd_una, self.snd_max), mss);
+        if !self.sack_ok {
+            for _ in 0..3 {
+                self.cc.on_recovery_dup_ack(mss);
+            }
+        }
+        self.high_rxt = self.snd_una;
+        self.rxt_marks.clear();
+        self.fast_rexmit = true;
+        self.stats.fast_retransmits += 1;
+        self.rtt_timing = None;
     }
 
     // ---------------------------------------------------------------------------------------
@@ -1101,8 +1220,35 @@ impl Connection {
             ack_number: Some(self.rcv_nxt),
             window_len,
             timestamp: self.ts_ok.then(|| Timestamp { tsval: self.ts_now(now), tsecr: self.ts_recent }),
+            sack_blocks: self.sack_blocks(),
             ..TcpRepr::default()
         }
+    }
+
+    /// The SACK blocks for our next ACK (RFC 2018 §4): when SACK was negotiated and data is held
+    /// out of order, the block holding the most recently received segment first, then the
+    /// other recently received ones, then the rest, as many as fit beside the timestamps
+    /// option (three; four without it). D-SACK (RFC 2883) is not sent.
+    fn sack_blocks(&self) -> SackBlocks {
+        if !self.sack_ok || self.ooo.is_empty() {
+            return SackBlocks::new();
+        }
+        let max = if self.ts_ok { 3 } else { SackBlocks::MAX };
+        let base = self.rcv_nxt;
+        self.sack_recent.blocks(self.ooo.ranges().map(move |(s, e)| (base + s, base + e)), max)
+    }
+
+    /// The most payload bytes in our next segment: the send MSS less the SACK option it will
+    /// carry, so that the segment still fits the path MTU.
+    fn data_mss(&self) -> usize {
+        let n = self.sack_blocks().len();
+        let option = if n > 0 { 4 + 8 * n } else { 0 };
+        self.snd_mss.saturating_sub(option).max(1)
+    }
+
+    /// RFC 6675 SetPipe(): the bytes presumed in flight during SACK recovery.
+    fn pipe(&self) -> usize {
+        self.scoreboard.pipe(self.snd_una, self.snd_max, self.high_rxt.max(self.snd_una), self.snd_mss)
     }
 
     fn transmit(&mut self, repr: TcpRepr<'static>, payload_len: usize) -> Transmit {
@@ -1138,9 +1284,19 @@ impl Connection {
                 return Some(t);
             }
         }
+        let sack_recovery = self.in_recovery && self.sack_ok && self.state != State::TimeWait;
+        // RFC 6675 §5 step (C), NextSeg() rule 1: lost holes first...
+        if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, true) {
+            return Some(t);
+        }
+        // ... rule 2: new data...
         if self.state != State::TimeWait
             && let Some(t) = self.send_data(now, buf)
         {
+            return Some(t);
+        }
+        // ... rule 3: holes below the highest SACKed byte not yet deemed lost.
+        if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, false) {
             return Some(t);
         }
         if self.probe_pending {
@@ -1206,33 +1362,78 @@ impl Connection {
         if self.syn_acked { self.snd_una } else { self.iss + 1 }
     }
 
-    /// Fast retransmit: the first unacknowledged segment, whatever the windows say.
+    /// Fast retransmit: the first unacknowledged segment, whatever the windows say (up to the
+    /// first SACKed byte).
     fn retransmit_first(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if self.snd_una == self.snd_max {
             return None;
         }
-        let outstanding = distance(self.snd_una, self.snd_max);
-        let data = outstanding.min(self.send_buf.len());
-        let len = data.min(self.snd_mss).min(buf.len());
-        let n = self.send_buf.read_allocated(0, &mut buf[..len]);
-        let fin = self.fin_seq.is_some_and(|f| self.snd_una + n == f);
+        let end = self.scoreboard.next_sacked(self.snd_una).unwrap_or(self.snd_max);
+        let len = distance(self.snd_una, end).min(self.data_mss());
+        self.retransmit_at(now, buf, self.snd_una, len)
+    }
+
+    /// RFC 6675 §5 step (C): while cwnd - pipe >= 1 SMSS, the segment NextSeg() picks (rule 1,
+    /// lost data, when `lost_only`; else rule 3).
+    fn sack_retransmit(&mut self, now: Instant, buf: &mut [u8], lost_only: bool) -> Option<Transmit> {
+        if self.cc.window() < self.pipe().saturating_add(self.snd_mss) {
+            return None;
+        }
+        let high_rxt = self.high_rxt.max(self.snd_una);
+        let (seq, len, lost) =
+            self.scoreboard.next_seg(self.snd_una, self.snd_max, high_rxt, self.snd_mss)?;
+        if lost_only && !lost {
+            return None;
+        }
+        let len = len.min(self.data_mss());
+        self.retransmit_at(now, buf, seq, len)
+    }
+
+    /// Retransmits up to `len` bytes from `seq` (and the FIN if it follows them) and moves
+    /// HighRxt past them.
+    fn retransmit_at(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        seq: SeqNumber,
+        len: usize,
+    ) -> Option<Transmit> {
+        let offset = distance(self.send_base(), seq);
+        let len = len.min(buf.len());
+        let n = self.send_buf.read_allocated(offset, &mut buf[..len]);
+        let fin = self.fin_seq.is_some_and(|f| seq + n == f);
+        let end = seq + n + usize::from(fin);
+        self.high_rxt = self.high_rxt.max(if n == 0 && !fin { seq + len } else { end });
         if n == 0 && !fin {
             return None;
         }
+        if self.in_recovery && self.sack_ok {
+            self.rxt_marks.retain(|&(s, _)| s != seq);
+            if self.rxt_marks.len() == MAX_RXT_MARKS {
+                self.rxt_marks.remove(0);
+            }
+            self.rxt_marks.push((seq, self.snd_max));
+        }
         let control = if fin { TcpControl::Fin } else { TcpControl::None };
-        let seq = self.snd_una;
         let mut repr = self.header(now, control, seq);
         repr.push = n > 0;
         self.stats.retransmits += 1;
         if self.rtt_timing.is_some_and(|(s, _)| seq <= s) {
             self.rtt_timing = None;
         }
+        self.rto_at.get_or_insert(now + self.rtt.rto());
         Some(self.transmit(repr, n))
     }
 
     /// New data, retransmissions after a timeout, and the FIN, as the windows, Nagle and SWS
     /// avoidance allow.
     fn send_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        // Resending after a timeout skips what the peer SACKed since.
+        while self.snd_nxt < self.snd_max
+            && let Some(end) = self.scoreboard.sacked_end(self.snd_nxt)
+        {
+            self.snd_nxt = end;
+        }
         let base = self.send_base();
         let sent = distance(base, self.snd_nxt);
         let buffered = self.send_buf.len();
@@ -1246,13 +1447,35 @@ impl Connection {
             return None;
         }
         let in_flight = distance(self.snd_una, self.snd_nxt);
-        let mss = self.snd_mss;
+        let mss = self.data_mss();
         // Limited transmit (RFC 3042): up to two segments past cwnd on the first two duplicate
         // ACKs.
-        let extra = if self.in_recovery || self.dup_acks > 2 { 0 } else { self.dup_acks as usize * mss };
-        let wnd = self.snd_wnd.min(self.cc.window().saturating_add(extra));
-        let usable = wnd.saturating_sub(in_flight);
-        let size = unsent.min(usable).min(mss).min(buf.len());
+        // With SACK information, SACKed bytes have left the network: they do not count against
+        // cwnd (which makes limited transmit redundant), and in SACK recovery the congestion
+        // window limits the pipe (RFC 6675 §5 step (C)).
+        let sacked = !self.scoreboard.is_empty();
+        let extra =
+            if self.in_recovery || self.dup_acks > 2 || sacked { 0 } else { self.dup_acks as usize * mss };
+        let cc_flight = if self.in_recovery && self.sack_ok {
+            self.pipe()
+        } else {
+            let (_, above) = self.scoreboard.sacked_above(self.snd_nxt);
+            in_flight.saturating_sub(self.scoreboard.sacked_bytes() - above)
+        };
+        let usable = self
+            .snd_wnd
+            .saturating_sub(in_flight)
+            .min(self.cc.window().saturating_add(extra).saturating_sub(cc_flight));
+        let mut size = unsent.min(usable).min(mss).min(buf.len());
+        // A resend stops at the next SACKed byte.
+        let mut clipped = false;
+        if self.snd_nxt < self.snd_max
+            && let Some(next) = self.scoreboard.next_sacked(self.snd_nxt)
+            && distance(self.snd_nxt, next) < size
+        {
+            size = distance(self.snd_nxt, next);
+            clipped = true;
+        }
         let ends_data = size == unsent;
         let fin = fin_pending && ends_data;
         // Sender SWS avoidance and Nagle (RFC 9293 §3.8.6.2.1).
@@ -1260,6 +1483,7 @@ impl Connection {
             && (size >= mss.min(buf.len())
                 || (ends_data && (self.nodelay || in_flight == 0 || self.fin_queued))
                 || (in_flight == 0 && size >= self.max_snd_wnd / 2)
+                || clipped
                 || self.force_send);
         // A FIN with no data left to send goes whatever the windows say.
         if !(allowed || (fin && unsent == 0)) {

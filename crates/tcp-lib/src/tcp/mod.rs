@@ -65,18 +65,32 @@
 //!
 //! * RFC 9293: the eleven states ([`State`]), active, passive and simultaneous open, simultaneous
 //!   close, half-close, TIME-WAIT for 2·MSL ([`Config::msl`]), the segment acceptability test
-//!   (§3.10.7.4), ACK processing with the SND.WL1/SND.WL2 window update rule, RST generation
-//!   ([`reset_for`]) and processing, sender and receiver silly window avoidance (§3.8.6.2), Nagle
-//!   (RFC 896, on unless [`Connection::set_nodelay`]). Data carried on a SYN is not accepted (it is
-//!   not acknowledged, so the peer sends it again).
+//!   (§3.10.7.4; a segment without data is also accepted at the right edge of the window, as
+//!   Linux does, see the deadlock it avoids in the source), ACK processing with the
+//!   SND.WL1/SND.WL2 window update rule, RST generation ([`reset_for`]) and processing, sender
+//!   and receiver silly window avoidance (§3.8.6.2), Nagle (RFC 896, on unless
+//!   [`Connection::set_nodelay`]). Data carried on a SYN is not accepted (it is not acknowledged,
+//!   so the peer sends it again).
 //! * RFC 5961: an RST is accepted only at exactly RCV.NXT; an in-window RST or any SYN on a
 //!   synchronized connection gets a challenge ACK; ACKs of data never sent are answered with an ACK
 //!   and dropped. (Rate limiting of challenge ACKs is not implemented yet.)
 //! * RFC 7323: window scaling (only when both SYNs carry it; the shift is capped at 14), timestamps
 //!   (TSval = a per-connection offset plus milliseconds of the caller's clock; TSecr echo of
 //!   TS.Recent; RTT samples from TSecr; PAWS).
-//! * RFC 2018: the SACK-permitted negotiation is recorded ([`Connection::sack_permitted`]); SACK
-//!   blocks are a later work item.
+//! * RFC 2018: SACK-permitted negotiation ([`Connection::sack_permitted`]); once negotiated, our
+//!   ACKs (and data segments, whose payload shrinks to leave room) carry SACK blocks for the
+//!   out-of-order data held, the block of the most recently received segment first, then the
+//!   other recent ones, up to 4 (3 beside timestamps). D-SACK (RFC 2883) is not sent, and D-SACK
+//!   blocks received are ignored.
+//! * RFC 6675 conservative SACK-based loss recovery: a bounded scoreboard of SACKed ranges,
+//!   IsLost (DupThresh = 3 segments or duplicate ACKs), recovery entered on the third duplicate
+//!   ACK or as soon as IsLost(HighACK + 1) (so ACKs carrying data count too), pipe estimation,
+//!   NextSeg() (lost holes, then new data, then other holes below HighSACK), exit once the
+//!   cumulative ACK reaches the recovery point; an RTO forgets the scoreboard (§5.1, safe
+//!   against reneging) and resends from SND.UNA, skipping what is SACKed afterwards. Also: RFC
+//!   5827 early retransmit for windows under four segments, and detection of a lost
+//!   retransmission of the hole at SND.UNA (data sent after it was SACKed). No rescue
+//!   retransmission, tail loss probe or RACK. Without SACK, NewReno recovery as below.
 //! * RFC 6298: the retransmission timer (initial and minimum RTO configurable), Karn's algorithm
 //!   when timestamps are off, exponential backoff, a retry limit after which the connection fails
 //!   with [`ConnectionError::TimedOut`]; SYN retries.
@@ -84,8 +98,9 @@
 //!   full-sized segment); §4.2.2.17 zero-window probing with the persist timer; §4.2.3.6 keepalive
 //!   (off by default).
 //! * RFC 5681 slow start and congestion avoidance, fast retransmit on the third duplicate ACK with
-//!   NewReno fast recovery (RFC 6582) and limited transmit (RFC 3042), behind the
-//!   [`CongestionControl`] trait.
+//!   NewReno fast recovery (RFC 6582) and limited transmit (RFC 3042); the window arithmetic
+//!   behind the [`CongestionControl`] trait, with [`Cubic`] (RFC 9438, the default) and
+//!   [`NewReno`] selectable in [`Config::congestion`].
 //!
 //! Urgent data is not supported: the urgent pointer is ignored and urgent bytes are ordinary data.
 //!
@@ -106,11 +121,12 @@ mod buffer;
 mod congestion;
 mod connection;
 mod rtt;
+mod sack;
 
 #[cfg(test)]
 mod tests;
 
-pub use congestion::{CongestionAlgorithm, CongestionControl, NewReno};
+pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
 pub use connection::Connection;
 
 /// The states of RFC 9293 §3.3.2.
@@ -229,7 +245,7 @@ pub struct Config {
     pub nodelay: bool,
     /// Most out-of-order ranges held (each one a hole the peer must fill).
     pub max_ooo_ranges: usize,
-    /// Congestion control.
+    /// Congestion control (CUBIC by default).
     pub congestion: CongestionAlgorithm,
 }
 
@@ -251,7 +267,7 @@ impl Default for Config {
             keepalive: None,
             nodelay: false,
             max_ooo_ranges: 8,
-            congestion: CongestionAlgorithm::NewReno,
+            congestion: CongestionAlgorithm::Cubic,
         }
     }
 }

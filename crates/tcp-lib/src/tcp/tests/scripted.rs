@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::tcp::{ConnectionError, Keepalive, ListenAction, listen_reply, reset_for};
-use crate::wire::tcp::Timestamp;
+use crate::tcp::{CongestionAlgorithm, ConnectionError, Keepalive, ListenAction, listen_reply, reset_for};
+use crate::wire::tcp::{SackBlock, SackBlocks, Timestamp};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
@@ -940,9 +940,10 @@ fn min_rto_is_configurable() {
     assert_eq!(s.drain().len(), 1);
 }
 
-/// Four segments of 64 bytes in flight under a 256-byte cwnd (the peer's MSS is 64).
+/// Four segments of 64 bytes in flight under a 256-byte cwnd (the peer's MSS is 64), NewReno
+/// without SACK (the window arithmetic these tests check is NewReno's).
 fn four_in_flight(peer_window: u16) -> Script {
-    let config = Config { send_buffer: 1024, ..script_config() };
+    let config = Config { send_buffer: 1024, congestion: CongestionAlgorithm::NewReno, ..script_config() };
     let syn = TcpRepr { max_seg_size: Some(64), window_len: peer_window, ..syn_from_peer() };
     let mut s = established_with(config, syn, TcpRepr { window_len: peer_window, ..from_peer(0, 0) });
     assert_eq!(s.conn.stats().cwnd, 256);
@@ -1147,4 +1148,233 @@ fn a_connection_moves_between_threads() {
     fn assert_send<T: Send>(_: &T) {}
     let s = Script::established();
     assert_send(&s.conn);
+}
+
+// ------------------------------------------------------------------------------------------
+// SACK (RFC 2018, RFC 6675).
+
+/// SACK blocks from (left, right) pairs of peer byte offsets.
+fn peer_blocks(b: &[(usize, usize)]) -> SackBlocks {
+    let v: Vec<_> = b.iter().map(|&(l, r)| SackBlock { left: peer(l), right: peer(r) }).collect();
+    SackBlocks::from_slice(&v).expect("at most four")
+}
+
+/// Established with SACK negotiated (and timestamps when `ts`), a 256-byte receive buffer.
+fn sack_receiver(ts: bool) -> Script {
+    let config =
+        Config { sack: true, timestamps: ts, recv_buffer: 256, send_buffer: 4096, ..script_config() };
+    let timestamp = ts.then_some(Timestamp { tsval: 1, tsecr: 0 });
+    let syn = TcpRepr { sack_permitted: true, timestamp, window_len: 65535, ..syn_from_peer() };
+    let s = established_with(config, syn, TcpRepr { timestamp, window_len: 65535, ..from_peer(0, 0) });
+    assert!(s.conn.sack_permitted());
+    s
+}
+
+/// Four bytes of peer data at `at`.
+fn four_at(at: usize, ts: bool) -> TcpRepr<'static> {
+    TcpRepr {
+        payload: b"data",
+        timestamp: ts.then_some(Timestamp { tsval: 2, tsecr: 0 }),
+        window_len: 65535,
+        ..from_peer(at, 0)
+    }
+}
+
+#[test]
+fn sack_blocks_most_recent_first_four_without_timestamps() {
+    let mut s = sack_receiver(false);
+    let acked = |blocks: &[(usize, usize)]| TcpRepr { sack_blocks: peer_blocks(blocks), ..ack(0, 0, 256) };
+    // Out-of-order segments at 4, 12, 20, 28, 36: each answered at once, newest block first.
+    send!(s, four_at(4, false));
+    recv!(s, [acked(&[(4, 8)])]);
+    send!(s, four_at(12, false));
+    recv!(s, [acked(&[(12, 16), (4, 8)])]);
+    send!(s, four_at(20, false));
+    send!(s, four_at(28, false));
+    recv!(s, [acked(&[(28, 32), (20, 24), (12, 16), (4, 8)])]);
+    send!(s, four_at(36, false));
+    // Four blocks at most.
+    recv!(s, [acked(&[(36, 40), (28, 32), (20, 24), (12, 16)])]);
+    // A segment joining two blocks: the joined block first, then the most recent others.
+    send!(s, four_at(8, false));
+    recv!(s, [acked(&[(4, 16), (36, 40), (28, 32), (20, 24)])]);
+    // The hole at 0 fills: RCV.NXT moves to 16, the remaining blocks follow.
+    send!(s, four_at(0, false));
+    recv!(s, [TcpRepr { sack_blocks: peer_blocks(&[(36, 40), (28, 32), (20, 24)]), ..ack(0, 16, 240) }]);
+    // Without SACK negotiated, no blocks.
+    let mut s = Script::established();
+    send!(s, TcpRepr { payload: b"x", ..from_peer(4, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+}
+
+#[test]
+fn sack_blocks_three_beside_timestamps_and_data_segments_make_room() {
+    let mut s = sack_receiver(true);
+    for at in [4, 12, 20, 28] {
+        send!(s, four_at(at, true));
+    }
+    let out = s.drain();
+    let last = out.last().expect("ACKs").repr;
+    assert!(last.timestamp.is_some());
+    assert_eq!(last.sack_blocks, peer_blocks(&[(28, 32), (20, 24), (12, 16)]), "three beside timestamps");
+    assert_eq!(last.sack_blocks_emitted(), 3);
+    assert_eq!(last.header_len(), 60);
+    // Our data carries the blocks too, with the payload shortened so the segment keeps its size.
+    s.conn.set_nodelay(true);
+    let mss = s.conn.send_mss();
+    let data = vec![7u8; 2 * mss];
+    assert_eq!(s.conn.send(&data), 2 * mss);
+    let out = s.drain();
+    assert_eq!(out[0].repr.sack_blocks.len(), 3);
+    assert_eq!(out[0].payload.len(), mss - (4 + 8 * 3));
+    assert_eq!(out[0].repr.header_len() + out[0].payload.len(), 20 + 12 + mss);
+}
+
+/// SACK negotiated, NewReno window arithmetic, the peer's MSS 64 and window 2048: eight segments
+/// S0..S7 (our bytes 256..768) in flight under a 512-byte cwnd, 2048 bytes queued.
+fn sack_sender() -> Script {
+    let config =
+        Config { send_buffer: 2048, sack: true, congestion: CongestionAlgorithm::NewReno, ..script_config() };
+    let syn = TcpRepr { max_seg_size: Some(64), window_len: 2048, sack_permitted: true, ..syn_from_peer() };
+    let mut s = established_with(config, syn, TcpRepr { window_len: 2048, ..from_peer(0, 0) });
+    assert_eq!(s.conn.send(&[1u8; 2048]), 2048);
+    s.drain();
+    for acked in [64, 128, 192, 256] {
+        send!(s, TcpRepr { window_len: 2048, ..from_peer(0, acked) });
+    }
+    let out = s.drain();
+    assert_eq!(s.conn.stats().cwnd, 512);
+    assert_eq!(out.last().map(|t| t.repr.seq_number), Some(seg(7)));
+    s
+}
+
+/// Our segment `i` of 64 bytes after the first 256 bytes.
+fn seg(i: usize) -> SeqNumber {
+    ours(256 + 64 * i)
+}
+
+/// The peer's ACK of our segments below `acked`, SACKing segments `from..to` of each pair.
+fn sacking(acked: usize, blocks: &[(usize, usize)]) -> TcpRepr<'static> {
+    let v: Vec<_> = blocks.iter().map(|&(l, r)| SackBlock { left: seg(l), right: seg(r) }).collect();
+    TcpRepr {
+        window_len: 2048,
+        sack_blocks: SackBlocks::from_slice(&v).expect("at most four"),
+        ..from_peer(0, 256 + 64 * acked)
+    }
+}
+
+fn seqs(out: &[Sent]) -> Vec<SeqNumber> {
+    out.iter().map(|t| t.repr.seq_number).collect()
+}
+
+#[test]
+fn sack_recovery_retransmits_holes_first_and_never_sacked_data() {
+    let mut s = sack_sender();
+    // S0 and S2 are lost. Two duplicate ACKs: limited transmit sends S8 and S9.
+    send!(s, sacking(0, &[(1, 2)]));
+    assert_eq!(seqs(&s.drain()), [seg(8)]);
+    send!(s, sacking(0, &[(3, 4), (1, 2)]));
+    assert_eq!(seqs(&s.drain()), [seg(9)]);
+    // The third: S0 is lost (three segments SACKed above it). cwnd = ssthresh = 640 / 2; the pipe
+    // is S0 retransmitted (64), S2 not yet lost (64), S5..S9 (320): nothing more goes.
+    send!(s, sacking(0, &[(3, 5), (1, 2)]));
+    assert_eq!(seqs(&s.drain()), [seg(0)]);
+    let st = s.conn.stats();
+    assert_eq!((st.cwnd, st.ssthresh, st.fast_retransmits), (320, 320, 1));
+    // S5 SACKed: S2 is now lost too, but the pipe (64 + 0 + 256) fills cwnd.
+    send!(s, sacking(0, &[(3, 6), (1, 2)]));
+    assert_eq!(seqs(&s.drain()), []);
+    // S6 SACKed: room for one segment, and the lost hole S2 goes before any new data.
+    send!(s, sacking(0, &[(3, 7), (1, 2)]));
+    assert_eq!(seqs(&s.drain()), [seg(2)]);
+    // S7 SACKed: no lost hole above HighRxt, so new data (NextSeg rule 2), never S1 or S3..S7.
+    send!(s, sacking(0, &[(3, 8), (1, 2)]));
+    assert_eq!(seqs(&s.drain()), [seg(10)]);
+    // The retransmitted S0 arrives: a partial ACK up to S2. Pipe: S2 (retransmitted), S8..S10.
+    send!(s, sacking(2, &[(3, 8)]));
+    assert_eq!(seqs(&s.drain()), [seg(11)]);
+    // S2 arrives: the cumulative ACK passes the recovery point (S10), recovery ends.
+    send!(s, sacking(10, &[]));
+    let st = s.conn.stats();
+    assert_eq!(st.cwnd, 192, "min(ssthresh, FlightSize + SMSS)");
+    assert_eq!((st.retransmits, st.timeouts), (2, 0), "S0 and S2 only");
+    // Out of recovery: new data as cwnd allows (192 - 128 in flight).
+    assert_eq!(seqs(&s.drain()), [seg(12)]);
+}
+
+#[test]
+fn sack_blocks_on_data_segments_detect_loss() {
+    // ACKs carrying data are not duplicate ACKs, but their SACK blocks show the loss of S0.
+    let mut s = sack_sender();
+    send!(s, TcpRepr { payload: b"x", ..sacking(0, &[(1, 2)]) });
+    send!(s, TcpRepr { payload: b"y", seq_number: peer(1), ..sacking(0, &[(1, 3)]) });
+    let out = s.drain();
+    assert!(!out.iter().any(|t| t.repr.seq_number == seg(0)), "two SACKed segments are not enough");
+    send!(s, TcpRepr { payload: b"z", seq_number: peer(2), ..sacking(0, &[(1, 4)]) });
+    let out = s.drain();
+    assert_eq!(out.first().map(|t| (t.repr.seq_number, t.payload.len())), Some((seg(0), 64)));
+    let st = s.conn.stats();
+    assert_eq!((st.dup_acks, st.fast_retransmits, st.timeouts), (0, 1, 0));
+}
+
+#[test]
+fn lost_retransmission_is_detected_from_sacks_of_later_data() {
+    let mut s = sack_sender();
+    send!(s, sacking(0, &[(1, 4)]));
+    assert_eq!(seqs(&s.drain()), [seg(0)]);
+    // S1..S7 SACKed: new data S8, S9 goes out after the retransmission of S0.
+    send!(s, sacking(0, &[(1, 6)]));
+    send!(s, sacking(0, &[(1, 8)]));
+    let out = seqs(&s.drain());
+    assert!(out.contains(&seg(8)), "{out:?}");
+    // S8 and S9 arrive, and more, but S0 does not: its retransmission was lost.
+    send!(s, sacking(0, &[(1, 9)]));
+    assert!(!seqs(&s.drain()).contains(&seg(0)), "one segment sent after it is not enough");
+    send!(s, sacking(0, &[(1, 11)]));
+    let out = seqs(&s.drain());
+    assert_eq!(out.first(), Some(&seg(0)), "{out:?}");
+    assert_eq!(s.conn.stats().timeouts, 0);
+}
+
+#[test]
+fn rto_forgets_sacks_so_reneged_data_is_resent() {
+    let mut s = sack_sender();
+    send!(s, sacking(0, &[(1, 8)]));
+    // Recovery: cwnd = 256, and the pipe is only the retransmission of S0: S8..S10 follow.
+    assert_eq!(seqs(&s.drain()), [seg(0), seg(8), seg(9), seg(10)]);
+    s.advance(SEC);
+    assert_eq!(s.conn.stats().timeouts, 1);
+    assert_eq!(seqs(&s.drain()), [seg(0)], "from SND.UNA, one segment");
+    // The peer reneged: it acknowledges S0 and nothing else, without blocks.
+    send!(s, sacking(1, &[]));
+    assert_eq!(seqs(&s.drain()), [seg(1), seg(2)], "the formerly SACKed data goes again");
+}
+
+#[test]
+fn resending_after_rto_skips_data_sacked_since() {
+    let mut s = sack_sender();
+    s.advance(SEC);
+    assert_eq!(seqs(&s.drain()), [seg(0)]);
+    // S0 arrives; the peer still holds S2..S8 and says so.
+    send!(s, sacking(1, &[(2, 8)]));
+    assert_eq!(seqs(&s.drain()), [seg(1), seg(8)], "S2..S7 are skipped");
+    assert_eq!(s.conn.stats().retransmits, 2);
+}
+
+/// A pure ACK at the right edge of our window (where a peer that filled it sends its ACKs) is
+/// processed, unlike data there. With the strict RFC 9293 test two ends that each lost the
+/// other's ACKs deadlocked (found by the random-fault pair test).
+#[test]
+fn pure_ack_at_the_right_window_edge_is_accepted() {
+    let mut s = Script::established();
+    assert_eq!(s.conn.send(b"abc"), 3);
+    recv!(s, [TcpRepr { push: true, payload: b"abc", ..ack(0, 0, 64) }]);
+    send!(s, from_peer(64, 3));
+    recv!(s, []);
+    assert_eq!(s.conn.send_queue(), 0, "the ACK was processed");
+    send!(s, from_peer(65, 3));
+    recv!(s, [ack(3, 0, 64)]);
+    send!(s, TcpRepr { payload: b"x", ..from_peer(64, 3) });
+    recv!(s, [ack(3, 0, 64)]);
+    assert_eq!(s.conn.recv_queue(), 0, "data there is still outside the window");
 }

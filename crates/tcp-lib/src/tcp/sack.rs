@@ -1,0 +1,353 @@
+//! Selective acknowledgment: the sender's scoreboard of SACKed ranges and the RFC 6675
+//! conservative loss recovery queries over it (IsLost, pipe, NextSeg), and the receiver's
+//! memory of which out-of-order blocks it received most recently (RFC 2018 §4).
+//!
+//! Both are bounded: the scoreboard holds at most [`MAX_SACK_RANGES`] coalesced ranges (when full,
+//! the highest range is forgotten, which only makes the sender retransmit more than needed), the
+//! receiver remembers [`SackBlocks::MAX`] block starts.
+
+use crate::wire::SeqNumber;
+use crate::wire::tcp::{SackBlock, SackBlocks};
+
+/// The most SACKed ranges the sender remembers.
+pub(crate) const MAX_SACK_RANGES: usize = 32;
+
+/// RFC 6675 §2 DupThresh: the number of duplicate ACKs (or SACKed segments above a hole) that
+/// declares it lost.
+pub(crate) const DUP_THRESH: usize = 3;
+
+/// The data sender's scoreboard (RFC 6675 §3): the ranges the receiver SACKed, sorted, disjoint
+/// and non-adjacent, all inside `SND.UNA..SND.MAX` (ranges are pruned as the cumulative ACK
+/// moves, so comparisons between them never wrap ambiguously).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Scoreboard {
+    ranges: Vec<(SeqNumber, SeqNumber)>,
+}
+
+/// A hole of the scoreboard: unSACKed bytes `start..end` and what lies above it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hole {
+    pub(crate) start: SeqNumber,
+    pub(crate) end: SeqNumber,
+    /// RFC 6675 IsLost for every byte of the hole: the SACKed data above it is at least
+    /// DupThresh discontiguous ranges or more than (DupThresh - 1) · SMSS bytes. (Every byte of a
+    /// hole has the same SACKed data above it, so the answer is the same for all of them.)
+    pub(crate) lost: bool,
+    /// Whether SACKed data lies above the hole (it is below HighSACK).
+    pub(crate) below_high_sack: bool,
+}
+
+impl Scoreboard {
+    pub(crate) fn new() -> Self {
+        Self { ranges: Vec::with_capacity(MAX_SACK_RANGES + 1) }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The number of ranges held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.ranges.clear();
+    }
+
+    /// Total SACKed bytes.
+    pub(crate) fn sacked_bytes(&self) -> usize {
+        self.ranges.iter().map(|&(l, r)| len(l, r)).sum()
+    }
+
+    /// The highest SACKed sequence number plus one (RFC 6675 HighSACK + 1), if any.
+    pub(crate) fn high_sack(&self) -> Option<SeqNumber> {
+        self.ranges.last().map(|&(_, r)| r)
+    }
+
+    /// Records the SACK blocks of an ACK. Blocks not strictly inside `una..max` (D-SACKs, blocks
+    /// below the cumulative ACK, blocks of data never sent, empty or inverted blocks) are
+    /// ignored. Returns whether any byte was newly SACKed.
+    pub(crate) fn update(&mut self, blocks: &SackBlocks, una: SeqNumber, max: SeqNumber) -> bool {
+        let before = self.sacked_bytes();
+        for b in blocks.as_slice() {
+            if !(una < b.left && b.left < b.right && b.right <= max) {
+                continue;
+            }
+            self.insert(b.left, b.right);
+        }
+        self.sacked_bytes() != before
+    }
+
+    fn insert(&mut self, left: SeqNumber, right: SeqNumber) {
+        // The ranges that touch or overlap left..right merge with it.
+        let first = self.ranges.partition_point(|&(_, r)| r < left);
+        let last = self.ranges.partition_point(|&(l, _)| l <= right);
+        if first == last {
+            self.ranges.insert(first, (left, right));
+            // Bounded: forget the highest range (its data may be retransmitted needlessly, never
+            // lost).
+            self.ranges.truncate(MAX_SACK_RANGES);
+            return;
+        }
+        let merged = (left.min(self.ranges[first].0), right.max(self.ranges[last - 1].1));
+        self.ranges[first] = merged;
+        self.ranges.drain(first + 1..last);
+    }
+
+    /// Forgets everything the cumulative ACK `una` covers.
+    pub(crate) fn prune(&mut self, una: SeqNumber) {
+        let gone = self.ranges.iter().take_while(|&&(_, r)| r <= una).count();
+        self.ranges.drain(..gone);
+        if let Some(first) = self.ranges.first_mut()
+            && first.0 < una
+        {
+            first.0 = una;
+        }
+    }
+
+    /// The SACKed ranges and bytes at or above `seq`.
+    pub(crate) fn sacked_above(&self, seq: SeqNumber) -> (usize, usize) {
+        self.ranges
+            .iter()
+            .filter(|&&(_, r)| r > seq)
+            .fold((0, 0), |(n, b), &(l, r)| (n + 1, b + len(l.max(seq), r)))
+    }
+
+    /// Whether `mss`-sized segments SACKed at or above `seq` are enough to declare data
+    /// sent before `seq` lost (the IsLost threshold of RFC 6675).
+    pub(crate) fn enough_above(&self, seq: SeqNumber, mss: usize) -> bool {
+        let (ranges, bytes) = self.sacked_above(seq);
+        ranges >= DUP_THRESH || bytes > (DUP_THRESH - 1) * mss
+    }
+
+    /// The end of the SACKed range containing `seq`, if any.
+    pub(crate) fn sacked_end(&self, seq: SeqNumber) -> Option<SeqNumber> {
+        self.ranges.iter().find(|&&(l, r)| l <= seq && seq < r).map(|&(_, r)| r)
+    }
+
+    /// The start of the first SACKed range after `seq`, if any.
+    pub(crate) fn next_sacked(&self, seq: SeqNumber) -> Option<SeqNumber> {
+        self.ranges.iter().map(|&(l, _)| l).find(|&l| l > seq)
+    }
+
+    /// The holes of `una..max`, lowest first, with RFC 6675 IsLost for each (`mss` is SMSS).
+    pub(crate) fn holes(
+        &self,
+        una: SeqNumber,
+        max: SeqNumber,
+        mss: usize,
+    ) -> impl Iterator<Item = Hole> + '_ {
+        let mut cursor = una;
+        let mut above_bytes = self.sacked_bytes();
+        let n = self.ranges.len();
+        (0..=n).filter_map(move |i| {
+            let end = self.ranges.get(i).map_or(max, |&(l, _)| l);
+            let above_ranges = n - i;
+            let hole = Hole {
+                start: cursor,
+                end,
+                lost: above_ranges >= DUP_THRESH || above_bytes > (DUP_THRESH - 1) * mss,
+                below_high_sack: above_ranges > 0,
+            };
+            if let Some(&(l, r)) = self.ranges.get(i) {
+                above_bytes -= len(l, r);
+                cursor = r;
+            }
+            (hole.start < hole.end).then_some(hole)
+        })
+    }
+
+    /// RFC 6675 IsLost(`seq`).
+    #[cfg(test)]
+    pub(crate) fn is_lost(&self, seq: SeqNumber, una: SeqNumber, max: SeqNumber, mss: usize) -> bool {
+        self.holes(una, max, mss).any(|h| h.start <= seq && seq < h.end && h.lost)
+    }
+
+    /// RFC 6675 SetPipe(): the bytes presumed in the network. Every unSACKed byte of
+    /// `una..max` counts once if it is not lost, and once more if it was retransmitted (it lies
+    /// below `high_rxt`, the end of the highest retransmission of this recovery).
+    pub(crate) fn pipe(&self, una: SeqNumber, max: SeqNumber, high_rxt: SeqNumber, mss: usize) -> usize {
+        self.holes(una, max, mss)
+            .map(|h| {
+                let original = if h.lost { 0 } else { len(h.start, h.end) };
+                let rxt_end = if high_rxt < h.end { high_rxt } else { h.end };
+                original + len(h.start, rxt_end)
+            })
+            .sum()
+    }
+
+    /// RFC 6675 NextSeg() rules 1 and 3 (rule 2, new data, is the caller's): the first lost
+    /// unSACKed byte at or above `high_rxt`, else the first unSACKed byte at or above `high_rxt`
+    /// below HighSACK. Returns the segment's start and length (at most `mss`).
+    pub(crate) fn next_seg(
+        &self,
+        una: SeqNumber,
+        max: SeqNumber,
+        high_rxt: SeqNumber,
+        mss: usize,
+    ) -> Option<(SeqNumber, usize, bool)> {
+        let pick = |h: Hole| {
+            let start = if high_rxt > h.start { high_rxt } else { h.start };
+            (start < h.end).then(|| (start, len(start, h.end).min(mss)))
+        };
+        if let Some((s, l)) = self.holes(una, max, mss).filter(|h| h.lost).find_map(pick) {
+            return Some((s, l, true));
+        }
+        self.holes(una, max, mss).filter(|h| h.below_high_sack).find_map(pick).map(|(s, l)| (s, l, false))
+    }
+}
+
+/// Bytes from `from` to `to`, 0 when `to` is not after `from`.
+fn len(from: SeqNumber, to: SeqNumber) -> usize {
+    usize::try_from(to - from).unwrap_or(0)
+}
+
+/// The data receiver's memory of the out-of-order segments it received most recently (their
+/// first sequence numbers, newest first), so that ACKs list the block holding the newest segment
+/// first and then the most recently reported ones (RFC 2018 §4).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RecentBlocks {
+    starts: [SeqNumber; SackBlocks::MAX],
+    len: usize,
+}
+
+impl RecentBlocks {
+    /// An out-of-order segment starting at `seq` was stored.
+    pub(crate) fn record(&mut self, seq: SeqNumber) {
+        let pos = self.starts[..self.len].iter().position(|&s| s == seq);
+        let shift = pos.unwrap_or_else(|| self.len.min(SackBlocks::MAX - 1));
+        self.starts.copy_within(..shift, 1);
+        self.starts[0] = seq;
+        if pos.is_none() {
+            self.len = (self.len + 1).min(SackBlocks::MAX);
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Up to `max` SACK blocks for the out-of-order `ranges` (absolute, sorted): first those
+    /// holding the recently received segments, newest first, then the others from the lowest.
+    pub(crate) fn blocks(
+        &self,
+        ranges: impl Iterator<Item = (SeqNumber, SeqNumber)> + Clone,
+        max: usize,
+    ) -> SackBlocks {
+        let mut out = SackBlocks::new();
+        let max = max.min(SackBlocks::MAX);
+        let push = |out: &mut SackBlocks, (left, right): (SeqNumber, SeqNumber)| {
+            let b = SackBlock { left, right };
+            if out.len() < max && !out.as_slice().contains(&b) {
+                out.push(b);
+            }
+        };
+        for &s in &self.starts[..self.len] {
+            if let Some(r) = ranges.clone().find(|&(l, r)| l <= s && s < r) {
+                push(&mut out, r);
+            }
+        }
+        for r in ranges {
+            push(&mut out, r);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(n: u32) -> SeqNumber {
+        // Near the wrap, so that every comparison crosses 2^32.
+        SeqNumber::new(u32::MAX - 5000) + n as usize
+    }
+
+    fn blocks(b: &[(u32, u32)]) -> SackBlocks {
+        let v: Vec<_> = b.iter().map(|&(l, r)| SackBlock { left: s(l), right: s(r) }).collect();
+        SackBlocks::from_slice(&v).unwrap()
+    }
+
+    #[test]
+    fn scoreboard_merges_validates_and_prunes() {
+        let mut sb = Scoreboard::new();
+        let (una, max) = (s(0), s(1000));
+        assert!(sb.update(&blocks(&[(100, 200), (300, 400)]), una, max));
+        assert!(!sb.update(&blocks(&[(100, 200)]), una, max), "nothing new");
+        assert!(!sb.update(&blocks(&[(0, 50), (900, 1100), (50, 40)]), una, max), "invalid blocks ignored");
+        assert!(sb.update(&blocks(&[(200, 300)]), una, max));
+        assert_eq!(sb.len(), 1);
+        assert_eq!(sb.sacked_bytes(), 300);
+        assert_eq!(sb.high_sack(), Some(s(400)));
+        sb.prune(s(150));
+        assert_eq!(sb.sacked_bytes(), 250);
+        sb.prune(s(400));
+        assert!(sb.is_empty());
+    }
+
+    #[test]
+    fn scoreboard_is_bounded() {
+        let mut sb = Scoreboard::new();
+        for i in 0..100u32 {
+            sb.update(&blocks(&[(10 * i + 1, 10 * i + 5)]), s(0), s(10_000));
+        }
+        assert_eq!(sb.len(), MAX_SACK_RANGES);
+        assert_eq!(
+            sb.high_sack(),
+            Some(s(10 * (u32::try_from(MAX_SACK_RANGES).unwrap() - 1) + 5)),
+            "the lowest are kept"
+        );
+    }
+
+    #[test]
+    fn is_lost_pipe_and_next_seg_follow_rfc_6675() {
+        let mss = 100;
+        let (una, max) = (s(0), s(1000));
+        let mut sb = Scoreboard::new();
+        // Segments of 100: 0 lost, 1 and 2 SACKed.
+        sb.update(&blocks(&[(100, 300)]), una, max);
+        assert!(!sb.is_lost(s(0), una, max, mss), "200 bytes above: not more than 2 SMSS");
+        assert_eq!(sb.pipe(una, max, una, mss), 100 + 700, "everything unSACKed, nothing lost");
+        assert_eq!(sb.next_seg(una, max, una, mss), Some((s(0), 100, false)), "rule 3: below HighSACK");
+        // Segment 4 SACKed too: three segments above segment 0 -> lost.
+        sb.update(&blocks(&[(400, 500)]), una, max);
+        assert!(sb.is_lost(s(0), una, max, mss));
+        assert!(!sb.is_lost(s(300), una, max, mss), "one SACKed segment above");
+        assert_eq!(sb.pipe(una, max, una, mss), 100 + 500, "the lost segment leaves the pipe");
+        assert_eq!(sb.next_seg(una, max, una, mss), Some((s(0), 100, true)), "rule 1");
+        // Retransmitted: it counts again, and the next lost byte is searched above HighRxt.
+        assert_eq!(sb.pipe(una, max, s(100), mss), 100 + 500 + 100);
+        assert_eq!(sb.next_seg(una, max, s(100), mss), Some((s(300), 100, false)));
+        assert_eq!(sb.next_seg(una, max, s(400), mss), None, "nothing below HighSACK left");
+        // Three discontiguous SACKed ranges above a hole make it lost whatever their size.
+        let mut sb = Scoreboard::new();
+        sb.update(&blocks(&[(10, 11), (20, 21), (30, 31)]), una, max);
+        assert!(sb.is_lost(s(5), una, max, mss));
+        assert!(!sb.is_lost(s(15), una, max, mss));
+    }
+
+    #[test]
+    fn recent_blocks_order_and_limit() {
+        let ranges =
+            [(s(100), s(200)), (s(300), s(400)), (s(500), s(600)), (s(700), s(800)), (s(900), s(950))];
+        let mut r = RecentBlocks::default();
+        r.record(s(300));
+        r.record(s(700));
+        r.record(s(150));
+        let b = r.blocks(ranges.iter().copied(), 4);
+        let lefts: Vec<_> = b.as_slice().iter().map(|b| b.left).collect();
+        assert_eq!(lefts, [s(100), s(700), s(300), s(500)], "newest first, then the rest from the lowest");
+        let b = r.blocks(ranges.iter().copied(), 3);
+        assert_eq!(b.len(), 3);
+        r.record(s(300));
+        let b = r.blocks(ranges.iter().copied(), 2);
+        let lefts: Vec<_> = b.as_slice().iter().map(|b| b.left).collect();
+        assert_eq!(lefts, [s(300), s(100)]);
+        for i in 0..10 {
+            r.record(s(900 + i));
+        }
+        assert_eq!(r.len, SackBlocks::MAX);
+    }
+}
