@@ -14,32 +14,47 @@
 //!
 //! # One core
 //!
-//! Core `c` owns the driver's queue `c`, a [`Channelizer`] for it and a tcp-lib [`Stack`]. The
-//! channelizer delivers every frame of queue `c` to the queue's *default channel*, which core `c`'s
-//! stack consumes: the registry holds no signature. That is the simplest correct wiring while
-//! stolen connections are not redirected (issue 6 §2): a per-core stack is only correct for the
-//! flows the NIC steers to its queue, and Flow Director steers TCP by flow group (the low 12 bits
-//! of the client's port), groups round-robin over the queues, so each stack sees exactly the
-//! connections it owns, whatever the registry says. The stack's output goes into a TX channel that
-//! the channelizer drains into queue `c`. All stacks share the NIC's MAC and IP address.
+//! Core `c` owns the driver's queue `c`, a [`Channelizer`] for it and a tcp-lib [`Stack`]. Every
+//! channelizer has one channel to every core's stack ([`Channelizer::attach`] of `ConsumerId(c)`
+//! on every queue: an N x N matrix of single-producer channels), plus the queue's *default
+//! channel*, consumed by core `c`. Frames whose exact signature is in the registry go to the
+//! channel of the core it names, whichever queue they arrived on; the rest (ARP, SYNs for the
+//! listener, strays) go to the default channel of their queue, so a new connection is created by
+//! the stack of the core whose queue Flow Director steers its flow group to. That stack registers
+//! the connection's exact signature to itself as soon as it creates it ([`AcceptHook::opened`],
+//! before its SYN-ACK leaves, so nothing of the connection can arrive before the entry), and the
+//! registration lives as long as the stack holds the 4-tuple ([`Stack::contains`]; a sweep every
+//! 50 ms drops the others). The stack's output goes into a TX channel that the channelizer drains
+//! into queue `c`. All stacks share the NIC's MAC and IP address.
 //!
 //! ARP is the exception to "one queue, one stack": a frame that is not TCP lands on one queue (RSS
 //! or queue 0), yet every core's stack must know the client's MAC. So an ARP frame received on one
 //! core is also given to every other core's stack, rewritten into a reply (so those stacks learn the
 //! sender but do not answer).
 //!
-//! # Accepting
+//! # Accepting, stealing, migration
 //!
 //! One [`AcceptQueue`] across the cores with [`Policy::affinity`], fed through each stack's
 //! [`AcceptHook`]: an established connection is queued on the core it arrived on, with its flow
-//! group. Each core's loop accepts from its queue. A [`StreamId`] names a connection of one stack,
-//! so a connection stolen by another core (`Accepted::remote`) cannot be served there until packet
-//! redirection exists: the stealer hands it back to its own core, which serves it. Steals are
-//! therefore counted as the accept queue decided them, but every connection is served where its
-//! packets arrive. Flow-group migration ([`AcceptQueue::balance`]) is not run, for the same reason:
-//! moving a group in the NIC would move live connections' packets to a stack that does not have
-//! them; the summary reports zero migrations.
+//! group. Each core's loop accepts from its queue as connections come. A connection stolen by core
+//! `s` (`Accepted::remote`) from core `v` moves to `s` (issue 6 §2, DESIGN.md §2): `s` sends `v` a
+//! steal request through `v`'s handoff channel (std mpsc); `v` [`Stack::detach`]es it, sends the
+//! [`Detached`] connection with its registration to `s`, and from then on forwards the frames of
+//! that signature that still reach it (classified before the redirect) to `s` behind it, for a
+//! second; `s` [`Stack::adopt`]s it and re-points the registration to itself, so every
+//! channelizer now delivers its frames to `s`'s channel. No frame of the connection reaches a
+//! stack that lacks it, so none draws a reset.
 //!
+//! Flow-group migration ([`AcceptQueue::balance`], through the NIC's Flow Director) runs on a
+//! balancer thread every 10 ms (the queue runs a round every 100 ms). It is correct because every
+//! connection, half-open ones included, is registered to the core whose stack has it: moving a
+//! group changes only where the group's *new* connections (their SYNs, unregistered) arrive; the
+//! existing ones keep reaching their stacks through the registry from the new queue.
+//!
+//! `--slow-core N` slows core `N` (one accept per 5 ms, 1 ms per received chunk) so that its
+//! accept queue fills, it turns busy and the others steal from it; `--backlog` sets the queue size
+//! that busyness is measured against.
+
 //! # Placement
 //!
 //! [`Placement::Same`]: the channelizer and the stack of a core run on one thread, polling in turn.
@@ -56,25 +71,29 @@
 //! the server's FIN and closes.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel as handoff_channel};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use accept_affinity::{AcceptQueue, Policy};
 use ixgbe_vfio::driver::{Config as NicConfig, Ixgbe, NicStats};
 use ixgbe_vfio::sim::{Model, SimConfig, SimStats, Wire};
-use netchannel::channelizer::{Channelizer, ChannelizerStats, SignatureRegistry};
+use netchannel::channelizer::{Channelizer, ChannelizerStats, ConsumerId, SignatureRegistry};
 use netchannel::dev::{NetDevice, PacketBatch, Pair, PcapWriter, Tap};
 use netchannel::pool::{Audit, HugePages, PacketRx, PacketTx, Pool, PoolCache};
 use netchannel::rcu::Qsbr;
-use netchannel::signature::FlowGroup;
+use netchannel::registry::Registration;
+use netchannel::signature::{Classified, FlowGroup, Proto, Signature, classify};
+use netchannel::steering::FlowSteering;
 use tcp_lib::stack::{
-    AcceptHook, Config as StackConfig, Error as StackError, ListenerConfig, ListenerId, Stack, StackStats,
-    StreamId,
+    AcceptHook, Config as StackConfig, Detached, Error as StackError, ListenerConfig, ListenerId, Stack,
+    StackStats, StreamId,
 };
 use tcp_lib::tcp::State;
 use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
@@ -93,6 +112,18 @@ const CHANNEL: usize = 1024;
 const BACKLOG: usize = 4096;
 /// A run with no progress for this long fails.
 const STALL: Duration = Duration::from_secs(10);
+/// How long a core forwards the frames of a connection it gave away (the registry's redirect is
+/// seen by every channelizer within a grace period, a burst or so; this is ample).
+const FORWARD_FOR: Duration = Duration::from_secs(1);
+/// How often a core drops the registrations of connections its stack no longer holds.
+const SWEEP_EVERY: Duration = Duration::from_millis(50);
+/// The delay per received chunk on the `--slow-core`.
+const SLOW_DELAY: Duration = Duration::from_millis(1);
+/// The `--slow-core` accepts at most one connection per this.
+const SLOW_ACCEPT: Duration = Duration::from_millis(5);
+/// How often the balancer thread offers the accept queue a flow-group migration round (the queue
+/// runs one every 100 ms, DESIGN.md §4).
+const BALANCE_EVERY: Duration = Duration::from_millis(10);
 
 /// Where the server runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,6 +181,14 @@ pub struct Options {
     pub seed: u64,
     /// Print a progress line every second.
     pub progress: bool,
+    /// The listener's backlog across all cores (split evenly by the accept queue; a core is busy
+    /// above 75% of its share).
+    pub backlog: usize,
+    /// Make this core slow (a delay per accept and per message chunk) so that it gets busy and
+    /// the others steal from it.
+    pub slow_core: Option<u16>,
+    /// Run flow-group migration ([`AcceptQueue::balance`]) through the NIC's Flow Director.
+    pub balance: bool,
 }
 
 impl Default for Options {
@@ -167,6 +206,9 @@ impl Default for Options {
             port: DEFAULT_PORT,
             seed: 1,
             progress: true,
+            backlog: BACKLOG,
+            slow_core: None,
+            balance: true,
         }
     }
 }
@@ -195,6 +237,11 @@ options:
   --pcap FILE          record the client's wire (model), the TAP, or each queue (pci: FILE.qN)
   --port P             the echo port (default 7)
   --seed S             seeds message sizes and contents (default 1)
+  --backlog N          the listener's backlog over all cores (default 4096); a core is busy, and
+                       others steal from it, when its share is 75% full
+  --slow-core N        slow core N down (one accept per 5 ms, 1 ms per message chunk) so that its
+                       accept queue fills and the other cores steal from it
+  --no-balance         no flow-group migration
   --quiet              no progress line
 ";
 
@@ -238,6 +285,9 @@ impl Options {
                 "--pci" => pci = Some(value()?),
                 "--ip" => ip = Some(cidr(&value()?)?),
                 "--quiet" => o.progress = false,
+                "--backlog" => o.backlog = number(&value()?, 1, 1 << 20)?,
+                "--slow-core" => o.slow_core = Some(number(&value()?, 0, 63)?),
+                "--no-balance" => o.balance = false,
                 "-h" | "--help" => return Ok(None),
                 other => return Err(format!("unknown argument {other:?} (try --help)")),
             }
@@ -300,10 +350,17 @@ pub struct CoreReport {
     pub channelizer: ChannelizerStats,
     /// The stack's counters.
     pub stack: StackStats,
-    /// Connections this core's echo service served (its own, and those handed back to it).
+    /// Connections this core's echo service served (its own, and those it stole).
     pub served: u64,
-    /// Connections this core's accepts took from another core (steals) and handed back.
-    pub handed_back: u64,
+    /// Connections this core stole: detached from the core they arrived on, adopted here, their
+    /// signature re-pointed to this core's channels.
+    pub stolen: u64,
+    /// Connections this core's stack gave to a stealing core.
+    pub given: u64,
+    /// Frames of given-away connections that still reached this core and were forwarded.
+    pub forwarded: u64,
+    /// Connections whose exact signature could not be registered (already registered).
+    pub unregistered: u64,
     /// Connections the accept queue refused (full): reset.
     pub rejected: u64,
     /// Connections closed after the peer's FIN, everything echoed.
@@ -344,9 +401,9 @@ pub struct AcceptReport {
     pub enqueued: u64,
     /// Accepts of connections that arrived on the accepting core.
     pub local: u64,
-    /// Accepts of connections that arrived elsewhere (steals; handed back to their core).
+    /// Accepts of connections that arrived elsewhere (steals: moved to the stealing core).
     pub steals: u64,
-    /// Flow-group migrations (zero: balancing is off, see the module docs).
+    /// Flow-group migrations.
     pub migrations: u64,
     /// Enqueues refused.
     pub rejected: u64,
@@ -444,8 +501,8 @@ impl fmt::Display for Report {
         let a = &self.accept;
         writeln!(
             f,
-            "  accept (affinity): {} connections, local-accept fraction {:.3}, {} steals (served by their own \
-             core: no packet redirection yet), {} migrations (balancing off), {} refused",
+            "  accept (affinity): {} connections, local-accept fraction {:.3}, {} steals (moved to the \
+             stealer, signature re-pointed), {} flow-group migrations, {} refused",
             a.enqueued,
             a.local_fraction(),
             a.steals,
@@ -456,17 +513,21 @@ impl fmt::Display for Report {
             let ch = &c.channelizer;
             writeln!(
                 f,
-                "  core {}: {} conns served ({} closed, {} failed, {} open at exit), {:.1} MiB echoed; {} frames \
-                 in, {} out; drops: default channel {}, TX channel {}, malformed {}; stack: {} listen drops, {} \
-                 resets, {} not for us",
+                "  core {}: {} conns served ({} stolen, {} given away, {} closed, {} failed, {} open at exit), \
+                 {:.1} MiB echoed; {} frames in ({} redirected), {} out, {} forwarded; drops: channels {}, TX \
+                 channel {}, malformed {}; stack: {} listen drops, {} resets, {} not for us",
                 c.core,
                 c.served,
+                c.stolen,
+                c.given,
                 c.closed,
                 c.failed,
                 c.open_at_exit,
                 mib(c.bytes),
                 ch.rx,
+                ch.delivered,
                 ch.tx,
+                c.forwarded,
                 ch.dropped_full,
                 c.tx_dropped,
                 ch.dropped_malformed,
@@ -492,7 +553,7 @@ impl fmt::Display for Report {
 // -----------------------------------------------------------------------------------------------
 // The server side.
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -503,27 +564,51 @@ struct Live {
     bytes: AtomicU64,
 }
 
+/// A connection's registry entry: its exact signature, naming the core whose stack has it.
+type Reg = Registration<Signature, ConsumerId, Qsbr>;
+
+/// Registrations by 4-tuple (server side `(local, remote)`), of one core's connections.
+type Regs = Rc<RefCell<HashMap<(SocketAddrV4, SocketAddrV4), Reg>>>;
+
+/// What one core sends another through its handoff channel.
+enum Handoff {
+    /// `to` accepted (stole) `stream` of the receiving core's stack: detach it and send it over.
+    Steal {
+        /// The stream, a handle of the receiving core's stack.
+        stream: StreamId,
+        /// The stealing core.
+        to: usize,
+    },
+    /// A connection stolen by the receiving core, with its registration (still naming the core it
+    /// came from: the receiver re-points it once it has adopted the connection).
+    Adopt(Box<(Detached, Option<Reg>)>),
+    /// A frame of a connection the sender gave to the receiver, that reached the sender after.
+    Frame(Vec<u8>),
+}
+
 /// What the cores share.
 struct Shared {
     queue: AcceptQueue<StreamId>,
     /// ARP frames seen on another core, per core (for its stack to learn from).
     arp: Vec<Mutex<Vec<Vec<u8>>>>,
-    /// Stolen connections handed back to the core whose stack owns them.
-    handback: Vec<Mutex<Vec<StreamId>>>,
+    /// Per core, the sending side of its handoff channel (stolen connections and their frames).
+    handoff: Vec<Sender<Handoff>>,
     live: Vec<Live>,
     stop: AtomicBool,
 }
 
 impl Shared {
-    fn new(cores: usize) -> Result<Self, String> {
-        let queue = AcceptQueue::new(cores, BACKLOG, Policy::affinity()).map_err(|e| e.to_string())?;
-        Ok(Self {
+    fn new(cores: usize, backlog: usize) -> Result<(Self, Vec<Receiver<Handoff>>), String> {
+        let queue = AcceptQueue::new(cores, backlog, Policy::affinity()).map_err(|e| e.to_string())?;
+        let (handoff, inboxes) = (0..cores).map(|_| handoff_channel()).unzip();
+        let shared = Self {
             queue,
             arp: (0..cores).map(|_| Mutex::new(Vec::new())).collect(),
-            handback: (0..cores).map(|_| Mutex::new(Vec::new())).collect(),
+            handoff,
             live: (0..cores).map(|_| Live::default()).collect(),
             stop: AtomicBool::new(false),
-        })
+        };
+        Ok((shared, inboxes))
     }
 
     fn stopping(&self) -> bool {
@@ -540,11 +625,21 @@ impl Shared {
     }
 }
 
-/// The accept hook of one core's stack: collects established connections; the core's loop queues
-/// them on the shared accept queue (it knows their flow group).
+/// The exact signature of a server-side connection.
+fn signature(local: SocketAddrV4, remote: SocketAddrV4) -> Option<Signature> {
+    Signature::new(Proto::Tcp, SocketAddr::V4(local), SocketAddr::V4(remote)).ok()
+}
+
+/// The accept hook of one core's stack: registers every connection's exact signature to this
+/// core as soon as the stack creates it (before its SYN-ACK leaves), and collects established
+/// connections; the core's loop queues them on the shared accept queue (it knows their flow
+/// group).
 struct Hook {
     core: usize,
     pending: Rc<RefCell<Vec<StreamId>>>,
+    regs: Regs,
+    registry: Arc<SignatureRegistry>,
+    unregistered: Rc<RefCell<u64>>,
     shared: Arc<Shared>,
 }
 
@@ -556,6 +651,17 @@ impl AcceptHook for Hook {
 
     fn established(&mut self, _listener: ListenerId, stream: StreamId) {
         self.pending.borrow_mut().push(stream);
+    }
+
+    fn opened(&mut self, _listener: ListenerId, local: SocketAddrV4, remote: SocketAddrV4) {
+        let consumer = ConsumerId(u32::try_from(self.core).unwrap_or(u32::MAX));
+        let reg = signature(local, remote).and_then(|sig| self.registry.register(sig, consumer).ok());
+        match reg {
+            Some(reg) => {
+                self.regs.borrow_mut().insert((local, remote), reg);
+            }
+            None => *self.unregistered.borrow_mut() += 1,
+        }
     }
 }
 
@@ -572,6 +678,8 @@ struct ServerSetup {
     ip: Ipv4Cidr,
     port: u16,
     placement: Placement,
+    backlog: usize,
+    slow_core: Option<usize>,
 }
 
 fn tcp_tuning(config: &mut StackConfig) {
@@ -586,14 +694,29 @@ struct ServerCore {
     core: usize,
     stack: Stack,
     pending: Rc<RefCell<Vec<StreamId>>>,
+    regs: Regs,
+    unregistered: Rc<RefCell<u64>>,
     shared: Arc<Shared>,
+    inbox: Receiver<Handoff>,
+    /// Connections given to another core: their frames that still arrive here are forwarded
+    /// (until the instant), so the stack never answers them with a reset.
+    moved: HashMap<Signature, (usize, Instant)>,
+    last_sweep: Instant,
+    last_accept: Instant,
+    slow: bool,
     served: Vec<Served>,
     buf: Vec<u8>,
     report: CoreReport,
 }
 
 impl ServerCore {
-    fn new(core: usize, setup: ServerSetup, shared: Arc<Shared>) -> Result<Self, String> {
+    fn new(
+        core: usize,
+        setup: ServerSetup,
+        shared: Arc<Shared>,
+        registry: Arc<SignatureRegistry>,
+        inbox: Receiver<Handoff>,
+    ) -> Result<Self, String> {
         let mut config = StackConfig::new(setup.mac, setup.ip);
         config.gratuitous_arp = core == 0;
         tcp_tuning(&mut config);
@@ -603,16 +726,28 @@ impl ServerCore {
             .listen_with(setup.port, ListenerConfig { backlog, ..ListenerConfig::default() })
             .map_err(|e| format!("core {core}: cannot listen on port {}: {e}", setup.port))?;
         let pending = Rc::new(RefCell::new(Vec::new()));
+        let regs = Regs::default();
+        let unregistered = Rc::new(RefCell::new(0));
         stack.set_accept_hook(Some(Box::new(Hook {
             core,
             pending: Rc::clone(&pending),
+            regs: Rc::clone(&regs),
+            registry,
+            unregistered: Rc::clone(&unregistered),
             shared: Arc::clone(&shared),
         })));
         Ok(Self {
             core,
             stack,
             pending,
+            regs,
+            unregistered,
             shared,
+            inbox,
+            moved: HashMap::new(),
+            last_sweep: Instant::now(),
+            last_accept: Instant::now(),
+            slow: setup.slow_core == Some(core),
             served: Vec::new(),
             buf: vec![0; 64 * 1024],
             report: CoreReport { core, ..CoreReport::default() },
@@ -621,6 +756,17 @@ impl ServerCore {
 
     /// One received frame.
     fn receive(&mut self, now: Instant, frame: &[u8]) {
+        if !self.moved.is_empty()
+            && let Classified::Flow { sig, .. } = classify(frame)
+            && let Some(&(to, _)) = self.moved.get(&sig)
+        {
+            // A frame of a connection given away, classified before the redirect: forward it
+            // (behind the connection itself in the handoff channel).
+            if self.shared.handoff[to].send(Handoff::Frame(frame.to_vec())).is_ok() {
+                self.report.forwarded += 1;
+            }
+            return;
+        }
         self.stack.receive(now, frame);
         let cores = self.shared.arp.len();
         if cores > 1 && frame.len() >= 42 && frame[12..14] == [0x08, 0x06] {
@@ -636,13 +782,89 @@ impl ServerCore {
         }
     }
 
-    /// Everything but I/O: learned ARP, accepts, echoing, timers. Returns whether it did anything.
+    /// The handoff channel: steal requests from other cores, connections this core stole, and
+    /// their forwarded frames.
+    fn handoffs(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        while let Ok(msg) = self.inbox.try_recv() {
+            busy = true;
+            match msg {
+                Handoff::Steal { stream, to } => self.give(now, stream, to),
+                Handoff::Adopt(moved) => {
+                    let (detached, reg) = *moved;
+                    self.take(now, detached, reg);
+                }
+                Handoff::Frame(frame) => self.stack.receive(now, &frame),
+            }
+        }
+        busy
+    }
+
+    /// Core `to` stole `stream`: detach it and send it there with its registration; forward its
+    /// frames that still come here until `to` has re-pointed the registration.
+    fn give(&mut self, now: Instant, stream: StreamId, to: usize) {
+        let detached = match self.stack.detach(stream) {
+            Ok(d) => d,
+            Err(_) => {
+                self.report.failed += 1;
+                return;
+            }
+        };
+        let key = (detached.local(), detached.remote());
+        let reg = self.regs.borrow_mut().remove(&key);
+        if let Some(sig) = signature(key.0, key.1) {
+            self.moved.insert(sig, (to, now + FORWARD_FOR));
+        }
+        self.report.given += 1;
+        if let Err(back) = self.shared.handoff[to].send(Handoff::Adopt(Box::new((detached, reg)))) {
+            // The stealer is gone (stopping): keep serving it here.
+            if let Handoff::Adopt(moved) = back.0 {
+                let (detached, reg) = *moved;
+                self.take(now, detached, reg);
+            }
+        }
+    }
+
+    /// Adopts a stolen connection, points its signature at this core's channels, serves it.
+    fn take(&mut self, now: Instant, detached: Detached, reg: Option<Reg>) {
+        let key = (detached.local(), detached.remote());
+        match self.stack.adopt(detached, now) {
+            Ok(id) => {
+                let consumer = ConsumerId(u32::try_from(self.core).unwrap_or(u32::MAX));
+                if let Some(sig) = signature(key.0, key.1) {
+                    self.moved.remove(&sig);
+                }
+                if let Some(mut reg) = reg {
+                    reg.repoint(consumer);
+                    self.regs.borrow_mut().insert(key, reg);
+                }
+                self.report.stolen += 1;
+                self.serve(id);
+            }
+            Err(_) => self.report.failed += 1,
+        }
+    }
+
+    /// Drops the registrations of connections the stack no longer holds, and expired forwards.
+    fn sweep(&mut self, now: Instant) {
+        if now.duration_since(self.last_sweep) < SWEEP_EVERY {
+            return;
+        }
+        self.last_sweep = now;
+        let stack = &self.stack;
+        self.regs.borrow_mut().retain(|&(local, remote), _| stack.contains(local, remote));
+        self.moved.retain(|_, &mut (_, until)| until > now);
+    }
+
+    /// Everything but I/O: learned ARP, handoffs, accepts, echoing, timers. Returns whether it did
+    /// anything.
     fn service(&mut self, now: Instant) -> bool {
         let mut busy = false;
         let learned = std::mem::take(&mut *lock(&self.shared.arp[self.core]));
         for frame in learned {
             self.stack.receive(now, &frame);
         }
+        busy |= self.handoffs(now);
         let established = std::mem::take(&mut *self.pending.borrow_mut());
         for stream in established {
             busy = true;
@@ -651,20 +873,11 @@ impl ServerCore {
                 let _ = self.stack.abort(e.into_inner());
                 self.report.rejected += 1;
             }
+            // Accept as connections come (an application thread waiting in accept()), so that a
+            // burst does not make a core that keeps up look busy.
+            self.accept_some(now);
         }
-        while let Ok(accepted) = self.shared.queue.try_accept(self.core) {
-            busy = true;
-            if accepted.remote {
-                lock(&self.shared.handback[accepted.arrived_on]).push(accepted.conn);
-                self.report.handed_back += 1;
-            } else {
-                self.serve(accepted.conn);
-            }
-        }
-        let handed = std::mem::take(&mut *lock(&self.shared.handback[self.core]));
-        for stream in handed {
-            self.serve(stream);
-        }
+        busy |= self.accept_some(now);
         let mut i = 0;
         while i < self.served.len() {
             let (done, moved) = self.echo(i);
@@ -678,7 +891,36 @@ impl ServerCore {
         if self.stack.poll_timeout().is_some_and(|t| t <= now) {
             self.stack.handle_timeout(now);
         }
+        self.sweep(now);
         busy
+    }
+
+    /// Takes connections from the accept queue: local ones are served here, stolen ones are asked
+    /// of the core they arrived on. Returns whether it took any.
+    fn accept_some(&mut self, now: Instant) -> bool {
+        // The slow core accepts at most one connection per `SLOW_ACCEPT` (a worker that is behind).
+        let mut accepts = usize::MAX;
+        if self.slow {
+            accepts = usize::from(now.duration_since(self.last_accept) >= SLOW_ACCEPT);
+        }
+        let mut took = false;
+        while accepts > 0
+            && let Ok(accepted) = self.shared.queue.try_accept(self.core)
+        {
+            accepts -= 1;
+            took = true;
+            self.last_accept = now;
+            if accepted.remote {
+                // Stolen: the core it arrived on moves it here (DESIGN.md §2).
+                let steal = Handoff::Steal { stream: accepted.conn, to: self.core };
+                if self.shared.handoff[accepted.arrived_on].send(steal).is_err() {
+                    self.report.failed += 1;
+                }
+            } else {
+                self.serve(accepted.conn);
+            }
+        }
+        took
     }
 
     fn serve(&mut self, id: StreamId) {
@@ -689,7 +931,7 @@ impl ServerCore {
 
     /// Echoes what connection `i` has received; returns (finished, bytes moved).
     fn echo(&mut self, i: usize) -> (bool, usize) {
-        let Self { stack, served, buf, report, shared, core, .. } = self;
+        let Self { stack, served, buf, report, shared, core, slow, .. } = self;
         let s = &mut served[i];
         let mut moved = 0;
         loop {
@@ -718,7 +960,12 @@ impl ServerCore {
                     report.closed += 1;
                     return (true, moved);
                 }
-                Ok(n) => s.out.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    if *slow {
+                        std::thread::sleep(SLOW_DELAY);
+                    }
+                    s.out.extend_from_slice(&buf[..n]);
+                }
                 Err(StackError::WouldBlock) => return (false, moved),
                 Err(_) => {
                     let _ = stack.abort(s.id);
@@ -755,6 +1002,7 @@ impl ServerCore {
 
     fn finish(mut self) -> CoreReport {
         self.report.open_at_exit = self.served.len();
+        self.report.unregistered = *self.unregistered.borrow();
         self.report.stack = *self.stack.stats();
         self.report
     }
@@ -804,6 +1052,45 @@ fn drain_channels<D: NetDevice>(
     }
 }
 
+/// One core's ends of the channel matrix: `lanes[c]` carries what this core's channelizer
+/// delivers to consumer `c` (the frames of connections registered to core `c`), `inputs[q]` what
+/// channelizer `q` delivers to this core's stack; `inbox` is its handoff channel.
+struct Wiring {
+    lanes: Vec<PacketTx>,
+    inputs: Vec<PacketRx>,
+    inbox: Receiver<Handoff>,
+}
+
+/// What a core hands back: its report, and its input channels, dropped only once every
+/// channelizer is gone (dropping a channel returns its queued buffers to the pool).
+type CoreOut = (CoreReport, Vec<PacketRx>);
+
+fn attach_lanes<D: NetDevice>(ch: &mut Channelizer<'_, D>, lanes: Vec<PacketTx>) -> Result<(), String> {
+    for (c, lane) in lanes.into_iter().enumerate() {
+        let id = ConsumerId(u32::try_from(c).map_err(|e| e.to_string())?);
+        ch.attach(id, lane).map_err(|_| format!("cannot attach consumer {c}'s channel"))?;
+    }
+    Ok(())
+}
+
+/// Pops every frame waiting in `default` and `inputs` into the core's stack; returns how many.
+fn receive_all(
+    server: &mut ServerCore,
+    now: Instant,
+    cache: &PoolCache,
+    default: &mut PacketRx,
+    inputs: &mut [PacketRx],
+) -> usize {
+    let mut frames = 0;
+    for rx in std::iter::once(default).chain(inputs.iter_mut()) {
+        while let Some(packet) = rx.pop(cache) {
+            server.receive(now, packet.data());
+            frames += 1;
+        }
+    }
+    frames
+}
+
 /// Core `core` with channelizer and stack on this thread.
 fn core_same<D: NetDevice>(
     core: usize,
@@ -812,14 +1099,17 @@ fn core_same<D: NetDevice>(
     registry: Arc<SignatureRegistry>,
     setup: ServerSetup,
     shared: Arc<Shared>,
-) -> Result<CoreReport, String> {
+    wiring: Wiring,
+) -> Result<CoreOut, String> {
     let cache = pool.cache();
     let channel = |capacity| pool.packet_channel(capacity).map_err(|e| e.to_string());
     let (default_tx, mut default_rx) = channel(CHANNEL)?;
     let (mut reply_tx, reply_rx) = channel(CHANNEL)?;
-    let mut ch = Channelizer::new(device, 0, &cache, registry, default_tx, BURST);
+    let Wiring { lanes, mut inputs, inbox } = wiring;
+    let mut ch = Channelizer::new(device, 0, &cache, Arc::clone(&registry), default_tx, BURST);
+    attach_lanes(&mut ch, lanes)?;
     ch.add_tx(reply_rx);
-    let mut server = ServerCore::new(core, setup, Arc::clone(&shared))?;
+    let mut server = ServerCore::new(core, setup, Arc::clone(&shared), registry, inbox)?;
     let mut batch = PacketBatch::with_capacity(BURST);
     let mut idle = Idle::new();
     let capacity = reply_tx.free_space();
@@ -833,11 +1123,7 @@ fn core_same<D: NetDevice>(
             }
         };
         let now = Instant::now();
-        let mut frames = 0;
-        while let Some(packet) = default_rx.pop(&cache) {
-            server.receive(now, packet.data());
-            frames += 1;
-        }
+        let frames = receive_all(&mut server, now, &cache, &mut default_rx, &mut inputs);
         let served = server.service(now);
         let sent = server.transmit(now, &cache, &mut batch, &mut reply_tx);
         idle.tick(polled.rx + polled.tx + frames > 0 || served || sent || reply_tx.free_space() < capacity);
@@ -847,7 +1133,7 @@ fn core_same<D: NetDevice>(
     report.channelizer = ch.stats();
     drop(ch);
     while default_rx.pop(&cache).is_some() {}
-    result.map(|()| report)
+    result.map(|()| (report, inputs))
 }
 
 /// Core `core` split over two threads: the channelizer on this one, the stack on a new one.
@@ -858,27 +1144,26 @@ fn core_split<D: NetDevice>(
     registry: Arc<SignatureRegistry>,
     setup: ServerSetup,
     shared: Arc<Shared>,
-) -> Result<CoreReport, String> {
+    wiring: Wiring,
+) -> Result<CoreOut, String> {
     let channel = |capacity| pool.packet_channel(capacity).map_err(|e| e.to_string());
     let (default_tx, default_rx) = channel(CHANNEL)?;
     let (reply_tx, reply_rx) = channel(CHANNEL)?;
+    let Wiring { lanes, inputs, inbox } = wiring;
     let tx_drained = AtomicBool::new(false);
     let ch_done = AtomicBool::new(false);
+    let app_registry = Arc::clone(&registry);
     std::thread::scope(|s| {
         let app = s.spawn(|| {
-            let (mut default_rx, mut reply_tx) = (default_rx, reply_tx);
+            let (mut default_rx, mut reply_tx, mut inputs) = (default_rx, reply_tx, inputs);
             let cache = pool.cache();
-            let mut server = ServerCore::new(core, setup, Arc::clone(&shared))?;
+            let mut server = ServerCore::new(core, setup, Arc::clone(&shared), app_registry, inbox)?;
             let mut batch = PacketBatch::with_capacity(BURST);
             let mut idle = Idle::new();
             let capacity = reply_tx.free_space();
             while !shared.stopping() {
                 let now = Instant::now();
-                let mut frames = 0;
-                while let Some(packet) = default_rx.pop(&cache) {
-                    server.receive(now, packet.data());
-                    frames += 1;
-                }
+                let frames = receive_all(&mut server, now, &cache, &mut default_rx, &mut inputs);
                 let served = server.service(now);
                 let sent = server.transmit(now, &cache, &mut batch, &mut reply_tx);
                 idle.tick(frames > 0 || served || sent);
@@ -896,13 +1181,16 @@ fn core_split<D: NetDevice>(
                 }
                 std::thread::yield_now();
             }
-            Ok::<_, String>(server.finish())
+            Ok::<_, String>((server.finish(), inputs))
         });
         let cache = pool.cache();
         let mut ch = Channelizer::new(device, 0, &cache, registry, default_tx, BURST);
+        let mut result = attach_lanes(&mut ch, lanes);
         ch.add_tx(reply_rx);
         let mut idle = Idle::new();
-        let mut result = Ok(());
+        if result.is_err() {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
         while !shared.stopping() {
             match ch.poll() {
                 Ok(p) => idle.tick(p.rx + p.tx > 0),
@@ -922,44 +1210,82 @@ fn core_split<D: NetDevice>(
         let stats = ch.stats();
         drop(ch);
         ch_done.store(true, Ordering::Release);
-        let mut report = app.join().map_err(|_| format!("core {core}: the stack thread panicked"))??;
+        let (mut report, inputs) =
+            app.join().map_err(|_| format!("core {core}: the stack thread panicked"))??;
         report.channelizer = stats;
-        result.map(|()| report)
+        result.map(|()| (report, inputs))
     })
 }
 
 /// Runs the server cores on `devices` (one per core) while `main` runs on this thread; stops them
-/// when `main` returns.
+/// when `main` returns. With `steering` (the NIC's Flow Director), a balancer thread runs the
+/// accept queue's flow-group migration rounds.
 fn serve<D, T>(
     devices: Vec<D>,
     pool: &Pool,
     setup: ServerSetup,
+    steering: Option<&Mutex<dyn FlowSteering + Send + '_>>,
     main: impl FnOnce(&Shared) -> T,
 ) -> Result<(T, Vec<CoreReport>, AcceptReport), String>
 where
     D: NetDevice + Send,
 {
-    let shared = Arc::new(Shared::new(devices.len())?);
+    let cores = devices.len();
+    let (shared, inboxes) = Shared::new(cores, setup.backlog)?;
+    let shared = Arc::new(shared);
     let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
+    // The channel matrix: channelizer q to consumer (core) c.
+    let mut lanes: Vec<Vec<PacketTx>> = (0..cores).map(|_| Vec::with_capacity(cores)).collect();
+    let mut inputs: Vec<Vec<PacketRx>> = (0..cores).map(|_| Vec::with_capacity(cores)).collect();
+    for lanes_of_q in &mut lanes {
+        for inputs_of_c in &mut inputs {
+            let (tx, rx) = pool.packet_channel(CHANNEL).map_err(|e| e.to_string())?;
+            lanes_of_q.push(tx);
+            inputs_of_c.push(rx);
+        }
+    }
+    let wirings: Vec<Wiring> = lanes
+        .into_iter()
+        .zip(inputs)
+        .zip(inboxes)
+        .map(|((lanes, inputs), inbox)| Wiring { lanes, inputs, inbox })
+        .collect();
     let (out, cores) = std::thread::scope(|s| {
         let workers: Vec<_> = devices
             .into_iter()
+            .zip(wirings)
             .enumerate()
-            .map(|(core, device)| {
+            .map(|(core, (device, wiring))| {
                 let (shared, registry) = (Arc::clone(&shared), Arc::clone(&registry));
                 s.spawn(move || match setup.placement {
-                    Placement::Same => core_same(core, device, pool, registry, setup, shared),
-                    Placement::Split => core_split(core, device, pool, registry, setup, shared),
+                    Placement::Same => core_same(core, device, pool, registry, setup, shared, wiring),
+                    Placement::Split => core_split(core, device, pool, registry, setup, shared, wiring),
                 })
             })
             .collect();
+        if let Some(steering) = steering {
+            let shared = Arc::clone(&shared);
+            s.spawn(move || {
+                while !shared.stopping() {
+                    std::thread::sleep(BALANCE_EVERY);
+                    // Safe to move any group: every connection, half-open ones included, is
+                    // registered to the core whose stack has it, so its packets reach that core
+                    // from whichever queue they arrive on; only new connections follow the group.
+                    let _ = shared.queue.balance(&mut *lock(steering));
+                }
+            });
+        }
         let out = main(&shared);
         shared.stop.store(true, Ordering::Relaxed);
         let cores: Vec<_> =
             workers.into_iter().map(|w| w.join().map_err(|_| "a core panicked".to_owned())).collect();
         (out, cores)
     });
-    let cores = cores.into_iter().map(|c| c.and_then(|c| c)).collect::<Result<Vec<_>, _>>()?;
+    // Every channelizer is gone: dropping the inputs returns what they still hold.
+    let cores = cores
+        .into_iter()
+        .map(|c| c.and_then(|c| c).map(|(report, _inputs)| report))
+        .collect::<Result<Vec<_>, _>>()?;
     // Connections still queued when the server stopped belong to stacks that are gone.
     let _ = shared.queue.take_all();
     let stats = shared.queue.stats();
@@ -1305,6 +1631,17 @@ fn setup_line(options: &Options, what: &str, cores: usize) -> String {
     format!("{what}, {cores} core(s), placement {placement}, port {}", options.port)
 }
 
+fn server_setup(options: &Options, mac: EthernetAddress, ip: Ipv4Cidr) -> ServerSetup {
+    ServerSetup {
+        mac,
+        ip,
+        port: options.port,
+        placement: options.placement,
+        backlog: options.backlog,
+        slow_core: options.slow_core.map(usize::from),
+    }
+}
+
 fn run_model(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
     let e = |e: &dyn fmt::Display| e.to_string();
     let cores = usize::from(options.cores);
@@ -1332,15 +1669,17 @@ fn run_model(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
     let buffers = u32::try_from(4096 * (cores + 1)).map_err(|x| e(&x))?;
     let pool = Pool::builder(buffers).hugepages(HugePages::Prefer).build().map_err(|x| e(&x))?;
     let config = NicConfig { queues: options.cores, rx_ring: 512, tx_ring: 512, ..NicConfig::default() };
-    let (mut nic, queues) =
+    let (nic, queues) =
         Ixgbe::init("sim0", model.mmio(), model.dma(), &pool, config).map_err(|x| format!("driver: {x}"))?;
     let mac = EthernetAddress(nic.mac().0);
     let server_ip = Ipv4Cidr::new(SERVER_IP, 24).expect("a /24");
-    let setup = ServerSetup { mac, ip: server_ip, port: options.port, placement: options.placement };
+    let setup = server_setup(options, mac, server_ip);
+    let nic = Mutex::new(nic);
+    let steering: Option<&Mutex<dyn FlowSteering + Send>> = options.balance.then_some(&nic);
     let client_mac = EthernetAddress(wire.info().mac.0);
     let server = SocketAddrV4::new(SERVER_IP, options.port);
     let mut pcap_line = None;
-    let (client_report, cores_report, accept) = serve(queues, &pool, setup, |_| {
+    let (client_report, cores_report, accept) = serve(queues, &pool, setup, steering, |_| {
         let cache = wire_pool.cache();
         match &options.pcap {
             Some(path) => {
@@ -1368,6 +1707,7 @@ fn run_model(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
     report.cores = cores_report;
     report.accept = accept;
     sim.stop();
+    let mut nic = nic.into_inner().unwrap_or_else(PoisonError::into_inner);
     report.devices.push(nic_line(&mut nic));
     report.devices.push(model_line(&model.stats()));
     report.devices.extend(pcap_line);
@@ -1389,18 +1729,18 @@ fn run_tap(options: &Options, name: &str, ip: Ipv4Cidr, stop: &AtomicBool) -> Re
         println!("echo: {} (our MAC {}); Ctrl-C stops", report.setup, tap.info().mac);
     }
     let pool = Pool::builder(4096).hugepages(HugePages::Never).build().map_err(|e| e.to_string())?;
-    let setup = ServerSetup { mac, ip, port: options.port, placement: options.placement };
+    let setup = server_setup(options, mac, ip);
     let wait = |shared: &Shared| wait_serving(shared, stop, options.duration, options.progress);
     let (cores, accept) = match &options.pcap {
         Some(path) => {
             let dev = PcapWriter::create(tap, path)
                 .map_err(|e| format!("cannot create the pcap file {}: {e}", path.display()))?;
-            let ((), cores, accept) = serve(vec![dev], &pool, setup, wait)?;
+            let ((), cores, accept) = serve(vec![dev], &pool, setup, None, wait)?;
             report.devices.push(format!("pcap: recorded to {}", path.display()));
             (cores, accept)
         }
         None => {
-            let ((), cores, accept) = serve(vec![tap], &pool, setup, wait)?;
+            let ((), cores, accept) = serve(vec![tap], &pool, setup, None, wait)?;
             (cores, accept)
         }
     };
@@ -1419,7 +1759,7 @@ fn run_pci(options: &Options, addr: &str, ip: Ipv4Cidr, stop: &AtomicBool) -> Re
         .build()
         .map_err(|e| e.to_string())?;
     let config = NicConfig { queues: options.cores, ..NicConfig::default() };
-    let (mut nic, queues) = Ixgbe::init(addr, device.bar0(), device.dma(), &pool, config)
+    let (nic, queues) = Ixgbe::init(addr, device.bar0(), device.dma(), &pool, config)
         .map_err(|e| format!("cannot bring up the 82599 at {addr}: {e}"))?;
     let mut report = Report {
         setup: setup_line(
@@ -1433,8 +1773,10 @@ fn run_pci(options: &Options, addr: &str, ip: Ipv4Cidr, stop: &AtomicBool) -> Re
         println!("echo: {} (MAC {}, {:?}); Ctrl-C stops", report.setup, nic.mac(), nic.link());
     }
     let mac = EthernetAddress(nic.mac().0);
-    let setup = ServerSetup { mac, ip, port: options.port, placement: options.placement };
+    let setup = server_setup(options, mac, ip);
     let wait = |shared: &Shared| wait_serving(shared, stop, options.duration, options.progress);
+    let nic = Mutex::new(nic);
+    let steering: Option<&Mutex<dyn FlowSteering + Send>> = options.balance.then_some(&nic);
     let (cores_report, accept) = match &options.pcap {
         Some(path) => {
             let devices = queues
@@ -1445,16 +1787,17 @@ fn run_pci(options: &Options, addr: &str, ip: Ipv4Cidr, stop: &AtomicBool) -> Re
                         .map_err(|e| format!("cannot create the pcap file {file}: {e}"))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let ((), c, a) = serve(devices, &pool, setup, wait)?;
+            let ((), c, a) = serve(devices, &pool, setup, steering, wait)?;
             (c, a)
         }
         None => {
-            let ((), c, a) = serve(queues, &pool, setup, wait)?;
+            let ((), c, a) = serve(queues, &pool, setup, steering, wait)?;
             (c, a)
         }
     };
     report.cores = cores_report;
     report.accept = accept;
+    let mut nic = nic.into_inner().unwrap_or_else(PoisonError::into_inner);
     report.devices.push(nic_line(&mut nic));
     drop(nic);
     drop(device);
@@ -1509,5 +1852,28 @@ mod tests {
         assert_eq!(report.bytes_echoed(), client.bytes);
         assert_eq!(report.accept.enqueued, 8);
         assert_eq!(report.cores.iter().map(|c| c.served).sum::<u64>(), 8);
+    }
+
+    #[test]
+    fn model_echo_stolen_connections_move_to_the_stealer() {
+        let options = Options {
+            cores: 2,
+            conns: 128,
+            messages: 5,
+            size: (1, 3000),
+            backlog: 32,
+            slow_core: Some(1),
+            progress: false,
+            ..Options::default()
+        };
+        let report = run(&options, &AtomicBool::new(false)).unwrap();
+        let client = report.client.as_ref().unwrap();
+        assert_eq!((client.completed, client.messages), (128, 640), "{report}");
+        assert_eq!(report.bytes_echoed(), client.bytes);
+        assert!(report.accept.steals > 0, "the slow core was stolen from: {report}");
+        let stolen: u64 = report.cores.iter().map(|c| c.stolen).sum();
+        assert_eq!(stolen, report.accept.steals, "every steal moved its connection: {report}");
+        assert!(report.cores.iter().all(|c| c.failed == 0 && c.stack.rst_sent == 0), "{report}");
+        assert_eq!(client.stack.rst_sent, 0);
     }
 }

@@ -255,6 +255,8 @@ pub enum Error {
     WriteClosed,
     /// The connection failed.
     Connection(ConnectionError),
+    /// A [`Detached`] connection's local address is not this stack's.
+    NotLocal,
 }
 
 impl fmt::Display for Error {
@@ -269,6 +271,7 @@ impl fmt::Display for Error {
             Self::WouldBlock => f.write_str("operation would block"),
             Self::WriteClosed => f.write_str("sending side shut down"),
             Self::Connection(e) => write!(f, "{e}"),
+            Self::NotLocal => f.write_str("the connection's local address is not this stack's"),
         }
     }
 }
@@ -289,6 +292,72 @@ pub struct ListenerId {
     generation: u32,
 }
 
+/// A connection moved out of a [`Stack`] by [`Stack::detach`], on its way to another stack's
+/// [`Stack::adopt`]: an owned value that can cross threads. Dropping it loses the connection
+/// without a segment (the peer times out): adopt it, or adopt it back.
+#[derive(Debug)]
+#[must_use = "dropping a detached connection loses it without a reset"]
+pub struct Detached {
+    conn: Connection,
+    write_shut: bool,
+    next_hop: Option<(Ipv4Addr, EthernetAddress)>,
+}
+
+impl Detached {
+    /// The local address.
+    #[must_use]
+    pub const fn local(&self) -> SocketAddrV4 {
+        self.conn.local()
+    }
+
+    /// The remote address.
+    #[must_use]
+    pub const fn remote(&self) -> SocketAddrV4 {
+        self.conn.remote()
+    }
+
+    /// The RFC 9293 state.
+    #[must_use]
+    pub const fn state(&self) -> State {
+        self.conn.state()
+    }
+
+    /// Bytes received and not yet read, and bytes in the send buffer (unsent or unacknowledged).
+    #[must_use]
+    pub fn queues(&self) -> (usize, usize) {
+        (self.conn.recv_queue(), self.conn.send_queue())
+    }
+}
+
+/// Why [`Stack::adopt`] refused a connection; the connection comes back with
+/// [`into_inner`](Self::into_inner).
+#[derive(Debug)]
+pub struct AdoptError {
+    error: Error,
+    detached: Box<Detached>,
+}
+
+impl AdoptError {
+    /// Why.
+    #[must_use]
+    pub const fn error(&self) -> Error {
+        self.error
+    }
+
+    /// The connection, still detached.
+    pub fn into_inner(self) -> Detached {
+        *self.detached
+    }
+}
+
+impl fmt::Display for AdoptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot adopt {} <- {}: {}", self.detached.local(), self.detached.remote(), self.error)
+    }
+}
+
+impl std::error::Error for AdoptError {}
+
 /// Receives the connections a listener establishes, instead of the listener's own accept queue:
 /// the extension point for per-core accept queues (the accept-affinity crate).
 pub trait AcceptHook {
@@ -302,6 +371,14 @@ pub trait AcceptHook {
     /// `stream` is established on `listener`; the hook now holds its handle (which belongs to the
     /// application: it must eventually be closed or aborted).
     fn established(&mut self, listener: ListenerId, stream: StreamId);
+
+    /// A passive open on `listener` created state for `local`/`remote` (a SYN-RECEIVED connection,
+    /// or an established one from a SYN cookie). Called before the stack sends anything for it, so
+    /// a steering entry made here (a registry signature naming this core) is in place before the
+    /// peer can answer. The stack keeps the state while [`Stack::contains`] says so.
+    fn opened(&mut self, listener: ListenerId, local: SocketAddrV4, remote: SocketAddrV4) {
+        let _ = (listener, local, remote);
+    }
 }
 
 /// Counters of a [`Stack`], since it was created.
@@ -354,6 +431,10 @@ pub struct StackStats {
     pub connections_reclaimed: u64,
     /// TIME-WAIT connections evicted because the table was full.
     pub time_wait_evicted: u64,
+    /// Connections moved out with [`Stack::detach`].
+    pub connections_detached: u64,
+    /// Connections moved in with [`Stack::adopt`].
+    pub connections_adopted: u64,
 }
 
 /// What one [`Stack::poll`] did.
@@ -719,6 +800,7 @@ impl Stack {
         let iss = hash::isn(&self.key, local, remote, self.now - self.epoch);
         let conn = Connection::connect(self.config.tcp, local, remote, iss, self.now);
         let index = self.insert(conn, None, Phase::Open, true);
+        self.stats.connections_opened += 1;
         Ok(self.stream_id(index))
     }
 
@@ -758,7 +840,6 @@ impl Stack {
         }
         self.demux.insert(key, index);
         self.live += 1;
-        self.stats.connections_opened += 1;
         self.mark_ready(index);
         index
     }
@@ -923,6 +1004,109 @@ impl Stack {
     pub fn queues(&self, stream: StreamId) -> Result<(usize, usize), Error> {
         let e = self.entry(stream)?;
         Ok((e.conn.recv_queue(), e.conn.send_queue()))
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Migration between stacks (connection stealing).
+
+    /// Whether the stack holds a connection for `local`/`remote` that incoming segments reach (any
+    /// state from SYN-RECEIVED to TIME-WAIT; not once it is closed or reclaimed). A steering entry
+    /// for the connection (a registry signature) is needed as long as this holds.
+    #[must_use]
+    pub fn contains(&self, local: SocketAddrV4, remote: SocketAddrV4) -> bool {
+        self.demux.contains_key(&(local, remote))
+    }
+
+    /// Moves the connection `stream` out of this stack, for [`adopt`](Self::adopt) by another
+    /// stack with the same local address (another core's stack, when a stolen connection follows
+    /// its stealer). Everything the connection is moves with it: its state and sequence space, the
+    /// receive buffer (bytes not yet read, out-of-order data), the send buffer (unsent and
+    /// unacknowledged bytes), its timers (absolute instants), whether the application shut down
+    /// writing, and the peer's next hop's hardware address if this stack has it resolved. This
+    /// stack forgets it: the 4-tuple's demultiplexing entry, the ready list and timer entries, the
+    /// listener's accept queue if it was still waiting there; the handle becomes stale.
+    ///
+    /// Segments for the connection that reach this stack afterwards find no connection (a segment
+    /// with an ACK draws a reset from a listener on the port, as for any stray): steer them to
+    /// the adopter before they can arrive here, or hold them back until the adopter has it.
+    /// Segments already built and waiting here for ARP resolution still leave from here.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`] (also for a connection the application does not hold, such as
+    /// a half-open one in a SYN queue).
+    pub fn detach(&mut self, stream: StreamId) -> Result<Detached, Error> {
+        self.entry(stream)?;
+        let index = stream.index;
+        let i = usize::try_from(index).map_err(|_| Error::InvalidHandle)?;
+        let slot = self.slots.get_mut(i).ok_or(Error::InvalidHandle)?;
+        let e = slot.entry.take().ok_or(Error::InvalidHandle)?;
+        slot.generation = slot.generation.wrapping_add(1);
+        let (local, remote) = (e.conn.local(), e.conn.remote());
+        if e.in_demux {
+            self.demux.remove(&(local, remote));
+        }
+        if e.ready {
+            self.ready.retain(|&r| r != index);
+        }
+        if e.time_wait {
+            self.time_wait_count -= 1;
+        }
+        if let Some(l) = e.listener.and_then(|l| self.listener_mut(l)) {
+            l.accept_queue.retain(|&s| s != stream);
+        }
+        // Its timer-heap entry is stale now (the generation moved on) and is skipped.
+        self.free.push(index);
+        self.live -= 1;
+        self.stats.connections_detached += 1;
+        let now = self.now;
+        let next_hop =
+            self.route(*remote.ip()).and_then(|hop| self.arp.lookup(hop, now).map(|mac| (hop, mac)));
+        Ok(Detached { conn: e.conn, write_shut: e.write_shut, next_hop })
+    }
+
+    /// Takes in a connection [`detach`](Self::detach)ed from another stack and returns its new
+    /// handle here; its timers are armed and whatever it has to send leaves at the next
+    /// [`transmit`](Self::transmit). The peer's next hop is added to the ARP cache from the
+    /// detached record when this stack lacks it (else this stack resolves it as usual). `now` is
+    /// on the same clock as the detaching stack's (connection timers are absolute instants).
+    ///
+    /// # Errors
+    /// The connection comes back in [`AdoptError`]: [`Error::NotLocal`] when its local address is
+    /// not this stack's, [`Error::AddrInUse`] when this stack already has its 4-tuple,
+    /// [`Error::TooManyConnections`] at [`Config::max_connections`].
+    pub fn adopt(&mut self, detached: Detached, now: Instant) -> Result<StreamId, AdoptError> {
+        self.advance(now);
+        let (local, remote) = (detached.conn.local(), detached.conn.remote());
+        let refused = if *local.ip() != self.ip() {
+            Some(Error::NotLocal)
+        } else if self.demux.contains_key(&(local, remote)) {
+            Some(Error::AddrInUse)
+        } else if self.live >= self.config.max_connections {
+            Some(Error::TooManyConnections)
+        } else {
+            None
+        };
+        if let Some(error) = refused {
+            return Err(AdoptError { error, detached: Box::new(detached) });
+        }
+        let Detached { conn, write_shut, next_hop } = detached;
+        if let Some((hop, mac)) = next_hop
+            && self.route(*remote.ip()) == Some(hop)
+            && self.arp.lookup(hop, self.now).is_none()
+        {
+            let waiting = self.arp.insert(hop, mac, self.now);
+            for mut frame in waiting {
+                self.fill_ethernet(&mut frame, mac);
+                self.push_frame(frame);
+            }
+        }
+        let index = self.insert(conn, None, Phase::Open, true);
+        if let Some(e) = self.slot_entry(index) {
+            e.write_shut = write_shut;
+        }
+        self.arm_timer(index);
+        self.stats.connections_adopted += 1;
+        Ok(self.stream_id(index))
     }
 
     // -------------------------------------------------------------------------------------------
@@ -1155,6 +1339,10 @@ impl Stack {
                         l.syn_queue += 1;
                     }
                     self.insert(conn, Some(id), Phase::SynQueue, false);
+                    self.stats.connections_opened += 1;
+                    if let Some(hook) = self.accept_hook.as_mut() {
+                        hook.opened(id, local, remote);
+                    }
                 } else if lconfig.syn_cookies {
                     if let Some(l) = self.listener_mut(id) {
                         l.last_overflow = Some(now);
@@ -1221,6 +1409,10 @@ impl Stack {
         }
         self.stats.syn_cookies_accepted += 1;
         let index = self.insert(conn, Some(id), Phase::Cookie, false);
+        self.stats.connections_opened += 1;
+        if let Some(hook) = self.accept_hook.as_mut() {
+            hook.opened(id, local, remote);
+        }
         self.settle(index);
     }
 
