@@ -4,8 +4,9 @@
 //! userspace driver with one queue pair per core, Flow Director steering flow groups to the queues,
 //! one channelizer and one tcp-lib stack per core, Affinity-Accept across the cores, and an
 //! in-process client stack on the other end of the wire that checks every echoed byte. No NIC and
-//! no root needed. `--tap NAME` serves the Linux kernel through a TAP device instead; `--pci ADDR`
-//! a real 82599 over VFIO. The service itself is [`netchannels::echo`].
+//! no root needed. `--tap NAME` serves the Linux kernel through a TAP device instead; `--xdp
+//! IFACE[:QUEUE]` (with `--xdp-mode generic|native|auto`) one queue of any Linux interface through
+//! AF_XDP; `--pci ADDR` a real 82599 over VFIO. The service itself is [`netchannels::echo`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

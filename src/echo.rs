@@ -11,6 +11,12 @@
 //!   [`Tap`] (the kernel is the client).
 //! * **A real 82599 over VFIO** ([`Backend::Pci`]): [`ixgbe_vfio::platform::open`], then the same
 //!   per-core server as on the model; the clients are whatever is on the wire.
+//! * **AF_XDP on any Linux interface** ([`Backend::Xdp`]): one core serves one queue of the
+//!   interface through [`AfXdp`] (the pool's region is the UMEM; generic or native XDP). The kernel,
+//!   or whatever is on the interface's wire, is the client; it learns our MAC by ARP, which reaches
+//!   the stack through the XDP redirect like every other frame of the queue. tcp-lib verifies every
+//!   checksum and AF_XDP says nothing about offloads, so a peer that leaves checksums to the
+//!   hardware must not (on a veth pair: `ethtool -K PEER tx off` on the kernel's end).
 //!
 //! # One core
 //!
@@ -85,7 +91,7 @@ use accept_affinity::{AcceptQueue, Policy};
 use ixgbe_vfio::driver::{Config as NicConfig, Ixgbe, NicStats};
 use ixgbe_vfio::sim::{Model, SimConfig, SimStats, Wire};
 use netchannel::channelizer::{Channelizer, ChannelizerStats, ConsumerId, SignatureRegistry};
-use netchannel::dev::{NetDevice, PacketBatch, Pair, PcapWriter, Tap};
+use netchannel::dev::{AfXdp, NetDevice, PacketBatch, Pair, PcapWriter, Tap, XdpError, XdpMode};
 use netchannel::pool::{Audit, HugePages, PacketRx, PacketTx, Pool, PoolCache};
 use netchannel::rcu::Qsbr;
 use netchannel::registry::Registration;
@@ -100,7 +106,7 @@ use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
 
 /// The echo port (RFC 862).
 pub const DEFAULT_PORT: u16 = 7;
-/// The server's address on the model backend (and the default for `--tap` and `--pci`).
+/// The server's address on the model backend (and the default for `--tap`, `--xdp` and `--pci`).
 pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 /// The in-process client's address on the model backend.
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -137,6 +143,18 @@ pub enum Backend {
         /// The server's address and prefix.
         ip: Ipv4Cidr,
     },
+    /// One queue of a Linux interface through AF_XDP; the kernel (or the wire) is the client.
+    Xdp {
+        /// The interface name.
+        iface: String,
+        /// The interface's receive queue (the XDP program passes the other queues' frames to the
+        /// kernel).
+        queue: u32,
+        /// Generic, native, or native where the driver has it.
+        mode: XdpMode,
+        /// The server's address and prefix.
+        ip: Ipv4Cidr,
+    },
     /// A real 82599 over VFIO; the clients are on the wire.
     Pci {
         /// The PCI address, `0000:03:00.0`.
@@ -160,7 +178,7 @@ pub enum Placement {
 pub struct Options {
     /// Where the server runs.
     pub backend: Backend,
-    /// Cores (queue pairs, per-core stacks); the TAP backend always uses one.
+    /// Cores (queue pairs, per-core stacks); the TAP and AF_XDP backends always use one.
     pub cores: u16,
     /// Channelizer and stack on one thread per core, or two.
     pub placement: Placement,
@@ -221,8 +239,11 @@ A TCP echo service on per-core tcp-lib stacks behind net channels, with Affinity
 
 backends (default: the 82599 model with an in-process client):
   --tap NAME           serve the Linux kernel through the TAP interface NAME (needs CAP_NET_ADMIN)
+  --xdp IFACE[:QUEUE]  serve queue QUEUE (default 0) of the Linux interface IFACE through AF_XDP
+                       (needs root, or CAP_NET_ADMIN + CAP_NET_RAW + CAP_BPF); one core
+  --xdp-mode M         generic, native or auto (native where the driver has it; the default)
   --pci ADDR           serve on a real 82599 at PCI address ADDR (0000:03:00.0) over VFIO
-  --ip A/N             the server's address on --tap and --pci (default 10.0.0.2/24)
+  --ip A/N             the server's address on --tap, --xdp and --pci (default 10.0.0.2/24)
 
 options:
   --cores N            cores: queue pairs and per-core stacks, 1..=64 (default: all CPUs, at most 16)
@@ -232,7 +253,7 @@ options:
   --conns N            client connections, all open at once (default 64)
   --messages M         messages per connection (default 2000)
   --size MIN..MAX      message sizes in bytes, or one size N (default 1..4096)
-  --duration SECONDS   run the client this long instead of --messages; on --tap/--pci, serve this
+  --duration SECONDS   run the client this long instead of --messages; on --tap/--xdp/--pci, serve this
                        long (default: until Ctrl-C)
   --pcap FILE          record the client's wire (model), the TAP, or each queue (pci: FILE.qN)
   --port P             the echo port (default 7)
@@ -255,6 +276,8 @@ impl Options {
         let mut o = Self::default();
         let mut tap = None;
         let mut pci = None;
+        let mut xdp = None;
+        let mut xdp_mode = None;
         let mut ip = None;
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -283,6 +306,15 @@ impl Options {
                 "--seed" => o.seed = number(&value()?, 0, u64::MAX)?,
                 "--tap" => tap = Some(value()?),
                 "--pci" => pci = Some(value()?),
+                "--xdp" => xdp = Some(value()?),
+                "--xdp-mode" => {
+                    xdp_mode = Some(match value()?.as_str() {
+                        "generic" | "skb" => XdpMode::Generic,
+                        "native" | "drv" => XdpMode::Native,
+                        "auto" => XdpMode::Auto,
+                        other => return Err(format!("--xdp-mode is generic, native or auto, not {other:?}")),
+                    });
+                }
                 "--ip" => ip = Some(cidr(&value()?)?),
                 "--quiet" => o.progress = false,
                 "--backlog" => o.backlog = number(&value()?, 1, 1 << 20)?,
@@ -293,14 +325,21 @@ impl Options {
             }
         }
         let server = ip.unwrap_or_else(|| Ipv4Cidr::new(SERVER_IP, 24).expect("a /24"));
-        o.backend = match (tap, pci) {
-            (Some(_), Some(_)) => return Err("--tap and --pci exclude each other".into()),
-            (Some(name), None) => Backend::Tap { name, ip: server },
-            (None, Some(addr)) => Backend::Pci { addr, ip: server },
-            (None, None) if ip.is_some() => {
-                return Err("--ip is for --tap and --pci; the model's addresses are fixed".into());
+        if xdp_mode.is_some() && xdp.is_none() {
+            return Err("--xdp-mode is for --xdp".into());
+        }
+        o.backend = match (tap, xdp, pci) {
+            (Some(name), None, None) => Backend::Tap { name, ip: server },
+            (None, Some(spec), None) => {
+                let (iface, queue) = xdp_spec(&spec)?;
+                Backend::Xdp { iface, queue, mode: xdp_mode.unwrap_or_default(), ip: server }
             }
-            (None, None) => Backend::Model,
+            (None, None, Some(addr)) => Backend::Pci { addr, ip: server },
+            (None, None, None) if ip.is_some() => {
+                return Err("--ip is for --tap, --xdp and --pci; the model's addresses are fixed".into());
+            }
+            (None, None, None) => Backend::Model,
+            _ => return Err("--tap, --xdp and --pci exclude each other".into()),
         };
         Ok(Some(o))
     }
@@ -327,6 +366,18 @@ fn size_range(text: &str) -> Result<(usize, usize), String> {
         return Err(format!("--size {text}: the minimum is above the maximum"));
     }
     Ok((min, max))
+}
+
+/// `IFACE[:QUEUE]`, checked as [`AfXdpBuilder::parse`](netchannel::dev::AfXdpBuilder::parse)
+/// does it.
+fn xdp_spec(spec: &str) -> Result<(String, u32), String> {
+    netchannel::dev::AfXdpBuilder::parse(spec).map_err(|e| format!("--xdp {spec:?}: {e}"))?;
+    Ok(match spec.rsplit_once(':') {
+        Some((iface, queue)) => {
+            (iface.to_owned(), queue.parse().map_err(|_| format!("--xdp {spec:?}: bad queue"))?)
+        }
+        None => (spec.to_owned(), 0),
+    })
 }
 
 /// `A.B.C.D/N`.
@@ -1590,6 +1641,7 @@ pub fn run(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
     match &options.backend {
         Backend::Model => run_model(options, stop),
         Backend::Tap { name, ip } => run_tap(options, name, *ip, stop),
+        Backend::Xdp { iface, queue, mode, ip } => run_xdp(options, iface, *queue, *mode, *ip, stop),
         Backend::Pci { addr, ip } => run_pci(options, addr, *ip, stop),
     }
 }
@@ -1750,6 +1802,68 @@ fn run_tap(options: &Options, name: &str, ip: Ipv4Cidr, stop: &AtomicBool) -> Re
     Ok(report)
 }
 
+fn xdp_mode_name(mode: XdpMode) -> &'static str {
+    match mode {
+        XdpMode::Generic => "generic",
+        XdpMode::Native => "native",
+        XdpMode::Auto => "auto",
+    }
+}
+
+fn run_xdp(
+    options: &Options,
+    iface: &str,
+    queue: u32,
+    mode: XdpMode,
+    ip: Ipv4Cidr,
+    stop: &AtomicBool,
+) -> Result<Report, String> {
+    // Fill and RX rings of 1024 each, TX and completion rings of 1024, the channels: 8192 is ample.
+    let pool = Pool::builder(8192).hugepages(HugePages::Never).build().map_err(|e| e.to_string())?;
+    let dev = AfXdp::builder(iface).queue(queue).mode(mode).open(&pool).map_err(|e| {
+        let hint = match e {
+            XdpError::NativeUnsupported { .. } => "; on the command line: --xdp-mode generic (or auto)",
+            _ => "",
+        };
+        format!("cannot serve {iface}:{queue} through AF_XDP ({} mode): {e}{hint}", xdp_mode_name(mode))
+    })?;
+    let mac = EthernetAddress(dev.info().mac.0);
+    let copy = if dev.is_zero_copy() { "zero-copy" } else { "copy mode" };
+    let mut report = Report {
+        setup: setup_line(
+            options,
+            &format!(
+                "TCP echo over AF_XDP on {iface} queue {queue} ({} XDP, {copy}) at {ip}, the kernel is the client",
+                xdp_mode_name(dev.mode())
+            ),
+            1,
+        ),
+        ..Report::default()
+    };
+    if options.progress {
+        println!("echo: {} (our MAC {}); Ctrl-C stops", report.setup, dev.info().mac);
+    }
+    let setup = server_setup(options, mac, ip);
+    let wait = |shared: &Shared| wait_serving(shared, stop, options.duration, options.progress);
+    let (cores, accept) = match &options.pcap {
+        Some(path) => {
+            let dev = PcapWriter::create(dev, path)
+                .map_err(|e| format!("cannot create the pcap file {}: {e}", path.display()))?;
+            let ((), cores, accept) = serve(vec![dev], &pool, setup, None, wait)?;
+            report.devices.push(format!("pcap: recorded to {}", path.display()));
+            (cores, accept)
+        }
+        None => {
+            let ((), cores, accept) = serve(vec![dev], &pool, setup, None, wait)?;
+            (cores, accept)
+        }
+    };
+    report.cores = cores;
+    report.accept = accept;
+    report.buffers.push(audit("pool", &pool)?);
+    Ok(report)
+}
+
 fn run_pci(options: &Options, addr: &str, ip: Ipv4Cidr, stop: &AtomicBool) -> Result<Report, String> {
     let device =
         ixgbe_vfio::platform::open(addr).map_err(|e| format!("cannot open the 82599 at {addr}: {e}"))?;
@@ -1824,6 +1938,15 @@ mod tests {
         assert!(parse(&["--size", "20..10"]).is_err());
         assert!(parse(&["--ip", "10.0.0.2"]).is_err());
         assert!(parse(&["--tap", "a", "--pci", "0000:01:00.0"]).is_err());
+        let o = parse(&["--xdp", "veth0:3", "--xdp-mode", "native", "--ip", "10.1.0.2/16"]).unwrap().unwrap();
+        let ip = cidr("10.1.0.2/16").unwrap();
+        assert_eq!(o.backend, Backend::Xdp { iface: "veth0".into(), queue: 3, mode: XdpMode::Native, ip });
+        let o = parse(&["--xdp", "veth0"]).unwrap().unwrap();
+        assert!(matches!(o.backend, Backend::Xdp { queue: 0, mode: XdpMode::Auto, .. }), "{o:?}");
+        assert!(parse(&["--xdp", "veth0:x"]).is_err());
+        assert!(parse(&["--xdp", "veth0", "--xdp-mode", "fast"]).is_err());
+        assert!(parse(&["--xdp-mode", "generic"]).is_err());
+        assert!(parse(&["--xdp", "a", "--tap", "b"]).is_err());
         assert!(parse(&["--bogus"]).is_err());
         assert_eq!(parse(&["--help"]).unwrap(), None);
     }

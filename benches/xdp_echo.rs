@@ -1,0 +1,488 @@
+//! TCP echo over one veth pair, the same kernel client against three servers in the same run:
+//! our echo ([`netchannels::echo`]) over AF_XDP (generic and native XDP), our echo over a TAP, and
+//! the kernel's own TCP (a `std::net` echo server on the far veth end).
+//!
+//! `cargo bench --bench xdp_echo` (root: namespaces, veth, XDP; otherwise it prints `skipped: <why>`
+//! and exits 0).
+//!
+//! # Setup
+//!
+//! The bench thread enters a private network namespace A and creates the veth pair `ncbx0`/`ncbx1`
+//! (`ncbx1`: the kernel client's end, 10.206.0.1/24, TX checksum offload off: tcp-lib verifies every
+//! checksum and AF_XDP carries no "checksum partial" flag; TSO goes off with it) and a TAP `ncbt0`
+//! (10.207.0.1/24). The servers, one after another, each for `NC_XDP_BENCH_SECS` (default 5):
+//!
+//! 1. our echo on `ncbx0` through AF_XDP, generic XDP, as 10.206.0.2;
+//! 2. the same, native XDP;
+//! 3. our echo on the TAP, as 10.207.0.2 (the client talks to that address; same client code);
+//! 4. the kernel: a thread enters a second namespace B, `ncbx0` moves there and gets 10.206.0.2, and
+//!    a `std::net` echo server (a thread per connection) listens on it; the client's packets cross
+//!    the same veth pair.
+//!
+//! # The client, and what is measured
+//!
+//! `NC_XDP_BENCH_CONNS` (default 16) threads, one connection each (`TCP_NODELAY`), each a closed
+//! loop: write a `NC_XDP_BENCH_SIZE`-byte message (default 64), read the echo whole, check it, again.
+//! After every connection is up, the window starts; it ends after the duration.
+//!
+//! * **transactions/s**: messages echoed in the window, over its length.
+//! * **packets/s**: frames through the client's interface (`ncbx1` or `ncbt0`, RX + TX, from
+//!   `/proc/thread-self/net/dev`, i.e. the namespace A's view) over the window.
+//! * **CPU per packet**: the process's CPU time (`getrusage(RUSAGE_SELF)`, user + system) over the
+//!   window, divided by those packets: client, server and the kernel's work done in their threads
+//!   (veth delivers in the sender's softirq context, so much of the receiving side's kernel work is
+//!   charged to the sender). **Server CPU per packet**: the process's CPU minus the client threads'
+//!   own (`CLOCK_THREAD_CPUTIME_ID` in each), i.e. the server's threads. Our server polls (it yields,
+//!   and sleeps 100 us only after 2 ms idle), so its thread is busy whatever the load; the kernel's
+//!   server threads block in `read`.
+//!
+//! Softirq work that runs in `ksoftirqd` is in neither figure; the table also prints the machine's
+//! total busy CPU (`/proc/stat`, all CPUs, other processes included) per packet.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, mpsc};
+use std::time::{Duration, Instant};
+
+use netchannels::echo::{Backend, Options, run};
+use netchannels::netchannel::dev::XdpMode;
+use netchannels::tcp_lib::wire::Ipv4Cidr;
+
+const OURS: &str = "ncbx0";
+const KERNELS: &str = "ncbx1";
+const TAP: &str = "ncbt0";
+const VETH_CLIENT: &str = "10.206.0.1/24";
+const VETH_SERVER: Ipv4Addr = Ipv4Addr::new(10, 206, 0, 2);
+const TAP_CLIENT: &str = "10.207.0.1/24";
+const TAP_SERVER: Ipv4Addr = Ipv4Addr::new(10, 207, 0, 2);
+const PORT: u16 = 7;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+fn unavailable() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (namespaces, veth, TAP, XDP)".into());
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("the `ip` command (iproute2) is not installed".into());
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Some("/dev/net/tun is missing (modprobe tun)".into());
+    }
+    // SAFETY: plain socket creation; the descriptor is closed at once.
+    let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Some(format!("no AF_XDP sockets here: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    None
+}
+
+/// `ethtool -K IFACE tx off` through `SIOCETHTOOL` (`ETHTOOL_STXCSUM`).
+fn tx_checksum_off(iface: &str) -> Result<(), String> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        data: *mut EthtoolValue,
+        _pad: [u8; 16],
+    }
+    let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
+    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &raw mut value, _pad: [0; 16] };
+    req.name[..iface.len()].copy_from_slice(iface.as_bytes());
+    // SAFETY: plain socket creation; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(format!("socket: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `req` is a valid ifreq whose data points at a live ethtool_value; both outlive the call.
+    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &raw mut req) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(format!("ethtool -K {iface} tx off: {err}"));
+    }
+    Ok(())
+}
+
+fn timeval(t: libc::timeval) -> Duration {
+    Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_usec).unwrap_or(0) * 1000)
+}
+
+/// This process's CPU time (user + system, all threads).
+fn process_cpu() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid rusage the call writes.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut u) };
+    timeval(u.ru_utime) + timeval(u.ru_stime)
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec the call writes.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut t) };
+    Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_nsec).unwrap_or(0))
+}
+
+/// Busy jiffies of all CPUs (`/proc/stat`: everything but idle and iowait), and the tick rate.
+fn machine_busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let line = stat.lines().next().unwrap_or_default();
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let busy: u64 = f.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).take(8).map(|(_, v)| v).sum();
+    // SAFETY: sysconf takes an integer and reads no memory.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
+    Duration::from_nanos(busy * 1_000_000_000 / hz)
+}
+
+/// RX + TX frames of `iface` in this thread's network namespace.
+fn frames(iface: &str) -> u64 {
+    let dev = std::fs::read_to_string("/proc/thread-self/net/dev").unwrap_or_default();
+    for line in dev.lines() {
+        if let Some((name, rest)) = line.split_once(':')
+            && name.trim() == iface
+        {
+            let f: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            return f.get(1).copied().unwrap_or(0) + f.get(9).copied().unwrap_or(0);
+        }
+    }
+    0
+}
+
+struct Row {
+    server: String,
+    transactions: u64,
+    frames: u64,
+    secs: f64,
+    process_cpu: Duration,
+    client_cpu: Duration,
+    machine_cpu: Duration,
+}
+
+/// The client: `conns` threads against `server`, for `duration` after all connected; `iface` is
+/// the interface whose frames are counted.
+fn client(
+    server: Ipv4Addr,
+    iface: &str,
+    conns: usize,
+    size: usize,
+    duration: Duration,
+) -> Result<Row, String> {
+    let go = Arc::new(Barrier::new(conns + 1));
+    let done = Arc::new(Barrier::new(conns + 1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let transactions = Arc::new(AtomicU64::new(0));
+    let client_cpu_ns = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..conns)
+        .map(|i| {
+            let (go, done, stop, transactions, client_cpu_ns, failed) = (
+                Arc::clone(&go),
+                Arc::clone(&done),
+                Arc::clone(&stop),
+                Arc::clone(&transactions),
+                Arc::clone(&client_cpu_ns),
+                Arc::clone(&failed),
+            );
+            std::thread::spawn(move || -> Result<(), String> {
+                let addr = SocketAddrV4::new(server, PORT).into();
+                let connected = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+                    .and_then(|s| {
+                        s.set_nodelay(true)?;
+                        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                        Ok(s)
+                    })
+                    .map_err(|e| format!("client {i}: connect to {server}: {e}"));
+                if connected.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                go.wait();
+                let mut s = connected?;
+                let msg: Vec<u8> = (0..size).map(|b| u8::try_from((b * 7 + i) % 251).unwrap_or(0)).collect();
+                let mut back = vec![0u8; size];
+                let cpu0 = thread_cpu();
+                let mut n = 0u64;
+                let mut result = Ok(());
+                // Relaxed: a plain flag.
+                while !stop.load(Ordering::Relaxed) && !failed.load(Ordering::Relaxed) {
+                    if let Err(e) = s.write_all(&msg).and_then(|()| s.read_exact(&mut back)) {
+                        result = Err(format!("client {i}: {e}"));
+                        failed.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    if back != msg {
+                        result = Err(format!("client {i}: the echo came back changed"));
+                        failed.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    n += 1;
+                }
+                let cpu = thread_cpu().saturating_sub(cpu0);
+                transactions.fetch_add(n, Ordering::Relaxed);
+                client_cpu_ns.fetch_add(u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+                done.wait();
+                let _ = s.shutdown(Shutdown::Write);
+                let _ = s.read_to_end(&mut Vec::new());
+                result
+            })
+        })
+        .collect();
+    go.wait();
+    let (frames0, cpu0, machine0, start) = (frames(iface), process_cpu(), machine_busy(), Instant::now());
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::Relaxed);
+    done.wait();
+    let (frames1, cpu1, machine1, secs) = (frames(iface), process_cpu(), machine_busy(), start.elapsed());
+    for t in threads {
+        t.join().map_err(|_| "a client panicked".to_owned())??;
+    }
+    Ok(Row {
+        server: String::new(),
+        transactions: transactions.load(Ordering::Relaxed),
+        frames: frames1 - frames0,
+        secs: secs.as_secs_f64(),
+        process_cpu: cpu1.saturating_sub(cpu0),
+        client_cpu: Duration::from_nanos(client_cpu_ns.load(Ordering::Relaxed)),
+        machine_cpu: machine1.saturating_sub(machine0),
+    })
+}
+
+fn xdp_attached(iface: &str) -> bool {
+    Command::new("ip")
+        .args(["-d", "link", "show", iface])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("prog/xdp"))
+}
+
+/// Our echo on `backend` while the client runs against `server` through `iface`.
+fn ours(
+    backend: Backend,
+    server: Ipv4Addr,
+    iface: &str,
+    conns: usize,
+    size: usize,
+    secs: Duration,
+) -> Result<Row, String> {
+    let xdp = matches!(backend, Backend::Xdp { .. });
+    let options = Options { backend, cores: 1, progress: false, port: PORT, ..Options::default() };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let echo = s.spawn(|| run(&options, &stop));
+        let start = Instant::now();
+        // XDP: wait for the program; TAP: for the server to open the device and answer ARP.
+        while xdp && !xdp_attached(OURS) && !echo.is_finished() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        if echo.is_finished() {
+            return Err(match echo.join() {
+                Ok(Err(e)) => e,
+                _ => "the server stopped at once".into(),
+            });
+        }
+        let row = client(server, iface, conns, size, secs);
+        stop.store(true, Ordering::Relaxed);
+        let report = echo.join().map_err(|_| "the server panicked".to_owned())??;
+        let row = row?;
+        if report.cores.iter().any(|c| c.failed > 0) {
+            return Err(format!("connections failed: {report}"));
+        }
+        Ok(row)
+    })
+}
+
+/// The kernel's echo: `ncbx0` moves into a second namespace where a `std::net` server listens.
+fn kernel(conns: usize, size: usize, secs: Duration) -> Result<Row, String> {
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let quit = Arc::new(AtomicBool::new(false));
+    let server = {
+        let quit = Arc::clone(&quit);
+        std::thread::spawn(move || -> Result<(), String> {
+            // SAFETY: unshare only changes this thread's namespace membership.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(format!("unshare: {}", std::io::Error::last_os_error()));
+            }
+            // SAFETY: gettid has no preconditions.
+            let _ = tid_tx.send(unsafe { libc::gettid() });
+            // Wait for the interface to arrive.
+            let start = Instant::now();
+            while ip(&["link", "show", OURS]).is_err() {
+                if start.elapsed() > Duration::from_secs(5) {
+                    return Err(format!("{OURS} never arrived in the server's namespace"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let setup = ip(&["addr", "add", &format!("{VETH_SERVER}/24"), "dev", OURS])
+                .and_then(|()| ip(&["link", "set", "lo", "up"]))
+                .and_then(|()| ip(&["link", "set", OURS, "up"]));
+            let listener = setup.and_then(|()| {
+                TcpListener::bind(SocketAddrV4::new(VETH_SERVER, PORT)).map_err(|e| format!("bind: {e}"))
+            });
+            let listener = match listener {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.clone()));
+                    return Err(e);
+                }
+            };
+            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let _ = ready_tx.send(Ok(()));
+            let mut workers = Vec::new();
+            // Relaxed: a plain flag.
+            while !quit.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut s, _)) => workers.push(std::thread::spawn(move || {
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_nodelay(true);
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n) = s.read(&mut buf) {
+                            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    })),
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+            for w in workers {
+                let _ = w.join();
+            }
+            Ok(())
+        })
+    };
+    let tid: i32 = tid_rx.recv().map_err(|_| "the server thread failed to start".to_owned())?;
+    ip(&["link", "set", OURS, "netns", &tid.to_string()])?;
+    ready_rx.recv().map_err(|_| "the server thread died".to_owned())??;
+    std::thread::sleep(Duration::from_millis(100));
+    let row = client(VETH_SERVER, KERNELS, conns, size, secs);
+    quit.store(true, Ordering::Relaxed);
+    server.join().map_err(|_| "the server panicked".to_owned())??;
+    row
+}
+
+/// One server's run: its measurement.
+type Measure<'a> = Box<dyn FnOnce() -> Result<Row, String> + 'a>;
+
+fn bench() -> Result<(), String> {
+    let conns: usize = env_or("NC_XDP_BENCH_CONNS", 16);
+    let size: usize = env_or("NC_XDP_BENCH_SIZE", 64);
+    let secs = Duration::from_secs_f64(env_or("NC_XDP_BENCH_SECS", 5.0));
+    // SAFETY: unshare only changes this thread's namespace membership.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(format!("skip:unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error()));
+    }
+    ip(&["link", "add", OURS, "type", "veth", "peer", "name", KERNELS]).map_err(|e| format!("skip:{e}"))?;
+    ip(&["addr", "add", VETH_CLIENT, "dev", KERNELS])?;
+    tx_checksum_off(KERNELS)?;
+    ip(&["tuntap", "add", "dev", TAP, "mode", "tap"]).map_err(|e| format!("skip:{e}"))?;
+    ip(&["addr", "add", TAP_CLIENT, "dev", TAP])?;
+    for dev in ["lo", OURS, KERNELS, TAP] {
+        ip(&["link", "set", dev, "up"])?;
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "xdp_echo: {conns} connections, {size}-byte messages, {:.1} s per server, {} CPUs, load average {}",
+        secs.as_secs_f64(),
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    let veth = |mode| Backend::Xdp {
+        iface: OURS.into(),
+        queue: 0,
+        mode,
+        ip: Ipv4Cidr::new(VETH_SERVER, 24).expect("a /24"),
+    };
+    let tap = Backend::Tap { name: TAP.into(), ip: Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24") };
+    let mut rows = Vec::new();
+    let runs: [(&str, Measure<'_>); 4] = [
+        (
+            "ours, AF_XDP generic",
+            Box::new(|| ours(veth(XdpMode::Generic), VETH_SERVER, KERNELS, conns, size, secs)),
+        ),
+        (
+            "ours, AF_XDP native",
+            Box::new(|| ours(veth(XdpMode::Native), VETH_SERVER, KERNELS, conns, size, secs)),
+        ),
+        ("ours, TAP", Box::new(|| ours(tap, TAP_SERVER, TAP, conns, size, secs))),
+        ("kernel TCP (std::net)", Box::new(|| kernel(conns, size, secs))),
+    ];
+    for (name, f) in runs {
+        match f() {
+            Ok(mut row) => {
+                row.server = name.into();
+                rows.push(row);
+            }
+            Err(e) if e.contains("lacks AF_XDP") || e.contains("was refused") => {
+                println!("skipped: {name}: {e}");
+            }
+            Err(e) => return Err(format!("{name}: {e}")),
+        }
+    }
+    println!(
+        "| server | transactions/s | packets/s | process CPU/packet | server CPU/packet | machine CPU/packet | process CPU % |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        let packets = r.frames.max(1) as f64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / packets;
+        println!(
+            "| {} | {:.0} | {:.0} | {:.2} us | {:.2} us | {:.2} us | {:.0}% |",
+            r.server,
+            r.transactions as f64 / r.secs,
+            r.frames as f64 / r.secs,
+            us(r.process_cpu),
+            us(r.process_cpu.saturating_sub(r.client_cpu)),
+            us(r.machine_cpu),
+            r.process_cpu.as_secs_f64() * 100.0 / r.secs
+        );
+    }
+    Ok(())
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `--list` etc. from test runners: nothing to list.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if let Some(why) = unavailable() {
+        println!("skipped: {why}");
+        return;
+    }
+    match std::thread::spawn(bench).join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if e.starts_with("skip:") => println!("skipped: {}", &e["skip:".len()..]),
+        Ok(Err(e)) => {
+            eprintln!("xdp_echo: {e}");
+            std::process::exit(1);
+        }
+        Err(_) => {
+            eprintln!("xdp_echo: the bench panicked");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The kernel talks TCP to our stack over AF_XDP: [`netchannels::echo`] with its `--xdp` backend on
+//! one end of a veth pair in a private network namespace, the kernel's `std::net` clients behind the
+//! other end; generic and native XDP.
+//!
+//! * **Echo**: many concurrent connections, random message sizes, every echoed byte checked, then the
+//!   server's summary and buffer accounting.
+//! * **Bulk**: one connection streams `NC_XDP_BULK_MIB` MiB (default 64: 4 to 8 s on a
+//!   debug build sharing two cores) to the server while a second thread reads the echo back; both
+//!   sides generate the same deterministic stream (xorshift64), so every byte is compared at its
+//!   position, which locates a corruption where a SHA-256 of the whole would only flag it (and costs
+//!   nothing in a debug build, where an unoptimised SHA-256 would dominate the run).
+//!
+//! The kernel learns our MAC by ARP: its requests from `ncxt1` reach our stack through the XDP
+//! redirect on `ncxt0` and the stack answers; the test checks the kernel's neighbour entry afterwards.
+//!
+//! veth hands frames over as the sender's stack left them: with TX checksum offload on, a TCP
+//! segment carries only the pseudo-header sum (`CHECKSUM_PARTIAL`) and may be a TSO super-frame, and
+//! AF_XDP has no metadata to say so; tcp-lib verifies every checksum and would drop them. So the
+//! kernel's end gets `ethtool -K ncxt1 tx off` (done here with the `SIOCETHTOOL` ioctl; TSO goes
+//! off with it), as a real NIC's wire would deliver complete frames.
+//!
+//! Without root, or without AF_XDP in the kernel, each test prints `skipped: <why>` and passes.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpStream};
+use std::process::Command;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use netchannels::echo::{Backend, Options, Report, run};
+use netchannels::netchannel::dev::XdpMode;
+use netchannels::tcp_lib::wire::Ipv4Cidr;
+
+const OURS: &str = "ncxt0";
+const KERNELS: &str = "ncxt1";
+const KERNEL: &str = "10.205.0.1/24";
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 205, 0, 2);
+const PORT: u16 = 7;
+const CONNECTIONS: usize = 48;
+const MESSAGES: usize = 12;
+const MAX_SIZE: usize = 20_000;
+const BULK_MIB_DEFAULT: u64 = 64;
+
+/// The tests share two busy-polling CPUs with whatever else runs: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn skip(why: &str) {
+    println!("skipped: {why}");
+    eprintln!("skipped: {why}");
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+fn unavailable() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (CAP_NET_ADMIN, CAP_BPF) for a network namespace, veth and XDP".into());
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("the `ip` command (iproute2) is not installed".into());
+    }
+    // SAFETY: plain socket creation; the descriptor is closed at once.
+    let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Some(format!("no AF_XDP sockets here: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    None
+}
+
+/// `ethtool -K IFACE tx off`: the legacy `ETHTOOL_STXCSUM` command through `SIOCETHTOOL` (the
+/// kernel turns TSO off with it).
+fn tx_checksum_off(iface: &str) -> Result<(), String> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        data: *mut EthtoolValue,
+        _pad: [u8; 16],
+    }
+    let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
+    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &raw mut value, _pad: [0; 16] };
+    req.name[..iface.len()].copy_from_slice(iface.as_bytes());
+    // SAFETY: plain socket creation; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(format!("socket: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `req` is a valid ifreq whose data points at a live ethtool_value; both outlive the call.
+    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &raw mut req) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(format!("ethtool -K {iface} tx off: {err}"));
+    }
+    Ok(())
+}
+
+/// Runs `body` in a private namespace holding the veth pair `ncxt0` (ours) / `ncxt1` (the kernel's,
+/// 10.205.0.1/24, TX checksum offload off).
+fn with_veth(body: impl FnOnce() -> Result<(), String> + Send + 'static) {
+    if let Some(why) = unavailable() {
+        return skip(&why);
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let result = std::thread::spawn(move || {
+        // SAFETY: unshare only changes this thread's namespace membership.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(format!("skip:unshare(CLONE_NEWNET) failed: {}", std::io::Error::last_os_error()));
+        }
+        ip(&["link", "add", OURS, "type", "veth", "peer", "name", KERNELS])
+            .map_err(|e| format!("skip:{e}"))?;
+        ip(&["addr", "add", KERNEL, "dev", KERNELS])?;
+        tx_checksum_off(KERNELS)?;
+        ip(&["link", "set", "lo", "up"])?;
+        ip(&["link", "set", OURS, "up"])?;
+        ip(&["link", "set", KERNELS, "up"])?;
+        body()
+    })
+    .join()
+    .expect("the namespace thread panicked");
+    match result {
+        Ok(()) => {}
+        Err(e) if e.starts_with("skip:") => skip(&e["skip:".len()..]),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn options(mode: XdpMode) -> Options {
+    Options {
+        backend: Backend::Xdp {
+            iface: OURS.into(),
+            queue: 0,
+            mode,
+            ip: Ipv4Cidr::new(SERVER, 24).expect("a /24"),
+        },
+        cores: 1,
+        progress: false,
+        port: PORT,
+        ..Options::default()
+    }
+}
+
+/// Runs the echo server in `mode` while `clients` run on this thread; returns the server's report
+/// and what the clients returned. An AF_XDP open failure for want of kernel support is a skip.
+fn serve<T>(mode: XdpMode, clients: impl FnOnce() -> T) -> Result<(Report, T), String> {
+    let options = options(mode);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let server = s.spawn(|| run(&options, &stop));
+        // Let the server attach its program before the kernel's first SYN; a failed open ends it.
+        let start = Instant::now();
+        while !xdp_attached() && !server.is_finished() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if server.is_finished() {
+            let e = match server.join() {
+                Ok(Err(e)) => e,
+                Ok(Ok(r)) => format!("the server stopped at once: {r}"),
+                Err(_) => "the server panicked".into(),
+            };
+            return Err(if e.contains("lacks AF_XDP") || e.contains("was refused") {
+                format!("skip:{e}")
+            } else {
+                e
+            });
+        }
+        let out = clients();
+        // Relaxed: a plain flag; the join orders the rest.
+        stop.store(true, Ordering::Relaxed);
+        let report = server.join().map_err(|_| "the server panicked".to_owned())??;
+        Ok((report, out))
+    })
+}
+
+fn xdp_attached() -> bool {
+    Command::new("ip")
+        .args(["-d", "link", "show", OURS])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("prog/xdp"))
+}
+
+/// The kernel's neighbour entry for our address names `ncxt0`'s MAC: its ARP request reached our
+/// stack through the XDP redirect, and the stack's reply reached the kernel through the TX ring.
+fn check_arp() -> Result<(), String> {
+    // `ip` and not /sys/class/net: sysfs shows the namespace it was mounted in, not this thread's.
+    let show = |args: &[&str]| {
+        Command::new("ip")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .map_err(|e| e.to_string())
+    };
+    let link = show(&["-o", "link", "show", OURS])?;
+    let mac = link
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .ok_or_else(|| format!("no MAC in `ip link show {OURS}`: {link:?}"))?
+        .to_owned();
+    let neigh = show(&["neigh", "show", &SERVER.to_string(), "dev", KERNELS])?;
+    if neigh.contains(&mac) {
+        Ok(())
+    } else {
+        Err(format!("the kernel did not learn our MAC {mac} by ARP: `ip neigh` says {neigh:?}"))
+    }
+}
+
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// One kernel client: `MESSAGES` messages of random size, each written whole and read back whole,
+/// then a half-close and the server's FIN.
+fn kernel_client(index: usize) -> Result<u64, String> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| format!("client {index}: {what}: {e}");
+    let mut s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
+        .map_err(|e| fail("connect", &e))?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| fail("timeout", &e))?;
+    s.set_nodelay(true).map_err(|e| fail("nodelay", &e))?;
+    let mut state = (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut total = 0;
+    let mut back = vec![0u8; MAX_SIZE];
+    for m in 0..MESSAGES {
+        let len = 1 + usize::try_from(xorshift(&mut state) % MAX_SIZE as u64).expect("small");
+        let msg: Vec<u8> = (0..len).map(|_| xorshift(&mut state).to_le_bytes()[3]).collect();
+        s.write_all(&msg).map_err(|e| fail(&format!("write message {m}"), &e))?;
+        s.read_exact(&mut back[..len]).map_err(|e| fail(&format!("read message {m} ({len} bytes)"), &e))?;
+        if let Some(at) = msg.iter().zip(&back[..len]).position(|(a, b)| a != b) {
+            return Err(format!("client {index}: message {m}: byte {at} of {len} came back changed"));
+        }
+        total += len as u64;
+    }
+    s.shutdown(Shutdown::Write).map_err(|e| fail("shutdown", &e))?;
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).map_err(|e| fail("waiting for the server's FIN", &e))?;
+    if !rest.is_empty() {
+        return Err(format!("client {index}: {} unexpected bytes after the last echo", rest.len()));
+    }
+    Ok(total)
+}
+
+fn echo(mode: XdpMode) -> Result<(), String> {
+    let start = Instant::now();
+    let (report, results) = serve(mode, || {
+        std::thread::scope(|s| {
+            let clients: Vec<_> = (0..CONNECTIONS).map(|i| s.spawn(move || kernel_client(i))).collect();
+            clients
+                .into_iter()
+                .map(|c| c.join().unwrap_or_else(|_| Err("a client panicked".into())))
+                .collect::<Vec<Result<u64, String>>>()
+        })
+    })?;
+    println!("{report}");
+    let mut sent = 0;
+    for r in results {
+        sent += r?;
+    }
+    let core = report.cores.first().ok_or("no core in the report")?;
+    assert_eq!(report.cores.len(), 1);
+    assert_eq!(core.served, CONNECTIONS as u64, "every connection served");
+    assert_eq!(report.closed(), CONNECTIONS as u64, "every connection closed after the kernel's FIN");
+    assert_eq!(report.bytes_echoed(), sent, "every byte echoed once");
+    assert_eq!(core.failed, 0);
+    assert_eq!(core.stack.rx_malformed, 0, "no frame with a bad checksum: {:?}", core.stack);
+    assert!(core.stack.arp_requests > 0, "the kernel's ARP request reached the stack: {:?}", core.stack);
+    assert_eq!(report.accept.enqueued, CONNECTIONS as u64);
+    assert_eq!(report.buffers.len(), 1, "the pool was checked for leaks");
+    check_arp()?;
+    assert!(!xdp_attached(), "the XDP program is detached when the server stops");
+    println!(
+        "{mode:?}: {CONNECTIONS} kernel connections x {MESSAGES} messages, {sent} bytes echoed byte-exact in {:.2} s",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// One connection: a writer thread streams `total` bytes, this thread reads the echo and compares
+/// it with the same stream; returns (bytes, first mismatch if any).
+fn bulk_client(total: u64) -> Result<u64, String> {
+    const SEED: u64 = 0x2545_f491_4f6c_dd1d;
+    const CHUNK: usize = 64 * 1024;
+    let s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
+    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+    let mut r = s;
+    // The stream: 8 bytes of xorshift64 output at a time, little-endian.
+    let fill = |state: &mut u64, buf: &mut [u8]| {
+        for c in buf.chunks_mut(8) {
+            let x = xorshift(state).to_le_bytes();
+            c.copy_from_slice(&x[..c.len()]);
+        }
+    };
+    std::thread::scope(|sc| {
+        let writer = sc.spawn(move || -> Result<(), String> {
+            let mut state = SEED;
+            let mut buf = vec![0u8; CHUNK];
+            let mut left = total;
+            while left > 0 {
+                let n = usize::try_from(left.min(CHUNK as u64)).expect("small");
+                fill(&mut state, &mut buf[..n]);
+                w.write_all(&buf[..n]).map_err(|e| format!("write at {}: {e}", total - left))?;
+                left -= n as u64;
+            }
+            w.shutdown(Shutdown::Write).map_err(|e| format!("shutdown: {e}"))
+        });
+        let mut state = SEED;
+        let mut want = vec![0u8; CHUNK];
+        let mut got = vec![0u8; CHUNK];
+        let mut at = 0u64;
+        while at < total {
+            let n = usize::try_from((total - at).min(CHUNK as u64)).expect("small");
+            fill(&mut state, &mut want[..n]);
+            r.read_exact(&mut got[..n]).map_err(|e| format!("read at {at} of {total}: {e}"))?;
+            if let Some(i) = want[..n].iter().zip(&got[..n]).position(|(a, b)| a != b) {
+                return Err(format!("byte {} of the stream came back changed", at + i as u64));
+            }
+            at += n as u64;
+        }
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).map_err(|e| format!("waiting for the server's FIN: {e}"))?;
+        if !rest.is_empty() {
+            return Err(format!("{} unexpected bytes after the stream", rest.len()));
+        }
+        writer.join().map_err(|_| "the writer panicked".to_owned())??;
+        Ok(at)
+    })
+}
+
+fn bulk(mode: XdpMode) -> Result<(), String> {
+    let mib =
+        std::env::var("NC_XDP_BULK_MIB").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(BULK_MIB_DEFAULT);
+    let total = mib << 20;
+    let mut elapsed = Duration::ZERO;
+    let (report, result) = serve(mode, || {
+        let start = Instant::now();
+        let r = bulk_client(total);
+        elapsed = start.elapsed();
+        r
+    })?;
+    println!("{report}");
+    let bytes = result?;
+    let core = report.cores.first().ok_or("no core in the report")?;
+    assert_eq!(bytes, total);
+    assert_eq!(report.bytes_echoed(), total, "every byte echoed once");
+    assert_eq!((core.served, report.closed(), core.failed), (1, 1, 0));
+    assert_eq!(core.stack.rx_malformed, 0, "no frame with a bad checksum: {:?}", core.stack);
+    check_arp()?;
+    println!(
+        "{mode:?}: {mib} MiB kernel -> us -> kernel on one connection, compared byte for byte, in {:.2} s ({:.1} MiB/s each way)",
+        elapsed.as_secs_f64(),
+        mib as f64 / elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+#[test]
+fn generic_xdp_echo_serves_concurrent_kernel_clients() {
+    with_veth(|| echo(XdpMode::Generic));
+}
+
+#[test]
+fn native_xdp_echo_serves_concurrent_kernel_clients() {
+    with_veth(|| echo(XdpMode::Native));
+}
+
+#[test]
+fn generic_xdp_bulk_is_byte_exact() {
+    with_veth(|| bulk(XdpMode::Generic));
+}
+
+#[test]
+fn native_xdp_bulk_is_byte_exact() {
+    with_veth(|| bulk(XdpMode::Native));
+}
