@@ -6,7 +6,8 @@
 //! * [`ixgbe_vfio`]: the userspace Intel 82599 driver (placeholder until its issue lands);
 //! * [`tcp_lib`]: the TCP/IP stack in the library (placeholder until its issue lands);
 //! * [`accept_affinity`]: Affinity-Accept (placeholder until its issue lands);
-//! * [`echo`]: the TCP echo service of `cargo run --release --example echo`, wired end to end.
+//! * [`echo`]: the TCP echo service of `cargo run --release --example echo`, wired end to end;
+//! * [`httpd`]: the Sandstorm-style static HTTP server of `cargo run --release --example httpd`.
 
 pub use accept_affinity;
 pub use ixgbe_vfio;
@@ -14,6 +15,7 @@ pub use netchannel;
 pub use tcp_lib;
 
 pub mod echo;
+pub mod httpd;
 
 /// The README's code samples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

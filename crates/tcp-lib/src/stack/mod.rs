@@ -112,11 +112,23 @@
 //!   TIME-WAIT, the ARP cache and its pending packets, fragment reassembly, queued control frames.
 //!   No frame makes the stack panic.
 //!
+//! # Prepared content (the Sandstorm send path)
+//!
+//! [`send_prepared`](Stack::send_prepared) queues a [`PreparedSegments`] (content cut ahead of
+//! time into payload segments with precomputed sums, seeds/003) on a connection by reference.
+//! Its bytes are never copied into the send ring nor into the stack's scratch buffer: a segment
+//! whose payload lies in it is written into its frame's pool buffer straight from the prepared
+//! bytes (one copy, the only one: a pool buffer is owned by one frame and handed to the device,
+//! so a frame cannot point at shared content), and when the segment is one of the prepared cuts
+//! its checksum is the pseudo-header and header sums plus the precomputed payload sum (no pass
+//! over the payload). [`StackStats::tx_prepared`] and [`StackStats::tx_prepared_sums`] count
+//! them. Bytes given to [`send`](Stack::send) take the copying path: into the send ring, from it
+//! into the scratch buffer, from there into the frame, summed on the way.
+//!
 //! # Not yet
 //!
-//! Zero-copy receive (reading payload in place from pool buffers) and a prepared-buffer send path
-//! (the Sandstorm path) are later items: today payload is copied into the connection's receive ring
-//! on input and from its send ring into the frame on output. PMTU discovery from ICMP
+//! Zero-copy receive (reading payload in place from pool buffers) is a later item: today payload
+//! is copied into the connection's receive ring on input. PMTU discovery from ICMP
 //! fragmentation-needed, IPv4 options on output, and ICMP errors (port/protocol unreachable) are
 //! not generated.
 
@@ -124,6 +136,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
 use std::time::Instant;
 
 use netchannel::dev::{DevError, NetDevice, PacketBatch};
@@ -135,13 +148,15 @@ use crate::wire::ipv4::reassembly::Config as ReassemblyConfig;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, ChecksumPolicy, EtherType, EthernetAddress, EthernetFrame,
     EthernetRepr, FragmentReassembler, Icmpv4Packet, Icmpv4Repr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol,
-    SeqNumber, TcpControl, TcpPacket, TcpRepr,
+    SeqNumber, TcpControl, TcpPacket, TcpRepr, checksum,
 };
 
 mod arp;
 mod hash;
+mod prepared;
 
 pub use arp::ArpConfig;
+pub use prepared::{PreparedSegments, PreparedSlice};
 
 use arp::{ArpCache, Enqueued};
 use hash::{Key, PortAllocator};
@@ -435,6 +450,11 @@ pub struct StackStats {
     pub connections_detached: u64,
     /// Connections moved in with [`Stack::adopt`].
     pub connections_adopted: u64,
+    /// TCP segments whose payload was written from prepared content
+    /// ([`Stack::send_prepared`]), not from the send ring.
+    pub tx_prepared: u64,
+    /// Of those, segments whose payload sum was precomputed (a prepared cut).
+    pub tx_prepared_sums: u64,
 }
 
 /// What one [`Stack::poll`] did.
@@ -881,6 +901,34 @@ impl Stack {
         }
         self.mark_ready(stream.index);
         Ok(n)
+    }
+
+    /// Queues prepared content on `stream` after what is queued, by reference (no copy of its
+    /// bytes; see [Prepared content](self#prepared-content-the-sandstorm-send-path)). All or
+    /// nothing: the send ring's room does not limit it (the content is shared, not buffered per
+    /// connection), but at most 64 runs of content wait per connection.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when 64 runs are queued, [`Error::WriteClosed`],
+    /// [`Error::Connection`], [`Error::InvalidHandle`] as for [`send`](Self::send).
+    pub fn send_prepared(&mut self, stream: StreamId, segments: &Arc<PreparedSegments>) -> Result<(), Error> {
+        let e = self.entry_mut(stream)?;
+        if let Some(err) = e.conn.error() {
+            return Err(Error::Connection(err));
+        }
+        if e.write_shut
+            || !matches!(
+                e.conn.state(),
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return Err(Error::WriteClosed);
+        }
+        if !e.conn.send_prepared(segments) {
+            return Err(Error::WouldBlock);
+        }
+        self.mark_ready(stream.index);
+        Ok(())
     }
 
     /// Reads received bytes of `stream` in order; `Ok(0)` at the end of the stream (the peer's FIN,
@@ -1708,8 +1756,13 @@ impl Stack {
             let Some(e) = slot.entry.as_mut() else { return Drained::All };
             let Some(mac) = mac else {
                 // Unresolved next hop: the segment waits (bounded) in the ARP queue.
-                let Some(t) = e.conn.poll_transmit(now, &mut self.scratch) else { return Drained::All };
-                let seg = t.segment(&self.scratch);
+                let Some((t, lent)) = e.conn.poll_transmit_prepared(now, &mut self.scratch) else {
+                    return Drained::All;
+                };
+                let seg = match &lent {
+                    Some(slice) => t.segment(slice.bytes()),
+                    None => t.segment(&self.scratch),
+                };
                 let mut frame = vec![0u8; ETH_LEN + IP_LEN + seg.buffer_len()];
                 emit_ip_tcp(&mut frame[ETH_LEN..], &seg, t.src, t.dst, ident, self.config.ttl);
                 self.ident = ident;
@@ -1717,10 +1770,16 @@ impl Stack {
                 continue;
             };
             let Some(mut packet) = cache.alloc() else { return Drained::Stopped };
-            let Some(t) = e.conn.poll_transmit(now, &mut self.scratch) else { return Drained::All };
+            let Some((t, lent)) = e.conn.poll_transmit_prepared(now, &mut self.scratch) else {
+                return Drained::All;
+            };
             self.ident = ident;
-            let seg = t.segment(&self.scratch);
-            let len = ETH_LEN + IP_LEN + seg.buffer_len();
+            let seg = match &lent {
+                Some(_) => t.segment(&[]),
+                None => t.segment(&self.scratch),
+            };
+            let payload_len = lent.as_ref().map_or(0, |l| l.len);
+            let len = ETH_LEN + IP_LEN + seg.buffer_len() + payload_len;
             if packet.set_len(len).is_err() {
                 self.stats.tx_dropped += 1;
                 continue;
@@ -1728,7 +1787,22 @@ impl Stack {
             let data = packet.data_mut();
             EthernetRepr { src_addr: self.config.mac, dst_addr: mac, vlan: None, ethertype: EtherType::Ipv4 }
                 .emit(&mut EthernetFrame::new_unchecked(&mut data[..]));
-            emit_ip_tcp(&mut data[ETH_LEN..], &seg, t.src, t.dst, ident, self.config.ttl);
+            match &lent {
+                Some(slice) => {
+                    let precomputed = emit_ip_tcp_prepared(
+                        &mut data[ETH_LEN..],
+                        &seg,
+                        slice,
+                        t.src,
+                        t.dst,
+                        ident,
+                        self.config.ttl,
+                    );
+                    self.stats.tx_prepared += 1;
+                    self.stats.tx_prepared_sums += u64::from(precomputed);
+                }
+                None => emit_ip_tcp(&mut data[ETH_LEN..], &seg, t.src, t.dst, ident, self.config.ttl),
+            }
             if out.push(packet).is_err() {
                 self.stats.tx_dropped += 1;
                 return Drained::Stopped;
@@ -1863,4 +1937,48 @@ fn emit_ip_tcp(buf: &mut [u8], seg: &TcpRepr<'_>, src: SocketAddrV4, dst: Socket
     let mut packet = Ipv4Packet::new_unchecked(buf);
     ip.emit(&mut packet);
     seg.emit(&mut TcpPacket::new_unchecked(packet.payload_mut()), *src.ip(), *dst.ip());
+}
+
+/// [`emit_ip_tcp`] for a segment whose payload is prepared content: `seg` is the header (empty
+/// payload), `slice` the payload, written straight from the prepared bytes; the checksum adds the
+/// precomputed payload sum when there is one (returns whether), else sums the payload.
+fn emit_ip_tcp_prepared(
+    buf: &mut [u8],
+    seg: &TcpRepr<'_>,
+    slice: &PreparedSlice,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    ident: u16,
+    ttl: u8,
+) -> bool {
+    let header_len = seg.buffer_len();
+    let tcp_len = header_len + slice.len;
+    let ip = Ipv4Repr {
+        src_addr: *src.ip(),
+        dst_addr: *dst.ip(),
+        protocol: Protocol::Tcp,
+        payload_len: tcp_len,
+        ttl,
+        dscp: 0,
+        ecn: 0,
+        ident,
+        dont_frag: true,
+    };
+    let mut packet = Ipv4Packet::new_unchecked(buf);
+    ip.emit(&mut packet);
+    let tcp = packet.payload_mut();
+    seg.emit(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]), *src.ip(), *dst.ip());
+    tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
+    let precomputed = slice.sum();
+    let payload_sum = precomputed.unwrap_or_else(|| checksum::data(slice.bytes()));
+    let mut view = TcpPacket::new_unchecked(&mut tcp[..tcp_len]);
+    view.set_checksum(0);
+    let length = u32::try_from(tcp_len).unwrap_or(u32::MAX);
+    let sum = checksum::combine(&[
+        checksum::pseudo_header_v4(*src.ip(), *dst.ip(), 6, length),
+        checksum::data(&tcp[..header_len]),
+        payload_sum,
+    ]);
+    TcpPacket::new_unchecked(&mut tcp[..tcp_len]).set_checksum(checksum::finish(sum));
+    precomputed.is_some()
 }

@@ -1,0 +1,294 @@
+//! Prepared (pre-segmented) content for the Sandstorm-style send path (seeds/003, DESIGN.md §4).
+//!
+//! A [`PreparedSegments`] is an immutable byte string (an HTTP response, say) cut ahead of time
+//! into TCP payload segments of one or more sizes, with the one's-complement sum of every segment
+//! precomputed. [`Stack::send_prepared`](super::Stack::send_prepared) queues it on a connection
+//! *by reference* (an [`Arc`] clone): its bytes are not copied into the connection's send ring.
+//! When the connection emits a segment whose payload lies inside the prepared bytes, the stack
+//! copies the payload straight from them into the frame's pool buffer (the only copy) and, when the
+//! segment is exactly one of the prepared cuts, takes its checksum from the table instead of
+//! summing the payload.
+//!
+//! Retransmission is unaffected: the connection keeps the `Arc` until the bytes are acknowledged
+//! and reads any range of it again.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tcp_lib::stack::PreparedSegments;
+//! use tcp_lib::wire::checksum;
+//!
+//! let body: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+//! let prepared = Arc::new(PreparedSegments::new(body.clone(), &[1448, 1460]));
+//! assert_eq!(prepared.len(), 5000);
+//! // The second 1448-byte segment, and the short last one.
+//! assert_eq!(prepared.sum(1448, 1448), Some(checksum::data(&body[1448..2896])));
+//! assert_eq!(prepared.sum(4344, 656), Some(checksum::data(&body[4344..])));
+//! // Not a prepared cut: the caller sums it.
+//! assert_eq!(prepared.sum(100, 1448), None);
+//! ```
+
+use std::sync::Arc;
+
+use crate::wire::checksum;
+
+/// Immutable content cut into TCP payload segments with precomputed payload sums. See the
+/// [module documentation](self).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreparedSegments {
+    data: Box<[u8]>,
+    /// Per segment size: the size and the unfinished sum of each segment of that size, in order
+    /// (the last one may be short).
+    cuts: Vec<(usize, Box<[u16]>)>,
+}
+
+impl PreparedSegments {
+    /// Prepares `data` for each payload segment size in `mss` (sizes of 0 are ignored; give the
+    /// sizes the connections will use: with timestamps on, the MSS less 12).
+    #[must_use]
+    pub fn new(data: impl Into<Box<[u8]>>, mss: &[usize]) -> Self {
+        let data = data.into();
+        let mut cuts: Vec<(usize, Box<[u16]>)> = Vec::new();
+        for &m in mss {
+            if m == 0 || cuts.iter().any(|&(c, _)| c == m) {
+                continue;
+            }
+            cuts.push((m, data.chunks(m).map(checksum::data).collect()));
+        }
+        Self { data, cuts }
+    }
+
+    /// The bytes.
+    #[must_use]
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Bytes in all.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// No bytes.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The segment sizes it was cut for.
+    pub fn segment_sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.cuts.iter().map(|&(m, _)| m)
+    }
+
+    /// Whether it was cut for segments of `mss` bytes.
+    #[must_use]
+    pub fn is_cut_for(&self, mss: usize) -> bool {
+        self.cuts.iter().any(|&(m, _)| m == mss)
+    }
+
+    /// The precomputed unfinished one's-complement sum of `data()[offset..offset + len]`, if that
+    /// range is exactly one prepared segment (of any of the sizes); `None` otherwise.
+    #[must_use]
+    pub fn sum(&self, offset: usize, len: usize) -> Option<u16> {
+        let end = offset.checked_add(len)?;
+        if len == 0 || end > self.data.len() {
+            return None;
+        }
+        self.cuts.iter().find_map(|(m, sums)| {
+            (offset.is_multiple_of(*m) && len == (*m).min(self.data.len() - offset)).then(|| sums[offset / m])
+        })
+    }
+
+    /// The prepared segment boundary of size `mss` at or after `offset` (the end when not cut for
+    /// `mss`), at most the length.
+    #[must_use]
+    pub fn next_boundary(&self, offset: usize, mss: usize) -> usize {
+        if !self.is_cut_for(mss) {
+            return self.data.len();
+        }
+        (offset / mss + 1).saturating_mul(mss).min(self.data.len())
+    }
+}
+
+/// A range of a [`PreparedSegments`] that a connection emits as one segment's payload (from
+/// [`Connection::poll_transmit_prepared`](crate::tcp::Connection::poll_transmit_prepared)).
+#[derive(Clone, Debug)]
+pub struct PreparedSlice {
+    /// The content.
+    pub segments: Arc<PreparedSegments>,
+    /// The first byte, an offset into [`PreparedSegments::data`].
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+impl PreparedSlice {
+    /// The payload bytes.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        &self.segments.data()[self.offset..self.offset + self.len]
+    }
+
+    /// The precomputed payload sum, when the range is a prepared cut.
+    #[must_use]
+    pub fn sum(&self) -> Option<u16> {
+        self.segments.sum(self.offset, self.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_match_the_bytes() {
+        let body: Vec<u8> = (0..10_001u32).map(|i| (i.wrapping_mul(7919) >> 3) as u8).collect();
+        let p = PreparedSegments::new(body.clone(), &[1448, 1460, 0, 1448]);
+        assert_eq!(p.segment_sizes().collect::<Vec<_>>(), [1448, 1460]);
+        for m in [1448, 1460] {
+            let mut off = 0;
+            while off < body.len() {
+                let len = m.min(body.len() - off);
+                assert_eq!(p.sum(off, len), Some(checksum::data(&body[off..off + len])));
+                assert_eq!(p.next_boundary(off, m), off + len);
+                off += len;
+            }
+        }
+        assert_eq!(p.sum(1, 1448), None);
+        assert_eq!(p.sum(0, 1000), None);
+        assert_eq!(p.sum(0, 0), None);
+        assert_eq!(p.sum(10_000, 2), None);
+        assert_eq!(p.sum(1448, 1449), None, "longer than the 1448-byte cut");
+        assert_eq!(p.next_boundary(5, 1000), body.len());
+    }
+
+    /// Prepared contents and plain sends interleaved on one connection, through loss,
+    /// reordering, duplication and corruption: the peer gets every byte in order, and most
+    /// segments came from prepared content with precomputed sums.
+    #[test]
+    fn prepared_and_plain_sends_arrive_byte_exact_through_faults() {
+        use std::net::{Ipv4Addr, SocketAddrV4};
+        use std::time::{Duration, Instant};
+
+        use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, NetDevice, Pair, VirtualClock};
+        use netchannel::pool::{HugePages, Pool};
+
+        use crate::stack::{Config, Error, Stack};
+        use crate::wire::{EthernetAddress, Ipv4Cidr};
+
+        let lossy = DirectionConfig {
+            drop: 0.03,
+            corrupt: 0.005,
+            duplicate: 0.01,
+            reorder: 0.02,
+            reorder_by: 3,
+            delay: Duration::from_millis(2),
+            rate: None,
+        };
+        let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().unwrap();
+        let (pa, pb) = Pair::builder(&pool).capacity(4096).build().unwrap();
+        let cache = pool.cache();
+        let clock = VirtualClock::new();
+        let config = |dev: &Pair, host: u8| {
+            let ip = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, host), 24).unwrap();
+            let mut c = Config::new(EthernetAddress(dev.info().mac.0), ip);
+            c.secret_seed = Some(u64::from(host));
+            c.tcp.min_rto = Duration::from_millis(200);
+            c.tcp.initial_rto = Duration::from_millis(200);
+            c
+        };
+        let (ca, cb) = (config(&pa, 1), config(&pb, 2));
+        let faults = FaultConfig { seed: 5, rx: lossy, tx: lossy, max_held: 4096 };
+        let mut dev_a = FaultInjector::with_clock(pa, &pool, faults, clock.clone());
+        let mut dev_b = pb;
+        let tick = Duration::from_millis(1);
+        let mut now = Instant::now();
+        let mut a = Stack::new(ca, now);
+        let mut b = Stack::new(cb, now);
+        let l = b.listen(80).unwrap();
+        let c = a.connect(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80)).unwrap();
+        // What B sends, in order: prepared contents of assorted sizes, with plain sends between.
+        let mut rng = 0x1234_5678_9abc_def0u64;
+        let mut bytes = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng.to_le_bytes()[0]
+                })
+                .collect()
+        };
+        enum Out {
+            Prepared(Arc<PreparedSegments>),
+            Plain(Vec<u8>),
+        }
+        let mut plan = Vec::new();
+        for (i, size) in [1, 100, 1448, 1449, 5000, 65_536, 200_000, 3, 30_000].into_iter().enumerate() {
+            plan.push(Out::Prepared(Arc::new(PreparedSegments::new(bytes(size), &[1448, 1460]))));
+            if i % 3 == 1 {
+                plan.push(Out::Plain(bytes(777 * (i + 1))));
+            }
+        }
+        let expected: Vec<u8> = plan
+            .iter()
+            .flat_map(|o| match o {
+                Out::Prepared(p) => p.data().to_vec(),
+                Out::Plain(v) => v.clone(),
+            })
+            .collect();
+        let (mut next, mut plain_sent) = (0, 0);
+        let mut got = Vec::new();
+        let mut s = None;
+        let mut buf = vec![0u8; 64 * 1024];
+        for _ in 0..400_000 {
+            a.poll(now, &mut dev_a, &cache).unwrap();
+            b.poll(now, &mut dev_b, &cache).unwrap();
+            now += tick;
+            clock.advance(tick);
+            s = s.or_else(|| b.accept(l));
+            if let Some(s) = s {
+                while let Some(out) = plan.get(next) {
+                    match out {
+                        Out::Prepared(p) => match b.send_prepared(s, p) {
+                            Ok(()) => next += 1,
+                            Err(Error::WouldBlock) => break,
+                            Err(e) => panic!("{e}"),
+                        },
+                        Out::Plain(v) => match b.send(s, &v[plain_sent..]) {
+                            Ok(n) => {
+                                plain_sent += n;
+                                if plain_sent == v.len() {
+                                    plain_sent = 0;
+                                    next += 1;
+                                }
+                            }
+                            Err(Error::WouldBlock) => break,
+                            Err(e) => panic!("{e}"),
+                        },
+                    }
+                }
+            }
+            loop {
+                match a.recv(c, &mut buf) {
+                    Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                    Ok(_) | Err(Error::WouldBlock) => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            if got.len() >= expected.len() {
+                break;
+            }
+        }
+        let fs = dev_a.fault_stats();
+        assert_eq!(got.len(), expected.len(), "{fs:?}");
+        assert!(got == expected, "bytes differ");
+        assert!(fs.tx.dropped + fs.rx.dropped > 10, "{fs:?}");
+        let st = b.stats();
+        let conn = b.connection_stats(s.unwrap()).unwrap();
+        assert!(conn.retransmits > 0, "{conn:?}");
+        assert!(st.tx_prepared > 200, "{st:?}");
+        assert!(st.tx_prepared_sums * 10 > st.tx_prepared * 8, "most on the cuts: {st:?}");
+        let _ = dev_b.info();
+    }
+}

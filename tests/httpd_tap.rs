@@ -1,0 +1,313 @@
+//! The httpd's `--tap` mode against the kernel's HTTP clients: in a private network namespace,
+//! `std::net` clients fetch every file of the demo set byte-exact (several requests per
+//! keep-alive connection, and pipelined), HEAD, 404, 405, 400 on a malformed request (then the
+//! connection closes), `Connection: close`; then python3's `http.client` fetches every file
+//! (when python3 is installed). Both the prepared (zero-copy) and the `--copy` paths.
+//!
+//! Without root or `/dev/net/tun` it prints `skipped: <why>` and passes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use netchannels::httpd::{Backend, Content, Options, run};
+use netchannels::tcp_lib::wire::Ipv4Cidr;
+
+const KERNEL: &str = "10.202.0.1/24";
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 202, 0, 2);
+const PORT: u16 = 80;
+
+fn skip(why: &str) {
+    println!("skipped: {why}");
+    eprintln!("skipped: {why}");
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+fn unavailable() -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (CAP_NET_ADMIN) to create a network namespace and a TAP");
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Some("/dev/net/tun is missing (modprobe tun)");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("the `ip` command (iproute2) is not installed");
+    }
+    None
+}
+
+fn connect() -> Result<TcpStream, String> {
+    let s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// A response: status, headers (lower-case names), body.
+type Response = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// One response: status, headers (lower-case names), body (none for HEAD).
+fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> Result<Response, String> {
+    let mut line = String::new();
+    r.read_line(&mut line).map_err(|e| format!("status line: {e}"))?;
+    let status = line
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|l| l.get(..3))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("bad status line {line:?}"))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).map_err(|e| format!("header: {e}"))?;
+        let l = line.trim_end_matches("\r\n");
+        if l.is_empty() {
+            break;
+        }
+        let (n, v) = l.split_once(':').ok_or_else(|| format!("bad header {l:?}"))?;
+        headers.push((n.to_ascii_lowercase(), v.trim().to_owned()));
+    }
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or("no Content-Length")?;
+    let mut body = vec![0; if head { 0 } else { length }];
+    r.read_exact(&mut body).map_err(|e| format!("body of {length}: {e}"))?;
+    Ok((status, headers, body))
+}
+
+fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+/// Keep-alive, pipelining, HEAD, 404, 405, Connection: close, 400.
+fn std_clients(content: &Content) -> Result<u64, String> {
+    let mut paths: Vec<&str> = content.paths().collect();
+    paths.sort_unstable();
+    let mut fetched = 0;
+    // Every file on one keep-alive connection, one request at a time, each twice.
+    let s = connect()?;
+    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(s);
+    for round in 0..2 {
+        for p in &paths {
+            write!(w, "GET {p} HTTP/1.1\r\nHost: t\r\n\r\n").map_err(|e| e.to_string())?;
+            let (status, _, body) = read_response(&mut r, false).map_err(|e| format!("GET {p}: {e}"))?;
+            if status != 200 || body != content.get(p).ok_or("no file")? {
+                return Err(format!("GET {p} (round {round}): status {status}, {} bytes differ", body.len()));
+            }
+            fetched += body.len() as u64;
+        }
+    }
+    // Pipelined: all requests written at once, answered in order; HEAD, 404 and 405 among them.
+    let mut batch = String::new();
+    for p in &paths {
+        batch.push_str(&format!("GET {p} HTTP/1.1\r\nHost: t\r\n\r\nHEAD {p} HTTP/1.1\r\nHost: t\r\n\r\n"));
+    }
+    batch.push_str("GET /missing HTTP/1.1\r\n\r\nDELETE /1k.bin HTTP/1.1\r\n\r\n");
+    w.write_all(batch.as_bytes()).map_err(|e| e.to_string())?;
+    for p in &paths {
+        let file = content.get(p).ok_or("no file")?;
+        let (status, _, body) = read_response(&mut r, false)?;
+        if status != 200 || body != file {
+            return Err(format!("pipelined GET {p}: status {status}, bytes differ"));
+        }
+        let (status, h, body) = read_response(&mut r, true)?;
+        let length = header(&h, "content-length").and_then(|v| v.parse::<usize>().ok());
+        if status != 200 || !body.is_empty() || length != Some(file.len()) {
+            return Err(format!("HEAD {p}: status {status}, Content-Length {length:?}"));
+        }
+        fetched += file.len() as u64;
+    }
+    let (status, _, _) = read_response(&mut r, false)?;
+    if status != 404 {
+        return Err(format!("GET /missing: {status}"));
+    }
+    let (status, h, _) = read_response(&mut r, false)?;
+    if status != 405 || header(&h, "allow") != Some("GET, HEAD") {
+        return Err(format!("DELETE: {status} {h:?}"));
+    }
+    // Connection: close: the response, then EOF.
+    w.write_all(b"GET /1k.bin HTTP/1.1\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let (status, h, body) = read_response(&mut r, false)?;
+    if status != 200
+        || header(&h, "connection") != Some("close")
+        || body != content.get("/1k.bin").ok_or("no 1k")?
+    {
+        return Err(format!("Connection: close: {status} {h:?}"));
+    }
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).map_err(|e| format!("waiting for EOF after close: {e}"))?;
+    if !rest.is_empty() {
+        return Err(format!("{} bytes after the last response", rest.len()));
+    }
+    // Malformed: 400, then the server closes.
+    for bad in ["GARBAGE\r\n\r\n", "GET /x HTTP/1.1\r\nno colon here\r\n\r\n"] {
+        let mut s = connect()?;
+        s.write_all(bad.as_bytes()).map_err(|e| e.to_string())?;
+        let mut r = BufReader::new(s);
+        let (status, h, _) = read_response(&mut r, false)?;
+        if status != 400 || header(&h, "connection") != Some("close") {
+            return Err(format!("{bad:?}: {status} {h:?}"));
+        }
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).map_err(|e| format!("EOF after 400: {e}"))?;
+    }
+    // Oversized: a request longer than 8 KiB gets 400.
+    let mut s = connect()?;
+    let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(9000));
+    let _ = s.write_all(long.as_bytes());
+    let (status, _, _) = read_response(&mut BufReader::new(s), false)?;
+    if status != 400 {
+        return Err(format!("oversized request: {status}"));
+    }
+    // Several concurrent connections.
+    let results: Vec<Result<u64, String>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..8)
+            .map(|i| {
+                let paths = &paths;
+                sc.spawn(move || -> Result<u64, String> {
+                    let s = connect()?;
+                    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+                    let mut r = BufReader::new(s);
+                    let mut n = 0;
+                    for k in 0..20 {
+                        let p = paths[(i * 7 + k * 3) % paths.len()];
+                        write!(w, "GET {p} HTTP/1.1\r\n\r\n").map_err(|e| e.to_string())?;
+                        let (status, _, body) = read_response(&mut r, false)?;
+                        if status != 200 || body != content.get(p).ok_or("no file")? {
+                            return Err(format!("concurrent GET {p}: {status}"));
+                        }
+                        n += body.len() as u64;
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("panicked".into()))).collect()
+    });
+    for r in results {
+        fetched += r?;
+    }
+    Ok(fetched)
+}
+
+/// python3's `http.client` fetches every file on one keep-alive connection and checks its length
+/// and a position-weighted byte sum that we pass in.
+fn python_client(content: &Content) -> Result<(), String> {
+    if !Command::new("python3").arg("-c").arg("import http.client").output().is_ok_and(|o| o.status.success())
+    {
+        skip("python3 with http.client is not installed: the std::net part ran");
+        return Ok(());
+    }
+    let mut args = Vec::new();
+    for p in content.paths() {
+        let bytes = content.get(p).ok_or("no file")?;
+        let sum: u64 = bytes.iter().enumerate().map(|(i, &b)| (i as u64 + 1) * u64::from(b)).sum();
+        args.push(format!("{p}={}={sum}", bytes.len()));
+    }
+    let script = r#"
+import http.client, sys
+conn = http.client.HTTPConnection(sys.argv[1], 80, timeout=20)
+for spec in sys.argv[2:]:
+    path, size, want = spec.split('=')
+    conn.request('GET', path)
+    r = conn.getresponse()
+    body = r.read()
+    assert r.status == 200, (path, r.status)
+    assert len(body) == int(size), (path, len(body))
+    got = sum((i + 1) * b for i, b in enumerate(body))
+    assert got == int(want), (path, 'bytes differ')
+print('python ok', len(sys.argv) - 2)
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(SERVER.to_string())
+        .args(&args)
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("python3 http.client failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    Ok(())
+}
+
+fn in_namespace(iface: &str, copy: bool) -> Result<(), String> {
+    // SAFETY: unshare only changes this thread's namespace membership.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(format!("skip:unshare(CLONE_NEWNET) failed: {}", std::io::Error::last_os_error()));
+    }
+    if let Err(e) = ip(&["tuntap", "add", "dev", iface, "mode", "tap"]) {
+        return Err(format!("skip:{e}"));
+    }
+    ip(&["addr", "add", KERNEL, "dev", iface])?;
+    ip(&["link", "set", iface, "up"])?;
+    let options = Options {
+        backend: Backend::Tap { name: iface.into(), ip: Ipv4Cidr::new(SERVER, 24).expect("a /24") },
+        copy,
+        progress: false,
+        port: PORT,
+        ..Options::default()
+    };
+    let content = Arc::new(Content::demo(None));
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let server = s.spawn(|| run(&options, Arc::clone(&content), &stop));
+        let fetched = std_clients(&content).and_then(|n| python_client(&content).map(|()| n));
+        // Relaxed: a plain flag; the join orders the rest.
+        stop.store(true, Ordering::Relaxed);
+        let report = server.join().map_err(|_| "the server panicked".to_owned())??;
+        println!("{report}");
+        let fetched = fetched?;
+        println!("std::net clients fetched {fetched} body bytes, all checked");
+        let core = &report.cores[0];
+        if core.failed != 0 || core.responses[1] != 3 || core.responses[2] == 0 || core.responses[3] == 0 {
+            return Err(format!("unexpected counts: {report}"));
+        }
+        if !copy && (core.stack.tx_prepared == 0 || core.stack.tx_prepared_sums == 0) {
+            return Err(format!("the prepared path was not used: {report}"));
+        }
+        if copy && core.stack.tx_prepared != 0 {
+            return Err(format!("--copy used the prepared path: {report}"));
+        }
+        Ok(())
+    })
+}
+
+fn tap_test(iface: &'static str, copy: bool) {
+    if let Some(why) = unavailable() {
+        skip(why);
+        return;
+    }
+    let result =
+        std::thread::spawn(move || in_namespace(iface, copy)).join().expect("the namespace thread panicked");
+    match result {
+        Ok(()) => {}
+        Err(e) if e.starts_with("skip:") => skip(&e["skip:".len()..]),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn kernel_clients_fetch_every_file_prepared() {
+    tap_test("nchttp0", false);
+}
+
+#[test]
+fn kernel_clients_fetch_every_file_copied() {
+    tap_test("nchttp1", true);
+}
