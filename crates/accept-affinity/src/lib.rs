@@ -17,8 +17,10 @@
 //! * Long-term imbalance: every 100 ms each non-busy core moves one flow group from the core it stole
 //!   the most from to itself, in the NIC ([`AcceptQueue::balance`]).
 //! * Waiting: an acceptor checks its local queue, then the queues it may steal from, then sleeps; a new
-//!   connection wakes an acceptor on its own core first, else one on a non-busy core. The protocol loses
-//!   no wakeup (loom-checked, `tests/loom_accept.rs`).
+//!   connection wakes an acceptor on its own core first, else one on a non-busy core. An acceptor blocks
+//!   ([`AcceptQueue::accept`]), gets [`AcceptError::WouldBlock`] ([`AcceptQueue::try_accept`]) or
+//!   registers a waker for readiness ([`AcceptQueue::poll_accept`]). The protocol loses no wakeup
+//!   (loom-checked, `tests/loom_accept.rs`).
 //! * The paper's baselines, [`Policy::Stock`] (one queue, one lock) and [`Policy::Fine`] (per-core
 //!   queues, round-robin accepts), are real implementations behind the same interface.
 //!

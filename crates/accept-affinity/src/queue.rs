@@ -8,8 +8,8 @@
 //! * Per-core accept state (the [`StealPolicy`] or [`FineCursor`], the [`StealLog`], counters) behind a
 //!   second per-core mutex that only that core's acceptors and the migration round take.
 //! * Two one-cache-line bit vectors: the busy flags (written under the owning queue's lock, read without
-//!   a lock by acceptors choosing victims) and the cores with sleeping acceptors (written under the
-//!   core's wait lock, read by enqueuers choosing whom to wake).
+//!   a lock by acceptors choosing victims) and the cores with waiting acceptors, sleeping threads or a
+//!   registered waker (written under the core's wait lock, read by enqueuers choosing whom to wake).
 //!
 //! # Waiting without lost wakeups
 //!
@@ -36,6 +36,33 @@
 //! any queue that still holds connections; a woken thread that found nothing lets the wake lapse (the
 //! connection that caused it is gone).
 //!
+//! ## Readiness: the waker path
+//!
+//! [`AcceptQueue::poll_accept`] is the same protocol for an event loop or async task that must not
+//! block: a waiter that is a [`Waker`] instead of a thread. Each core's wait state has one waker slot
+//! beside its sleeper count; a filled slot counts as a waiter (it sets the core's bit in the waiting
+//! set, under the wait lock, exactly as the first sleeper does). `poll_accept` tries the policy's order;
+//! if nothing is there it registers the waker under the wait lock (replacing the core's earlier one),
+//! re-checks every queue under its lock as a sleeper does, and returns `Pending` only if the re-check
+//! found nothing; otherwise it withdraws the registration and tries again. The lost-wakeup argument above
+//! holds word for word with "registers the waker" for "registers as a sleeper": an enqueue whose push
+//! follows the re-check sees the core's waiting bit and reaches `give_token`, which, when the core has no
+//! sleeper without a token, *takes* the waker out of the slot (a wake is one-shot), notes that it was
+//! woken, and wakes it after dropping the wait lock. A wake before `Pending` is returned is not lost
+//! either: the executor polls again. Choosing the core is unchanged (its own core first, else under
+//! Affinity a non-busy core when the queue is busy, under Fine and Stock any core), and so is the
+//! pass-on rule: the next `poll_accept` of a woken waker's core that returns a connection (or an error)
+//! passes one wake on, and one that finds nothing again re-registers and lets the wake lapse.
+//! [`AcceptQueue::close`] and [`AcceptQueue::retire`] take and wake registered wakers as they notify
+//! sleepers. Registering allocates nothing beyond the executor's `Waker::clone` (skipped when the same
+//! waker is registered again), and waking allocates nothing.
+//!
+//! One slot per core means one polling task per core (the core's event loop): a second task's
+//! registration replaces the first's, which is then not woken. And a registration outlives a task that
+//! stops polling, where it would take a wake meant for a waiting acceptor, so a `poll_accept` that
+//! returns `Ready` withdraws its core's registration, and a task that gives up while pending calls
+//! [`AcceptQueue::cancel_poll`] (which also passes on a wake it had been given).
+//!
 //! # Retiring a core
 //!
 //! [`AcceptQueue::retire`] is the exit of a core's worker: its queued connections move, in order, to the
@@ -47,6 +74,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Deref;
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use netchannel::signature::FlowGroup;
@@ -357,14 +385,27 @@ struct AcceptSide {
     migrations_in: u64,
 }
 
-/// One core's sleepers.
+/// One core's waiters: sleeping threads and at most one registered [`Waker`].
 #[derive(Debug, Default)]
 struct WaitState {
     /// Threads registered as waiting on this core.
     sleepers: usize,
     /// Wakes handed to them and not yet consumed (`tokens <= sleepers`).
     tokens: usize,
+    /// The waker registered by [`AcceptQueue::poll_accept`]: one slot per core, taken (one-shot) by the
+    /// wake that uses it.
+    waker: Option<Waker>,
+    /// The registered waker was taken and woken as a wake token (not by `close` or `retire`), and its
+    /// task has not polled since: the waker-side analogue of `tokens`.
+    waker_woken: bool,
     retired: bool,
+}
+
+impl WaitState {
+    /// Whether this core counts as having a waiter: its bit in the `sleeping` set.
+    fn waiting(&self) -> bool {
+        self.sleepers > 0 || self.waker.is_some()
+    }
 }
 
 #[derive(Debug)]
@@ -580,23 +621,64 @@ impl<C> AcceptQueue<C> {
         }
     }
 
-    /// Hands a wake token to a sleeper of `core` if it has one without a token.
+    /// Mirrors a change of `core`'s waiters into the `sleeping` bit vector. Called with `core`'s wait
+    /// lock held (`was` is `w.waiting()` before the change), so the bit changes in the same order as
+    /// the wait state.
+    fn mark_waiting(&self, core: usize, was: bool, w: &WaitState) {
+        let now = w.waiting();
+        if now != was {
+            // Release: pairs with the Acquire loads in `wake_for`.
+            self.sleeping.set(core, now, Ordering::Release);
+        }
+    }
+
+    /// Takes `core`'s registered waker, if any, for the caller to wake after dropping the wait lock
+    /// (a waker may run arbitrary code, such as polling this queue inline).
+    fn take_waker(&self, core: usize, w: &mut WaitState) -> Option<Waker> {
+        let was = w.waiting();
+        let waker = w.waker.take();
+        self.mark_waiting(core, was, w);
+        waker
+    }
+
+    /// Hands a wake token to a sleeper of `core` if it has one without a token, else wakes (and takes)
+    /// its registered waker.
     fn give_token(&self, core: usize) -> bool {
         let pc = &self.percore[core];
         let mut w = lock(&pc.wait);
-        if w.retired || w.sleepers <= w.tokens {
+        if w.retired {
             return false;
         }
-        w.tokens += 1;
-        // All: a sleeper that leaves without waiting must not strand the notification.
-        pc.cv.notify_all();
+        if w.sleepers > w.tokens {
+            w.tokens += 1;
+            // All: a sleeper that leaves without waiting must not strand the notification.
+            pc.cv.notify_all();
+            return true;
+        }
+        let Some(waker) = self.take_waker(core, &mut w) else { return false };
+        w.waker_woken = true;
+        drop(w);
+        waker.wake();
         true
     }
 
+    /// Drops `me`'s waker registration, returning whether it was woken as a wake token since its last
+    /// registration (the caller then owes a [`pass_on_wake`](Self::pass_on_wake) if it stops waiting).
+    fn unregister_waker(&self, me: usize) -> bool {
+        let mut w = lock(&self.percore[me].wait);
+        let old = self.take_waker(me, &mut w);
+        let woken = std::mem::take(&mut w.waker_woken);
+        drop(w);
+        // Dropped without the lock: a waker's drop may run the executor's code.
+        drop(old);
+        woken
+    }
+
     /// Wakes one acceptor that may take a connection just queued on `core` (whose queue is `busy`
-    /// after the push): a sleeper on `core` first, else one on another core that may take from it.
+    /// after the push): a waiter (sleeper or registered waker) on `core` first, else one on another core
+    /// that may take from it.
     fn wake_for(&self, core: usize, busy: bool) -> bool {
-        // Acquire: pairs with the Release in `register`; the enqueuer's lock of the queue the waiter
+        // Acquire: pairs with the Release in `mark_waiting`; the enqueuer's lock of the queue the waiter
         // re-checked orders the registration before this load (module docs).
         if self.sleeping.contains(core, Ordering::Acquire) && self.give_token(core) {
             return true;
@@ -607,7 +689,7 @@ impl<C> AcceptQueue<C> {
         if affinity && !busy && !closed {
             return false;
         }
-        // Acquire: pairs with the Release in `register`/`deregister` (see above).
+        // Acquire: pairs with the Release in `mark_waiting` (see above).
         let sleeping = self.sleeping.load(self.cores, Ordering::Acquire);
         if sleeping.is_empty() {
             return false;
@@ -760,6 +842,103 @@ impl<C> AcceptQueue<C> {
         self.accept_until(me, Some(Instant::now() + timeout))
     }
 
+    /// Readiness-based accept for event loops and async runtimes: takes a connection for core `me` as
+    /// [`try_accept`](Self::try_accept) does, or, when there is nothing `me` may take, registers
+    /// `waker` as core `me`'s waiter and returns [`Poll::Pending`].
+    ///
+    /// The registration follows the protocol of a sleeping [`accept`](Self::accept) (module docs): it
+    /// is made before a locked re-check of every queue, so a connection enqueued at any point after the
+    /// first try is either found by this call or wakes `waker`. A registered waker is woken (once: the
+    /// wake takes the registration) by an enqueue that would wake a sleeper of `me` (a connection on
+    /// `me`, or one on a core `me` may take from: Affinity, a busy core while `me` is not busy; Fine and
+    /// Stock, any core), by a wake passed on, and by [`close`](Self::close) and
+    /// [`retire`](Self::retire)`(me)`. After a wake, poll again: the next call registers again if it
+    /// still finds nothing.
+    ///
+    /// Each core has **one** waker slot, meant for the one task (or event loop) that accepts on that
+    /// core: a registration replaces the core's earlier one (the replaced waker is not woken), and a
+    /// call that returns [`Poll::Ready`] withdraws the core's registration. A task that stops waiting
+    /// without polling to `Ready` (an accept future dropped while pending) should call
+    /// [`cancel_poll`](Self::cancel_poll), or a later wake may go to it instead of a waiting acceptor.
+    ///
+    /// # Errors
+    ///
+    /// As [`accept`](Self::accept), in `Poll::Ready`: [`AcceptError::Closed`] once the listener is
+    /// closed and drained, [`AcceptError::Retired`], [`AcceptError::NoSuchCore`].
+    pub fn poll_accept(&self, me: usize, waker: &Waker) -> Poll<Result<Accepted<C>, AcceptError>> {
+        if me >= self.cores {
+            return Poll::Ready(Err(AcceptError::NoSuchCore));
+        }
+        let pc = &self.percore[me];
+        // Whether this call consumed a wake token given to the core's waker (see `accept_until`).
+        let mut woken = false;
+        loop {
+            let done = match self.try_accept_once(me) {
+                Ok(Some(a)) => Some(Ok(a)),
+                // Acquire: pairs with the Release store in `close`.
+                Ok(None) if self.closed.load(Ordering::Acquire) => Some(Err(AcceptError::Closed)),
+                Ok(None) => None,
+                Err(e) => Some(Err(e)),
+            };
+            if let Some(result) = done {
+                return Poll::Ready(self.stop_polling(me, woken, result));
+            }
+            // Register `waker` as core `me`'s waiter, replacing an earlier registration.
+            let replaced = {
+                let mut w = lock(&pc.wait);
+                if w.retired {
+                    drop(w);
+                    return Poll::Ready(self.stop_polling(me, woken, Err(AcceptError::Retired)));
+                }
+                // Acquire: pairs with the Release store in `close`, which takes the registered waker
+                // under this lock afterwards: a registration made after that is seen here and not made.
+                if self.closed.load(Ordering::Acquire) {
+                    continue;
+                }
+                woken |= std::mem::take(&mut w.waker_woken);
+                let was = w.waiting();
+                let replaced = match &w.waker {
+                    Some(registered) if registered.will_wake(waker) => None,
+                    _ => w.waker.replace(waker.clone()),
+                };
+                self.mark_waiting(me, was, &w);
+                replaced
+            };
+            // Dropped without the lock: a waker's drop may run the executor's code.
+            drop(replaced);
+            // Re-check every queue under its lock; return Pending unless something turned up. A wake
+            // this call consumed and found nothing after lapses (the connection that caused it is gone).
+            if !self.anything_for(me) {
+                return Poll::Pending;
+            }
+            woken |= self.unregister_waker(me);
+        }
+    }
+
+    /// Withdraws core `me`'s [`poll_accept`](Self::poll_accept) registration, for a task that stops
+    /// waiting without polling to `Ready` (call it from an accept future's `Drop`). If the registered
+    /// waker had been woken for a connection, the wake is passed on to another waiting acceptor.
+    pub fn cancel_poll(&self, me: usize) {
+        if me < self.cores && self.unregister_waker(me) {
+            self.pass_on_wake();
+        }
+    }
+
+    /// The end of a `poll_accept` that returns `result`: the task no longer waits on `me`, so its
+    /// registration goes (it would take a wake meant for a waiting acceptor), and a wake it consumed is
+    /// passed on as a woken sleeper passes its on.
+    fn stop_polling(
+        &self,
+        me: usize,
+        woken: bool,
+        result: Result<Accepted<C>, AcceptError>,
+    ) -> Result<Accepted<C>, AcceptError> {
+        if self.unregister_waker(me) || woken {
+            self.pass_on_wake();
+        }
+        result
+    }
+
     fn accept_until(&self, me: usize, deadline: Option<Instant>) -> Result<Accepted<C>, AcceptError> {
         if me >= self.cores {
             return Err(AcceptError::NoSuchCore);
@@ -793,11 +972,9 @@ impl<C> AcceptQueue<C> {
                 if w.retired {
                     return Err(AcceptError::Retired);
                 }
+                let was = w.waiting();
                 w.sleepers += 1;
-                if w.sleepers == 1 {
-                    // Release: pairs with the Acquire loads in `wake_for`.
-                    self.sleeping.set(me, true, Ordering::Release);
-                }
+                self.mark_waiting(me, was, &w);
             }
             // Re-check every queue under its lock, then sleep unless something turned up.
             let available = self.anything_for(me);
@@ -832,15 +1009,13 @@ impl<C> AcceptQueue<C> {
                 }
             }
             // Deregister; keep `tokens <= sleepers`.
+            let was = w.waiting();
             w.sleepers -= 1;
             if w.tokens > 0 && (saw_token || w.tokens > w.sleepers) {
                 w.tokens -= 1;
                 woken = true;
             }
-            if w.sleepers == 0 {
-                // Release: pairs with the Acquire loads in `wake_for`.
-                self.sleeping.set(me, false, Ordering::Release);
-            }
+            self.mark_waiting(me, was, &w);
             drop(w);
             if timed_out {
                 if woken {
@@ -869,11 +1044,15 @@ impl<C> AcceptQueue<C> {
         }
         rs.retired.insert(core);
         lock(&self.percore[core].accept).retired = true;
-        {
+        let waker = {
             let pc = &self.percore[core];
             let mut w = lock(&pc.wait);
             w.retired = true;
             pc.cv.notify_all();
+            self.take_waker(core, &mut w)
+        };
+        if let Some(waker) = waker {
+            waker.wake();
         }
         let live: Vec<usize> =
             (1..self.cores).map(|k| (core + k) % self.cores).filter(|&c| !rs.retired.contains(c)).collect();
@@ -939,9 +1118,14 @@ impl<C> AcceptQueue<C> {
     pub fn close(&self) {
         // Release: pairs with the Acquire loads in `enqueue`, the accept paths and `wake_for`.
         self.closed.store(true, Ordering::Release);
-        for pc in &*self.percore {
-            let _w = lock(&pc.wait);
+        for (core, pc) in self.percore.iter().enumerate() {
+            let mut w = lock(&pc.wait);
             pc.cv.notify_all();
+            let waker = self.take_waker(core, &mut w);
+            drop(w);
+            if let Some(waker) = waker {
+                waker.wake();
+            }
         }
     }
 
