@@ -3,9 +3,12 @@
 //! This umbrella package re-exports the workspace's crates and owns the examples and benchmarks:
 //!
 //! * [`netchannel`]: cache-aware single-producer channels of packet-buffer indices and the buffer pool;
-//! * [`ixgbe_vfio`]: the userspace Intel 82599 driver (placeholder until its issue lands);
-//! * [`tcp_lib`]: the TCP/IP stack in the library (placeholder until its issue lands);
-//! * [`accept_affinity`]: Affinity-Accept (placeholder until its issue lands);
+//! * [`ixgbe_vfio`]: the userspace Intel 82599 driver, its behavioural model and the VFIO/sysfs
+//!   platform layers;
+//! * [`tcp_lib`]: the TCP/IP stack in the library: wire formats, the sans-IO connection, the per-core
+//!   stack;
+//! * [`accept_affinity`]: Affinity-Accept: per-core accept queues, stealing, flow-group migration, and
+//!   the simulator of the paper's experiment;
 //! * [`echo`]: the TCP echo service of `cargo run --release --example echo`, wired end to end;
 //! * [`httpd`]: the Sandstorm-style static HTTP server of `cargo run --release --example httpd`.
 
