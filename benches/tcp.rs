@@ -4,7 +4,11 @@
 //!   tcp-lib and smoltcp each run two stacks on the two ends of a `netchannel::dev::Pair` (the same
 //!   link model for both: frames cross as pool buffers, MTU 1500; smoltcp's device hands it the
 //!   received pool buffer in place and lets it write each outgoing frame straight into a fresh pool
-//!   buffer, so neither stack pays a device copy). The kernel runs `std::net` over loopback
+//!   buffer, so neither stack pays a device copy). On the Pair **both** stacks skip checksums, as the
+//!   kernel does on loopback (a memory link cannot corrupt a frame): tcp-lib with
+//!   `Config::checksum = Trust` and `tx_checksum = false`, smoltcp with `ChecksumCapabilities` of
+//!   `Checksum::None` for IPv4, TCP and ICMP; `TCP_BENCH_CSUM=verify` makes both compute and verify
+//!   them instead (the TAP runs always do). The kernel runs `std::net` over loopback
 //!   (`kernel-lo`: lo's MTU 65536, TSO/GSO, so a 64 KiB super-packet is one trip through the stack),
 //!   and, as root, also over a loopback in a private namespace set to MTU 1500 (`kernel-lo-1500`;
 //!   still TSO/GSO, so the kernel still moves ~64 KiB per trip; `gso_max_segs 1` would force one
@@ -12,8 +16,9 @@
 //!   so it is no fair anchor and is not run).
 //! * **txn**: transactions, one after another: connect, 64-byte request, 64-byte response, the server
 //!   closes, the client reads the end of stream and closes (`TCP_BENCH_TXNS` of them). Nagle off
-//!   everywhere. Run once per stack buffer size of `TCP_BENCH_TXN_BUFS` (tcp-lib allocates its
-//!   buffers per connection, smoltcp keeps a few sockets and reuses them).
+//!   everywhere. Run once per stack buffer size of `TCP_BENCH_TXN_BUFS` (tcp-lib allocates each
+//!   connection, its buffers growing on demand up to that size; smoltcp keeps a few sockets, their
+//!   buffers allocated in full, and reuses them).
 //! * **tap** (root only; skipped with the reason otherwise): the stack on a TAP in a private namespace,
 //!   the kernel as the peer over `std::net`, in the two modes of smoltcp's `examples/benchmark.rs`:
 //!   `reader` (the kernel reads what the stack sends) and `writer` (the kernel writes, the stack
@@ -35,6 +40,7 @@
 //! Environment: `TCP_BENCH_ROUNDS` (5), `TCP_BENCH_BYTES` (64M), `TCP_BENCH_TXNS` (5000),
 //! `TCP_BENCH_TXN_BUFS` (`256K,16K`),
 //! `TCP_BENCH_TAP_BYTES` (32M), `TCP_BENCH_BUF` (256K), `TCP_BENCH_POLL` (`wait` | `busy`),
+//! `TCP_BENCH_CSUM` (`trust` | `verify`: checksums on the in-memory Pair, for both stacks),
 //! `TCP_BENCH_ONLY` (comma list of `bulk`, `txn`, `tap`), `TCP_BENCH_ICOUNT=1` (also count
 //! instructions per byte of the in-memory bulk transfer under callgrind, both threads together).
 //!
@@ -57,7 +63,7 @@ mod netns;
 use netchannel::dev::{NetDevice, PacketBatch, Pair, Tap};
 use netchannel::pool::{HugePages, Packet, Pool, PoolCache};
 use smoltcp::iface::{Config as SmolConfig, Interface, PollResult, SocketHandle, SocketSet};
-use smoltcp::phy::{Device, DeviceCapabilities, Medium};
+use smoltcp::phy::{Checksum, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp as stcp;
 use tcp_lib::stack::{Config, Error as StackError, Stack, StreamId};
 use tcp_lib::tcp::State;
@@ -223,10 +229,20 @@ where
 
 /// A device an idle endpoint can sleep on until a frame arrives.
 trait Sleep: NetDevice {
+    /// The link cannot corrupt a frame (it is memory), so both stacks may skip checksums on it.
+    const IN_MEMORY: bool = false;
     fn sleep(&mut self, timeout: Duration);
 }
 
+/// Whether stacks on an in-memory link skip checksums (`TCP_BENCH_CSUM`, `trust` by default;
+/// `verify` makes both stacks compute and verify them as on a real link).
+fn trust_checksums<D: Sleep>() -> bool {
+    D::IN_MEMORY && std::env::var("TCP_BENCH_CSUM").map_or(true, |v| v != "verify")
+}
+
 impl Sleep for Pair {
+    const IN_MEMORY: bool = true;
+
     fn sleep(&mut self, timeout: Duration) {
         let _ = self.wait(Some(timeout));
     }
@@ -248,6 +264,8 @@ struct SmolDev<'c, D> {
     tx: PacketBatch<'c>,
     /// Frames moved, either way (progress).
     moved: u64,
+    /// No checksums computed or verified ([`trust_checksums`]).
+    trust: bool,
 }
 
 impl<'c, D: NetDevice> SmolDev<'c, D> {
@@ -259,6 +277,7 @@ impl<'c, D: NetDevice> SmolDev<'c, D> {
             scratch: PacketBatch::with_capacity(32),
             tx: PacketBatch::with_capacity(32),
             moved: 0,
+            trust: false,
         }
     }
 
@@ -342,6 +361,12 @@ impl<'c, D: NetDevice> Device for SmolDev<'c, D> {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
         caps.max_transmission_unit = 1514;
+        if self.trust {
+            // As tcp-lib's `checksum: Trust` and `tx_checksum: false`: neither filled nor checked.
+            caps.checksum.ipv4 = Checksum::None;
+            caps.checksum.tcp = Checksum::None;
+            caps.checksum.icmpv4 = Checksum::None;
+        }
         caps
     }
 }
@@ -385,8 +410,12 @@ struct LibEndpoint<'c, D> {
     listener: Option<tcp_lib::stack::ListenerId>,
 }
 
-fn lib_config(mac: [u8; 6], ip: Ipv4Addr, buf: usize) -> Config {
+fn lib_config(mac: [u8; 6], ip: Ipv4Addr, buf: usize, trust: bool) -> Config {
     let mut c = Config::new(EthernetAddress(mac), Ipv4Cidr::new(ip, 24).expect("a /24"));
+    if trust {
+        c.checksum = tcp_lib::wire::ChecksumPolicy::Trust;
+        c.tx_checksum = false;
+    }
     c.tcp.send_buffer = buf;
     c.tcp.recv_buffer = buf;
     c.tcp.nodelay = true;
@@ -396,7 +425,8 @@ fn lib_config(mac: [u8; 6], ip: Ipv4Addr, buf: usize) -> Config {
 
 impl<'c, D: Sleep> LibEndpoint<'c, D> {
     fn new(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
-        let stack = Stack::new(lib_config(dev.info().mac.0, ip, buf), Instant::now());
+        let config = lib_config(dev.info().mac.0, ip, buf, trust_checksums::<D>());
+        let stack = Stack::new(config, Instant::now());
         Self { stack, dev, cache, listener: None }
     }
 }
@@ -484,6 +514,7 @@ impl<'c, D: Sleep> SmolEndpoint<'c, D> {
     fn new(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
         let mac = dev.info().mac.0;
         let mut dev = SmolDev::new(dev, cache);
+        dev.trust = trust_checksums::<D>();
         let mut config =
             SmolConfig::new(smoltcp::wire::HardwareAddress::Ethernet(smoltcp::wire::EthernetAddress(mac)));
         config.random_seed = u64::from(ip.to_bits()) ^ 0x5eed;

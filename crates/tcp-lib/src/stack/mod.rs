@@ -13,7 +13,7 @@
 //! * **Timers**: [`handle_timeout`](Stack::handle_timeout) once `now` reaches
 //!   [`poll_timeout`](Stack::poll_timeout).
 //! * **Output**: [`transmit`](Stack::transmit) builds frames (Ethernet + IPv4 + TCP, checksums
-//!   filled, emitted with [`wire`](crate::wire)) in buffers of a
+//!   filled unless [`Config::tx_checksum`] is off, emitted with [`wire`](crate::wire)) in buffers of a
 //!   [`PoolCache`] and appends them to a [`PacketBatch`] for the device.
 //! * [`poll`](Stack::poll) does all three against a [`NetDevice`]: `rx_burst`, `receive` each
 //!   frame, timers, `transmit`, `tx_burst`.
@@ -99,7 +99,9 @@
 //! TIME-WAIT that the application has released are counted in a TIME-WAIT table bounded by
 //! [`Config::max_time_wait`]; when it is full the oldest TIME-WAIT connection is evicted (dropped
 //! without a segment, as Linux does when `tcp_max_tw_buckets` overflows). A TIME-WAIT connection
-//! still holds its `Connection` (a compact TIME-WAIT record is a later item). Ephemeral ports are
+//! still holds its `Connection`, but not its buffers: a connection frees its send and receive
+//! rings on entering TIME-WAIT or CLOSED (the receive ring once the application has read it), so
+//! what stays is the TCB itself (a compact TIME-WAIT record is a later item). Ephemeral ports are
 //! never picked for a 4-tuple that is in use, TIME-WAIT included.
 //!
 //! # Security
@@ -205,11 +207,22 @@ pub struct Config {
     pub secret_seed: Option<u64>,
     /// TTL of emitted datagrams.
     pub ttl: u8,
+    /// Received IPv4 headers, TCP segments and ICMP messages: [`ChecksumPolicy::Verify`] (the
+    /// default) drops those whose checksum is wrong; [`ChecksumPolicy::Trust`] does not look at the
+    /// checksums, for links that cannot corrupt a frame (an in-memory
+    /// [`Pair`](netchannel::dev::Pair), as the kernel trusts loopback) or whose NIC verified them.
+    /// IPv4 fragments are always verified.
+    pub checksum: ChecksumPolicy,
+    /// Fill the TCP checksum of the data and ACK segments a connection sends (`true`, the
+    /// default). `false` leaves the field zero (no pass over the payload): only for links whose
+    /// every receiver trusts checksums (above), or whose NIC fills them. IPv4 header checksums
+    /// and RSTs, SYN cookies, ARP and ICMP are always filled.
+    pub tx_checksum: bool,
 }
 
 impl Config {
     /// Defaults for an interface with `mac` and `ip`: MTU 1500, no gateway, 64k connections,
-    /// 4096 TIME-WAIT, a random secret.
+    /// 4096 TIME-WAIT, a random secret, checksums verified and filled.
     #[must_use]
     pub fn new(mac: EthernetAddress, ip: Ipv4Cidr) -> Self {
         Self {
@@ -227,6 +240,8 @@ impl Config {
             ephemeral_ports: (49_152, 65_535),
             secret_seed: None,
             ttl: 64,
+            checksum: ChecksumPolicy::Verify,
+            tx_checksum: true,
         }
     }
 }
@@ -1249,7 +1264,7 @@ impl Stack {
             }
             return;
         }
-        match Ipv4Repr::parse(&packet, ChecksumPolicy::Verify) {
+        match Ipv4Repr::parse(&packet, self.config.checksum) {
             Ok(repr) => self.receive_datagram(&repr, packet.payload()),
             Err(_) => self.stats.rx_malformed += 1,
         }
@@ -1272,7 +1287,7 @@ impl Stack {
             self.stats.rx_malformed += 1;
             return;
         };
-        match Icmpv4Repr::parse(&packet, ChecksumPolicy::Verify) {
+        match Icmpv4Repr::parse(&packet, self.config.checksum) {
             Ok(Icmpv4Repr::EchoRequest { ident, seq_no, data }) => {
                 self.send_icmp(src, &Icmpv4Repr::EchoReply { ident, seq_no, data });
                 self.stats.icmp_echo_replies += 1;
@@ -1295,7 +1310,7 @@ impl Stack {
             self.stats.rx_malformed += 1;
             return;
         };
-        let Ok(seg) = TcpRepr::parse(&packet, src, ip, ChecksumPolicy::Verify) else {
+        let Ok(seg) = TcpRepr::parse(&packet, src, ip, self.config.checksum) else {
             self.stats.rx_malformed += 1;
             return;
         };
@@ -1764,7 +1779,7 @@ impl Stack {
                     None => t.segment(&self.scratch),
                 };
                 let mut frame = vec![0u8; ETH_LEN + IP_LEN + seg.buffer_len()];
-                emit_ip_tcp(&mut frame[ETH_LEN..], &seg, t.src, t.dst, ident, self.config.ttl);
+                emit_ip_tcp(&mut frame[ETH_LEN..], &seg, t.src, t.dst, ident, &self.config);
                 self.ident = ident;
                 self.send_frame_to(hop, frame);
                 continue;
@@ -1796,12 +1811,12 @@ impl Stack {
                         t.src,
                         t.dst,
                         ident,
-                        self.config.ttl,
+                        &self.config,
                     );
                     self.stats.tx_prepared += 1;
                     self.stats.tx_prepared_sums += u64::from(precomputed);
                 }
-                None => emit_ip_tcp(&mut data[ETH_LEN..], &seg, t.src, t.dst, ident, self.config.ttl),
+                None => emit_ip_tcp(&mut data[ETH_LEN..], &seg, t.src, t.dst, ident, &self.config),
             }
             if out.push(packet).is_err() {
                 self.stats.tx_dropped += 1;
@@ -1921,14 +1936,22 @@ enum Drained {
     Stopped,
 }
 
-/// Writes the IPv4 header and the TCP segment into `buf` (exactly `20 + seg.buffer_len()` bytes).
-fn emit_ip_tcp(buf: &mut [u8], seg: &TcpRepr<'_>, src: SocketAddrV4, dst: SocketAddrV4, ident: u16, ttl: u8) {
+/// Writes the IPv4 header and the TCP segment into `buf` (exactly `20 + seg.buffer_len()` bytes);
+/// the TCP checksum as [`Config::tx_checksum`] says.
+fn emit_ip_tcp(
+    buf: &mut [u8],
+    seg: &TcpRepr<'_>,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    ident: u16,
+    config: &Config,
+) {
     let ip = Ipv4Repr {
         src_addr: *src.ip(),
         dst_addr: *dst.ip(),
         protocol: Protocol::Tcp,
         payload_len: seg.buffer_len(),
-        ttl,
+        ttl: config.ttl,
         dscp: 0,
         ecn: 0,
         ident,
@@ -1936,12 +1959,18 @@ fn emit_ip_tcp(buf: &mut [u8], seg: &TcpRepr<'_>, src: SocketAddrV4, dst: Socket
     };
     let mut packet = Ipv4Packet::new_unchecked(buf);
     ip.emit(&mut packet);
-    seg.emit(&mut TcpPacket::new_unchecked(packet.payload_mut()), *src.ip(), *dst.ip());
+    let mut tcp = TcpPacket::new_unchecked(packet.payload_mut());
+    if config.tx_checksum {
+        seg.emit(&mut tcp, *src.ip(), *dst.ip());
+    } else {
+        seg.emit_unsummed(&mut tcp);
+    }
 }
 
 /// [`emit_ip_tcp`] for a segment whose payload is prepared content: `seg` is the header (empty
 /// payload), `slice` the payload, written straight from the prepared bytes; the checksum adds the
-/// precomputed payload sum when there is one (returns whether), else sums the payload.
+/// precomputed payload sum when there is one (returns whether), else sums the payload; none at
+/// all without [`Config::tx_checksum`] (returns false).
 fn emit_ip_tcp_prepared(
     buf: &mut [u8],
     seg: &TcpRepr<'_>,
@@ -1949,7 +1978,7 @@ fn emit_ip_tcp_prepared(
     src: SocketAddrV4,
     dst: SocketAddrV4,
     ident: u16,
-    ttl: u8,
+    config: &Config,
 ) -> bool {
     let header_len = seg.buffer_len();
     let tcp_len = header_len + slice.len;
@@ -1958,7 +1987,7 @@ fn emit_ip_tcp_prepared(
         dst_addr: *dst.ip(),
         protocol: Protocol::Tcp,
         payload_len: tcp_len,
-        ttl,
+        ttl: config.ttl,
         dscp: 0,
         ecn: 0,
         ident,
@@ -1967,6 +1996,11 @@ fn emit_ip_tcp_prepared(
     let mut packet = Ipv4Packet::new_unchecked(buf);
     ip.emit(&mut packet);
     let tcp = packet.payload_mut();
+    if !config.tx_checksum {
+        seg.emit_unsummed(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]));
+        tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
+        return false;
+    }
     seg.emit(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]), *src.ip(), *dst.ip());
     tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
     let precomputed = slice.sum();

@@ -31,8 +31,8 @@ use std::sync::Arc;
 
 use crate::wire::checksum;
 
-/// Immutable content cut into TCP payload segments with precomputed payload sums. See the
-/// [module documentation](self).
+/// Immutable content cut into TCP payload segments with precomputed payload sums, sent with
+/// [`Stack::send_prepared`](super::Stack::send_prepared).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PreparedSegments {
     data: Box<[u8]>,

@@ -1,34 +1,56 @@
-//! Bounded byte storage of a connection: a ring buffer allocated once at connection setup (no
-//! allocation per segment), and the out-of-order [`Assembler`] that records which ranges past the
-//! in-order data of the receive ring already hold bytes.
+//! Bounded byte storage of a connection: a ring buffer whose storage grows on demand up to its
+//! capacity (so an idle or short connection does not pay for its whole buffers), and the
+//! out-of-order [`Assembler`] that records which ranges past the in-order data of the receive ring
+//! already hold bytes.
 //!
 //! Out-of-order bytes are written straight into the free part of the receive ring at their offset
 //! from `RCV.NXT` (the advertised window never exceeds that free space, so they always fit); the
 //! assembler only remembers the ranges. When the hole before them fills, the ranges become in-order
 //! data without a copy.
 
-/// A fixed-capacity ring buffer of bytes.
+/// A bounded ring buffer of bytes whose storage is allocated on demand.
 ///
 /// Besides queue operations it lets the sender read bytes at an offset without removing them
 /// (data stays until acknowledged) and the receiver write bytes past the end without committing
 /// them (out-of-order data).
+///
+/// `capacity` is a limit, not an allocation: the ring is laid out over `capacity` bytes (storage
+/// index `i` of a full-size buffer), but the backing `Vec` only covers the indices written so far.
+/// It starts empty and grows geometrically (at most to `capacity`) as writes reach further; bytes
+/// appended at its end are written, not zeroed first, and only a gap left by a write past the end
+/// (out-of-order data) is zero-filled. A short-lived connection that moves a few bytes so touches a
+/// few hundred bytes of memory instead of its whole buffers. [`release`](Self::release) frees the
+/// storage of an empty buffer that will not be written again.
 #[derive(Debug, Clone)]
 pub(crate) struct RingBuffer {
+    /// The bytes written so far at storage indices `0..storage.len()` (`storage.len() <= cap`);
+    /// every stored byte (and every out-of-order byte past them) lies below `storage.len()`.
     storage: Vec<u8>,
+    /// The capacity limit.
+    cap: usize,
     /// Index of the first byte.
     head: usize,
     /// Number of bytes stored.
     len: usize,
 }
 
+/// The first allocation of a buffer's storage, in bytes (less if the capacity is smaller).
+const MIN_ALLOCATION: usize = 512;
+
 impl RingBuffer {
-    /// A buffer of `capacity` bytes (allocated now, never grown).
+    /// A buffer of at most `capacity` bytes; nothing is allocated until bytes are written.
     pub(crate) fn new(capacity: usize) -> Self {
-        Self { storage: vec![0; capacity], head: 0, len: 0 }
+        Self { storage: Vec::new(), cap: capacity, head: 0, len: 0 }
     }
 
     pub(crate) fn capacity(&self) -> usize {
-        self.storage.len()
+        self.cap
+    }
+
+    /// Bytes of storage allocated now (at most the capacity).
+    #[cfg(test)]
+    pub(crate) fn allocated(&self) -> usize {
+        self.storage.capacity()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -41,12 +63,21 @@ impl RingBuffer {
 
     /// Free bytes.
     pub(crate) fn free(&self) -> usize {
-        self.capacity() - self.len
+        self.cap - self.len
+    }
+
+    /// Frees the storage of an empty buffer (a no-op with bytes stored). Only when nothing more
+    /// will be written past the end: out-of-order bytes there are dropped too.
+    pub(crate) fn release(&mut self) {
+        if self.len == 0 {
+            self.storage = Vec::new();
+            self.head = 0;
+        }
     }
 
     /// The storage index of logical offset `off` (from the head), for `off < 2 * capacity`.
     fn index(&self, off: usize) -> usize {
-        let cap = self.capacity();
+        let cap = self.cap;
         let i = self.head + off;
         if i >= cap { i - cap } else { i }
     }
@@ -89,12 +120,36 @@ impl RingBuffer {
     }
 
     fn copy_out(&self, offset: usize, buf: &mut [u8]) {
-        let cap = self.capacity();
+        let cap = self.cap;
         let start = self.index(offset);
         let first = buf.len().min(cap - start);
         buf[..first].copy_from_slice(&self.storage[start..start + first]);
         let rest = buf.len() - first;
         buf[first..].copy_from_slice(&self.storage[..rest]);
+    }
+
+    /// Writes `data` at storage index `start` (`start + data.len() <= cap`), growing the storage
+    /// to cover it.
+    fn put(&mut self, start: usize, data: &[u8]) {
+        let end = start + data.len();
+        let have = self.storage.len();
+        if end <= have {
+            self.storage[start..end].copy_from_slice(data);
+            return;
+        }
+        if end > self.storage.capacity() {
+            let target = end.max(2 * self.storage.capacity()).max(MIN_ALLOCATION).min(self.cap);
+            self.storage.reserve_exact(target - have);
+        }
+        if start >= have {
+            // A gap (free space skipped by an out-of-order write) is zero-filled.
+            self.storage.resize(start, 0);
+            self.storage.extend_from_slice(data);
+        } else {
+            let (inside, beyond) = data.split_at(have - start);
+            self.storage[start..].copy_from_slice(inside);
+            self.storage.extend_from_slice(beyond);
+        }
     }
 
     /// Writes `data` into the free space starting `offset` bytes after the stored bytes, without
@@ -105,12 +160,14 @@ impl RingBuffer {
             return 0;
         }
         let n = data.len().min(free - offset);
-        let cap = self.capacity();
+        let cap = self.cap;
         let start = self.index(self.len + offset);
         let first = n.min(cap - start);
-        self.storage[start..start + first].copy_from_slice(&data[..first]);
+        self.put(start, &data[..first]);
         let rest = n - first;
-        self.storage[..rest].copy_from_slice(&data[first..n]);
+        if rest > 0 {
+            self.put(0, &data[first..n]);
+        }
         n
     }
 
@@ -204,6 +261,11 @@ impl Assembler {
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
     }
+
+    /// Forgets every range and frees the storage (a connection that receives no more data).
+    pub(crate) fn release(&mut self) {
+        self.ranges = Vec::new();
+    }
 }
 
 #[cfg(test)]
@@ -259,7 +321,113 @@ mod tests {
         assert!(a.is_empty());
     }
 
+    #[test]
+    fn ring_allocates_on_demand() {
+        let mut r = RingBuffer::new(256 * 1024);
+        assert_eq!(r.allocated(), 0, "nothing before the first write");
+        assert_eq!(r.free(), 256 * 1024, "the window follows the limit, not the allocation");
+        assert_eq!(r.enqueue_slice(&[7; 64]), 64);
+        assert!(r.allocated() <= MIN_ALLOCATION);
+        let mut out = [0; 64];
+        assert_eq!(r.dequeue_slice(&mut out), 64);
+        assert_eq!(out, [7; 64]);
+        // Out of order, far past the end: the gap is filled, the bytes land at their offset.
+        assert_eq!(r.write_unallocated(100_000, b"late"), 4);
+        assert!(r.allocated() >= 100_068 && r.allocated() <= 256 * 1024);
+        assert_eq!(r.write_unallocated(0, &[1; 100_000]), 100_000);
+        r.enqueue_unallocated(100_004);
+        let mut out = vec![0; 100_004];
+        assert_eq!(r.dequeue_slice(&mut out), 100_004);
+        assert!(out[..100_000].iter().all(|&b| b == 1));
+        assert_eq!(&out[100_000..], b"late");
+        r.release();
+        assert_eq!(r.allocated(), 0);
+        assert_eq!(r.enqueue_slice(b"again"), 5, "usable after a release");
+        let mut out = [0; 5];
+        assert_eq!(r.dequeue_slice(&mut out), 5);
+        assert_eq!(&out, b"again");
+    }
+
+    /// The ring with its storage allocated up front, as it was: the model for the lazy one.
+    struct Eager {
+        storage: Vec<u8>,
+        head: usize,
+        len: usize,
+    }
+
+    impl Eager {
+        fn write(&mut self, offset: usize, data: &[u8]) -> usize {
+            let cap = self.storage.len();
+            let free = cap - self.len;
+            if offset >= free {
+                return 0;
+            }
+            let n = data.len().min(free - offset);
+            for (k, &b) in data[..n].iter().enumerate() {
+                self.storage[(self.head + self.len + offset + k) % cap] = b;
+            }
+            n
+        }
+
+        fn read(&self, offset: usize, n: usize) -> Vec<u8> {
+            let cap = self.storage.len();
+            (offset..self.len.min(offset + n)).map(|k| self.storage[(self.head + k) % cap]).collect()
+        }
+    }
+
     proptest! {
+        /// The lazily allocated ring against the eager model: appends, in-order and out-of-order
+        /// writes past the end, reads at offsets, drops from the front.
+        #[test]
+        fn ring_model(ops in proptest::collection::vec((0u8..4, 0usize..300, 1usize..200, any::<u8>()), 1..60)) {
+            let cap = 700;
+            let mut r = RingBuffer::new(cap);
+            let mut m = Eager { storage: vec![0; cap], head: 0, len: 0 };
+            // The bytes past the end already written, as offsets from the end (in-order commits
+            // only cover bytes written).
+            let mut written = vec![false; cap];
+            for (op, a, b, fill) in ops {
+                match op {
+                    0 => {
+                        let data = vec![fill; b];
+                        let n = r.enqueue_slice(&data);
+                        prop_assert_eq!(n, m.write(0, &data));
+                        m.len += n;
+                        written.drain(..n);
+                        written.resize(cap, false);
+                    }
+                    1 => {
+                        let data = vec![fill; b];
+                        let n = r.write_unallocated(a, &data);
+                        prop_assert_eq!(n, m.write(a, &data));
+                        for w in &mut written[a.min(cap)..(a + n).min(cap)] { *w = true; }
+                        // Commit the written run at the end, if there is one.
+                        let run = written.iter().take_while(|&&w| w).count().min(cap - m.len);
+                        r.enqueue_unallocated(run);
+                        m.len += run;
+                        written.drain(..run);
+                        written.resize(cap, false);
+                    }
+                    2 => {
+                        let mut out = vec![0; b];
+                        let n = r.read_allocated(a, &mut out);
+                        prop_assert_eq!(&out[..n], &m.read(a, b)[..]);
+                    }
+                    _ => {
+                        let n = r.dequeue_allocated(b);
+                        prop_assert_eq!(n, b.min(m.len));
+                        m.head = (m.head + n) % cap;
+                        m.len -= n;
+                    }
+                }
+                prop_assert_eq!(r.len(), m.len);
+                prop_assert!(r.allocated() <= cap);
+            }
+            let mut out = vec![0; cap];
+            let n = r.dequeue_slice(&mut out);
+            prop_assert_eq!(&out[..n], &m.read(0, cap)[..]);
+        }
+
         /// The assembler against a bitmap model.
         #[test]
         fn assembler_model(ops in proptest::collection::vec((0usize..64, 1usize..16, any::<bool>()), 1..40)) {

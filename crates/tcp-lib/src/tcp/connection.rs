@@ -446,6 +446,12 @@ impl Connection {
         (self.ooo.len(), self.ooo.bytes())
     }
 
+    /// Bytes of storage the send and receive rings hold now (tests check they are released).
+    #[cfg(test)]
+    pub(crate) fn buffers_allocated(&self) -> (usize, usize) {
+        (self.send_buf.allocated(), self.recv_buf.allocated())
+    }
+
     fn may_send(&self) -> bool {
         !self.fin_queued
             && matches!(
@@ -610,6 +616,10 @@ impl Connection {
     /// schedule a window update.
     pub fn recv(&mut self, buf: &mut [u8]) -> usize {
         let n = self.recv_buf.dequeue_slice(buf);
+        if matches!(self.state, State::TimeWait | State::Closed) {
+            // Read to the end after the last byte arrived: free the ring.
+            self.recv_buf.release();
+        }
         if n > 0 && self.is_established() && !self.fin_received {
             let current = distance(self.rcv_nxt, self.rcv_adv);
             let next = self.window_to_advertise();
@@ -694,9 +704,25 @@ impl Connection {
         self.keepalive_pending = false;
         self.fast_rexmit = false;
         self.send_dequeue(usize::MAX);
-        self.ooo.clear();
         self.sack_recent.clear();
-        self.scoreboard.clear();
+        self.release_storage();
+    }
+
+    /// Frees the heap storage a connection that carries no more data does not need, on entering
+    /// TIME-WAIT or CLOSED: the send ring (empty by then: in TIME-WAIT our FIN was acknowledged,
+    /// a closed connection drops what it had queued), the pieces and scoreboard of the send side,
+    /// the out-of-order ranges, and the receive ring once the application has read it (see
+    /// [`recv`](Self::recv); no data is accepted after the peer's FIN or in CLOSED). What remains is
+    /// the sequence state that answers a retransmitted FIN.
+    fn release_storage(&mut self) {
+        self.send_buf.release();
+        if self.send_pieces.is_empty() {
+            self.send_pieces = VecDeque::new();
+        }
+        self.ooo.release();
+        self.scoreboard = Scoreboard::default();
+        self.rxt_marks = Vec::new();
+        self.recv_buf.release();
     }
 
     fn enter_time_wait(&mut self, now: Instant) {
@@ -708,6 +734,7 @@ impl Connection {
         self.probe_pending = false;
         self.keepalive_pending = false;
         self.fast_rexmit = false;
+        self.release_storage();
     }
 
     // ---------------------------------------------------------------------------------------

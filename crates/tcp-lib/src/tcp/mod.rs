@@ -215,9 +215,11 @@ pub struct Keepalive {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Send buffer size in bytes (bounds what [`Connection::send`] accepts before the peer
-    /// acknowledges it).
+    /// acknowledges it). A limit: the memory is allocated as data is queued, growing
+    /// geometrically up to it, and freed in TIME-WAIT and CLOSED.
     pub send_buffer: usize,
-    /// Receive buffer size in bytes; the advertised window follows its free space.
+    /// Receive buffer size in bytes; the advertised window follows its free space (the limit
+    /// less the bytes held, however much memory is allocated now: it grows as data arrives).
     pub recv_buffer: usize,
     /// The MSS we announce and the most we send per segment (the interface MTU minus 40).
     pub mss: u16,

@@ -421,6 +421,34 @@ fn simultaneous_close_over_the_link() {
 }
 
 #[test]
+fn time_wait_releases_the_buffers() {
+    let mut p = Pair::connect(pair_config(), pair_config(), Faults::clean(), 5);
+    assert!(p.run_until(|p| p.a.is_established() && p.b.is_established(), Duration::from_secs(5)));
+    assert_eq!(p.a.buffers_allocated(), (0, 0), "nothing allocated before data moves");
+    assert_eq!(p.a.send(&[1; 5000]), 5000);
+    assert_eq!(p.b.send(&[2; 3000]), 3000);
+    assert!(p.a.buffers_allocated().0 >= 5000);
+    assert!(p.a.buffers_allocated().0 < pair_config().send_buffer, "allocated as written");
+    p.a.shutdown_write();
+    p.b.shutdown_write();
+    assert!(p.run_until(
+        |p| p.a.state() == State::TimeWait && p.b.state() == State::TimeWait,
+        Duration::from_secs(5)
+    ));
+    // The send rings are gone; the receive rings keep the unread data until it is read.
+    assert_eq!(p.a.buffers_allocated().0, 0);
+    assert!(p.a.buffers_allocated().1 >= 3000);
+    let mut buf = vec![0; 8000];
+    assert_eq!(p.a.recv(&mut buf), 3000);
+    assert!(buf[..3000].iter().all(|&b| b == 2));
+    assert_eq!(p.a.buffers_allocated(), (0, 0));
+    assert_eq!(p.b.recv(&mut buf), 5000);
+    assert_eq!(p.b.buffers_allocated(), (0, 0));
+    assert!(p.a.recv_finished() && p.b.recv_finished());
+    assert!(p.run_until(|p| p.a.is_closed() && p.b.is_closed(), Duration::from_secs(70)));
+}
+
+#[test]
 fn simultaneous_open_over_the_link() {
     let base = Instant::now();
     let config = pair_config();
