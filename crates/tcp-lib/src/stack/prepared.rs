@@ -142,7 +142,7 @@ mod tests {
 
     #[test]
     fn sums_match_the_bytes() {
-        let body: Vec<u8> = (0..10_001u32).map(|i| (i.wrapping_mul(7919) >> 3) as u8).collect();
+        let body: Vec<u8> = (0..10_001u32).map(|i| (i.wrapping_mul(7919) >> 3).to_le_bytes()[0]).collect();
         let p = PreparedSegments::new(body.clone(), &[1448, 1460, 0, 1448]);
         assert_eq!(p.segment_sizes().collect::<Vec<_>>(), [1448, 1460]);
         for m in [1448, 1460] {
