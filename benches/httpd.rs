@@ -1,0 +1,456 @@
+//! Static HTTP: our httpd ([`netchannels::httpd`]) over a TAP, prepared (pre-segmented) and
+//! `--copy`, against nginx (the Debian package) on the far end of a veth pair, the same `wrk`
+//! client and the same files in the same run (issue 7 §2).
+//!
+//! `cargo bench --bench httpd` (root, `/dev/net/tun`, iproute2, `wrk` and `nginx` on `PATH`;
+//! otherwise it prints `skipped: <why>` and exits 0).
+//!
+//! # Setup
+//!
+//! The bench thread enters a private network namespace A and creates a TAP `ncht0` (the kernel's
+//! side 10.208.0.1/24, our server 10.208.0.2) and a veth pair `nchv0`/`nchv1` (`nchv1`, the
+//! client's end, 10.209.0.1/24). For nginx, a helper thread enters a second namespace B, `nchv0`
+//! moves there and gets 10.209.0.2, and nginx is started from that thread (so it lives in B):
+//! `worker_processes 1`, `master_process off`, `daemon off`, `sendfile on`, `tcp_nopush on`,
+//! `access_log off`, `keepalive_requests 1000000`, `root target/httpd-demo`. The files are the
+//! httpd demo set (`Content::demo`, also written to `target/httpd-demo`), of which 1, 16, 64 and
+//! 256 KiB are fetched. nginx runs twice: with the veth's offloads as they come (TSO/GSO: the
+//! kernel hands veth 64 KiB super-segments) and with TX checksum offload (and so TSO) off on
+//! nginx's end, so that MTU-sized frames cross, as they do on the TAP.
+//!
+//! # The client, and what is measured
+//!
+//! `wrk -t1 -cNC_HTTPD_BENCH_CONNS -dNC_HTTPD_BENCH_SECS http://SERVER/SIZE.bin` (defaults 16
+//! connections, 5 s), a child process in namespace A, one run per server and size.
+//!
+//! * **requests/s**: wrk's `Requests/sec`.
+//! * **server CPU/request**: for our httpd the bench process's CPU time (`getrusage(RUSAGE_SELF)`,
+//!   user + system, all threads: the server thread, its TAP reads and writes and the kernel work done
+//!   in them; the bench thread only waits for wrk) over wrk's run; for nginx, nginx's
+//!   `utime + stime` from `/proc/PID/stat` over wrk's run. Divided by wrk's request count. Our server
+//!   polls (it yields, and sleeps only after 2 ms idle), so its thread is busy whatever the load.
+//! * **wrk CPU/request**: wrk's own CPU (`getrusage(RUSAGE_CHILDREN)` across its wait).
+//! * **machine CPU/request**: all CPUs' busy time (`/proc/stat`, other processes included).
+
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use netchannels::httpd::{Backend, Content, Options, demo_name, run};
+use netchannels::tcp_lib::wire::Ipv4Cidr;
+
+const TAP: &str = "ncht0";
+const TAP_CLIENT: &str = "10.208.0.1/24";
+const TAP_SERVER: Ipv4Addr = Ipv4Addr::new(10, 208, 0, 2);
+const NGINX_END: &str = "nchv0";
+const CLIENT_END: &str = "nchv1";
+const VETH_CLIENT: &str = "10.209.0.1/24";
+const VETH_SERVER: Ipv4Addr = Ipv4Addr::new(10, 209, 0, 2);
+const PORT: u16 = 80;
+const SIZES: [usize; 4] = [1 << 10, 16 << 10, 64 << 10, 256 << 10];
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Whether `cmd ARG` runs at all.
+fn runs(cmd: &str, arg: &str) -> bool {
+    Command::new(cmd).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+}
+
+fn unavailable() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (namespaces, veth, TAP)".into());
+    }
+    if !runs("ip", "-V") {
+        return Some("the `ip` command (iproute2) is not installed".into());
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        return Some("/dev/net/tun is missing (modprobe tun)".into());
+    }
+    if !runs("wrk", "--version") {
+        return Some("`wrk` is not installed (apt-get install wrk)".into());
+    }
+    if !runs("nginx", "-v") {
+        return Some("`nginx` is not installed (apt-get install nginx-light)".into());
+    }
+    None
+}
+
+/// `ethtool -K IFACE tx off` through `SIOCETHTOOL` (`ETHTOOL_STXCSUM`); TSO goes off with it.
+fn tx_checksum_off(iface: &str) -> Result<(), String> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        data: *mut EthtoolValue,
+        _pad: [u8; 16],
+    }
+    let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
+    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &raw mut value, _pad: [0; 16] };
+    req.name[..iface.len()].copy_from_slice(iface.as_bytes());
+    // SAFETY: plain socket creation; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(format!("socket: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `req` is a valid ifreq whose data points at a live ethtool_value; both outlive the call.
+    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &raw mut req) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(format!("ethtool -K {iface} tx off: {err}"));
+    }
+    Ok(())
+}
+
+fn timeval(t: libc::timeval) -> Duration {
+    Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_usec).unwrap_or(0) * 1000)
+}
+
+/// CPU time (user + system) of this process (`RUSAGE_SELF`) or its waited-for children.
+fn rusage(who: libc::c_int) -> Duration {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid rusage the call writes.
+    unsafe { libc::getrusage(who, &raw mut u) };
+    timeval(u.ru_utime) + timeval(u.ru_stime)
+}
+
+fn ticks() -> u64 {
+    // SAFETY: sysconf takes an integer and reads no memory.
+    u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1)
+}
+
+/// Busy time of all CPUs (`/proc/stat`: everything but idle and iowait).
+fn machine_busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let line = stat.lines().next().unwrap_or_default();
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let busy: u64 = f.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).take(8).map(|(_, v)| v).sum();
+    Duration::from_nanos(busy * 1_000_000_000 / ticks())
+}
+
+/// `utime + stime` of process `pid` (`/proc/PID/stat`).
+fn proc_cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+    // After the command: state is field 3, utime 14, stime 15.
+    let f: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+    Duration::from_nanos(f.iter().sum::<u64>() * 1_000_000_000 / ticks())
+}
+
+fn loadavg() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// One server and size: what wrk and the CPU counters said.
+struct Row {
+    server: String,
+    size: usize,
+    requests: u64,
+    rps: f64,
+    latency: String,
+    errors: String,
+    server_cpu: Duration,
+    wrk_cpu: Duration,
+    machine_cpu: Duration,
+}
+
+/// The client's settings.
+#[derive(Clone, Copy)]
+struct Client {
+    conns: usize,
+    secs: u64,
+}
+
+/// Runs wrk against `server` for `size`-byte files; `server_cpu` reads the server's CPU time.
+fn wrk(
+    name: &str,
+    server: Ipv4Addr,
+    size: usize,
+    client: Client,
+    server_cpu: &dyn Fn() -> Duration,
+) -> Result<Row, String> {
+    let url = format!("http://{server}:{PORT}/{}", demo_name(size));
+    let (cpu0, wrk0, busy0) = (server_cpu(), rusage(libc::RUSAGE_CHILDREN), machine_busy());
+    let out = Command::new("wrk")
+        .args(["-t1", &format!("-c{}", client.conns), &format!("-d{}s", client.secs), &url])
+        .output()
+        .map_err(|e| format!("cannot run wrk: {e}"))?;
+    let (cpu1, wrk1, busy1) = (server_cpu(), rusage(libc::RUSAGE_CHILDREN), machine_busy());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!("wrk {url} failed: {text}{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let rps = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("no Requests/sec in wrk's output: {text}"))?;
+    let requests = text
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in "))
+        .and_then(|(n, _)| n.trim().parse().ok())
+        .ok_or_else(|| format!("no request count in wrk's output: {text}"))?;
+    let latency = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Latency"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or("?")
+        .to_owned();
+    let errors: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("Socket errors") || l.starts_with("Non-2xx"))
+        .collect();
+    Ok(Row {
+        server: name.to_owned(),
+        size,
+        requests,
+        rps,
+        latency,
+        errors: errors.join("; "),
+        server_cpu: cpu1.saturating_sub(cpu0),
+        wrk_cpu: wrk1.saturating_sub(wrk0),
+        machine_cpu: busy1.saturating_sub(busy0),
+    })
+}
+
+/// Waits until `server:80` accepts a connection.
+fn wait_listening(server: Ipv4Addr, alive: &mut dyn FnMut() -> Result<(), String>) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        alive()?;
+        if TcpStream::connect_timeout(&SocketAddrV4::new(server, PORT).into(), Duration::from_millis(500))
+            .is_ok()
+        {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(format!("{server}:{PORT} never accepted a connection"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Our httpd on the TAP, prepared or `--copy`: one server, wrk once per size.
+fn ours(copy: bool, content: &Arc<Content>, client: Client) -> Result<Vec<Row>, String> {
+    let name = if copy { "ours, TAP, --copy" } else { "ours, TAP, prepared" };
+    let options = Options {
+        backend: Backend::Tap { name: TAP.into(), ip: Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24") },
+        copy,
+        progress: false,
+        port: PORT,
+        ..Options::default()
+    };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let server = s.spawn(|| run(&options, Arc::clone(content), &stop));
+        let rows = wait_listening(TAP_SERVER, &mut || {
+            if server.is_finished() { Err("the server stopped".to_owned()) } else { Ok(()) }
+        })
+        .and_then(|()| {
+            SIZES
+                .iter()
+                .map(|&size| wrk(name, TAP_SERVER, size, client, &|| rusage(libc::RUSAGE_SELF)))
+                .collect::<Result<Vec<_>, _>>()
+        });
+        // Relaxed: a plain flag; the join orders the rest.
+        stop.store(true, Ordering::Relaxed);
+        let report = server.join().map_err(|_| "the server panicked".to_owned())??;
+        let core = &report.cores[0];
+        println!(
+            "{name}: {} requests answered, {} failed connections, {} prepared segments ({} with precomputed sums)",
+            core.requests(),
+            core.failed,
+            core.stack.tx_prepared,
+            core.stack.tx_prepared_sums
+        );
+        rows
+    })
+}
+
+/// nginx in namespace B on the veth's far end, serving `root`; wrk once per size.
+fn nginx(root: &Path, offload: bool, client: Client) -> Result<Vec<Row>, String> {
+    let name = if offload { "nginx, veth" } else { "nginx, veth, TX csum/TSO off" };
+    let dir = std::env::temp_dir().join(format!("nc-httpd-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let conf = format!(
+        "worker_processes 1;\nmaster_process off;\ndaemon off;\npid {d}/nginx.pid;\n\
+         error_log {d}/error.log warn;\nevents {{ worker_connections 1024; }}\n\
+         http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_requests 1000000;\n  \
+         default_type application/octet-stream;\n  \
+         server {{ listen {VETH_SERVER}:{PORT}; root {r}; }}\n}}\n",
+        d = dir.display(),
+        r = root.display()
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf).map_err(|e| format!("{}: {e}", conf_path.display()))?;
+    // Namespace B: a thread enters it, receives the veth end, and starts nginx there.
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let helper = {
+        let (dir, conf_path) = (dir.clone(), conf_path.clone());
+        std::thread::spawn(move || -> Result<Child, String> {
+            // SAFETY: unshare only changes this thread's namespace membership.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(format!("unshare: {}", std::io::Error::last_os_error()));
+            }
+            // SAFETY: gettid has no preconditions.
+            let _ = tid_tx.send(unsafe { libc::gettid() });
+            let start = Instant::now();
+            while ip(&["link", "show", NGINX_END]).is_err() {
+                if start.elapsed() > Duration::from_secs(5) {
+                    return Err(format!("{NGINX_END} never arrived in nginx's namespace"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            ip(&["addr", "add", &format!("{VETH_SERVER}/24"), "dev", NGINX_END])?;
+            ip(&["link", "set", "lo", "up"])?;
+            ip(&["link", "set", NGINX_END, "up"])?;
+            if !offload {
+                tx_checksum_off(NGINX_END)?;
+            }
+            let d = dir.to_string_lossy().into_owned();
+            Command::new("nginx")
+                .args(["-p", &d, "-e", &format!("{d}/error.log"), "-c"])
+                .arg(&conf_path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start nginx: {e}"))
+        })
+    };
+    let tid: i32 = tid_rx.recv().map_err(|_| "the namespace thread failed to start".to_owned())?;
+    ip(&["link", "set", NGINX_END, "netns", &tid.to_string()])?;
+    let mut child = helper.join().map_err(|_| "the namespace thread panicked".to_owned())??;
+    let pid = child.id();
+    let errlog = dir.join("error.log");
+    let rows = wait_listening(VETH_SERVER, &mut || match child.try_wait() {
+        Ok(None) => Ok(()),
+        _ => Err(format!("nginx exited: {}", std::fs::read_to_string(&errlog).unwrap_or_default())),
+    })
+    .and_then(|()| {
+        SIZES
+            .iter()
+            .map(|&size| wrk(name, VETH_SERVER, size, client, &|| proc_cpu(pid)))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    // nginx's namespace dies with it, and the veth pair with its end: make a fresh pair for the next run.
+    let _ = std::fs::remove_dir_all(&dir);
+    rows
+}
+
+fn veth() -> Result<(), String> {
+    let start = Instant::now();
+    while ip(&["link", "show", CLIENT_END]).is_ok() {
+        if start.elapsed() > Duration::from_secs(5) {
+            return Err(format!("{CLIENT_END} is still there"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ip(&["link", "add", NGINX_END, "type", "veth", "peer", "name", CLIENT_END])?;
+    ip(&["addr", "add", VETH_CLIENT, "dev", CLIENT_END])?;
+    ip(&["link", "set", CLIENT_END, "up"])
+}
+
+fn bench() -> Result<(), String> {
+    let client = Client { conns: env_or("NC_HTTPD_BENCH_CONNS", 16), secs: env_or("NC_HTTPD_BENCH_SECS", 5) };
+    // SAFETY: unshare only changes this thread's namespace membership.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(format!("skip:unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error()));
+    }
+    ip(&["link", "set", "lo", "up"])?;
+    ip(&["tuntap", "add", "dev", TAP, "mode", "tap"]).map_err(|e| format!("skip:{e}"))?;
+    ip(&["addr", "add", TAP_CLIENT, "dev", TAP])?;
+    ip(&["link", "set", TAP, "up"])?;
+    let root: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/httpd-demo");
+    let content = Arc::new(Content::demo(Some(&root)));
+    if !content.source.contains("also written") {
+        return Err(format!("could not write the demo files to {}", root.display()));
+    }
+    let load0 = loadavg();
+    println!(
+        "httpd bench: wrk -t1 -c{} -d{}s, {} CPUs, load average {load0} at the start",
+        client.conns,
+        client.secs,
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+    );
+    let mut rows = Vec::new();
+    rows.extend(ours(false, &content, client)?);
+    rows.extend(ours(true, &content, client)?);
+    for offload in [true, false] {
+        veth().map_err(|e| format!("skip:{e}"))?;
+        rows.extend(nginx(&root, offload, client)?);
+    }
+    println!("load average {} at the end", loadavg());
+    println!(
+        "| server | object | requests/s | server CPU/req | wrk CPU/req | machine CPU/req | server CPU % | wrk latency avg | errors |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    for r in &rows {
+        let n = r.requests.max(1) as f64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
+        println!(
+            "| {} | {} KiB | {:.0} | {:.1} us | {:.1} us | {:.1} us | {:.0}% | {} | {} |",
+            r.server,
+            r.size >> 10,
+            r.rps,
+            us(r.server_cpu),
+            us(r.wrk_cpu),
+            us(r.machine_cpu),
+            r.server_cpu.as_secs_f64() * 100.0 / client.secs as f64,
+            r.latency,
+            if r.errors.is_empty() { "-" } else { &r.errors }
+        );
+    }
+    Ok(())
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `--list` etc. from test runners: nothing to list.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if let Some(why) = unavailable() {
+        println!("skipped: {why}");
+        return;
+    }
+    match std::thread::spawn(bench).join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if e.starts_with("skip:") => println!("skipped: {}", &e["skip:".len()..]),
+        Ok(Err(e)) => {
+            eprintln!("httpd bench: {e}");
+            std::process::exit(1);
+        }
+        Err(_) => {
+            eprintln!("httpd bench: the bench panicked");
+            std::process::exit(1);
+        }
+    }
+}
