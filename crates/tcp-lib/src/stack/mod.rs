@@ -440,6 +440,11 @@ pub struct StackStats {
     pub arp_dropped: u64,
     /// ICMP echo replies sent.
     pub icmp_echo_replies: u64,
+    /// ICMP fragmentation-needed messages that lowered a connection's path MTU (RFC 1191).
+    pub icmp_pmtu_updates: u64,
+    /// ICMP fragmentation-needed messages ignored: for no connection of ours, quoting a sequence
+    /// number not in flight (RFC 5927 §4.1), or reporting an MTU not below the path MTU.
+    pub icmp_pmtu_ignored: u64,
     /// Frames appended by [`Stack::transmit`].
     pub tx_frames: u64,
     /// Frames dropped on output: control queue full, no pool buffer, a device that refused them.
@@ -1060,6 +1065,15 @@ impl Stack {
         Ok(self.entry(stream)?.conn.stats())
     }
 
+    /// The most payload bytes `stream` puts in one segment: the peer's MSS, lowered by PMTU
+    /// discovery (ICMP fragmentation needed, RFC 1191).
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn send_mss(&self, stream: StreamId) -> Result<usize, Error> {
+        Ok(self.entry(stream)?.conn.send_mss())
+    }
+
     /// Bytes waiting to be read, and bytes in the send buffer.
     ///
     /// # Errors
@@ -1297,10 +1311,49 @@ impl Stack {
                     self.ping_replies.push_back(PingReply { from: src, ident, seq_no, len: data.len() });
                 }
             }
-            // Destination unreachable / time exceeded: PMTU discovery and soft errors are later
-            // items.
+            Ok(Icmpv4Repr::DstUnreachable {
+                reason: crate::wire::icmpv4::DstUnreachable::FragRequired,
+                next_hop_mtu,
+                header,
+                data,
+            }) => {
+                self.frag_needed(next_hop_mtu, &header, data);
+            }
+            // Other destination unreachable / time exceeded messages: soft errors are a later item.
             Ok(_) => self.stats.rx_unhandled += 1,
             Err(_) => self.stats.rx_malformed += 1,
+        }
+    }
+
+    /// PMTU discovery (RFC 1191): a fragmentation-needed message quoting a segment we sent (its
+    /// IPv4 header and first 8 TCP bytes: ports and sequence number) goes to that connection,
+    /// which checks the sequence number (RFC 5927 §4.1) and lowers its send MSS.
+    fn frag_needed(&mut self, next_hop_mtu: u16, header: &Ipv4Repr, data: &[u8]) {
+        let quoted = (header.protocol == Protocol::Tcp && header.src_addr == self.ip())
+            .then(|| data.get(..8))
+            .flatten()
+            .map(|d| {
+                let port = |i: usize| u16::from_be_bytes([d[i], d[i + 1]]);
+                let seq = SeqNumber::new(u32::from_be_bytes([d[4], d[5], d[6], d[7]]));
+                (
+                    SocketAddrV4::new(header.src_addr, port(0)),
+                    SocketAddrV4::new(header.dst_addr, port(2)),
+                    seq,
+                )
+            });
+        let lowered = quoted.is_some_and(|(local, remote, seq)| {
+            let Some(&index) = self.demux.get(&(local, remote)) else { return false };
+            let lowered =
+                self.slot_entry(index).is_some_and(|e| e.conn.handle_frag_needed(seq, next_hop_mtu));
+            if lowered {
+                self.mark_ready(index);
+            }
+            lowered
+        });
+        if lowered {
+            self.stats.icmp_pmtu_updates += 1;
+        } else {
+            self.stats.icmp_pmtu_ignored += 1;
         }
     }
 

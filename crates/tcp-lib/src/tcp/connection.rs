@@ -21,6 +21,13 @@ const DEFAULT_MSS: u16 = 536;
 const MIN_MSS: u16 = 64;
 /// Bytes the timestamps option takes in every segment (RFC 7323 §3: 10, padded to 12).
 const TS_OPTION_LEN: usize = 12;
+/// The IPv4 and TCP headers without options: a path MTU less this is the most segment bytes.
+const HEADERS_LEN: usize = 40;
+/// The smallest IPv4 MTU (RFC 791): every path carries it, so no MTU report goes lower.
+const MIN_PATH_MTU: usize = 68;
+/// The MTU plateaus of RFC 1191 §7, for a fragmentation-needed message without a next-hop MTU
+/// (from a router older than RFC 1191): the next one down is tried.
+const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
 /// The largest window scale shift (RFC 7323 §2.3).
 const MAX_WSCALE: u8 = 14;
 /// The shortest interval between ACKs answering unacceptable bare segments (Linux's
@@ -126,6 +133,9 @@ pub struct Connection {
     snd_mss: usize,
     /// Payload bytes of a full-sized segment from the peer.
     rcv_mss: usize,
+    /// The path MTU learned from ICMP fragmentation-needed messages (RFC 1191), if any; it caps
+    /// `snd_mss`.
+    path_mtu: Option<usize>,
     snd_wscale: u8,
     rcv_wscale: u8,
     ws_ok: bool,
@@ -157,6 +167,9 @@ pub struct Connection {
     probe_end: Option<SeqNumber>,
     /// When we last answered an unacceptable segment without data (rate limit).
     last_oow_ack: Option<Instant>,
+    /// The start of the current one-second window of the challenge ACK limit, and the
+    /// challenge ACKs sent in it (RFC 5961 §7).
+    challenge_window: Option<(Instant, u32)>,
     /// The persist timer expired with a non-zero but unusable window: send what fits.
     force_send: bool,
     keepalive_at: Option<Instant>,
@@ -236,6 +249,7 @@ impl Connection {
             rx_closed: false,
             snd_mss: usize::from(DEFAULT_MSS),
             rcv_mss: usize::from(config.mss),
+            path_mtu: None,
             snd_wscale: 0,
             rcv_wscale,
             ws_ok: false,
@@ -261,6 +275,7 @@ impl Connection {
             probe_pending: false,
             probe_end: None,
             last_oow_ack: None,
+            challenge_window: None,
             force_send: false,
             keepalive_at: None,
             keepalive_sent: 0,
@@ -427,6 +442,70 @@ impl Connection {
     #[must_use]
     pub const fn send_mss(&self) -> usize {
         self.snd_mss
+    }
+
+    /// The path MTU the send MSS makes room for: the MSS, the options every segment carries
+    /// (timestamps) and the IPv4 and TCP headers. [`set_path_mtu`](Self::set_path_mtu) lowers it.
+    #[must_use]
+    pub const fn path_mtu(&self) -> usize {
+        self.snd_mss + self.option_len() + HEADERS_LEN
+    }
+
+    const fn option_len(&self) -> usize {
+        if self.ts_ok { TS_OPTION_LEN } else { 0 }
+    }
+
+    /// The send MSS for a path MTU: the MTU less the headers and `option_len`, at least 1.
+    fn mss_for_mtu(mtu: usize, option_len: usize) -> usize {
+        mtu.saturating_sub(HEADERS_LEN + option_len).max(1)
+    }
+
+    /// Lowers the path MTU to `mtu` (RFC 1191 §6.3; never below 68, the IPv4 minimum) and with it
+    /// the send MSS, to `mtu` less 40 bytes of headers and the timestamps option when in use. An
+    /// MTU not below the current [`path_mtu`](Self::path_mtu) is ignored: the path MTU only
+    /// shrinks here. Data in flight is resent at once in segments of the new size (those sent
+    /// before were dropped by the router that reported the MTU), without the congestion response
+    /// of a loss, as Linux's `tcp_simple_retransmit` does. Returns whether the MSS shrank.
+    ///
+    /// This trusts `mtu`: for an ICMP report use
+    /// [`handle_frag_needed`](Self::handle_frag_needed), which checks it against the connection
+    /// first.
+    pub fn set_path_mtu(&mut self, mtu: usize) -> bool {
+        if matches!(self.state, State::Closed | State::Listen | State::TimeWait) {
+            return false;
+        }
+        let mtu = mtu.max(MIN_PATH_MTU);
+        if mtu >= self.path_mtu() {
+            return false;
+        }
+        self.path_mtu = Some(mtu);
+        self.snd_mss = Self::mss_for_mtu(mtu, self.option_len());
+        if self.syn_acked && self.snd_una < self.snd_nxt {
+            self.snd_nxt = self.snd_una;
+            self.high_rxt = self.snd_una;
+        }
+        true
+    }
+
+    /// An ICMP destination unreachable / fragmentation needed (RFC 1191) for a segment of this
+    /// connection whose quoted sequence number is `seq`, reporting `next_hop_mtu` (0 from a router
+    /// older than RFC 1191: the next plateau of RFC 1191 §7 below the current path MTU is taken).
+    /// Against blind attacks (RFC 5927 §4.1), the report is ignored unless `seq` is SND.UNA or
+    /// lies in SND.UNA..SND.NXT (a segment in flight); then [`set_path_mtu`](Self::set_path_mtu)
+    /// applies. Returns whether the send MSS shrank. Follow it with
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub fn handle_frag_needed(&mut self, seq: SeqNumber, next_hop_mtu: u16) -> bool {
+        let in_flight = seq == self.snd_una || (self.snd_una < seq && seq < self.snd_max);
+        if !in_flight {
+            return false;
+        }
+        let mtu = if next_hop_mtu == 0 {
+            let current = self.path_mtu();
+            MTU_PLATEAUS.into_iter().find(|&p| p < current).unwrap_or(MIN_PATH_MTU)
+        } else {
+            usize::from(next_hop_mtu)
+        };
+        self.set_path_mtu(mtu)
     }
 
     /// The peer's send window in bytes (scaled).
@@ -870,6 +949,9 @@ impl Connection {
         let mss = syn.max_seg_size.unwrap_or(DEFAULT_MSS).min(self.config.mss).max(MIN_MSS);
         let option_len = if self.ts_ok { TS_OPTION_LEN } else { 0 };
         self.snd_mss = usize::from(mss) - option_len;
+        if let Some(mtu) = self.path_mtu {
+            self.snd_mss = self.snd_mss.min(Self::mss_for_mtu(mtu, option_len));
+        }
         self.rcv_mss = usize::from(self.config.mss).saturating_sub(option_len).max(1);
         // The window of a SYN is never scaled (RFC 7323 §2.2).
         self.snd_wnd = usize::from(syn.window_len);
@@ -968,6 +1050,25 @@ impl Connection {
         self.ack_now = true;
     }
 
+    /// An RFC 5961 challenge ACK (§3.2 RST, §4.2 SYN, §5.2 ACK), at most
+    /// [`Config::challenge_ack_limit`] per second (§7).
+    fn rfc5961_challenge_ack(&mut self, now: Instant) {
+        let (start, sent) = match self.challenge_window {
+            Some((start, sent)) if now.saturating_duration_since(start) < Duration::from_secs(1) => {
+                (start, sent)
+            }
+            _ => (now, 0),
+        };
+        if sent >= self.config.challenge_ack_limit {
+            self.stats.challenge_acks_suppressed += 1;
+            self.challenge_window = Some((start, sent));
+            return;
+        }
+        self.challenge_window = Some((start, sent + 1));
+        self.stats.challenge_acks += 1;
+        self.challenge_ack();
+    }
+
     /// Every state after SYN-SENT (RFC 9293 §3.10.7.4).
     fn handle_synchronized(&mut self, now: Instant, seg: &TcpRepr<'_>) {
         let rst = seg.control == TcpControl::Rst;
@@ -1063,14 +1164,14 @@ impl Connection {
                 };
                 self.enter_closed(error);
             } else {
-                self.challenge_ack();
+                self.rfc5961_challenge_ack(now);
             }
             return;
         }
 
         // SYN on a synchronized connection (RFC 5961 §4): challenge ACK.
         if syn {
-            self.challenge_ack();
+            self.rfc5961_challenge_ack(now);
             return;
         }
 
@@ -1219,7 +1320,7 @@ impl Connection {
     fn handle_ack(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: SeqNumber) -> bool {
         let highest = self.probe_end.map_or(self.snd_max, |p| self.snd_max.max(p));
         if ack > highest || ack < self.snd_una - self.max_snd_wnd {
-            self.challenge_ack();
+            self.rfc5961_challenge_ack(now);
             return false;
         }
         // An acceptable ACK: the peer is alive, whatever its window says.

@@ -249,6 +249,11 @@ pub struct Config {
     pub max_ooo_ranges: usize,
     /// Congestion control (CUBIC by default).
     pub congestion: CongestionAlgorithm,
+    /// Most RFC 5961 challenge ACKs (for an in-window RST or SYN, or an unacceptable ACK) one
+    /// connection sends per second (RFC 5961 §7); more are suppressed and counted in
+    /// [`Stats::challenge_acks_suppressed`]. A per-connection limit (the default, 1000, is Linux's
+    /// `tcp_challenge_ack_limit`, which Linux applies per host); 0 sends none.
+    pub challenge_ack_limit: u32,
 }
 
 impl Default for Config {
@@ -270,6 +275,7 @@ impl Default for Config {
             nodelay: false,
             max_ooo_ranges: 8,
             congestion: CongestionAlgorithm::Cubic,
+            challenge_ack_limit: 1000,
         }
     }
 }
@@ -303,6 +309,10 @@ pub struct Stats {
     pub segments_out: u64,
     /// Segments handled.
     pub segments_in: u64,
+    /// RFC 5961 challenge ACKs sent (for an in-window RST or SYN, or an unacceptable ACK).
+    pub challenge_acks: u64,
+    /// Challenge ACKs not sent: over [`Config::challenge_ack_limit`] per second (RFC 5961 §7).
+    pub challenge_acks_suppressed: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

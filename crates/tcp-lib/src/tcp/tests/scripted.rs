@@ -531,6 +531,43 @@ fn syn_on_synchronized_connection_gets_challenge_ack() {
     }
 }
 
+/// RFC 5961 §7: a burst of in-window RSTs and SYNs draws at most `challenge_ack_limit`
+/// challenge ACKs per second of (virtual) time; the rest are counted as suppressed.
+#[test]
+fn challenge_acks_are_rate_limited() {
+    let config = Config { challenge_ack_limit: 5, ..script_config() };
+    let mut s = established_with(config, syn_from_peer(), from_peer(0, 0));
+    let burst = |s: &mut Script| {
+        let mut acks = 0;
+        for i in 0..20 {
+            if i % 2 == 0 {
+                send!(s, rst(from_peer(1 + i, 0)));
+            } else {
+                send!(s, TcpRepr { control: TcpControl::Syn, ack_number: None, ..from_peer(i, 0) });
+            }
+            acks += s.drain().len();
+        }
+        acks
+    };
+    assert_eq!(burst(&mut s), 5);
+    let st = s.conn.stats();
+    assert_eq!((st.challenge_acks, st.challenge_acks_suppressed), (5, 15));
+    // Still within the same second: nothing more.
+    s.advance(999 * MS);
+    assert_eq!(burst(&mut s), 0);
+    // The next second: five more.
+    s.advance(MS);
+    assert_eq!(burst(&mut s), 5);
+    let st = s.conn.stats();
+    assert_eq!((st.challenge_acks, st.challenge_acks_suppressed), (10, 50));
+    assert_eq!(s.conn.state(), State::Established);
+    // Out-of-order data is not a challenge: its duplicate ACKs are never limited.
+    send!(s, TcpRepr { payload: b"xy", ..from_peer(5, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    // The default is Linux's 1000.
+    assert_eq!(Config::default().challenge_ack_limit, 1000);
+}
+
 #[test]
 fn unacceptable_segments_get_an_ack() {
     let mut s = Script::established();
@@ -780,6 +817,33 @@ fn delayed_ack_timing() {
     assert_eq!(s.conn.send(b"x"), 1);
     recv!(s, [TcpRepr { push: true, payload: b"x", ..ack(0, 2935, 4096 - 2935) }]);
     assert_eq!(s.conn.poll_timeout(), Some(s.now + SEC), "only the retransmission timer");
+}
+
+/// RFC 5681 §4.2 (the quick ACK after loss): even with delayed ACKs on, an out-of-order
+/// segment is answered at once with a duplicate ACK, and so is the segment that fills the hole;
+/// in-order data after that is delayed again.
+#[test]
+fn out_of_order_data_and_the_segment_filling_the_hole_are_acked_at_once() {
+    let config = Config { delayed_ack: Some(40 * MS), recv_buffer: 4096, ..script_config() };
+    let syn = TcpRepr { max_seg_size: Some(100), ..syn_from_peer() };
+    let mut s = established_with(config, syn, from_peer(0, 0));
+    send!(s, TcpRepr { payload: &[1; 10], ..from_peer(0, 0) });
+    recv!(s, []);
+    // Bytes 10..20 are lost: 20..30 and 30..40 arrive out of order, each answered at once with
+    // a duplicate ACK of byte 10 (the delayed ACK of 0..10 goes with the first).
+    send!(s, TcpRepr { payload: &[3; 10], ..from_peer(20, 0) });
+    recv!(s, [ack(0, 10, 4086)]);
+    send!(s, TcpRepr { payload: &[4; 10], ..from_peer(30, 0) });
+    recv!(s, [ack(0, 10, 4086)]);
+    // The retransmission fills the hole: the cumulative ACK goes at once too.
+    send!(s, TcpRepr { payload: &[2; 10], ..from_peer(10, 0) });
+    recv!(s, [ack(0, 40, 4096 - 40)]);
+    // In order again: delayed.
+    send!(s, TcpRepr { payload: &[5; 10], ..from_peer(40, 0) });
+    recv!(s, []);
+    assert_eq!(s.conn.poll_timeout(), Some(s.now + 40 * MS));
+    s.advance(40 * MS);
+    recv!(s, [ack(0, 50, 4096 - 50)]);
 }
 
 #[test]
