@@ -40,8 +40,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+#[path = "common/netns.rs"]
+mod netns;
+
 use netchannels::httpd::{Backend, Content, Options, demo_name, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
+use netns::{clock_ticks, env_or, ip, machine_busy, timeval, tx_checksum_off};
 
 const TAP: &str = "ncht0";
 const TAP_CLIENT: &str = "10.208.0.1/24";
@@ -52,19 +56,6 @@ const VETH_CLIENT: &str = "10.209.0.1/24";
 const VETH_SERVER: Ipv4Addr = Ipv4Addr::new(10, 209, 0, 2);
 const PORT: u16 = 80;
 const SIZES: [usize; 4] = [1 << 10, 16 << 10, 64 << 10, 256 << 10];
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
 
 /// Whether `cmd ARG` runs at all.
 fn runs(cmd: &str, arg: &str) -> bool {
@@ -91,44 +82,6 @@ fn unavailable() -> Option<String> {
     None
 }
 
-/// `ethtool -K IFACE tx off` through `SIOCETHTOOL` (`ETHTOOL_STXCSUM`); TSO goes off with it.
-fn tx_checksum_off(iface: &str) -> Result<(), String> {
-    const SIOCETHTOOL: libc::c_ulong = 0x8946;
-    const ETHTOOL_STXCSUM: u32 = 0x17;
-    #[repr(C)]
-    struct EthtoolValue {
-        cmd: u32,
-        data: u32,
-    }
-    #[repr(C)]
-    struct IfReq {
-        name: [u8; libc::IFNAMSIZ],
-        data: *mut EthtoolValue,
-        _pad: [u8; 16],
-    }
-    let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
-    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &raw mut value, _pad: [0; 16] };
-    req.name[..iface.len()].copy_from_slice(iface.as_bytes());
-    // SAFETY: plain socket creation; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(format!("socket: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: `req` is a valid ifreq whose data points at a live ethtool_value; both outlive the call.
-    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &raw mut req) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: `fd` is ours and closed once.
-    unsafe { libc::close(fd) };
-    if rc != 0 {
-        return Err(format!("ethtool -K {iface} tx off: {err}"));
-    }
-    Ok(())
-}
-
-fn timeval(t: libc::timeval) -> Duration {
-    Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_usec).unwrap_or(0) * 1000)
-}
-
 /// CPU time (user + system) of this process (`RUSAGE_SELF`) or its waited-for children.
 fn rusage(who: libc::c_int) -> Duration {
     // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
@@ -138,27 +91,13 @@ fn rusage(who: libc::c_int) -> Duration {
     timeval(u.ru_utime) + timeval(u.ru_stime)
 }
 
-fn ticks() -> u64 {
-    // SAFETY: sysconf takes an integer and reads no memory.
-    u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1)
-}
-
-/// Busy time of all CPUs (`/proc/stat`: everything but idle and iowait).
-fn machine_busy() -> Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let line = stat.lines().next().unwrap_or_default();
-    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    let busy: u64 = f.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).take(8).map(|(_, v)| v).sum();
-    Duration::from_nanos(busy * 1_000_000_000 / ticks())
-}
-
 /// `utime + stime` of process `pid` (`/proc/PID/stat`).
 fn proc_cpu(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
     // After the command: state is field 3, utime 14, stime 15.
     let f: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
-    Duration::from_nanos(f.iter().sum::<u64>() * 1_000_000_000 / ticks())
+    Duration::from_nanos(f.iter().sum::<u64>() * 1_000_000_000 / clock_ticks())
 }
 
 fn loadavg() -> String {

@@ -46,9 +46,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
+#[path = "common/netns.rs"]
+mod netns;
+
 use netchannels::echo::{Backend, Options, run};
 use netchannels::netchannel::dev::XdpMode;
 use netchannels::tcp_lib::wire::Ipv4Cidr;
+use netns::{env_or, ip, machine_busy, timeval, tx_checksum_off};
 
 const OURS: &str = "ncbx0";
 const KERNELS: &str = "ncbx1";
@@ -58,19 +62,6 @@ const VETH_SERVER: Ipv4Addr = Ipv4Addr::new(10, 206, 0, 2);
 const TAP_CLIENT: &str = "10.207.0.1/24";
 const TAP_SERVER: Ipv4Addr = Ipv4Addr::new(10, 207, 0, 2);
 const PORT: u16 = 7;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
 
 fn unavailable() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
@@ -93,44 +84,6 @@ fn unavailable() -> Option<String> {
     None
 }
 
-/// `ethtool -K IFACE tx off` through `SIOCETHTOOL` (`ETHTOOL_STXCSUM`).
-fn tx_checksum_off(iface: &str) -> Result<(), String> {
-    const SIOCETHTOOL: libc::c_ulong = 0x8946;
-    const ETHTOOL_STXCSUM: u32 = 0x17;
-    #[repr(C)]
-    struct EthtoolValue {
-        cmd: u32,
-        data: u32,
-    }
-    #[repr(C)]
-    struct IfReq {
-        name: [u8; libc::IFNAMSIZ],
-        data: *mut EthtoolValue,
-        _pad: [u8; 16],
-    }
-    let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
-    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &raw mut value, _pad: [0; 16] };
-    req.name[..iface.len()].copy_from_slice(iface.as_bytes());
-    // SAFETY: plain socket creation; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(format!("socket: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: `req` is a valid ifreq whose data points at a live ethtool_value; both outlive the call.
-    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &raw mut req) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: `fd` is ours and closed once.
-    unsafe { libc::close(fd) };
-    if rc != 0 {
-        return Err(format!("ethtool -K {iface} tx off: {err}"));
-    }
-    Ok(())
-}
-
-fn timeval(t: libc::timeval) -> Duration {
-    Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_usec).unwrap_or(0) * 1000)
-}
-
 /// This process's CPU time (user + system, all threads).
 fn process_cpu() -> Duration {
     // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
@@ -146,17 +99,6 @@ fn thread_cpu() -> Duration {
     // SAFETY: `t` is a valid timespec the call writes.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut t) };
     Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_nsec).unwrap_or(0))
-}
-
-/// Busy jiffies of all CPUs (`/proc/stat`: everything but idle and iowait), and the tick rate.
-fn machine_busy() -> Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let line = stat.lines().next().unwrap_or_default();
-    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    let busy: u64 = f.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).take(8).map(|(_, v)| v).sum();
-    // SAFETY: sysconf takes an integer and reads no memory.
-    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
-    Duration::from_nanos(busy * 1_000_000_000 / hz)
 }
 
 /// RX + TX frames of `iface` in this thread's network namespace.

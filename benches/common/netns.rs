@@ -64,3 +64,65 @@ pub(crate) fn open_tap(name: &str, kernel_ip: Ipv4Addr) -> Result<Tap, String> {
     ip(&["link", "set", name, "up"])?;
     Ok(tap)
 }
+
+/// A parsed environment variable, or `default` when it is unset or does not parse.
+pub(crate) fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A `timeval` as a `Duration` (negative fields read as zero).
+pub(crate) fn timeval(t: libc::timeval) -> std::time::Duration {
+    std::time::Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_usec).unwrap_or(0) * 1000,
+    )
+}
+
+/// Clock ticks per second of `/proc` CPU counters.
+pub(crate) fn clock_ticks() -> u64 {
+    // SAFETY: sysconf takes an integer and reads no memory.
+    u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1)
+}
+
+/// Busy CPU time of the whole machine so far (all CPUs; idle and iowait excluded), from `/proc/stat`.
+pub(crate) fn machine_busy() -> std::time::Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let line = stat.lines().next().unwrap_or_default();
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let busy: u64 = f.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).take(8).map(|(_, v)| v).sum();
+    std::time::Duration::from_nanos(busy * 1_000_000_000 / clock_ticks())
+}
+
+/// `ethtool -K IFACE tx off` through `SIOCETHTOOL` (`ETHTOOL_STXCSUM`); TSO goes off with it.
+pub(crate) fn tx_checksum_off(iface: &str) -> Result<(), String> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        data: *mut EthtoolValue,
+        _pad: [u8; 16],
+    }
+    let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
+    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &raw mut value, _pad: [0; 16] };
+    req.name[..iface.len()].copy_from_slice(iface.as_bytes());
+    // SAFETY: plain socket creation; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(format!("socket: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `req` is a valid ifreq whose data points at a live ethtool_value; both outlive the call.
+    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &raw mut req) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(format!("ethtool -K {iface} tx off: {err}"));
+    }
+    Ok(())
+}
