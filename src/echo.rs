@@ -346,7 +346,11 @@ impl Options {
 }
 
 /// `text` as a number in `min..=max`.
-fn number<T: std::str::FromStr + PartialOrd + fmt::Display>(text: &str, min: T, max: T) -> Result<T, String> {
+pub(crate) fn number<T: std::str::FromStr + PartialOrd + fmt::Display>(
+    text: &str,
+    min: T,
+    max: T,
+) -> Result<T, String> {
     match text.parse::<T>() {
         Ok(n) if n >= min && n <= max => Ok(n),
         _ => Err(format!("{text:?} is not a number in {min}..={max}")),
@@ -381,7 +385,7 @@ fn xdp_spec(spec: &str) -> Result<(String, u32), String> {
 }
 
 /// `A.B.C.D/N`.
-fn cidr(text: &str) -> Result<Ipv4Cidr, String> {
+pub(crate) fn cidr(text: &str) -> Result<Ipv4Cidr, String> {
     let bad = || format!("--ip {text:?} is not an IPv4 address with a prefix, like 10.0.0.2/24");
     let (addr, prefix) = text.split_once('/').ok_or_else(bad)?;
     let addr: Ipv4Addr = addr.parse().map_err(|_| bad())?;
@@ -501,7 +505,7 @@ impl Report {
 }
 
 /// The `permille`/1000 quantile (nearest rank) of `sorted`.
-fn percentile(sorted: &[Duration], permille: usize) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], permille: usize) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -604,7 +608,7 @@ impl fmt::Display for Report {
 // -----------------------------------------------------------------------------------------------
 // The server side.
 
-fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

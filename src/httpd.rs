@@ -33,6 +33,7 @@
 //! thread; connections are served on the core whose queue their SYN arrived on (no stealing:
 //! flow groups stay where Flow Director put them), their exact signatures registered to it.
 
+use crate::echo::{cidr, lock, number, percentile};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -40,7 +41,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ixgbe_vfio::driver::{Config as NicConfig, Ixgbe};
@@ -480,21 +481,6 @@ options:
   --quiet              no progress line
 ";
 
-fn number<T: std::str::FromStr + PartialOrd + fmt::Display>(text: &str, min: T, max: T) -> Result<T, String> {
-    match text.parse::<T>() {
-        Ok(n) if n >= min && n <= max => Ok(n),
-        _ => Err(format!("{text:?} is not a number in {min}..={max}")),
-    }
-}
-
-fn cidr(text: &str) -> Result<Ipv4Cidr, String> {
-    let bad = || format!("--ip {text:?} is not an IPv4 address with a prefix, like 10.0.0.2/24");
-    let (addr, prefix) = text.split_once('/').ok_or_else(bad)?;
-    let addr: Ipv4Addr = addr.parse().map_err(|_| bad())?;
-    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
-    Ipv4Cidr::new(addr, prefix).filter(|_| (1..=32).contains(&prefix)).ok_or_else(bad)
-}
-
 impl Options {
     /// Parses command-line arguments (without the program name).
     ///
@@ -624,14 +610,6 @@ impl Report {
     }
 }
 
-fn percentile(sorted: &[Duration], permille: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (sorted.len() * permille).div_ceil(1000);
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1_048_576.0
 }
@@ -704,10 +682,6 @@ impl fmt::Display for Report {
 
 // -----------------------------------------------------------------------------------------------
 // The server.
-
-fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// This thread's CPU time so far (Linux: the first field of `/proc/thread-self/schedstat`, ns).
 fn thread_cpu() -> Option<Duration> {
