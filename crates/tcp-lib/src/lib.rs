@@ -5,9 +5,13 @@
 //! (one TCB's state machine, timers, options and congestion control, driven by segments and time
 //! from the caller); and [`stack`], the per-core IPv4/TCP endpoint (ARP, ICMP echo, fragment
 //! reassembly, listeners with SYN queue, SYN cookies and accept backlog, socket handles) driven
-//! over a `netchannel` device.
+//! over a `netchannel` device; and [`socket`], the socket API over a stack and its device
+//! (`Listener::bind`/`accept`, `Stream::connect`, `std::io::Read`/`Write`, blocking or non-blocking
+//! with readiness, half-close, linger, per-connection and per-stack statistics), all on the calling
+//! thread.
 #![forbid(unsafe_code)]
 
+pub mod socket;
 pub mod stack;
 pub mod tcp;
 pub mod wire;

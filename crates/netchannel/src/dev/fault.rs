@@ -614,7 +614,21 @@ impl<D: NetDevice, C: Clock> NetDevice for FaultInjector<D, C> {
         self.scratch = retype(out);
         result.map(|_| take)
     }
+
+    /// The wrapped device's wait, bounded to [`HELD_WAIT`] while the injector holds frames (they
+    /// are released by time, on later `rx_burst`/`tx_burst` calls, not by the device).
+    fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
+        let timeout = if self.rx.held.is_empty() && self.tx.held.is_empty() {
+            timeout
+        } else {
+            Some(timeout.map_or(HELD_WAIT, |t| t.min(HELD_WAIT)))
+        };
+        self.inner.wait_rx(queue, timeout)
+    }
 }
+
+/// The longest [`FaultInjector::wait_rx`] sleeps while frames are held.
+const HELD_WAIT: Duration = Duration::from_millis(1);
 
 impl<D, C: Clock> Drop for FaultInjector<D, C> {
     fn drop(&mut self) {

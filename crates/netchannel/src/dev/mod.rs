@@ -21,6 +21,7 @@
 //!   rate-limits frames, reproducibly from a seed.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::pool::{Packet, Pool, PoolCache};
 
@@ -451,4 +452,22 @@ pub trait NetDevice {
     ///
     /// [`DevError::NoSuchQueue`] for a bad queue, [`DevError::Failed`] when the device is gone.
     fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError>;
+
+    /// Blocks until a frame may be ready on `queue` or `timeout` passes (`None`: no limit). It may
+    /// return early, spuriously or at once (callers re-check by polling [`rx_burst`](Self::rx_burst)):
+    /// it is a hint for a thread that has nothing else to do, never a promise that a frame waits.
+    ///
+    /// The default yields the thread once and returns: busy polling, which is right for poll-mode
+    /// drivers. Devices with something to sleep on (a file descriptor, a channel's wakeup) override
+    /// it; a device whose peer is gone returns at once, and `rx_burst` then reports it.
+    ///
+    /// # Errors
+    ///
+    /// [`DevError::NoSuchQueue`] for a bad queue (where the device checks), [`DevError::Failed`]
+    /// when waiting itself failed.
+    fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
+        let _ = (queue, timeout);
+        std::thread::yield_now();
+        Ok(())
+    }
 }

@@ -374,6 +374,14 @@ impl NetDevice for Pair {
         }
         Ok(sent)
     }
+
+    /// [`Pair::wait`] bounded by `timeout`: returns when a frame is ready, the timeout passed, or at
+    /// once when the other end is gone and the wire drained (`rx_burst` then reports it).
+    fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
+        DevError::check_queue(queue, 1)?;
+        let _ = self.wait(timeout);
+        Ok(())
+    }
 }
 
 /// Returns to `cache` the buffers of `indices`, popped but not received (unreachable: see
@@ -606,6 +614,32 @@ mod tests {
         assert_eq!(b.stats().tx_dropped, 1);
         assert_eq!(b.stats().tx_packets, 2);
         assert!(pool.audit().outstanding >= 2, "the two frames in flight to `a` are not lost yet");
+        drop(batch);
+        drop((b, cache));
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn wait_rx_sleeps_until_a_frame_or_the_timeout_and_not_on_a_closed_wire() {
+        let pool = pool(16);
+        let (mut a, mut b) = Pair::new(&pool).unwrap();
+        let cache = pool.cache();
+        assert!(matches!(b.wait_rx(1, None), Err(DevError::NoSuchQueue { queue: 1, queues: 1 })));
+        let start = std::time::Instant::now();
+        b.wait_rx(0, Some(Duration::from_millis(30))).unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(30), "nothing came: it waited");
+        let mut batch = PacketBatch::with_capacity(4);
+        batch.push(frame(&cache, 1, 60)).unwrap();
+        a.tx_burst(0, &mut batch).unwrap();
+        let start = std::time::Instant::now();
+        b.wait_rx(0, Some(Duration::from_secs(10))).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5), "a frame is ready: at once");
+        assert_eq!(b.rx_burst(0, &cache, &mut batch).unwrap(), 1);
+        batch.clear();
+        drop(a);
+        let start = std::time::Instant::now();
+        b.wait_rx(0, None).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5), "a closed wire: at once");
         drop(batch);
         drop((b, cache));
         pool.check_leaks().unwrap();

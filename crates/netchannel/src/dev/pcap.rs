@@ -257,6 +257,10 @@ impl<D: NetDevice, W: Write> NetDevice for PcapWriter<D, W> {
         self.stats.tx_frames += recorded as u64;
         result
     }
+
+    fn wait_rx(&mut self, queue: u16, timeout: Option<std::time::Duration>) -> Result<(), DevError> {
+        self.inner.wait_rx(queue, timeout)
+    }
 }
 
 impl<D, W: Write> Drop for PcapWriter<D, W> {

@@ -386,6 +386,12 @@ impl NetDevice for Tap {
         }
         Ok(done)
     }
+
+    /// [`Tap::wait_readable`]: sleeps in `poll(2)` until a frame can be read or `timeout` passes.
+    fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
+        DevError::check_queue(queue, 1)?;
+        self.wait_readable(timeout).map(drop).map_err(|e| self.failed("poll", &e))
+    }
 }
 
 #[cfg(test)]

@@ -1360,6 +1360,12 @@ impl NetDevice for AfXdp {
         }
         Ok(room as usize)
     }
+
+    /// [`AfXdp::wait_readable`]: sleeps in `poll(2)` on `queue`'s socket until its RX ring has a
+    /// frame or `timeout` passes.
+    fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
+        self.wait_readable(queue, timeout).map(drop)
+    }
 }
 
 impl Drop for AfXdp {

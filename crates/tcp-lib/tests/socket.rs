@@ -1,0 +1,558 @@
+//! The socket API (`tcp_lib::socket`) over two stacks joined by a `Pair`: blocking echo across two
+//! threads, many connections, a non-blocking event loop, refusal, timeouts, half-close, linger,
+//! background close, and re-entrancy. Every blocking call has a timeout, so a bug fails a test
+//! instead of hanging it.
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddrV4};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use netchannel::dev::{NetDevice, Pair};
+use netchannel::pool::{HugePages, Pool};
+use tcp_lib::socket::{Interface, Listener, Stream};
+use tcp_lib::stack::{Config, Stack};
+use tcp_lib::tcp::State;
+use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+
+const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+/// The bound on every blocking call.
+const T: Duration = Duration::from_secs(20);
+
+fn pair() -> (Pool, Pair, Pair) {
+    let pool = Pool::builder(4096).hugepages(HugePages::Never).build().expect("pool");
+    let (a, b) = Pair::new(&pool).expect("pair");
+    (pool, a, b)
+}
+
+fn interface(dev: Pair, ip: Ipv4Addr) -> Interface<Pair> {
+    let mac = EthernetAddress(dev.info().mac.0);
+    let cidr = Ipv4Cidr::new(ip, 24).expect("a /24");
+    let cache = dev.pool().cache();
+    Interface::new(Stack::new(Config::new(mac, cidr), Instant::now()), dev, cache)
+}
+
+fn timeouts(s: &Stream<Pair>) {
+    s.set_read_timeout(Some(T)).unwrap();
+    s.set_write_timeout(Some(T)).unwrap();
+}
+
+/// Runs `body` on a thread with its own interface on `dev` (address B) and a listener on `port`;
+/// returns once the listener is bound. `body` gets a receiver that the test signals when it is
+/// done, to keep the wire up until then (see [`keep_polling`]).
+fn server<R: Send + 'static>(
+    dev: Pair,
+    port: u16,
+    body: impl FnOnce(&Interface<Pair>, Listener<Pair>, Receiver<()>) -> io::Result<R> + Send + 'static,
+) -> (JoinHandle<io::Result<R>>, Sender<()>) {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        let b = interface(dev, B_IP);
+        let listener = Listener::bind(&b, port)?;
+        listener.set_accept_timeout(Some(T))?;
+        ready_tx.send(()).expect("the test waits");
+        body(&b, listener, done_rx)
+    });
+    ready_rx.recv_timeout(T).expect("the server binds");
+    (handle, done_tx)
+}
+
+/// Drives `iface` until the test says it is done (or `T` passes).
+fn keep_polling(iface: &Interface<Pair>, done: &Receiver<()>) -> io::Result<()> {
+    let start = Instant::now();
+    while done.try_recv().is_err() && start.elapsed() < T {
+        iface.poll_wait(Some(Duration::from_millis(5)))?;
+    }
+    Ok(())
+}
+
+fn join<R>(handle: JoinHandle<io::Result<R>>) -> R {
+    handle.join().expect("the server thread does not panic").expect("the server succeeds")
+}
+
+/// A xorshift generator: reproducible sizes and bytes without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % n as u64).expect("fits")
+    }
+
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next().to_le_bytes()[3]).collect()
+    }
+}
+
+#[test]
+fn blocking_echo_across_two_threads_is_byte_exact() {
+    const TOTAL: usize = 4 << 20;
+    let (_pool, dev_a, dev_b) = pair();
+    let (handle, done) = server(dev_b, 7, |b, listener, done| {
+        let (mut s, peer) = listener.accept()?;
+        assert_eq!(peer.ip(), &A_IP);
+        assert_eq!(s.peer_addr(), peer);
+        assert_eq!(s.local_addr(), SocketAddrV4::new(B_IP, 7));
+        timeouts(&s);
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; 32 * 1024];
+        let mut echoed = 0;
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            s.write_all(&buf[..n])?;
+            echoed += n;
+        }
+        s.flush()?;
+        drop(s);
+        keep_polling(b, &done)?;
+        Ok(echoed)
+    });
+
+    let a = interface(dev_a, A_IP);
+    let mut s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    timeouts(&s);
+    s.set_nodelay(true).unwrap();
+    assert!(s.nodelay().unwrap());
+    assert_eq!(s.state().unwrap(), State::Established);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut back = vec![0u8; 64 * 1024];
+    let mut sent = 0;
+    while sent < TOTAL {
+        // Below the buffers' room, so that writing a chunk before reading it back never deadlocks.
+        let len = (1 + rng.below(48 * 1024)).min(TOTAL - sent);
+        let chunk = rng.bytes(len);
+        s.write_all(&chunk).unwrap();
+        s.read_exact(&mut back[..len]).unwrap();
+        assert!(back[..len] == chunk[..], "the echo of bytes {sent}.. differs");
+        sent += len;
+    }
+    let stats = s.stats().unwrap();
+    assert!(stats.bytes_out >= TOTAL as u64 && stats.bytes_in >= TOTAL as u64, "{stats:?}");
+    assert!(stats.srtt.is_some() && stats.cwnd > 0, "{stats:?}");
+    let stack = a.stack_stats().unwrap();
+    assert!(stack.tcp_segments_in > 0 && stack.tx_frames > 0, "{stack:?}");
+    assert_eq!(stack.connections_opened, 1);
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    done.send(()).unwrap();
+    assert_eq!(join(handle), TOTAL);
+}
+
+#[test]
+fn many_sequential_connections() {
+    const CONNECTIONS: usize = 40;
+    let (_pool, dev_a, dev_b) = pair();
+    let (handle, done) = server(dev_b, 80, |b, listener, done| {
+        for i in 0..CONNECTIONS {
+            let (mut s, _) = listener.accept()?;
+            timeouts(&s);
+            let mut request = Vec::new();
+            s.read_to_end(&mut request)?;
+            assert_eq!(request, format!("request {i}").as_bytes());
+            s.write_all(format!("reply {i}").as_bytes())?;
+        }
+        keep_polling(b, &done)?;
+        Ok(())
+    });
+    let a = interface(dev_a, A_IP);
+    let mut ports = std::collections::HashSet::new();
+    for i in 0..CONNECTIONS {
+        let mut s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 80), T).unwrap();
+        timeouts(&s);
+        assert!(ports.insert(s.local_addr().port()), "a fresh ephemeral port each time");
+        s.write_all(format!("request {i}").as_bytes()).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert_eq!(reply, format!("reply {i}"));
+    }
+    assert_eq!(a.stack_stats().unwrap().connections_opened, CONNECTIONS as u64);
+    done.send(()).unwrap();
+    join(handle);
+}
+
+#[test]
+fn non_blocking_event_loop_on_one_thread() {
+    const TOTAL: usize = 1 << 20;
+    let (_pool, dev_a, dev_b) = pair();
+    let a = interface(dev_a, A_IP);
+    let b = interface(dev_b, B_IP);
+    let listener = Listener::bind(&b, 9000).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    assert_eq!(listener.local_addr(), SocketAddrV4::new(B_IP, 9000));
+    assert_eq!(listener.accept().unwrap_err().kind(), io::ErrorKind::WouldBlock);
+
+    let client = Stream::connect_nonblocking(&a, SocketAddrV4::new(B_IP, 9000)).unwrap();
+    let r = client.readiness().unwrap();
+    assert!(!r.writable && !r.readable && !r.error, "connecting: {r:?}");
+    let mut buf = [0u8; 16];
+    assert_eq!((&client).read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+
+    let data = Rng(7).bytes(TOTAL);
+    let mut server: Option<Stream<Pair>> = None;
+    let (mut written, mut echoed, mut pending) = (0, 0, Vec::new());
+    let mut received = Vec::with_capacity(TOTAL);
+    let mut scratch = vec![0u8; 16 * 1024];
+    let start = Instant::now();
+    while received.len() < TOTAL {
+        assert!(start.elapsed() < T, "stuck: {written} written, {} back", received.len());
+        a.poll().unwrap();
+        b.poll().unwrap();
+        if server.is_none() && listener.is_acceptable().unwrap() {
+            let (s, peer) = listener.accept().unwrap();
+            assert_eq!(peer, client.local_addr());
+            s.set_nonblocking(true).unwrap();
+            server = Some(s);
+        }
+        let rc = client.readiness().unwrap();
+        assert!(!rc.error);
+        if rc.writable && written < TOTAL {
+            match (&client).write(&data[written..]) {
+                Ok(n) => written += n,
+                Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+            }
+        }
+        if let Some(s) = &server {
+            let rs = s.readiness().unwrap();
+            // Echo: what was read and not yet written back goes first.
+            if rs.writable && !pending.is_empty() {
+                let n = (&*s).write(&pending).unwrap();
+                pending.drain(..n);
+                echoed += n;
+            }
+            if rs.readable && pending.is_empty() {
+                let n = (&*s).read(&mut scratch).unwrap();
+                pending.extend_from_slice(&scratch[..n]);
+            }
+        }
+        if rc.readable {
+            let n = (&client).read(&mut scratch).unwrap();
+            received.extend_from_slice(&scratch[..n]);
+        }
+    }
+    assert_eq!(echoed, TOTAL);
+    assert!(received == data, "the echo is byte-exact");
+
+    // Half-close through readiness: the server sees EOF as read_closed.
+    client.shutdown(Shutdown::Write).unwrap();
+    let server = server.unwrap();
+    let start = Instant::now();
+    while !server.readiness().unwrap().read_closed {
+        assert!(start.elapsed() < T);
+        a.poll().unwrap();
+        b.poll().unwrap();
+    }
+    assert_eq!((&server).read(&mut scratch).unwrap(), 0);
+    assert!(server.stats().unwrap().bytes_in >= TOTAL as u64);
+}
+
+#[test]
+fn connecting_to_a_closed_port_is_refused_and_to_nobody_times_out() {
+    let (_pool, dev_a, dev_b) = pair();
+    let (handle, done) = server(dev_b, 1, |b, _listener, done| keep_polling(b, &done));
+    let a = interface(dev_a, A_IP);
+    let e = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 9), T).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+    assert!(e.get_ref().is_some(), "the stack's error is kept");
+    // Nobody answers ARP for .99.
+    let start = Instant::now();
+    let e = Stream::connect_timeout(
+        &a,
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 99), 9),
+        Duration::from_millis(300),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    // Off the prefix, without a gateway.
+    let e = Stream::connect(&a, SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 9)).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::NetworkUnreachable, "{e}");
+    // The non-blocking connect reports refusal through readiness and take_error.
+    let s = Stream::connect_nonblocking(&a, SocketAddrV4::new(B_IP, 9)).unwrap();
+    let start = Instant::now();
+    while !s.readiness().unwrap().error {
+        assert!(start.elapsed() < T);
+        a.poll_wait(Some(Duration::from_millis(5))).unwrap();
+    }
+    assert_eq!(s.take_error().unwrap().unwrap().kind(), io::ErrorKind::ConnectionRefused);
+    assert!(s.take_error().unwrap().is_none(), "reported once");
+    assert_eq!((&s).write(b"x").unwrap_err().kind(), io::ErrorKind::ConnectionRefused);
+    drop(s);
+    done.send(()).unwrap();
+    join(handle);
+}
+
+#[test]
+fn read_timeout_expires_with_would_block() {
+    let (_pool, dev_a, dev_b) = pair();
+    let (handle, done) = server(dev_b, 7, |b, listener, done| {
+        let (s, _) = listener.accept()?;
+        keep_polling(b, &done)?;
+        drop(s);
+        Ok(())
+    });
+    let a = interface(dev_a, A_IP);
+    let mut s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    assert_eq!(s.set_read_timeout(Some(Duration::ZERO)).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    s.set_read_timeout(Some(Duration::from_millis(150))).unwrap();
+    assert_eq!(s.read_timeout().unwrap(), Some(Duration::from_millis(150)));
+    let start = Instant::now();
+    let mut buf = [0u8; 8];
+    assert_eq!(s.read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(150) && took < T, "{took:?}");
+    // Non-blocking: at once.
+    s.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    assert_eq!(s.read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    assert!(start.elapsed() < Duration::from_millis(100));
+    done.send(()).unwrap();
+    join(handle);
+}
+
+#[test]
+fn half_close_then_reply() {
+    let (_pool, dev_a, dev_b) = pair();
+    let (handle, done) = server(dev_b, 7, |b, listener, done| {
+        let (mut s, _) = listener.accept()?;
+        timeouts(&s);
+        let mut request = Vec::new();
+        s.read_to_end(&mut request)?; // ends at the client's FIN
+        assert!(s.readiness()?.read_closed);
+        assert_eq!(s.state()?, State::CloseWait);
+        let reply: Vec<u8> = request.iter().rev().copied().collect();
+        s.write_all(&reply)?;
+        s.flush()?;
+        drop(s);
+        keep_polling(b, &done)
+    });
+    let a = interface(dev_a, A_IP);
+    let mut s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    timeouts(&s);
+    let request = Rng(99).bytes(100_000);
+    s.write_all(&request).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let e = s.write(b"more").unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::BrokenPipe, "{e}");
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    assert_eq!(reply.len(), request.len());
+    assert!(reply.iter().rev().eq(request.iter()));
+    assert!(s.readiness().unwrap().read_closed);
+    done.send(()).unwrap();
+    join(handle);
+}
+
+#[test]
+fn linger_zero_resets_the_peer() {
+    let (_pool, dev_a, dev_b) = pair();
+    let (handle, done) = server(dev_b, 7, |b, listener, done| {
+        let (s, _) = listener.accept()?;
+        timeouts(&s);
+        let mut one = [0u8; 1];
+        (&s).read_exact(&mut one)?; // the client is connected and waiting
+        s.set_linger(Some(Duration::ZERO))?;
+        assert_eq!(s.linger()?, Some(Duration::ZERO));
+        drop(s); // RST
+        keep_polling(b, &done)
+    });
+    let a = interface(dev_a, A_IP);
+    let mut s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    timeouts(&s);
+    s.write_all(b"!").unwrap();
+    let mut buf = [0u8; 64];
+    let e = s.read(&mut buf).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+    assert!(s.readiness().unwrap().error);
+    assert_eq!(s.write(b"x").unwrap_err().kind(), io::ErrorKind::ConnectionReset);
+    done.send(()).unwrap();
+    join(handle);
+}
+
+#[test]
+fn abort_resets_the_peer() {
+    let (_pool, dev_a, dev_b) = pair();
+    let (handle, done) = server(dev_b, 7, |b, listener, done| {
+        let (mut s, _) = listener.accept()?;
+        timeouts(&s);
+        let mut buf = [0u8; 16];
+        let e = s.read(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+        keep_polling(b, &done)
+    });
+    let a = interface(dev_a, A_IP);
+    let s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    s.abort().unwrap(); // the server's read returns the reset
+    done.send(()).unwrap();
+    join(handle);
+}
+
+#[test]
+fn drop_without_linger_delivers_all_data_and_the_fin() {
+    const TOTAL: usize = 1 << 20;
+    let (_pool, dev_a, dev_b) = pair();
+    let data = Rng(3).bytes(TOTAL);
+    let expected = data.clone();
+    let (handle, done) = server(dev_b, 7, move |b, listener, done| {
+        let (s, _) = listener.accept()?;
+        timeouts(&s);
+        // More than the send buffer: write_all blocks until the client has read some of it.
+        (&s).write_all(&data)?;
+        drop(s); // no flush, no linger: the rest and the FIN leave in the background
+        keep_polling(b, &done)
+    });
+    let a = interface(dev_a, A_IP);
+    let mut s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    timeouts(&s);
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), TOTAL);
+    assert!(got == expected);
+    assert!(matches!(s.state().unwrap(), State::CloseWait), "{:?}", s.state());
+    drop(s);
+    done.send(()).unwrap();
+    join(handle);
+}
+
+#[test]
+fn linger_blocks_until_everything_is_acknowledged() {
+    const TOTAL: usize = 300_000;
+    let (_pool, dev_a, dev_b) = pair();
+    let data = Rng(5).bytes(TOTAL);
+    let expected = data.clone();
+    let (handle, _done) = server(dev_b, 7, move |b, listener, _done| {
+        let (s, _) = listener.accept()?;
+        timeouts(&s);
+        (&s).write_all(&data)?;
+        s.set_linger(Some(T))?;
+        let start = Instant::now();
+        drop(s); // blocks until the data and the FIN are acknowledged
+        let took = start.elapsed();
+        assert!(took < T, "{took:?}");
+        // Nothing is left to send: no more polling needed.
+        let sent = b.stack_stats()?;
+        Ok(sent.tx_frames)
+    });
+    let a = interface(dev_a, A_IP);
+    let mut s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    timeouts(&s);
+    let mut got = Vec::new();
+    // The server thread ends (and its end of the pair goes) right after its linger: everything has
+    // arrived by then, so reading to the end needs nothing more from it.
+    s.read_to_end(&mut got).unwrap();
+    assert!(got == expected);
+    assert!(join(handle) > 0);
+}
+
+#[test]
+fn shutdown_read_discards_what_arrives() {
+    const TOTAL: usize = 512 * 1024;
+    let (_pool, dev_a, dev_b) = pair();
+    let (handle, done) = server(dev_b, 7, |b, listener, done| {
+        let (mut s, _) = listener.accept()?;
+        timeouts(&s);
+        s.shutdown(Shutdown::Read)?;
+        let mut buf = [0u8; 16];
+        assert_eq!(s.read(&mut buf)?, 0);
+        assert!(s.readiness()?.read_closed);
+        keep_polling(b, &done)?;
+        assert_eq!(s.read(&mut buf)?, 0);
+        assert!(s.stats()?.bytes_in >= TOTAL as u64);
+        Ok(())
+    });
+    let a = interface(dev_a, A_IP);
+    let mut s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    timeouts(&s);
+    // Far more than the peer's receive buffer: only discarding keeps its window open.
+    s.write_all(&Rng(11).bytes(TOTAL)).unwrap();
+    s.flush().unwrap();
+    // Wait until everything is acknowledged.
+    let start = Instant::now();
+    while s.queues().unwrap().1 > 0 {
+        assert!(start.elapsed() < T);
+        a.poll_wait(Some(Duration::from_millis(5))).unwrap();
+    }
+    done.send(()).unwrap();
+    join(handle);
+}
+
+#[test]
+fn reentrant_calls_from_with_stack_fail_without_panicking() {
+    let (_pool, dev_a, dev_b) = pair();
+    let (handle, done) = server(dev_b, 7, |b, listener, done| {
+        let (mut s, _) = listener.accept()?;
+        timeouts(&s);
+        let mut all = Vec::new();
+        s.read_to_end(&mut all)?; // ends with the FIN of the stream dropped inside with_stack
+        keep_polling(b, &done)?;
+        Ok(all)
+    });
+    let a = interface(dev_a, A_IP);
+    let s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    timeouts(&s);
+    (&s).write_all(b"before").unwrap();
+    let listener = Listener::bind(&a, 5555).unwrap();
+    let inner = a
+        .with_stack(|stack| {
+            assert!(stack.connection_count() >= 1);
+            let mut buf = [0u8; 4];
+            let read = (&s).read(&mut buf).unwrap_err();
+            let write = (&s).write(b"x").unwrap_err();
+            let accept = listener.accept().unwrap_err();
+            let poll = a.poll().unwrap_err();
+            let nested = a.with_stack(|_| ()).unwrap_err();
+            let stats = a.stack_stats().unwrap_err();
+            assert!(a.poll_timeout().is_some());
+            for e in [&read, &write, &accept, &poll, &nested, &stats] {
+                assert_eq!(e.kind(), io::ErrorKind::Other, "{e}");
+                assert!(e.to_string().contains("already in use"), "{e}");
+            }
+            assert!(format!("{a:?}").contains("in use"));
+            // Dropped inside: the close is deferred to the next use of the interface.
+            drop(s);
+            drop(listener);
+            stack.connection_count()
+        })
+        .unwrap();
+    assert!(inner >= 1);
+    // The next use applies the deferred close and unlisten: the server reads EOF, the port is free.
+    let again = Listener::bind(&a, 5555).unwrap();
+    drop(again);
+    // Drive our side a while (the FIN leaves); the server's read_to_end ends with it.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(100) {
+        a.poll_wait(Some(Duration::from_millis(5))).unwrap();
+    }
+    done.send(()).unwrap();
+    assert_eq!(join(handle), b"before");
+}
+
+#[test]
+fn interface_parts_come_back_when_the_last_handle_goes() {
+    let (pool, dev_a, dev_b) = pair();
+    let a = interface(dev_a, A_IP);
+    let listener = Listener::bind(&a, 80).unwrap();
+    assert_eq!(Listener::bind(&a, 80).unwrap_err().kind(), io::ErrorKind::AddrInUse);
+    assert_eq!(Listener::bind(&a, 0).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    let a = a.into_parts().unwrap_err(); // the listener holds a handle
+    drop(listener);
+    let (stack, dev, cache) = a.into_parts().unwrap();
+    assert_eq!(stack.ip(), A_IP);
+    drop((stack, dev, cache));
+    drop(dev_b);
+    pool.check_leaks().unwrap();
+}
