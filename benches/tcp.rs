@@ -408,6 +408,36 @@ struct LibEndpoint<'c, D> {
     dev: D,
     cache: &'c PoolCache,
     listener: Option<tcp_lib::stack::ListenerId>,
+    /// `Some`: the application reads in place (`Stack::poll_with`).
+    in_place: Option<InPlace>,
+}
+
+/// An application reading in place: its sink copies each payload, where it lies in the received
+/// pool buffer, into the application's own 64 KiB buffer (cyclically), as `read(2)` would, and
+/// counts it; `recv` then reports those bytes before reading what the stack buffered. The copy from
+/// the frame into the stack's receive ring is what this saves.
+struct InPlace {
+    app: Vec<u8>,
+    at: usize,
+    placed: usize,
+}
+
+impl InPlace {
+    fn new() -> Self {
+        Self { app: vec![0; CHUNK], at: 0, placed: 0 }
+    }
+
+    fn take(&mut self, mut data: &[u8]) -> usize {
+        let n = data.len();
+        while !data.is_empty() {
+            let k = data.len().min(self.app.len() - self.at);
+            self.app[self.at..self.at + k].copy_from_slice(&data[..k]);
+            self.at = (self.at + k) % self.app.len();
+            data = &data[k..];
+        }
+        self.placed += n;
+        n
+    }
 }
 
 fn lib_config(mac: [u8; 6], ip: Ipv4Addr, buf: usize, trust: bool) -> Config {
@@ -427,7 +457,7 @@ impl<'c, D: Sleep> LibEndpoint<'c, D> {
     fn new(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
         let config = lib_config(dev.info().mac.0, ip, buf, trust_checksums::<D>());
         let stack = Stack::new(config, Instant::now());
-        Self { stack, dev, cache, listener: None }
+        Self { stack, dev, cache, listener: None, in_place: None }
     }
 }
 
@@ -439,7 +469,13 @@ impl<D: Sleep> Endpoint for LibEndpoint<'_, D> {
     type Sock = StreamId;
 
     fn poll(&mut self) -> bool {
-        match self.stack.poll(Instant::now(), &mut self.dev, self.cache) {
+        let polled = match self.in_place.as_mut() {
+            Some(app) => {
+                self.stack.poll_with(Instant::now(), &mut self.dev, self.cache, |_, data| app.take(data))
+            }
+            None => self.stack.poll(Instant::now(), &mut self.dev, self.cache),
+        };
+        match polled {
             Ok(ps) => ps.received + ps.transmitted > 0,
             Err(_) => false,
         }
@@ -480,6 +516,13 @@ impl<D: Sleep> Endpoint for LibEndpoint<'_, D> {
     }
 
     fn recv(&mut self, s: StreamId, buf: &mut [u8]) -> Result<Option<usize>, String> {
+        if let Some(app) = self.in_place.as_mut()
+            && app.placed > 0
+        {
+            let n = app.placed.min(buf.len());
+            app.placed -= n;
+            return Ok(Some(n));
+        }
         match self.stack.recv(s, buf) {
             Ok(n) => Ok(Some(n)),
             Err(StackError::WouldBlock) => Ok(None),
@@ -883,6 +926,8 @@ fn txn_server<E: Endpoint>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     TcpLib,
+    /// tcp-lib, the receiving application reading in place ([`InPlace`]).
+    TcpLibInPlace,
     Smoltcp,
 }
 
@@ -890,6 +935,7 @@ impl Kind {
     fn name(self) -> &'static str {
         match self {
             Kind::TcpLib => "tcp-lib",
+            Kind::TcpLibInPlace => "tcp-lib-inplace",
             Kind::Smoltcp => "smoltcp",
         }
     }
@@ -926,6 +972,11 @@ fn with_endpoint<D: Sleep + HasPool, R>(
     let cache = dev.pool_cache();
     match kind {
         Kind::TcpLib => f(&mut LibEndpoint::new(dev, &cache, ip, buf)),
+        Kind::TcpLibInPlace => {
+            let mut ep = LibEndpoint::new(dev, &cache, ip, buf);
+            ep.in_place = Some(InPlace::new());
+            f(&mut ep)
+        }
         Kind::Smoltcp => f(&mut SmolEndpoint::new(dev, &cache, ip, buf)),
     }
 }
@@ -1174,6 +1225,11 @@ fn tap_run(kind: Kind, mode: TapMode, s: &Settings) -> Result<Sample, String> {
         Kind::TcpLib => {
             tap_stack(&mut LibEndpoint::new(tap, &cache, TAP_STACK_IP, s.buf), mode, bytes, busy, &done)
         }
+        Kind::TcpLibInPlace => {
+            let mut ep = LibEndpoint::new(tap, &cache, TAP_STACK_IP, s.buf);
+            ep.in_place = Some(InPlace::new());
+            tap_stack(&mut ep, mode, bytes, busy, &done)
+        }
         Kind::Smoltcp => {
             tap_stack(&mut SmolEndpoint::new(tap, &cache, TAP_STACK_IP, s.buf), mode, bytes, busy, &done)
         }
@@ -1278,7 +1334,8 @@ fn fmt_rate(x: f64) -> String {
 fn table(title: &str, unit: &str, scale: f64, series: &[Series]) {
     println!("\n### {title}\n");
     println!(
-        "| contender | runs | wall {unit}/s (median) | min..max | {unit} per CPU-s (median) | CPU-s per wall-s | tcp-lib / this, wall (paired) | tcp-lib / this, per CPU-s (paired) |"
+        "| contender | runs | wall {unit}/s (median) | min..max | {unit} per CPU-s (median) | CPU-s per wall-s | {0} / this, wall (paired) | {0} / this, per CPU-s (paired) |",
+        series[0].name
     );
     println!("|---|---:|---:|---|---:|---:|---:|---:|");
     let ours = &series[0];
@@ -1374,6 +1431,7 @@ fn child(args: &[String]) -> Result<(), String> {
     let n: u64 = args.get(2).and_then(|v| v.parse().ok()).ok_or("usage: --child bulk|txn WHO N")?;
     let kind = match who {
         "tcp-lib" => Some(Kind::TcpLib),
+        "tcp-lib-inplace" => Some(Kind::TcpLibInPlace),
         "smoltcp" => Some(Kind::Smoltcp),
         "kernel-lo" => None,
         _ => return Err(format!("unknown contender {who}")),
@@ -1421,15 +1479,16 @@ fn main() {
     let ns_missing = netns::namespace_unavailable();
 
     if want("bulk") {
-        let mut ser = series(&["tcp-lib", "smoltcp", "kernel-lo", "kernel-lo-1500"]);
-        let contenders = if ns_missing.is_some() { 3 } else { 4 };
+        let mut ser = series(&["tcp-lib", "smoltcp", "tcp-lib-inplace", "kernel-lo", "kernel-lo-1500"]);
+        let contenders = if ns_missing.is_some() { 4 } else { 5 };
         for round in 0..s.rounds {
             eprintln!("bulk round {round}:");
             rotated(round, contenders, |i| {
                 let r = match i {
                     0 => bulk_stack(Kind::TcpLib, &s, s.bytes),
                     1 => bulk_stack(Kind::Smoltcp, &s, s.bytes),
-                    2 => bulk_kernel(s.bytes, Ipv4Addr::LOCALHOST),
+                    2 => bulk_stack(Kind::TcpLibInPlace, &s, s.bytes),
+                    3 => bulk_kernel(s.bytes, Ipv4Addr::LOCALHOST),
                     _ => {
                         let bytes = s.bytes;
                         netns::in_private_namespace(move || {
@@ -1443,12 +1502,20 @@ fn main() {
         }
         if let Some(why) = ns_missing {
             println!("(kernel-lo-1500 skipped: {why})");
-            ser.truncate(3);
+            ser.truncate(4);
         }
         table(&format!("Bulk, one connection, {} MiB, in-memory link", s.bytes >> 20), "MB", 1e6, &ser);
+        // The same samples with the in-place reader as the reference.
+        ser.swap(0, 2);
+        table(
+            &format!("Bulk, one connection, {} MiB, in-memory link, tcp-lib reading in place", s.bytes >> 20),
+            "MB",
+            1e6,
+            &ser,
+        );
         if std::env::var("TCP_BENCH_ICOUNT").is_ok_and(|v| v == "1") {
             if common::have_valgrind() {
-                for kind in [Kind::TcpLib, Kind::Smoltcp] {
+                for kind in [Kind::TcpLib, Kind::TcpLibInPlace, Kind::Smoltcp] {
                     match icount_per_byte(kind) {
                         Ok(x) => println!(
                             "{}: {x:.2} instructions per byte (callgrind, both threads)",
@@ -1497,13 +1564,23 @@ fn main() {
         } else {
             let settings = s.clone();
             let r = netns::in_private_namespace(move || {
-                let mut ser =
-                    series(&["tcp-lib reader", "smoltcp reader", "tcp-lib writer", "smoltcp writer"]);
+                let mut ser = series(&[
+                    "tcp-lib reader",
+                    "smoltcp reader",
+                    "tcp-lib writer",
+                    "smoltcp writer",
+                    "tcp-lib-inplace writer",
+                ]);
                 for round in 0..settings.rounds {
                     eprintln!("tap round {round}:");
-                    rotated(round, 4, |i| {
-                        let kind = if i % 2 == 0 { Kind::TcpLib } else { Kind::Smoltcp };
-                        let mode = if i < 2 { TapMode::Reader } else { TapMode::Writer };
+                    rotated(round, 5, |i| {
+                        let (kind, mode) = match i {
+                            0 => (Kind::TcpLib, TapMode::Reader),
+                            1 => (Kind::Smoltcp, TapMode::Reader),
+                            2 => (Kind::TcpLib, TapMode::Writer),
+                            3 => (Kind::Smoltcp, TapMode::Writer),
+                            _ => (Kind::TcpLibInPlace, TapMode::Writer),
+                        };
                         record(&mut ser[i], tap_run(kind, mode, &settings));
                     });
                 }
@@ -1529,6 +1606,17 @@ fn main() {
                         "MB",
                         1e6,
                         &writer,
+                    );
+                    let mut in_place: Vec<Series> = writer.into_iter().rev().collect();
+                    in_place.truncate(2); // the in-place reader first, then smoltcp
+                    table(
+                        &format!(
+                            "Over TAP, writer mode, tcp-lib reading in place, {} MiB",
+                            s.tap_bytes >> 20
+                        ),
+                        "MB",
+                        1e6,
+                        &in_place,
                     );
                 }
                 Err(e) => println!("\n### Over TAP against the kernel\n\nskipped: {e}"),

@@ -10,6 +10,9 @@
 //!
 //! * **Input**: [`receive`](Stack::receive) takes one Ethernet frame (a borrowed slice, so a pool
 //!   buffer is read in place; TCP payload is copied once, into the connection's receive buffer).
+//!   [`receive_with`](Stack::receive_with) and [`poll_with`](Stack::poll_with) offer in-order
+//!   payload to the application where it lies in the pool buffer first (zero-copy receive); only
+//!   what it leaves is copied.
 //! * **Timers**: [`handle_timeout`](Stack::handle_timeout) once `now` reaches
 //!   [`poll_timeout`](Stack::poll_timeout).
 //! * **Output**: [`transmit`](Stack::transmit) builds frames (Ethernet + IPv4 + TCP, checksums
@@ -1217,6 +1220,21 @@ impl Stack {
     /// Processes one received Ethernet frame (any bytes: what does not parse is counted and
     /// dropped).
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        self.receive_with(now, frame, &mut |_, _| 0);
+    }
+
+    /// [`receive`](Self::receive) with in-place delivery of TCP payload: in-order bytes of a
+    /// connection the application holds a handle for, with nothing buffered ahead of them, are
+    /// offered to `deliver` where they lie in `frame` (see
+    /// [`Connection::handle_segment_with`]); it returns how many it consumed, and the rest is
+    /// buffered for [`recv`](Self::recv). Consumed bytes never enter the receive buffer, so the
+    /// advertised window stays open.
+    pub fn receive_with<F: FnMut(StreamId, &[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        deliver: &mut F,
+    ) {
         self.advance(now);
         self.stats.rx_frames += 1;
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
@@ -1230,7 +1248,7 @@ impl Stack {
         }
         match eth.ethertype() {
             EtherType::Arp => self.receive_arp(eth.payload()),
-            EtherType::Ipv4 => self.receive_ipv4(eth.payload()),
+            EtherType::Ipv4 => self.receive_ipv4(eth.payload(), deliver),
             _ => self.stats.rx_unhandled += 1,
         }
     }
@@ -1261,7 +1279,7 @@ impl Stack {
         }
     }
 
-    fn receive_ipv4(&mut self, bytes: &[u8]) {
+    fn receive_ipv4<F: FnMut(StreamId, &[u8]) -> usize>(&mut self, bytes: &[u8], deliver: &mut F) {
         let Ok(packet) = Ipv4Packet::new_checked(bytes) else {
             self.stats.rx_malformed += 1;
             return;
@@ -1271,7 +1289,7 @@ impl Stack {
             match self.reassembler.add(&packet, self.now) {
                 Ok(Some(datagram)) => {
                     self.stats.rx_reassembled += 1;
-                    self.receive_datagram(&datagram.header, &datagram.payload);
+                    self.receive_datagram(&datagram.header, &datagram.payload, deliver);
                 }
                 Ok(None) => {}
                 Err(_) => self.stats.rx_malformed += 1,
@@ -1279,18 +1297,23 @@ impl Stack {
             return;
         }
         match Ipv4Repr::parse(&packet, self.config.checksum) {
-            Ok(repr) => self.receive_datagram(&repr, packet.payload()),
+            Ok(repr) => self.receive_datagram(&repr, packet.payload(), deliver),
             Err(_) => self.stats.rx_malformed += 1,
         }
     }
 
-    fn receive_datagram(&mut self, ip: &Ipv4Repr, payload: &[u8]) {
+    fn receive_datagram<F: FnMut(StreamId, &[u8]) -> usize>(
+        &mut self,
+        ip: &Ipv4Repr,
+        payload: &[u8],
+        deliver: &mut F,
+    ) {
         if ip.dst_addr != self.ip() {
             self.stats.rx_not_for_us += 1;
             return;
         }
         match ip.protocol {
-            Protocol::Tcp => self.receive_tcp(ip.src_addr, payload),
+            Protocol::Tcp => self.receive_tcp(ip.src_addr, payload, deliver),
             Protocol::Icmp => self.receive_icmp(ip.src_addr, payload),
             _ => self.stats.rx_unhandled += 1,
         }
@@ -1357,7 +1380,12 @@ impl Stack {
         }
     }
 
-    fn receive_tcp(&mut self, src: Ipv4Addr, bytes: &[u8]) {
+    fn receive_tcp<F: FnMut(StreamId, &[u8]) -> usize>(
+        &mut self,
+        src: Ipv4Addr,
+        bytes: &[u8],
+        deliver: &mut F,
+    ) {
         let ip = self.ip();
         let Ok(packet) = TcpPacket::new_checked(bytes) else {
             self.stats.rx_malformed += 1;
@@ -1382,8 +1410,13 @@ impl Stack {
                 self.stats.listen_drops += 1;
                 return;
             }
+            let id = self.stream_id(index);
             if let Some(e) = self.slot_entry(index) {
-                e.conn.handle_segment(now, &seg);
+                if e.app_owned {
+                    e.conn.handle_segment_with(now, &seg, |data| deliver(id, data));
+                } else {
+                    e.conn.handle_segment(now, &seg);
+                }
             }
             self.settle(index);
             self.mark_ready(index);
@@ -1954,12 +1987,71 @@ impl Stack {
         device: &mut D,
         cache: &PoolCache,
     ) -> Result<PollStats, DevError> {
+        self.poll_with(now, device, cache, |_, _| 0)
+    }
+
+    /// [`poll`](Self::poll) with in-place delivery ([`receive_with`](Self::receive_with)):
+    /// `deliver` reads TCP payload where it lies in the received pool buffers, before they go
+    /// back to the pool, and returns how much it consumed. It runs inside the poll, so it cannot
+    /// call the stack; what it does not consume is read later with [`recv`](Self::recv).
+    ///
+    /// ```
+    /// # use std::net::{Ipv4Addr, SocketAddrV4};
+    /// # use std::time::{Duration, Instant};
+    /// # use netchannel::dev::{NetDevice, Pair};
+    /// # use netchannel::pool::{HugePages, Pool};
+    /// # use tcp_lib::stack::{Config, Stack};
+    /// # use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    /// # let pool = Pool::builder(1024).hugepages(HugePages::Never).build()?;
+    /// # let (mut dev_a, mut dev_b) = Pair::builder(&pool).build()?;
+    /// # let cache = pool.cache();
+    /// # let mut now = Instant::now();
+    /// # let config = |dev: &Pair, host: u8| {
+    /// #     let mac = EthernetAddress(dev.info().mac.0);
+    /// #     Config::new(mac, Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, host), 24).expect("a /24"))
+    /// # };
+    /// # let mut a = Stack::new(config(&dev_a, 1), now);
+    /// # let mut b = Stack::new(config(&dev_b, 2), now);
+    /// let listener = b.listen(80)?;
+    /// let client = a.connect(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80))?;
+    /// let mut server = None;
+    /// while server.is_none() {
+    ///     a.poll(now, &mut dev_a, &cache)?;
+    ///     b.poll(now, &mut dev_b, &cache)?;
+    ///     server = b.accept(listener);
+    ///     now += Duration::from_millis(1);
+    /// }
+    /// a.send(client, b"GET / HTTP/1.0\r\n\r\n")?;
+    /// let mut lines = 0; // parsed where it lies in the pool buffer: never copied
+    /// for _ in 0..10 {
+    ///     a.poll(now, &mut dev_a, &cache)?;
+    ///     b.poll_with(now, &mut dev_b, &cache, |_stream, payload| {
+    ///         lines += payload.windows(2).filter(|w| w == b"\r\n").count();
+    ///         payload.len()
+    ///     })?;
+    ///     now += Duration::from_millis(1);
+    /// }
+    /// assert_eq!(lines, 2);
+    /// let (buffered, _) = b.queues(server.expect("accepted"))?;
+    /// assert_eq!(buffered, 0, "nothing went through the receive buffer");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The device's errors.
+    pub fn poll_with<D: NetDevice + ?Sized, F: FnMut(StreamId, &[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        device: &mut D,
+        cache: &PoolCache,
+        mut deliver: F,
+    ) -> Result<PollStats, DevError> {
         let mut stats = PollStats::default();
         let mut batch = PacketBatch::with_capacity(BURST);
         for _ in 0..MAX_RX_BURSTS {
             let n = device.rx_burst(0, cache, &mut batch)?;
             for packet in batch.drain() {
-                self.receive(now, packet.data());
+                self.receive_with(now, packet.data(), &mut deliver);
             }
             stats.received += n;
             if n < BURST {

@@ -966,6 +966,23 @@ impl Connection {
     /// §3.10.7). Segments for other ports are ignored. Follow it with
     /// [`poll_transmit`](Self::poll_transmit).
     pub fn handle_segment(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        self.handle_segment_with(now, seg, |_| 0);
+    }
+
+    /// [`handle_segment`](Self::handle_segment) with in-place delivery: when the segment carries
+    /// the next in-order bytes and nothing is buffered ahead of them (the receive ring is empty
+    /// and no out-of-order data waits), `deliver` is offered the payload where it lies (in the
+    /// received frame, e.g. a pool buffer) and returns how many bytes it consumed (at most the
+    /// slice's length). Consumed bytes are received (acknowledged, counted) without touching the
+    /// receive ring, so they take no window; what it leaves is buffered as usual and read with
+    /// [`recv`](Self::recv). `deliver` is not called after [`close`](Self::close) (data that
+    /// still arrives is discarded) or for data that is not in order.
+    pub fn handle_segment_with<F: FnMut(&[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        mut deliver: F,
+    ) {
         if seg.src_port != self.remote.port() || seg.dst_port != self.local.port() {
             return;
         }
@@ -978,7 +995,7 @@ impl Connection {
             }
             State::Listen => {}
             State::SynSent => self.handle_syn_sent(now, seg),
-            _ => self.handle_synchronized(now, seg),
+            _ => self.handle_synchronized(now, seg, &mut deliver),
         }
     }
 
@@ -1070,7 +1087,12 @@ impl Connection {
     }
 
     /// Every state after SYN-SENT (RFC 9293 §3.10.7.4).
-    fn handle_synchronized(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+    fn handle_synchronized<F: FnMut(&[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        deliver: &mut F,
+    ) {
         let rst = seg.control == TcpControl::Rst;
         let syn = seg.control == TcpControl::Syn;
         let mut fin = seg.control == TcpControl::Fin;
@@ -1085,7 +1107,7 @@ impl Connection {
         if self.state == State::SynReceived && syn && seg.ack_number.is_some() && seg.seq_number == self.irs {
             let ack_only =
                 TcpRepr { control: TcpControl::None, seq_number: self.irs + 1, payload: &[], ..*seg };
-            self.handle_synchronized(now, &ack_only);
+            self.handle_synchronized(now, &ack_only, deliver);
             if self.is_established() {
                 self.challenge_ack();
             }
@@ -1222,11 +1244,18 @@ impl Connection {
         let offset = distance(self.rcv_nxt, seq);
         let mut written = 0;
         if !payload.is_empty() {
-            written = self.recv_buf.write_unallocated(offset, payload);
             if offset == 0 {
+                // In place first, when nothing buffered has to be read before these bytes.
+                let delivered = if self.recv_buf.is_empty() && self.ooo.is_empty() && !self.rx_closed {
+                    deliver(payload).min(payload.len())
+                } else {
+                    0
+                };
+                let copied = self.recv_buf.write_unallocated(0, &payload[delivered..]);
+                written = delivered + copied;
                 let filled_hole = !self.ooo.is_empty();
-                let reach = self.ooo.advance(written);
-                self.recv_buf.enqueue_unallocated(reach);
+                let reach = delivered + self.ooo.advance(copied);
+                self.recv_buf.enqueue_unallocated(reach - delivered);
                 if self.rx_closed {
                     self.recv_buf.dequeue_allocated(usize::MAX);
                 }
@@ -1244,6 +1273,7 @@ impl Connection {
             } else {
                 // Out of order: keep it if the range fits, and send a duplicate ACK at once
                 // (RFC 5681 §4.2).
+                written = self.recv_buf.write_unallocated(offset, payload);
                 if written > 0 {
                     if self.ooo.add(offset, offset + written) {
                         self.sack_recent.record(seq);

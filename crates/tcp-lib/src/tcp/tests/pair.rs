@@ -156,13 +156,46 @@ pub(super) struct Pair {
     steps: u64,
     /// When a transfer completed (before TIME-WAIT ran out).
     pub(super) done_at: Duration,
+    /// With it, segments are delivered through `handle_segment_with`, the sink consuming a
+    /// random prefix of what it is offered into `placed_*`.
+    pub(super) in_place: Option<Rng>,
+    /// Bytes `a` consumed in place (b -> a).
+    pub(super) placed_a: Vec<u8>,
+    /// Bytes `b` consumed in place (a -> b).
+    pub(super) placed_b: Vec<u8>,
+    /// Bytes consumed in place by both, in all.
+    pub(super) placed_total: usize,
+    /// The in-place sink always consumes everything.
+    pub(super) take_all: bool,
 }
 
-fn deliver(conn: &mut Connection, now: Instant, link: &Link, bytes: &[u8]) -> bool {
+fn deliver(
+    conn: &mut Connection,
+    now: Instant,
+    link: &Link,
+    bytes: &[u8],
+    in_place: Option<(&mut Rng, &mut Vec<u8>, &mut usize)>,
+    take_all: bool,
+) -> bool {
     let Ok(packet) = TcpPacket::new_checked(bytes) else { return false };
     match TcpRepr::parse(&packet, *link.src.ip(), *link.dst.ip(), ChecksumPolicy::Verify) {
         Ok(repr) => {
-            conn.handle_segment(now, &repr);
+            match in_place {
+                Some((rng, placed, total)) => conn.handle_segment_with(now, &repr, |data| {
+                    assert!(!data.is_empty(), "offered an empty payload");
+                    // All, nothing, or a random prefix; claiming more than offered is clamped.
+                    let n = match rng.below(4) {
+                        _ if take_all => data.len(),
+                        0 => data.len() + 10,
+                        1 => 0,
+                        _ => usize::try_from(rng.below(data.len() as u64 + 1)).unwrap_or(0),
+                    };
+                    placed.extend_from_slice(&data[..n.min(data.len())]);
+                    *total += n.min(data.len());
+                    n
+                }),
+                None => conn.handle_segment(now, &repr),
+            }
             true
         }
         Err(_) => false,
@@ -185,7 +218,22 @@ impl Pair {
         let b = Connection::accept(config_b, REMOTE, LOCAL, &syn, SeqNumber::new(0x7fff_fff0), base)
             .expect("accept");
         ab.sent += 1;
-        Self { a, b, base, now: base, ab, ba, rejected: 0, steps: 0, done_at: Duration::ZERO }
+        Self {
+            a,
+            b,
+            base,
+            now: base,
+            ab,
+            ba,
+            rejected: 0,
+            steps: 0,
+            done_at: Duration::ZERO,
+            in_place: None,
+            placed_a: Vec::new(),
+            placed_b: Vec::new(),
+            placed_total: 0,
+            take_all: false,
+        }
     }
 
     /// Virtual time elapsed.
@@ -219,12 +267,14 @@ impl Pair {
         let Some(next) = next else { return false };
         self.now = self.now.max(next);
         for bytes in self.ab.due(self.now) {
-            if !deliver(&mut self.b, self.now, &self.ab, &bytes) {
+            let sink = self.in_place.as_mut().map(|rng| (rng, &mut self.placed_b, &mut self.placed_total));
+            if !deliver(&mut self.b, self.now, &self.ab, &bytes, sink, self.take_all) {
                 self.rejected += 1;
             }
         }
         for bytes in self.ba.due(self.now) {
-            if !deliver(&mut self.a, self.now, &self.ba, &bytes) {
+            let sink = self.in_place.as_mut().map(|rng| (rng, &mut self.placed_a, &mut self.placed_total));
+            if !deliver(&mut self.a, self.now, &self.ba, &bytes, sink, self.take_all) {
                 self.rejected += 1;
             }
         }
@@ -317,6 +367,9 @@ impl Transfer {
             }
             self.written_ba += n;
         }
+        // Bytes consumed in place come before what is buffered now: they were offered only while
+        // the receive buffer was empty, and nothing is offered while it holds bytes.
+        self.got_ab.append(&mut p.placed_b);
         loop {
             let n = p.b.recv(&mut buf);
             if n == 0 {
@@ -324,6 +377,7 @@ impl Transfer {
             }
             self.got_ab.extend_from_slice(&buf[..n]);
         }
+        self.got_ba.append(&mut p.placed_a);
         loop {
             let n = p.a.recv(&mut buf);
             if n == 0 {
@@ -367,7 +421,22 @@ pub(super) fn run_transfer(
     t: &mut Transfer,
     deadline: Duration,
 ) -> Pair {
+    run_transfer_with(config_a, config_b, faults, seed, false, t, deadline)
+}
+
+/// [`run_transfer`], both ends consuming random prefixes of in-order data in place when
+/// `in_place`.
+pub(super) fn run_transfer_with(
+    config_a: Config,
+    config_b: Config,
+    faults: Faults,
+    seed: u64,
+    in_place: bool,
+    t: &mut Transfer,
+    deadline: Duration,
+) -> Pair {
     let mut p = Pair::connect(config_a, config_b, faults, seed);
+    p.in_place = in_place.then(|| Rng::new(seed ^ 0x1234_5678));
     let done = p.run_until(|p| t.act(p), deadline);
     assert!(
         done,
@@ -465,6 +534,11 @@ fn simultaneous_open_over_the_link() {
         rejected: 0,
         steps: 0,
         done_at: Duration::ZERO,
+        in_place: None,
+        placed_a: Vec::new(),
+        placed_b: Vec::new(),
+        placed_total: 0,
+        take_all: false,
     };
     assert!(p.run_until(
         |p| p.a.state() == State::Established && p.b.state() == State::Established,
@@ -582,6 +656,7 @@ proptest! {
         window_scaling in any::<bool>(),
         sack in any::<bool>(),
         cubic in any::<bool>(),
+        in_place in any::<bool>(),
     ) {
         let faults = Faults {
             drop,
@@ -604,7 +679,7 @@ proptest! {
             ..pair_config()
         };
         let mut t = Transfer::new(ab, ba, chunks, read);
-        run_transfer(config, config, faults, seed, &mut t, Duration::from_secs(1200));
+        run_transfer_with(config, config, faults, seed, in_place, &mut t, Duration::from_secs(1200));
     }
 }
 
@@ -643,5 +718,46 @@ fn sack_recovery_avoids_timeouts_under_random_loss() {
             "{congestion:?}: with SACK {sack_timeouts} timeouts, without {plain_timeouts}"
         );
         assert!(sack_time < plain_time);
+    }
+}
+
+#[test]
+fn in_place_delivery_keeps_the_window_open_and_the_order() {
+    // Clean link, the sink taking all, nothing or part of each payload at random: the stream is
+    // byte-exact, and what was consumed in place never entered the receive ring.
+    let mut t = Transfer::new(400_000, 150_000, vec![1000, 5000, 17], 3000);
+    let p = run_transfer_with(
+        pair_config(),
+        pair_config(),
+        Faults::clean(),
+        7,
+        true,
+        &mut t,
+        Duration::from_secs(30),
+    );
+    assert_eq!(p.b.stats().bytes_in, 400_000);
+    assert!(p.placed_total > 0);
+    // A sink that takes everything: no byte goes through the rings.
+    let mut t = Transfer::new(400_000, 150_000, vec![1000, 5000, 17], 3000);
+    let mut p = Pair::connect(pair_config(), pair_config(), Faults::clean(), 8);
+    p.in_place = Some(Rng::new(8));
+    p.take_all = true;
+    assert!(p.run_until(|p| t.act(p), Duration::from_secs(30)));
+    t.check();
+    assert_eq!(p.placed_total, 550_000);
+    assert_eq!(p.a.stats().bytes_in + p.b.stats().bytes_in, 550_000);
+    // Under loss: out-of-order data waits in the ring, and in-order data behind it is copied.
+    for seed in 0..4 {
+        let mut t = Transfer::new(200_000, 50_000, vec![1460, 3000], 1000);
+        let p = run_transfer_with(
+            pair_config(),
+            pair_config(),
+            Faults::lossy(),
+            seed,
+            true,
+            &mut t,
+            Duration::from_secs(600),
+        );
+        assert!(p.placed_total > 0);
     }
 }
