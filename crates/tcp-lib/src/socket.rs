@@ -153,8 +153,23 @@ struct Inner<D> {
 impl<D: NetDevice> Inner<D> {
     /// One [`Stack::poll`] at `now`, then the discarding of shut-down input.
     fn poll_at(&mut self, now: Instant) -> io::Result<PollStats> {
+        self.poll_at_with(now, |_, _| 0)
+    }
+
+    /// Polls with in-place delivery: input of streams whose reading was shut down is dropped where
+    /// it lies, the rest offered to `deliver`.
+    fn poll_at_with(
+        &mut self,
+        now: Instant,
+        mut deliver: impl FnMut(StreamId, &[u8]) -> usize,
+    ) -> io::Result<PollStats> {
         let Self { stack, device, cache, discard } = self;
-        let stats = stack.poll(now, device, cache).map_err(dev_error)?;
+        let stats =
+            stack
+                .poll_with(now, device, cache, |id, data| {
+                    if discard.contains(&id) { data.len() } else { deliver(id, data) }
+                })
+                .map_err(dev_error)?;
         if !discard.is_empty() {
             discard.retain(|&id| discard_input(stack, id));
         }
@@ -272,6 +287,20 @@ impl<D: NetDevice> Interface<D> {
     pub fn poll(&self) -> io::Result<PollStats> {
         let now = self.now();
         self.borrow()?.poll_at(now)
+    }
+
+    /// [`poll`](Self::poll) with zero-copy receive ([`Stack::poll_with`]): in-order payload of a
+    /// stream with nothing buffered ahead of it is offered to `deliver` where it lies in the
+    /// received pool buffer, with the stream's [`Stream::id`]; `deliver` returns how many bytes it
+    /// consumed, and the rest is read as usual. It runs inside the poll: it must not call the
+    /// interface or its sockets (such calls fail with "interface already in use").
+    ///
+    /// # Errors
+    ///
+    /// As [`poll`](Self::poll).
+    pub fn poll_with(&self, deliver: impl FnMut(StreamId, &[u8]) -> usize) -> io::Result<PollStats> {
+        let now = self.now();
+        self.borrow()?.poll_at_with(now, deliver)
     }
 
     /// When the stack next has work without a frame arriving: its earliest timer, or now when
@@ -809,6 +838,13 @@ impl<D: NetDevice> Stream<D> {
                 Err(e)
             }
         }
+    }
+
+    /// The stream's handle in the interface's [`Stack`] (what [`Interface::poll_with`] and
+    /// [`Interface::with_stack`] name it by).
+    #[must_use]
+    pub fn id(&self) -> StreamId {
+        self.id
     }
 
     /// The local address.

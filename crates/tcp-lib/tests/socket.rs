@@ -556,3 +556,60 @@ fn interface_parts_come_back_when_the_last_handle_goes() {
     drop(dev_b);
     pool.check_leaks().unwrap();
 }
+
+#[test]
+fn poll_with_reads_in_place_and_leaves_the_rest_to_read() {
+    const TOTAL: usize = 1 << 20;
+    let (_pool, dev_a, dev_b) = pair();
+    let a = interface(dev_a, A_IP);
+    let b = interface(dev_b, B_IP);
+    let listener = Listener::bind(&b, 9100).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let client = Stream::connect_nonblocking(&a, SocketAddrV4::new(B_IP, 9100)).unwrap();
+    let data = Rng(11).bytes(TOTAL);
+    let mut server: Option<Stream<Pair>> = None;
+    let (mut written, mut received, mut in_place, mut turn) = (0, Vec::with_capacity(TOTAL), 0usize, 0u32);
+    let mut scratch = vec![0u8; 4096];
+    let start = Instant::now();
+    while received.len() < TOTAL {
+        assert!(start.elapsed() < T, "stuck: {written} written, {} received", received.len());
+        a.poll().unwrap();
+        if client.readiness().unwrap().writable && written < TOTAL {
+            match (&client).write(&data[written..]) {
+                Ok(n) => written += n,
+                Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+            }
+        }
+        let id = server.as_ref().map(Stream::id);
+        b.poll_with(|stream, payload| {
+            assert_eq!(Some(stream), id, "only the accepted stream is offered data");
+            // Take everything, nothing, or half, in turn: what is left is read below, in order.
+            turn += 1;
+            let n = match turn % 3 {
+                0 => payload.len(),
+                1 => 0,
+                _ => payload.len() / 2,
+            };
+            received.extend_from_slice(&payload[..n]);
+            in_place += n;
+            n
+        })
+        .unwrap();
+        if server.is_none() && listener.is_acceptable().unwrap() {
+            let (s, _) = listener.accept().unwrap();
+            s.set_nonblocking(true).unwrap();
+            server = Some(s);
+        }
+        // Drain what was buffered, so that the next segments can be offered in place.
+        while let Some(s) = &server
+            && s.readiness().unwrap().readable
+        {
+            let n = (&*s).read(&mut scratch).unwrap();
+            assert!(n > 0, "no end of stream before the data");
+            received.extend_from_slice(&scratch[..n]);
+        }
+    }
+    assert!(received == data, "in-place and buffered reads make the stream, in order");
+    // Once one segment is left (partly) buffered, the rest of that poll is buffered too.
+    assert!(in_place > TOTAL / 64 && in_place < TOTAL, "{in_place} of {TOTAL} bytes in place");
+}
