@@ -4,6 +4,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use super::hash::TableHash;
 use crate::wire::EthernetAddress;
 
 /// Limits and timers of the ARP cache.
@@ -57,13 +58,13 @@ pub(crate) enum Enqueued {
 #[derive(Debug)]
 pub(crate) struct ArpCache {
     config: ArpConfig,
-    entries: HashMap<Ipv4Addr, (EthernetAddress, Instant)>,
-    pending: HashMap<Ipv4Addr, Pending>,
+    entries: HashMap<Ipv4Addr, (EthernetAddress, Instant), TableHash>,
+    pending: HashMap<Ipv4Addr, Pending, TableHash>,
 }
 
 impl ArpCache {
-    pub(crate) fn new(config: ArpConfig) -> Self {
-        Self { config, entries: HashMap::new(), pending: HashMap::new() }
+    pub(crate) fn new(config: ArpConfig, hash: TableHash) -> Self {
+        Self { config, entries: HashMap::with_hasher(hash), pending: HashMap::with_hasher(hash) }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -156,12 +157,17 @@ impl ArpCache {
 
 #[cfg(test)]
 mod tests {
+    use super::super::hash::Key;
     use super::*;
+
+    fn test_hash() -> TableHash {
+        TableHash::new(&Key::from_seed(1))
+    }
 
     #[test]
     fn pending_is_bounded_retried_and_expired() {
         let config = ArpConfig { max_pending_hosts: 2, max_pending_packets: 2, ..ArpConfig::default() };
-        let mut arp = ArpCache::new(config);
+        let mut arp = ArpCache::new(config, test_hash());
         let t0 = Instant::now();
         let (a, b, c) = (Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 3), Ipv4Addr::new(10, 0, 0, 4));
         assert_eq!(arp.enqueue(a, vec![1], t0), Enqueued::RequestNow);
@@ -189,7 +195,7 @@ mod tests {
 
     #[test]
     fn entries_are_bounded() {
-        let mut arp = ArpCache::new(ArpConfig { max_entries: 3, ..ArpConfig::default() });
+        let mut arp = ArpCache::new(ArpConfig { max_entries: 3, ..ArpConfig::default() }, test_hash());
         let t0 = Instant::now();
         for i in 0..10u8 {
             let _ = arp.insert(Ipv4Addr::new(10, 0, 0, i), EthernetAddress([2, 0, 0, 0, 0, i]), t0);

@@ -83,6 +83,133 @@ impl Key {
     }
 }
 
+/// The hash of the stack's tables (connections by 4-tuple, ARP entries, listeners): keyed, so
+/// that a peer who cannot learn the key cannot aim its addresses and ports at one bucket, and
+/// cheap, since the connection lookup runs on every segment (std's SipHash-1-3 was ~7% of a bulk
+/// transfer's instructions). The construction is the registry's (`netchannel::signature`): each
+/// 128-bit input is folded into the state with one 64x64->128-bit multiply of key-masked halves,
+/// and a final multiply by an odd key word mixes the result; the four key words come from the
+/// stack's SipHash key.
+#[derive(Clone, Copy)]
+pub(crate) struct TableHash([u64; 4]);
+
+impl std::fmt::Debug for TableHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TableHash(..)")
+    }
+}
+
+impl TableHash {
+    pub(crate) fn new(key: &Key) -> Self {
+        let word = |i: u64| key.hash(&[0x7461_626c_6568_6173, i]);
+        Self([word(0), word(1), word(2), word(3) | 1])
+    }
+}
+
+impl BuildHasher for TableHash {
+    type Hasher = TableHasher;
+
+    #[inline]
+    fn build_hasher(&self) -> TableHasher {
+        TableHasher { key: self.0, acc: 0 }
+    }
+}
+
+/// The [`Hasher`](std::hash::Hasher) of [`TableHash`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TableHasher {
+    key: [u64; 4],
+    acc: u64,
+}
+
+/// The 128-bit product of `a` and `b`, its halves XORed.
+#[inline(always)]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    // Truncation intended: the low half.
+    #[allow(clippy::cast_possible_truncation)]
+    let lo = p as u64;
+    lo ^ low64(p >> 64)
+}
+
+/// The low 64 bits.
+#[inline(always)]
+fn low64(x: u128) -> u64 {
+    // Truncation intended.
+    #[allow(clippy::cast_possible_truncation)]
+    let lo = x as u64;
+    lo
+}
+
+impl std::hash::Hasher for TableHasher {
+    #[inline]
+    fn write_u128(&mut self, x: u128) {
+        let [k0, k1, _, _] = self.key;
+        self.acc = fold_mul(low64(x >> 64) ^ k0 ^ self.acc, low64(x) ^ k1);
+    }
+
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.write_u128(u128::from(x));
+    }
+
+    #[inline]
+    fn write_u32(&mut self, x: u32) {
+        self.write_u128(u128::from(x));
+    }
+
+    #[inline]
+    fn write_u16(&mut self, x: u16) {
+        self.write_u128(u128::from(x));
+    }
+
+    #[inline]
+    fn write_u8(&mut self, x: u8) {
+        self.write_u128(u128::from(x));
+    }
+
+    #[inline]
+    fn write_usize(&mut self, x: usize) {
+        self.write_u128(u128::try_from(x).unwrap_or(u128::MAX));
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(16) {
+            let mut word = [0u8; 16];
+            word[..chunk.len()].copy_from_slice(chunk);
+            // The chunk's length in the top byte, so that trailing zero bytes count.
+            let len = u128::from(u8::try_from(chunk.len()).unwrap_or(16)) << 120;
+            self.write_u128(u128::from_le_bytes(word) ^ len);
+        }
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        let [_, _, k2, k3] = self.key;
+        fold_mul(self.acc ^ k2, k3)
+    }
+}
+
+/// The connection table's key: the 4-tuple packed into one 128-bit word, hashed with a single
+/// [`TableHasher::write_u128`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FlowKey(u128);
+
+impl FlowKey {
+    #[inline]
+    pub(crate) fn new(local: SocketAddrV4, remote: SocketAddrV4) -> Self {
+        let [l, r] = tuple_words(local, remote);
+        Self((u128::from(l) << 64) | u128::from(r))
+    }
+}
+
+impl std::hash::Hash for FlowKey {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u128(self.0);
+    }
+}
+
 /// The 4-tuple as two words.
 fn tuple_words(local: SocketAddrV4, remote: SocketAddrV4) -> [u64; 2] {
     let l = (u64::from(local.ip().to_bits()) << 16) | u64::from(local.port());
@@ -225,6 +352,40 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
+
+    #[test]
+    fn table_hash_spreads_sequential_tuples_and_depends_on_the_key() {
+        let a = TableHash::new(&Key::from_seed(1));
+        let b = TableHash::new(&Key::from_seed(2));
+        let local = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
+        // The worst case for a weak hash: one client, consecutive ports.
+        let keys: Vec<FlowKey> = (0..65_536u32)
+            .map(|i| {
+                let ip = Ipv4Addr::new(10, 0, 1, u8::try_from(i >> 14).unwrap());
+                FlowKey::new(local, SocketAddrV4::new(ip, u16::try_from(i & 0x3fff).unwrap() + 1024))
+            })
+            .collect();
+        // Low bits (the bucket) and the top 7 bits (hashbrown's control byte): every value about
+        // equally often.
+        let mut low = vec![0u32; 4096];
+        let mut top = [0u32; 128];
+        let mut differ = 0;
+        for k in &keys {
+            let h = a.hash_one(k);
+            low[usize::try_from(h & 4095).unwrap()] += 1;
+            top[usize::try_from(h >> 57).unwrap()] += 1;
+            differ += u32::from(h != b.hash_one(k));
+        }
+        let (lo_min, lo_max) = (low.iter().min().unwrap(), low.iter().max().unwrap());
+        assert!(*lo_min >= 2 && *lo_max <= 40, "16 expected per bucket: {lo_min}..{lo_max}");
+        let (t_min, t_max) = (top.iter().min().unwrap(), top.iter().max().unwrap());
+        assert!(*t_min >= 400 && *t_max <= 640, "512 expected per tag: {t_min}..{t_max}");
+        assert_eq!(differ, 65_536, "another key, other hashes");
+        // Bytes: trailing zeros and lengths count.
+        assert_ne!(a.hash_one([1u8, 0]), a.hash_one([1u8]));
+        assert_ne!(a.hash_one("ab"), a.hash_one("ba"));
+        assert_eq!(a.hash_one(keys[7]), a.hash_one(keys[7]));
+    }
 
     #[test]
     #[allow(deprecated)]

@@ -66,9 +66,11 @@
 //!
 //! Connections live in a slab (a `Vec` of slots with generation counters, so a stale
 //! [`StreamId`] is detected) and are found by a `HashMap<(local, remote), slot>`: O(1) per segment
-//! whatever the number of connections. (It uses std's SipHash `RandomState`, which resists
-//! hash flooding; a faster keyed hasher, such as the registry's `Signature::hash64`, would go in
-//! `Demux` below.) Listeners are found by local port. Connections that have something to send are
+//! whatever the number of connections. The 4-tuple is packed into one 128-bit word and hashed with
+//! a keyed multiply-fold hash (the registry's construction, two multiplies per lookup, keyed from
+//! the stack's secret so that a peer cannot aim its ports at one bucket); std's SipHash cost ~7% of
+//! a bulk transfer's instructions. Listeners are found by local port, ARP entries by address,
+//! with the same hash. Connections that have something to send are
 //! queued on a ready list, so [`transmit`](Stack::transmit) visits only them; connection timers sit
 //! in a binary heap with at most one live entry per connection plus stale entries that are skipped
 //! (the heap is rebuilt when stale entries outnumber live connections).
@@ -164,7 +166,7 @@ pub use arp::ArpConfig;
 pub use prepared::{PreparedSegments, PreparedSlice};
 
 use arp::{ArpCache, Enqueued};
-use hash::{Key, PortAllocator};
+use hash::{FlowKey, Key, PortAllocator, TableHash};
 
 /// Ethernet header length (no VLAN tag: the stack emits untagged frames).
 const ETH_LEN: usize = 14;
@@ -558,7 +560,7 @@ struct ListenerSlot {
 
 /// The demultiplexing map: `(local, remote)` to slot index. std's SipHash; a faster keyed hasher
 /// would be plugged in here.
-type Demux = HashMap<(SocketAddrV4, SocketAddrV4), u32>;
+type Demux = HashMap<FlowKey, u32, TableHash>;
 
 /// A per-core IPv4/TCP endpoint on one interface. See the [module documentation](self).
 pub struct Stack {
@@ -574,7 +576,7 @@ pub struct Stack {
     live: usize,
     demux: Demux,
     listeners: Vec<ListenerSlot>,
-    listener_ports: HashMap<u16, u32>,
+    listener_ports: HashMap<u16, u32, TableHash>,
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     time_wait: VecDeque<(u32, u32)>,
@@ -608,20 +610,21 @@ impl Stack {
         config.tcp.mss = config.tcp.mss.min(mss);
         let key = config.secret_seed.map_or_else(Key::random, Key::from_seed);
         let port_key = Key([key.0[0] ^ 0x706f_7274, key.0[1].rotate_left(17)]);
+        let tables = TableHash::new(&key);
         let mut stack = Self {
             config,
             epoch: now,
             now,
             key,
             ports: PortAllocator::new(port_key, config.ephemeral_ports.0, config.ephemeral_ports.1),
-            arp: ArpCache::new(config.arp),
+            arp: ArpCache::new(config.arp, tables),
             reassembler: FragmentReassembler::new(config.reassembly),
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
-            demux: HashMap::new(),
+            demux: HashMap::with_hasher(tables),
             listeners: Vec::new(),
-            listener_ports: HashMap::new(),
+            listener_ports: HashMap::with_hasher(tables),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             time_wait: VecDeque::new(),
@@ -836,7 +839,8 @@ impl Stack {
         let port = self
             .ports
             .pick(ip, remote, self.port_filter.as_deref(), |p| {
-                !listeners.contains_key(&p) && !demux.contains_key(&(SocketAddrV4::new(ip, p), remote))
+                !listeners.contains_key(&p)
+                    && !demux.contains_key(&FlowKey::new(SocketAddrV4::new(ip, p), remote))
             })
             .ok_or(Error::NoPorts)?;
         let local = SocketAddrV4::new(ip, port);
@@ -860,7 +864,7 @@ impl Stack {
         phase: Phase,
         app_owned: bool,
     ) -> u32 {
-        let key = (conn.local(), conn.remote());
+        let key = FlowKey::new(conn.local(), conn.remote());
         let entry = Entry {
             conn,
             app_owned,
@@ -1094,7 +1098,7 @@ impl Stack {
     /// for the connection (a registry signature) is needed as long as this holds.
     #[must_use]
     pub fn contains(&self, local: SocketAddrV4, remote: SocketAddrV4) -> bool {
-        self.demux.contains_key(&(local, remote))
+        self.demux.contains_key(&FlowKey::new(local, remote))
     }
 
     /// Moves the connection `stream` out of this stack, for [`adopt`](Self::adopt) by another
@@ -1123,7 +1127,7 @@ impl Stack {
         slot.generation = slot.generation.wrapping_add(1);
         let (local, remote) = (e.conn.local(), e.conn.remote());
         if e.in_demux {
-            self.demux.remove(&(local, remote));
+            self.demux.remove(&FlowKey::new(local, remote));
         }
         if e.ready {
             self.ready.retain(|&r| r != index);
@@ -1159,7 +1163,7 @@ impl Stack {
         let (local, remote) = (detached.conn.local(), detached.conn.remote());
         let refused = if *local.ip() != self.ip() {
             Some(Error::NotLocal)
-        } else if self.demux.contains_key(&(local, remote)) {
+        } else if self.demux.contains_key(&FlowKey::new(local, remote)) {
             Some(Error::AddrInUse)
         } else if self.live >= self.config.max_connections {
             Some(Error::TooManyConnections)
@@ -1365,7 +1369,7 @@ impl Stack {
                 )
             });
         let lowered = quoted.is_some_and(|(local, remote, seq)| {
-            let Some(&index) = self.demux.get(&(local, remote)) else { return false };
+            let Some(&index) = self.demux.get(&FlowKey::new(local, remote)) else { return false };
             let lowered =
                 self.slot_entry(index).is_some_and(|e| e.conn.handle_frag_needed(seq, next_hop_mtu));
             if lowered {
@@ -1397,7 +1401,7 @@ impl Stack {
         };
         let local = SocketAddrV4::new(ip, seg.dst_port);
         let remote = SocketAddrV4::new(src, seg.src_port);
-        if let Some(&index) = self.demux.get(&(local, remote)) {
+        if let Some(&index) = self.demux.get(&FlowKey::new(local, remote)) {
             self.stats.tcp_segments_in += 1;
             let now = self.now;
             let Some(e) = self.slot_entry(index) else { return };
@@ -1917,7 +1921,7 @@ impl Stack {
         self.arm_timer(index);
         let Some(e) = self.slot_entry(index) else { return };
         if e.conn.is_closed() {
-            let key = (e.conn.local(), e.conn.remote());
+            let key = FlowKey::new(e.conn.local(), e.conn.remote());
             let in_demux = std::mem::replace(&mut e.in_demux, false);
             let app_owned = e.app_owned;
             if in_demux {
@@ -1957,7 +1961,7 @@ impl Stack {
         let Some(e) = slot.entry.take() else { return };
         slot.generation = slot.generation.wrapping_add(1);
         if e.in_demux {
-            self.demux.remove(&(e.conn.local(), e.conn.remote()));
+            self.demux.remove(&FlowKey::new(e.conn.local(), e.conn.remote()));
         }
         if e.time_wait {
             self.time_wait_count -= 1;
