@@ -100,14 +100,32 @@
 //! A connection from [`connect`](Stack::connect) or [`accept`](Stack::accept) belongs to the
 //! application until [`close`](Stack::close) or [`abort`](Stack::abort): its handle stays valid
 //! (state, error, buffered data) even after the connection closed. After `close` the stack finishes
-//! the connection (FIN handshake) and reclaims the slot when it reaches CLOSED. Connections in
-//! TIME-WAIT that the application has released are counted in a TIME-WAIT table bounded by
-//! [`Config::max_time_wait`]; when it is full the oldest TIME-WAIT connection is evicted (dropped
-//! without a segment, as Linux does when `tcp_max_tw_buckets` overflows). A TIME-WAIT connection
-//! still holds its `Connection`, but not its buffers: a connection frees its send and receive
-//! rings on entering TIME-WAIT or CLOSED (the receive ring once the application has read it), so
-//! what stays is the TCB itself (a compact TIME-WAIT record is a later item). Ephemeral ports are
-//! never picked for a 4-tuple that is in use, TIME-WAIT included.
+//! the connection (FIN handshake) and reclaims the slot when it reaches CLOSED.
+//!
+//! A released connection that reaches TIME-WAIT (its output drained) gives up its slot: the
+//! `Connection` (about 1.1 KB) is reclaimed like a closed one (its handle's generation moves on)
+//! and a compact record of 72 bytes takes its place in the *TIME-WAIT table*, a map keyed by the
+//! 4-tuple (96 bytes an entry) plus an expiry-ordered queue (32 bytes an entry). The record keeps
+//! exactly what TIME-WAIT still reads and writes (RCV.NXT, SND.MAX, the receive window and the
+//! window field of our ACKs, the peer's largest window, TS.Recent and its age, our timestamp
+//! clock, the out-of-window ACK and RFC 5961 challenge-ACK rate limits, the 2·MSL deadline) and
+//! answers every segment as the connection would (a test feeds random segments to both): a
+//! retransmitted FIN draws an ACK and restarts 2·MSL; an RST at RCV.NXT drops the record (RFC
+//! 9293; an RST elsewhere in the window draws a challenge ACK); a SYN draws a rate-limited
+//! challenge ACK (RFC 5961 §4: no new connection from TIME-WAIT); other segments outside the
+//! window draw an ACK (at most one per 500 ms for bare ACKs); PAWS applies with timestamps. The
+//! record's ACK is queued as a control frame at once, so two such segments in one receive burst
+//! draw two ACKs where a connection would send one. The table is bounded by
+//! [`Config::max_time_wait`]: beyond it the record that expires first is evicted (dropped without
+//! a segment, as Linux does when `tcp_max_tw_buckets` overflows); records leave at their 2·MSL
+//! deadline ([`poll_timeout`](Stack::poll_timeout) includes the earliest). TIME-WAIT records
+//! count in [`connection_count`](Stack::connection_count) and against
+//! [`Config::max_connections`] as the connections did. A connection the application still holds
+//! stays whole in TIME-WAIT (its handle reads its state), without its buffers: a connection frees
+//! its send and receive rings on entering TIME-WAIT or CLOSED (the receive ring once the
+//! application has read it); it becomes a record when the application releases it. Ephemeral
+//! ports are never picked for a 4-tuple that is in use, TIME-WAIT included, and
+//! [`contains`](Stack::contains) reports TIME-WAIT tuples (they still need their steering entry).
 //!
 //! # Security
 //!
@@ -150,7 +168,10 @@ use netchannel::dev::{DevError, NetDevice, PacketBatch};
 use netchannel::pool::PoolCache;
 use netchannel::signature::FlowGroup;
 
-use crate::tcp::{self, Connection, ConnectionError, ListenAction, State, Stats, listen_reply, reset_for};
+use crate::tcp::{
+    self, Connection, ConnectionError, ListenAction, State, Stats, TimeWait, TimeWaitAction, listen_reply,
+    reset_for,
+};
 use crate::wire::ipv4::reassembly::Config as ReassemblyConfig;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, ChecksumPolicy, EtherType, EthernetAddress, EthernetFrame,
@@ -200,7 +221,9 @@ pub struct Config {
     pub gratuitous_arp: bool,
     /// Most connections at once (half-open, open, closing and TIME-WAIT together).
     pub max_connections: usize,
-    /// Most released connections in TIME-WAIT; the oldest is evicted beyond it.
+    /// Most released connections in TIME-WAIT (compact records, see [Connection lifetime and
+    /// TIME-WAIT](crate::stack#connection-lifetime-and-time-wait)); the one that expires first
+    /// is evicted beyond it.
     pub max_time_wait: usize,
     /// Most control frames (ARP, ICMP, RST, SYN cookies) queued between [`Stack::receive`] and
     /// [`Stack::transmit`]; more are dropped.
@@ -531,8 +554,6 @@ struct Entry {
     ready: bool,
     /// The earliest live timer-heap entry.
     timer_at: Option<Instant>,
-    /// Counted in the TIME-WAIT table.
-    time_wait: bool,
     /// The application shut down the sending side.
     write_shut: bool,
 }
@@ -579,8 +600,11 @@ pub struct Stack {
     listener_ports: HashMap<u16, u32, TableHash>,
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
-    time_wait: VecDeque<(u32, u32)>,
-    time_wait_count: usize,
+    /// The TIME-WAIT table: released connections in TIME-WAIT, as compact records.
+    time_wait: HashMap<FlowKey, TimeWait, TableHash>,
+    /// The table's records by expiry, earliest first, with stale entries (records gone or
+    /// restarted since) skipped and dropped.
+    time_wait_order: VecDeque<(Instant, FlowKey)>,
     frames: VecDeque<Vec<u8>>,
     scratch: Vec<u8>,
     port_filter: Option<Box<dyn Fn(FlowGroup) -> bool>>,
@@ -627,8 +651,8 @@ impl Stack {
             listener_ports: HashMap::with_hasher(tables),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
-            time_wait: VecDeque::new(),
-            time_wait_count: 0,
+            time_wait: HashMap::with_hasher(tables),
+            time_wait_order: VecDeque::new(),
             frames: VecDeque::new(),
             scratch: vec![0; usize::from(config.tcp.mss)],
             port_filter: None,
@@ -662,16 +686,17 @@ impl Stack {
         &self.stats
     }
 
-    /// Connections held (any state, TIME-WAIT included).
+    /// Connections held (any state, TIME-WAIT included: the application's and the TIME-WAIT
+    /// table's).
     #[must_use]
-    pub const fn connection_count(&self) -> usize {
-        self.live
+    pub fn connection_count(&self) -> usize {
+        self.live + self.time_wait.len()
     }
 
-    /// Released connections in TIME-WAIT.
+    /// Released connections in TIME-WAIT (the TIME-WAIT table's records).
     #[must_use]
-    pub const fn time_wait_count(&self) -> usize {
-        self.time_wait_count
+    pub fn time_wait_count(&self) -> usize {
+        self.time_wait.len()
     }
 
     /// Resolved ARP entries.
@@ -830,17 +855,18 @@ impl Stack {
             return Err(Error::InvalidPort);
         }
         self.route(*remote.ip()).ok_or(Error::Unreachable)?;
-        if self.live >= self.config.max_connections {
+        if self.connection_count() >= self.config.max_connections {
             return Err(Error::TooManyConnections);
         }
         let ip = self.ip();
         let demux = &self.demux;
+        let time_wait = &self.time_wait;
         let listeners = &self.listener_ports;
         let port = self
             .ports
             .pick(ip, remote, self.port_filter.as_deref(), |p| {
-                !listeners.contains_key(&p)
-                    && !demux.contains_key(&FlowKey::new(SocketAddrV4::new(ip, p), remote))
+                let key = FlowKey::new(SocketAddrV4::new(ip, p), remote);
+                !listeners.contains_key(&p) && !demux.contains_key(&key) && !time_wait.contains_key(&key)
             })
             .ok_or(Error::NoPorts)?;
         let local = SocketAddrV4::new(ip, port);
@@ -873,7 +899,6 @@ impl Stack {
             in_demux: true,
             ready: false,
             timer_at: None,
-            time_wait: false,
             write_shut: false,
         };
         let index = if let Some(i) = self.free.pop() {
@@ -1098,7 +1123,8 @@ impl Stack {
     /// for the connection (a registry signature) is needed as long as this holds.
     #[must_use]
     pub fn contains(&self, local: SocketAddrV4, remote: SocketAddrV4) -> bool {
-        self.demux.contains_key(&FlowKey::new(local, remote))
+        let key = FlowKey::new(local, remote);
+        self.demux.contains_key(&key) || self.time_wait.contains_key(&key)
     }
 
     /// Moves the connection `stream` out of this stack, for [`adopt`](Self::adopt) by another
@@ -1132,9 +1158,6 @@ impl Stack {
         if e.ready {
             self.ready.retain(|&r| r != index);
         }
-        if e.time_wait {
-            self.time_wait_count -= 1;
-        }
         if let Some(l) = e.listener.and_then(|l| self.listener_mut(l)) {
             l.accept_queue.retain(|&s| s != stream);
         }
@@ -1163,9 +1186,9 @@ impl Stack {
         let (local, remote) = (detached.conn.local(), detached.conn.remote());
         let refused = if *local.ip() != self.ip() {
             Some(Error::NotLocal)
-        } else if self.demux.contains_key(&FlowKey::new(local, remote)) {
+        } else if self.contains(local, remote) {
             Some(Error::AddrInUse)
-        } else if self.live >= self.config.max_connections {
+        } else if self.connection_count() >= self.config.max_connections {
             Some(Error::TooManyConnections)
         } else {
             None
@@ -1426,6 +1449,26 @@ impl Stack {
             self.mark_ready(index);
             return;
         }
+        let key = FlowKey::new(local, remote);
+        if let Some(record) = self.time_wait.get_mut(&key) {
+            self.stats.tcp_segments_in += 1;
+            let before = record.expires(self.epoch);
+            let action = record.handle_segment(&self.config.tcp, self.epoch, self.now, &seg);
+            let after = record.expires(self.epoch);
+            match action {
+                TimeWaitAction::Ignore => {}
+                TimeWaitAction::Reply(ack) => self.send_tcp_control(local, remote, &ack),
+                TimeWaitAction::Close => {
+                    self.time_wait.remove(&key);
+                }
+            }
+            if action != TimeWaitAction::Close && after != before {
+                // A retransmitted FIN restarted 2·MSL.
+                self.time_wait_queue(after, key);
+            }
+            self.time_wait_trim();
+            return;
+        }
         if let Some(&li) = self.listener_ports.get(&seg.dst_port) {
             self.stats.tcp_segments_in += 1;
             let generation =
@@ -1479,7 +1522,7 @@ impl Stack {
                 self.send_tcp_control(local, remote, &rst);
             }
             ListenAction::Accept => {
-                if !self.backlog_has_room(id) || self.live >= self.config.max_connections {
+                if !self.backlog_has_room(id) || self.connection_count() >= self.config.max_connections {
                     self.stats.listen_drops += 1;
                     return;
                 }
@@ -1534,7 +1577,7 @@ impl Stack {
         our_isn: SeqNumber,
         mss_index: u32,
     ) {
-        if !self.backlog_has_room(id) || self.live >= self.config.max_connections {
+        if !self.backlog_has_room(id) || self.connection_count() >= self.config.max_connections {
             self.stats.listen_drops += 1;
             return;
         }
@@ -1617,6 +1660,7 @@ impl Stack {
         }
         [
             self.timers.peek().map(|Reverse((t, _, _))| *t),
+            self.time_wait_order.front().map(|&(t, _)| t),
             self.arp.next_deadline(),
             self.reassembler.next_deadline(),
         ]
@@ -1651,6 +1695,16 @@ impl Stack {
             self.settle(index);
             self.mark_ready(index);
         }
+        while let Some(&(at, key)) = self.time_wait_order.front() {
+            if at > now {
+                break;
+            }
+            self.time_wait_order.pop_front();
+            if self.time_wait_live(at, key) {
+                self.time_wait.remove(&key);
+            }
+        }
+        self.time_wait_trim();
         let mut requests = Vec::new();
         self.stats.arp_dropped += u64::try_from(self.arp.poll(now, &mut requests)).unwrap_or(u64::MAX);
         for ip in requests {
@@ -1916,8 +1970,22 @@ impl Stack {
         }
     }
 
-    /// After a connection's output is drained: timers, TIME-WAIT accounting, reclaiming.
+    /// After a connection's output is drained: timers, reclaiming, and a released connection in
+    /// TIME-WAIT traded for its compact record in the TIME-WAIT table. A connection whose state
+    /// the record does not cover (see `Connection::time_wait_record`; not expected once drained)
+    /// stays whole in its slot until its own 2·MSL ends, and is tried again after its next drain.
     fn after_drain(&mut self, index: u32) {
+        let epoch = self.epoch;
+        if let Some(e) = self.slot_entry(index)
+            && !e.app_owned
+            && e.conn.state() == State::TimeWait
+            && let Some(record) = e.conn.time_wait_record(epoch)
+        {
+            let key = FlowKey::new(e.conn.local(), e.conn.remote());
+            self.reclaim(index);
+            self.time_wait_insert(key, record);
+            return;
+        }
         self.arm_timer(index);
         let Some(e) = self.slot_entry(index) else { return };
         if e.conn.is_closed() {
@@ -1930,29 +1998,50 @@ impl Stack {
             if !app_owned {
                 self.reclaim(index);
             }
-            return;
         }
-        if e.conn.state() == State::TimeWait && !e.app_owned && !e.time_wait {
-            e.time_wait = true;
-            let generation = self.stream_id(index).generation;
-            self.time_wait.push_back((index, generation));
-            self.time_wait_count += 1;
-            while self.time_wait_count > self.config.max_time_wait {
-                let Some((i, g)) = self.time_wait.pop_front() else { break };
-                if self.stream_id(i).generation == g && self.slot_entry(i).is_some_and(|e| e.time_wait) {
-                    self.stats.time_wait_evicted += 1;
-                    self.reclaim(i);
-                }
+    }
+
+    /// Puts a record in the TIME-WAIT table, evicting the records that expire first beyond
+    /// [`Config::max_time_wait`] (dropped without a segment, as Linux does when
+    /// `tcp_max_tw_buckets` overflows).
+    fn time_wait_insert(&mut self, key: FlowKey, record: TimeWait) {
+        let at = record.expires(self.epoch);
+        self.time_wait.insert(key, record);
+        self.time_wait_queue(at, key);
+        while self.time_wait.len() > self.config.max_time_wait {
+            let Some((at, key)) = self.time_wait_order.pop_front() else { break };
+            if self.time_wait_live(at, key) {
+                self.time_wait.remove(&key);
+                self.stats.time_wait_evicted += 1;
             }
         }
-        // Drop stale entries at the front (TIME-WAIT ends in the order it starts).
-        while let Some(&(i, g)) = self.time_wait.front() {
-            if self.stream_id(i).generation == g
-                && self.slots[usize::try_from(i).unwrap_or(0)].entry.as_ref().is_some_and(|e| e.time_wait)
-            {
+        self.time_wait_trim();
+    }
+
+    /// Whether the order entry `(at, key)` is its record's (not stale).
+    fn time_wait_live(&self, at: Instant, key: FlowKey) -> bool {
+        self.time_wait.get(&key).is_some_and(|r| r.expires(self.epoch) == at)
+    }
+
+    /// Queues the record of `key` expiring `at` in expiry order; drops the stale entries once
+    /// they outnumber the records (a peer that keeps restarting 2·MSL cannot grow the queue).
+    fn time_wait_queue(&mut self, at: Instant, key: FlowKey) {
+        let i = self.time_wait_order.partition_point(|&(t, _)| t <= at);
+        self.time_wait_order.insert(i, (at, key));
+        if self.time_wait_order.len() > 2 * self.time_wait.len() + 1024 {
+            let (epoch, table) = (self.epoch, &self.time_wait);
+            self.time_wait_order.retain(|&(t, k)| table.get(&k).is_some_and(|r| r.expires(epoch) == t));
+        }
+    }
+
+    /// Drops stale entries at the front of the expiry order, so that its front is the next
+    /// expiry.
+    fn time_wait_trim(&mut self) {
+        while let Some(&(at, key)) = self.time_wait_order.front() {
+            if self.time_wait_live(at, key) {
                 break;
             }
-            self.time_wait.pop_front();
+            self.time_wait_order.pop_front();
         }
     }
 
@@ -1962,9 +2051,6 @@ impl Stack {
         slot.generation = slot.generation.wrapping_add(1);
         if e.in_demux {
             self.demux.remove(&FlowKey::new(e.conn.local(), e.conn.remote()));
-        }
-        if e.time_wait {
-            self.time_wait_count -= 1;
         }
         if e.phase == Phase::SynQueue
             && let Some(l) = e.listener.and_then(|l| self.listener_mut(l))

@@ -10,6 +10,7 @@ use super::buffer::{Assembler, RingBuffer};
 use super::congestion::CongestionControl;
 use super::rtt::RttEstimator;
 use super::sack::{RecentBlocks, Scoreboard};
+use super::time_wait::{TimeWait, TimeWaitParts};
 use super::{Config, ConnectionError, State, Stats, Transmit, reset_for};
 use crate::stack::{PreparedSegments, PreparedSlice};
 use crate::wire::tcp::{SackBlocks, Timestamp};
@@ -32,11 +33,11 @@ const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 5
 const MAX_WSCALE: u8 = 14;
 /// The shortest interval between ACKs answering unacceptable bare segments (Linux's
 /// `tcp_invalid_ratelimit` default).
-const OOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
+pub(super) const OOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
 /// The most retransmissions whose loss is tracked in SACK recovery.
 const MAX_RXT_MARKS: usize = 16;
 /// TS.Recent older than this is no longer valid for PAWS (RFC 7323 §5.5: 24 days).
-const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+pub(super) const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 /// The most pieces (runs of ring bytes and prepared contents) the send stream holds once prepared
 /// content was queued: [`Connection::send_prepared`] refuses more.
 const MAX_SEND_PIECES: usize = 64;
@@ -814,6 +815,53 @@ impl Connection {
         self.keepalive_pending = false;
         self.fast_rexmit = false;
         self.release_storage();
+    }
+
+    /// The compact record of this connection once it is in TIME-WAIT with its output drained
+    /// (see [`TimeWait`]; instants kept relative to `base`): it answers every later segment as
+    /// this connection would. `None` in any other state, with output pending, or in a state the
+    /// record does not cover (a zero-window probe beyond SND.MAX, data unacknowledged, an ACK
+    /// not yet sent for RCV.NXT, a challenge-ACK limit beyond `u16::MAX`); the connection is then
+    /// kept whole.
+    pub(crate) fn time_wait_record(&self, base: Instant) -> Option<TimeWait> {
+        let covered = self.state == State::TimeWait
+            && !self.ack_pending
+            && !self.ack_now
+            && self.pending_rst.is_none()
+            && !self.probe_pending
+            && !self.keepalive_pending
+            && !self.fast_rexmit
+            && self.snd_una == self.snd_max
+            && self.snd_nxt == self.snd_max
+            && self.snd_wl2 <= self.snd_max
+            && self.probe_end.is_none_or(|p| p <= self.snd_max)
+            && self.last_ack_sent == self.rcv_nxt
+            && self.ooo.is_empty()
+            && self.rcv_adv >= self.rcv_nxt
+            && self.config.challenge_ack_limit <= u32::from(u16::MAX);
+        if !covered {
+            return None;
+        }
+        let window = u16::try_from(self.window_to_advertise() >> self.rcv_wscale).unwrap_or(u16::MAX);
+        let parts = TimeWaitParts {
+            expires: self.time_wait_at?,
+            rcv_nxt: self.rcv_nxt,
+            rcv_adv: self.rcv_adv,
+            rcv_wscale: self.rcv_wscale,
+            window,
+            snd_max: self.snd_max,
+            snd_wl1: self.snd_wl1,
+            snd_wscale: self.snd_wscale,
+            max_snd_wnd: self.max_snd_wnd,
+            ts_ok: self.ts_ok,
+            ts_epoch: self.epoch,
+            ts_offset: self.ts_offset,
+            ts_recent: self.ts_recent,
+            ts_recent_at: self.ts_recent_at,
+            last_oow_ack: self.last_oow_ack,
+            challenge_window: self.challenge_window,
+        };
+        Some(TimeWait::new(&parts, base))
     }
 
     // ---------------------------------------------------------------------------------------

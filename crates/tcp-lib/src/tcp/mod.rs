@@ -122,12 +122,14 @@ mod congestion;
 mod connection;
 mod rtt;
 mod sack;
+mod time_wait;
 
 #[cfg(test)]
 mod tests;
 
 pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
 pub use connection::Connection;
+pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 
 /// The states of RFC 9293 §3.3.2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,6 +7,7 @@
 //!   reorder, delay), every segment emitted and parsed through `wire` with checksums; bulk and
 //!   proptest transfers.
 //! * `fuzz`: random segments against a connection in each state never panic.
+//! * `time_wait`: the compact TIME-WAIT record answers random segments as the connection does.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
@@ -31,6 +32,7 @@ macro_rules! recv {
 mod fuzz;
 mod pair;
 mod scripted;
+mod time_wait;
 
 pub(super) const LOCAL: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
 pub(super) const REMOTE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 49500);
