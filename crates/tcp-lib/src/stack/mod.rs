@@ -181,10 +181,11 @@ use crate::wire::{
 
 mod arp;
 mod hash;
-mod prepared;
 
+/// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
+/// next to [`Stack::send_prepared`].
+pub use crate::tcp::{PreparedSegments, PreparedSlice};
 pub use arp::ArpConfig;
-pub use prepared::{PreparedSegments, PreparedSlice};
 
 use arp::{ArpCache, Enqueued};
 use hash::{FlowKey, Key, PortAllocator, TableHash};

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use super::buffer::{Assembler, RingBuffer};
 use super::congestion::CongestionControl;
+use super::prepared::{PreparedSegments, PreparedSlice};
 use super::rtt::RttEstimator;
 use super::sack::{RecentBlocks, Scoreboard};
 use super::time_wait::{TimeWait, TimeWaitParts};
 use super::{Config, ConnectionError, State, Stats, Transmit, reset_for};
-use crate::stack::{PreparedSegments, PreparedSlice};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 

@@ -120,6 +120,7 @@ use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 mod buffer;
 mod congestion;
 mod connection;
+mod prepared;
 mod rtt;
 mod sack;
 mod time_wait;
@@ -129,6 +130,7 @@ mod tests;
 
 pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
 pub use connection::Connection;
+pub use prepared::{PreparedSegments, PreparedSlice};
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 
 /// The states of RFC 9293 §3.3.2.

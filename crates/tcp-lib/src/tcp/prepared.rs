@@ -2,7 +2,7 @@
 //!
 //! A [`PreparedSegments`] is an immutable byte string (an HTTP response, say) cut ahead of time
 //! into TCP payload segments of one or more sizes, with the one's-complement sum of every segment
-//! precomputed. [`Stack::send_prepared`](super::Stack::send_prepared) queues it on a connection
+//! precomputed. [`Stack::send_prepared`](crate::stack::Stack::send_prepared) queues it on a connection
 //! *by reference* (an [`Arc`] clone): its bytes are not copied into the connection's send ring.
 //! When the connection emits a segment whose payload lies inside the prepared bytes, the stack
 //! copies the payload straight from them into the frame's pool buffer (the only copy) and, when the
@@ -14,7 +14,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use tcp_lib::stack::PreparedSegments;
+//! use tcp_lib::tcp::PreparedSegments;
 //! use tcp_lib::wire::checksum;
 //!
 //! let body: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
@@ -32,7 +32,7 @@ use std::sync::Arc;
 use crate::wire::checksum;
 
 /// Immutable content cut into TCP payload segments with precomputed payload sums, sent with
-/// [`Stack::send_prepared`](super::Stack::send_prepared).
+/// [`Stack::send_prepared`](crate::stack::Stack::send_prepared).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PreparedSegments {
     data: Box<[u8]>,
