@@ -615,7 +615,7 @@ impl<D: NetDevice, C: Clock> NetDevice for FaultInjector<D, C> {
         result.map(|_| take)
     }
 
-    /// The wrapped device's wait, bounded to [`HELD_WAIT`] while the injector holds frames (they
+    /// The wrapped device's wait, bounded to 1 ms while the injector holds frames (they
     /// are released by time, on later `rx_burst`/`tx_burst` calls, not by the device).
     fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
         let timeout = if self.rx.held.is_empty() && self.tx.held.is_empty() {
