@@ -580,8 +580,7 @@ struct ListenerSlot {
     listener: Option<Listener>,
 }
 
-/// The demultiplexing map: `(local, remote)` to slot index. std's SipHash; a faster keyed hasher
-/// would be plugged in here.
+/// The demultiplexing map: the 4-tuple to slot index, under the stack's keyed table hash.
 type Demux = HashMap<FlowKey, u32, TableHash>;
 
 /// A per-core IPv4/TCP endpoint on one interface. See the [module documentation](self).

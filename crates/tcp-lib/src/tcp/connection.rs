@@ -1092,24 +1092,6 @@ impl Connection {
         }
     }
 
-    /// The acceptability test of RFC 9293 §3.10.7.4 for a segment of `len` at `seq` against a
-    /// receive window of `wnd` bytes, except that a segment without data is also accepted at
-    /// the right edge of the window (as Linux's `tcp_sequence` does). Our pure ACKs go out at
-    /// SND.MAX; when we filled the peer's window while its RCV.NXT lags behind a hole, SND.MAX
-    /// *is* its right edge, and if both ends are in that state (each one's ACKs lost, each one
-    /// resending data the other already has, which is dropped as old without its ACK being
-    /// looked at) a strict test deadlocks the connection. The random-fault pair test found it.
-    fn acceptable(&self, seq: SeqNumber, len: usize, wnd: usize) -> bool {
-        let nxt = self.rcv_nxt;
-        let in_window = |s: SeqNumber| nxt <= s && s < nxt + wnd;
-        match (len, wnd) {
-            (0, 0) => seq == nxt,
-            (0, _) => nxt <= seq && seq <= nxt + wnd,
-            (_, 0) => false,
-            _ => in_window(seq) || in_window(seq + (len - 1)),
-        }
-    }
-
     fn challenge_ack(&mut self) {
         self.ack_pending = true;
         self.ack_now = true;
@@ -1176,7 +1158,7 @@ impl Connection {
         // Acceptability.
         let wnd = distance(self.rcv_nxt, self.rcv_adv);
         let mut payload = seg.payload;
-        if !self.acceptable(seg.seq_number, seg.segment_len(), wnd) {
+        if !acceptable(self.rcv_nxt, wnd, seg.seq_number, seg.segment_len()) {
             if rst {
                 return;
             }
@@ -1302,8 +1284,9 @@ impl Connection {
                 let copied = self.recv_buf.write_unallocated(0, &payload[delivered..]);
                 written = delivered + copied;
                 let filled_hole = !self.ooo.is_empty();
-                let reach = delivered + self.ooo.advance(copied);
-                self.recv_buf.enqueue_unallocated(reach - delivered);
+                let buffered = self.ooo.advance(copied);
+                self.recv_buf.enqueue_unallocated(buffered);
+                let reach = delivered + buffered;
                 if self.rx_closed {
                     self.recv_buf.dequeue_allocated(usize::MAX);
                 }
@@ -1961,5 +1944,22 @@ impl Connection {
         let backoff = self.rtt.rto().saturating_mul(1 << self.persist_backoff.min(6));
         self.persist_at = Some(now + backoff.min(super::rtt::MAX_RTO));
         Some(self.transmit(repr, n))
+    }
+}
+
+/// The acceptability test of RFC 9293 §3.10.7.4 for a segment of `len` at `seq` against a
+/// receive window of `wnd` bytes from `rcv_nxt` (the connection's, and its TIME-WAIT record's),
+/// except that a segment without data is also accepted at the right edge of the window (as
+/// Linux's `tcp_sequence` does). Our pure ACKs go out at SND.MAX; when we filled the peer's window while its RCV.NXT lags behind a hole, SND.MAX
+/// *is* its right edge, and if both ends are in that state (each one's ACKs lost, each one
+/// resending data the other already has, which is dropped as old without its ACK being
+/// looked at) a strict test deadlocks the connection. The random-fault pair test found it.
+pub(super) fn acceptable(rcv_nxt: SeqNumber, wnd: usize, seq: SeqNumber, len: usize) -> bool {
+    let in_window = |s: SeqNumber| rcv_nxt <= s && s < rcv_nxt + wnd;
+    match (len, wnd) {
+        (0, 0) => seq == rcv_nxt,
+        (0, _) => rcv_nxt <= seq && seq <= rcv_nxt + wnd,
+        (_, 0) => false,
+        _ => in_window(seq) || in_window(seq + (len - 1)),
     }
 }

@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use super::Config;
-use super::connection::{OOW_ACK_INTERVAL, PAWS_IDLE};
+use super::connection::{OOW_ACK_INTERVAL, PAWS_IDLE, acceptable};
 use crate::wire::tcp::Timestamp;
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
@@ -170,19 +170,6 @@ impl TimeWait {
         u32::try_from(ms).unwrap_or(0).wrapping_add(self.ts_offset)
     }
 
-    /// The connection's acceptability test (`Connection::acceptable`).
-    fn acceptable(&self, seq: SeqNumber, len: usize) -> bool {
-        let nxt = self.rcv_nxt;
-        let wnd = usize::try_from(self.wnd).unwrap_or(usize::MAX);
-        let in_window = |s: SeqNumber| nxt <= s && s < nxt + wnd;
-        match (len, wnd) {
-            (0, 0) => seq == nxt,
-            (0, _) => nxt <= seq && seq <= nxt + wnd,
-            (_, 0) => false,
-            _ => in_window(seq) || in_window(seq + (len - 1)),
-        }
-    }
-
     /// An RFC 5961 challenge ACK under the per-second limit; whether it may be sent.
     fn challenge(&mut self, config: &Config, now: i64) -> bool {
         let (start, sent) = if self.challenge_start != NONE
@@ -240,7 +227,8 @@ impl TimeWait {
             return true;
         }
 
-        if !self.acceptable(seg.seq_number, seg.segment_len()) {
+        let wnd = usize::try_from(self.wnd).unwrap_or(usize::MAX);
+        if !acceptable(self.rcv_nxt, wnd, seg.seq_number, seg.segment_len()) {
             if rst {
                 return false;
             }
