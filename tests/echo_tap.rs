@@ -9,12 +9,12 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use netchannels::echo::{Backend, Options, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
+use netns_test::ip;
 
 const IFACE: &str = "ncecho0";
 const KERNEL: &str = "10.201.0.1/24";
@@ -23,34 +23,6 @@ const PORT: u16 = 7;
 const CONNECTIONS: usize = 48;
 const MESSAGES: usize = 12;
 const MAX_SIZE: usize = 20_000;
-
-fn skip(why: &str) {
-    println!("skipped: {why}");
-    eprintln!("skipped: {why}");
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
-
-fn unavailable() -> Option<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (CAP_NET_ADMIN) to create a network namespace and a TAP");
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Some("/dev/net/tun is missing (modprobe tun)");
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("the `ip` command (iproute2) is not installed");
-    }
-    None
-}
 
 /// One kernel client: `MESSAGES` messages of random size, each written whole and read back whole,
 /// then a half-close and the server's FIN.
@@ -89,10 +61,6 @@ fn kernel_client(index: usize) -> Result<u64, String> {
 }
 
 fn in_namespace() -> Result<(), String> {
-    // SAFETY: unshare only changes this thread's namespace membership.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(format!("skip:unshare(CLONE_NEWNET) failed: {}", std::io::Error::last_os_error()));
-    }
     if let Err(e) = ip(&["tuntap", "add", "dev", IFACE, "mode", "tap"]) {
         return Err(format!("skip:{e}"));
     }
@@ -136,12 +104,5 @@ fn in_namespace() -> Result<(), String> {
 
 #[test]
 fn tap_echo_serves_concurrent_kernel_clients() {
-    if let Some(why) = unavailable() {
-        return skip(why);
-    }
-    match std::thread::spawn(in_namespace).join().expect("the namespace thread panicked") {
-        Ok(()) => {}
-        Err(e) if e.starts_with("skip:") => skip(&e["skip:".len()..]),
-        Err(e) => panic!("{e}"),
-    }
+    netns_test::in_private_namespace(in_namespace);
 }

@@ -15,38 +15,11 @@ use std::time::Duration;
 
 use netchannels::httpd::{Backend, Content, Options, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
+use netns_test::{ip, skip};
 
 const KERNEL: &str = "10.202.0.1/24";
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 202, 0, 2);
 const PORT: u16 = 80;
-
-fn skip(why: &str) {
-    println!("skipped: {why}");
-    eprintln!("skipped: {why}");
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
-
-fn unavailable() -> Option<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (CAP_NET_ADMIN) to create a network namespace and a TAP");
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Some("/dev/net/tun is missing (modprobe tun)");
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("the `ip` command (iproute2) is not installed");
-    }
-    None
-}
 
 fn connect() -> Result<TcpStream, String> {
     let s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
@@ -247,10 +220,6 @@ print('python ok', len(sys.argv) - 2)
 }
 
 fn in_namespace(iface: &str, copy: bool) -> Result<(), String> {
-    // SAFETY: unshare only changes this thread's namespace membership.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(format!("skip:unshare(CLONE_NEWNET) failed: {}", std::io::Error::last_os_error()));
-    }
     if let Err(e) = ip(&["tuntap", "add", "dev", iface, "mode", "tap"]) {
         return Err(format!("skip:{e}"));
     }
@@ -289,17 +258,7 @@ fn in_namespace(iface: &str, copy: bool) -> Result<(), String> {
 }
 
 fn tap_test(iface: &'static str, copy: bool) {
-    if let Some(why) = unavailable() {
-        skip(why);
-        return;
-    }
-    let result =
-        std::thread::spawn(move || in_namespace(iface, copy)).join().expect("the namespace thread panicked");
-    match result {
-        Ok(()) => {}
-        Err(e) if e.starts_with("skip:") => skip(&e["skip:".len()..]),
-        Err(e) => panic!("{e}"),
-    }
+    netns_test::in_private_namespace(move || in_namespace(iface, copy));
 }
 
 #[test]

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use netchannels::echo::{Backend, Options, Report, run};
 use netchannels::netchannel::dev::XdpMode;
 use netchannels::tcp_lib::wire::Ipv4Cidr;
+use netns_test::{ip, skip, tx_checksum_off};
 
 const OURS: &str = "ncxt0";
 const KERNELS: &str = "ncxt1";
@@ -44,20 +45,6 @@ const BULK_MIB_DEFAULT: u64 = 64;
 
 /// The tests share two busy-polling CPUs with whatever else runs: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn skip(why: &str) {
-    println!("skipped: {why}");
-    eprintln!("skipped: {why}");
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
 
 fn unavailable() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
@@ -77,41 +64,6 @@ fn unavailable() -> Option<String> {
     None
 }
 
-/// `ethtool -K IFACE tx off`: the legacy `ETHTOOL_STXCSUM` command through `SIOCETHTOOL` (the
-/// kernel turns TSO off with it).
-fn tx_checksum_off(iface: &str) -> Result<(), String> {
-    const SIOCETHTOOL: libc::c_ulong = 0x8946;
-    const ETHTOOL_STXCSUM: u32 = 0x17;
-    #[repr(C)]
-    struct EthtoolValue {
-        cmd: u32,
-        data: u32,
-    }
-    #[repr(C)]
-    struct IfReq {
-        name: [u8; libc::IFNAMSIZ],
-        data: *mut EthtoolValue,
-        _pad: [u8; 16],
-    }
-    let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
-    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &raw mut value, _pad: [0; 16] };
-    req.name[..iface.len()].copy_from_slice(iface.as_bytes());
-    // SAFETY: plain socket creation; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(format!("socket: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: `req` is a valid ifreq whose data points at a live ethtool_value; both outlive the call.
-    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &raw mut req) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: `fd` is ours and closed once.
-    unsafe { libc::close(fd) };
-    if rc != 0 {
-        return Err(format!("ethtool -K {iface} tx off: {err}"));
-    }
-    Ok(())
-}
-
 /// Runs `body` in a private namespace holding the veth pair `ncxt0` (ours) / `ncxt1` (the kernel's,
 /// 10.205.0.1/24, TX checksum offload off).
 fn with_veth(body: impl FnOnce() -> Result<(), String> + Send + 'static) {
@@ -119,11 +71,7 @@ fn with_veth(body: impl FnOnce() -> Result<(), String> + Send + 'static) {
         return skip(&why);
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let result = std::thread::spawn(move || {
-        // SAFETY: unshare only changes this thread's namespace membership.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(format!("skip:unshare(CLONE_NEWNET) failed: {}", std::io::Error::last_os_error()));
-        }
+    netns_test::report(netns_test::run_isolated(move || {
         ip(&["link", "add", OURS, "type", "veth", "peer", "name", KERNELS])
             .map_err(|e| format!("skip:{e}"))?;
         ip(&["addr", "add", KERNEL, "dev", KERNELS])?;
@@ -132,14 +80,7 @@ fn with_veth(body: impl FnOnce() -> Result<(), String> + Send + 'static) {
         ip(&["link", "set", OURS, "up"])?;
         ip(&["link", "set", KERNELS, "up"])?;
         body()
-    })
-    .join()
-    .expect("the namespace thread panicked");
-    match result {
-        Ok(()) => {}
-        Err(e) if e.starts_with("skip:") => skip(&e["skip:".len()..]),
-        Err(e) => panic!("{e}"),
-    }
+    }));
 }
 
 fn options(mode: XdpMode) -> Options {

@@ -38,8 +38,7 @@ use netchannel::rcu::Qsbr;
 use netchannel::signature::{Classified, FlowGroup, Proto, Signature, classify};
 use netchannel::steering::FlowSteering;
 
-mod netns_support;
-use netns_support::ip;
+use netns_test::ip;
 
 const IFACE: &str = "ixe2e0";
 const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -704,5 +703,5 @@ fn run() -> Result<(), String> {
 
 #[test]
 fn kernel_udp_and_tcp_round_trip_through_model_driver_and_channelizer() {
-    netns_support::in_private_namespace(run);
+    netns_test::in_private_namespace(run);
 }

@@ -17,8 +17,7 @@ use netchannel::pool::{HugePages, PacketRx, Pool, PoolCache};
 use netchannel::rcu::Qsbr;
 use netchannel::signature::{Classified, Proto, Signature, classify};
 
-mod common;
-use common::ip;
+use netns_test::ip;
 
 const IFACE: &str = "ncch0";
 const KERNEL: &str = "10.201.0.1";
@@ -159,5 +158,5 @@ fn run() -> Result<(), String> {
 
 #[test]
 fn kernel_traffic_is_channelized_by_signature() {
-    common::in_private_namespace(run);
+    netns_test::in_private_namespace(run);
 }

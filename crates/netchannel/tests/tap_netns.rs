@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use netchannel::dev::{Link, MacAddr, NetDevice, PacketBatch, Tap};
 use netchannel::pool::{HugePages, Pool};
 
-mod common;
-use common::ip;
+use netns_test::ip;
 
 const IFACE: &str = "nctap0";
 const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 1);
@@ -198,5 +197,5 @@ fn run_in_namespace() -> Result<(), String> {
 
 #[test]
 fn kernel_udp_through_a_tap_in_a_private_namespace() {
-    common::in_private_namespace(run_in_namespace);
+    netns_test::in_private_namespace(run_in_namespace);
 }

@@ -23,8 +23,7 @@ use netchannel::pool::{HugePages, Pool};
 use netchannel::rcu::Qsbr;
 use netchannel::signature::{Proto, Signature};
 
-mod common;
-use common::ip;
+use netns_test::ip;
 
 const OURS: &str = "ncxdp0";
 const KERNELS: &str = "ncxdp1";
@@ -46,7 +45,7 @@ fn xdp_unavailable() -> Option<String> {
 
 /// Runs `body` in a private namespace with the veth pair up and addressed; `queues` RX/TX queues each.
 fn with_veth(queues: u16, body: impl FnOnce() -> Result<(), String> + Send + 'static) {
-    common::in_private_namespace(move || {
+    netns_test::in_private_namespace(move || {
         if let Some(why) = xdp_unavailable() {
             return Err(format!("skip:{why}"));
         }

@@ -1,4 +1,4 @@
-//! Shared by `kernel_tap.rs`: the Linux kernel as the peer of our [`Stack`], over a TAP device in a
+//! Shared by `kernel_tap.rs` and `kernel_security.rs`: the Linux kernel as the peer of our [`Stack`], over a TAP device in a
 //! private network namespace.
 //!
 //! * [`in_private_namespace`] runs a test body on a new thread that first `unshare(CLONE_NEWNET)`s.
@@ -14,7 +14,7 @@
 //! * [`Source`]/[`Sink`]: a deterministic byte stream, checked byte for byte where it arrives.
 //!
 //! Without root, `/dev/net/tun` or iproute2 a test prints `skipped: <why>` and passes.
-#![allow(dead_code, unreachable_pub, missing_docs)] // each test uses its own subset
+#![allow(dead_code, unused_imports, unreachable_pub, missing_docs)] // each test uses its own subset
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
@@ -46,36 +46,7 @@ pub const SOCKET_TIMEOUT: Duration = Duration::from_secs(90);
 // ---------------------------------------------------------------------------------------------
 // Namespaces.
 
-/// Prints a visible skip line (tests that cannot run here pass with this message).
-pub fn skip(why: &str) {
-    println!("skipped: {why}");
-    eprintln!("skipped: {why}");
-}
-
-/// Runs `ip ARGS...`, with its error output in the error.
-pub fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run `ip`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
-
-/// Why a namespace test cannot run here, if it cannot: it needs root, `/dev/net/tun` and iproute2.
-pub fn namespace_unavailable() -> Option<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (CAP_NET_ADMIN) to create a network namespace and a TAP");
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Some("/dev/net/tun is missing (modprobe tun)");
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("the `ip` command (iproute2) is not installed");
-    }
-    None
-}
+pub use netns_test::{ip, namespace_unavailable, skip};
 
 /// The network namespace of the calling thread (`net:[inode]`).
 pub fn thread_netns() -> Result<String, String> {
@@ -84,29 +55,7 @@ pub fn thread_netns() -> Result<String, String> {
         .map_err(|e| format!("readlink /proc/thread-self/ns/net: {e}"))
 }
 
-/// Runs `body` on a new thread that first moves into a fresh network namespace of its own (it, the
-/// TAP it opens, the `ip`/`iptables` commands it spawns, the threads it starts and their sockets
-/// vanish with it). An error that starts with `skip:` becomes a visible skip; any other fails the
-/// test.
-pub fn in_private_namespace(body: impl FnOnce() -> Result<(), String> + Send + 'static) {
-    if let Some(why) = namespace_unavailable() {
-        return skip(why);
-    }
-    let result = std::thread::spawn(move || {
-        // SAFETY: unshare only changes this thread's namespace membership.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(format!("skip:unshare(CLONE_NEWNET) failed: {}", io::Error::last_os_error()));
-        }
-        body()
-    })
-    .join()
-    .expect("the namespace thread panicked");
-    match result {
-        Ok(()) => {}
-        Err(e) if e.starts_with("skip:") => skip(&e["skip:".len()..]),
-        Err(e) => panic!("{e}"),
-    }
-}
+pub use netns_test::in_private_namespace;
 
 /// Creates the TAP, addresses the kernel's side and brings it up (and `lo`).
 pub fn open_tap() -> Result<Tap, String> {
