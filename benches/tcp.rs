@@ -741,6 +741,50 @@ fn drive<E: Endpoint>(
     }
 }
 
+/// Sends `CHUNK`-sized writes of `data` on `s` until `total` bytes went (counted in `sent`) or
+/// the stack takes no more; returns whether any went.
+fn send_some<E: Endpoint>(
+    ep: &mut E,
+    s: E::Sock,
+    data: &[u8],
+    sent: &mut u64,
+    total: u64,
+) -> Result<bool, String> {
+    let mut progressed = false;
+    while *sent < total {
+        let want = usize::try_from((total - *sent).min(CHUNK as u64)).unwrap_or(CHUNK);
+        let n = ep.send(s, &data[..want])?;
+        if n == 0 {
+            break;
+        }
+        *sent += n as u64;
+        progressed = true;
+    }
+    Ok(progressed)
+}
+
+/// Reads from `s` into `buf` until `total` bytes arrived (counted in `got`) or none is ready;
+/// returns whether any arrived. An end of stream before `total` is an error.
+fn recv_some<E: Endpoint>(
+    ep: &mut E,
+    s: E::Sock,
+    buf: &mut [u8],
+    got: &mut u64,
+    total: u64,
+) -> Result<bool, String> {
+    let mut progressed = false;
+    while *got < total
+        && let Some(n) = ep.recv(s, buf)?
+    {
+        if n == 0 {
+            return Err(format!("end of stream after {got} of {total} bytes"));
+        }
+        *got += n as u64;
+        progressed = true;
+    }
+    Ok(progressed)
+}
+
 /// The sending side of a bulk transfer: connects to `remote`, waits at `barrier`, sends `total` bytes
 /// and keeps the connection going until `done`.
 fn bulk_sender<E: Endpoint>(
@@ -758,16 +802,7 @@ fn bulk_sender<E: Endpoint>(
     let data = vec![0x5a_u8; CHUNK];
     let mut sent = 0u64;
     drive(ep, busy, "bulk send", |ep| {
-        let mut progressed = false;
-        while sent < total {
-            let want = usize::try_from((total - sent).min(CHUNK as u64)).unwrap_or(CHUNK);
-            let n = ep.send(s, &data[..want])?;
-            if n == 0 {
-                break;
-            }
-            sent += n as u64;
-            progressed = true;
-        }
+        let progressed = send_some(ep, s, &data, &mut sent, total)?;
         Ok((done.load(Ordering::Acquire), progressed))
     })?;
     Ok(clock.stop())
@@ -795,16 +830,7 @@ fn bulk_receiver<E: Endpoint>(
     let mut buf = vec![0u8; CHUNK];
     let mut got = 0u64;
     let r = drive(ep, busy, "bulk receive", |ep| {
-        let mut progressed = false;
-        while got < total
-            && let Some(n) = ep.recv(s, &mut buf)?
-        {
-            if n == 0 {
-                return Err(format!("end of stream after {got} of {total} bytes"));
-            }
-            got += n as u64;
-            progressed = true;
-        }
+        let progressed = recv_some(ep, s, &mut buf, &mut got, total)?;
         Ok((got >= total, progressed))
     });
     let side = clock.stop();
@@ -1261,29 +1287,11 @@ fn tap_stack<E: Endpoint>(
     let mut moved = 0u64;
     match mode {
         TapMode::Reader => drive(ep, busy, "tap send", |ep| {
-            let mut progressed = false;
-            while moved < bytes {
-                let want = usize::try_from((bytes - moved).min(CHUNK as u64)).unwrap_or(CHUNK);
-                let n = ep.send(s, &buf[..want])?;
-                if n == 0 {
-                    break;
-                }
-                moved += n as u64;
-                progressed = true;
-            }
+            let progressed = send_some(ep, s, &buf, &mut moved, bytes)?;
             Ok((done.load(Ordering::Acquire) && ep.all_acked(s), progressed))
         })?,
         TapMode::Writer => drive(ep, busy, "tap receive", |ep| {
-            let mut progressed = false;
-            while moved < bytes
-                && let Some(n) = ep.recv(s, &mut buf)?
-            {
-                if n == 0 {
-                    return Err(format!("end of stream after {moved} of {bytes} bytes"));
-                }
-                moved += n as u64;
-                progressed = true;
-            }
+            let progressed = recv_some(ep, s, &mut buf, &mut moved, bytes)?;
             Ok((moved >= bytes, progressed))
         })?,
     }
