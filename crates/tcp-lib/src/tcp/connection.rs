@@ -34,6 +34,10 @@ const MAX_WSCALE: u8 = 14;
 /// The shortest interval between ACKs answering unacceptable bare segments (Linux's
 /// `tcp_invalid_ratelimit` default).
 pub(super) const OOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
+/// The persist timer's shortest interval, whatever the RTO (Linux's `tcp_probe0_base` takes the
+/// same floor, `TCP_RTO_MIN`): a connection configured with a tiny minimum RTO still probes a
+/// closed window at a pace the peer can answer.
+const MIN_PERSIST: Duration = Duration::from_millis(200);
 /// The most retransmissions whose loss is tracked in SACK recovery.
 const MAX_RXT_MARKS: usize = 16;
 /// TS.Recent older than this is no longer valid for PAWS (RFC 7323 §5.5: 24 days).
@@ -1894,8 +1898,7 @@ impl Connection {
         if !(allowed || (fin && unsent == 0)) {
             // Data waits. With nothing in flight, only the persist timer gets it going.
             if unsent > 0 && self.rto_at.is_none() && self.persist_at.is_none() && in_flight == 0 {
-                let backoff = self.rtt.rto().saturating_mul(1 << self.persist_backoff.min(6));
-                self.persist_at = Some(now + backoff.min(super::rtt::MAX_RTO));
+                self.persist_at = Some(now + self.persist_interval());
             }
             return None;
         }
@@ -1941,9 +1944,24 @@ impl Connection {
         let seq = self.snd_nxt;
         let repr = self.header(now, TcpControl::None, seq);
         self.probe_end = Some(seq + 1);
-        let backoff = self.rtt.rto().saturating_mul(1 << self.persist_backoff.min(6));
-        self.persist_at = Some(now + backoff.min(super::rtt::MAX_RTO));
+        self.persist_at = Some(now + self.persist_interval());
         Some(self.transmit(repr, n))
+    }
+
+    /// The persist timer's next interval: the RTO, at least [`MIN_PERSIST`], doubled for each
+    /// expiry since the peer last moved the window or acknowledged data (RFC 1122 §4.2.2.17:
+    /// "increase exponentially the interval between successive probes"), up to the RTO's own
+    /// ceiling. The doubling has no other cap: it once stopped at 64 times the RTO, which with a
+    /// 1 ms RTO woke the connection every 64 ms for as long as it lived.
+    fn persist_interval(&self) -> Duration {
+        let mut interval = self.rtt.rto().max(MIN_PERSIST);
+        for _ in 0..self.persist_backoff {
+            interval = interval.saturating_mul(2);
+            if interval >= super::rtt::MAX_RTO {
+                return super::rtt::MAX_RTO;
+            }
+        }
+        interval.min(super::rtt::MAX_RTO)
     }
 }
 

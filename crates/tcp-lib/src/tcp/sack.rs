@@ -69,10 +69,19 @@ impl Scoreboard {
     /// Records the SACK blocks of an ACK. Blocks not strictly inside `una..max` (D-SACKs, blocks
     /// below the cumulative ACK, blocks of data never sent, empty or inverted blocks) are
     /// ignored. Returns whether any byte was newly SACKed.
+    ///
+    /// The test measures each edge as an offset from `una` modulo 2^32 instead of chaining
+    /// serial-number comparisons: those are not transitive, so a block whose edges lie more than
+    /// 2^31 apart could pass `una < left < right <= max` with `right` nowhere near `una..max`
+    /// (a fuzzed peer SACKed `una + 2^31 - 1 .. una + 2^31 + 65535` with nothing in flight, and
+    /// the phantom range stalled the sender for good).
     pub(crate) fn update(&mut self, blocks: &SackBlocks, una: SeqNumber, max: SeqNumber) -> bool {
         let before = self.sacked_bytes();
+        let offset = |s: SeqNumber| s.get().wrapping_sub(una.get());
+        let span = offset(max);
         for b in blocks.as_slice() {
-            if !(una < b.left && b.left < b.right && b.right <= max) {
+            let (left, right) = (offset(b.left), offset(b.right));
+            if !(0 < left && left < right && right <= span) {
                 continue;
             }
             self.insert(b.left, b.right);
@@ -268,6 +277,25 @@ mod tests {
     fn blocks(b: &[(u32, u32)]) -> SackBlocks {
         let v: Vec<_> = b.iter().map(|&(l, r)| SackBlock { left: s(l), right: s(r) }).collect();
         SackBlocks::from_slice(&v).unwrap()
+    }
+
+    /// Blocks whose edges lie 2^31 or more apart pass a chain of serial-number comparisons
+    /// (`una < left < right <= max` holds for `left = una + 2^31 - 1`, `right = una + 2^31 + k`,
+    /// whatever `max` is) but lie outside `una..max`: they are ignored (the tcp_segments fuzz
+    /// target's timer-every-64-ms finding).
+    #[test]
+    fn blocks_across_half_the_space_are_ignored() {
+        let mut sb = Scoreboard::new();
+        let half = 1u32 << 31;
+        for (una, max) in [(s(0), s(0)), (s(0), s(1000)), (s(700), s(1000))] {
+            let far = [(half - 1, half + 65_535), (half - 1, half), (half + 1, 100), (1, half + 10)];
+            for (l, r) in far {
+                let b =
+                    SackBlocks::from_slice(&[SackBlock { left: una + l as usize, right: una + r as usize }]);
+                assert!(!sb.update(&b.unwrap(), una, max), "block {l}..{r} above {una:?}..{max:?}");
+            }
+        }
+        assert!(sb.is_empty());
     }
 
     #[test]

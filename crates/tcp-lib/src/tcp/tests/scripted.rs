@@ -1113,6 +1113,69 @@ fn unanswered_persist_probes_time_out() {
     assert_eq!(probes, 3, "max_retransmits probes, then the timeout");
 }
 
+/// The tcp_segments fuzz finding "a timer fires without moving": SACK negotiated, the peer's FIN
+/// taken (CLOSE-WAIT), then an ACK whose SACK block runs from 2^31 - 1 to 2^31 + 65535 bytes past
+/// SND.UNA with nothing in flight. Chained serial-number comparisons let that block into the
+/// scoreboard; its phantom bytes filled the congestion window, so the data queued next never
+/// went, and the persist timer stood in for the missing ACK clock forever. The block must be
+/// ignored and the data sent at once.
+#[test]
+fn sack_block_across_half_the_sequence_space_is_ignored() {
+    let config = Config { send_buffer: 4096, sack: true, min_rto: MS, ..script_config() };
+    let syn = TcpRepr { window_len: 8192, sack_permitted: true, ..syn_from_peer() };
+    let mut s = established_with(config, syn, TcpRepr { window_len: 8192, ..from_peer(0, 0) });
+    send!(s, fin(TcpRepr { window_len: 8192, ..from_peer(0, 0) }));
+    recv!(s, [ack(0, 1, 63)]);
+    assert_eq!(s.conn.state(), State::CloseWait);
+    let half = 1usize << 31;
+    let phantom = SackBlock { left: ours(0) + (half - 1), right: ours(0) + (half + 65_535) };
+    let blocks = SackBlocks::from_slice(&[phantom]).expect("one block");
+    send!(s, TcpRepr { window_len: 8192, sack_blocks: blocks, ..from_peer(1, 0) });
+    recv!(s, []);
+    assert_eq!(s.conn.send(&[7u8; 4000]), 4000);
+    let sizes = |out: Vec<Sent>| out.iter().map(|t| t.payload.len()).collect::<Vec<_>>();
+    assert_eq!(sizes(s.drain()), [1460, 1460], "two full segments at once; Nagle holds the rest");
+    assert_eq!(s.conn.stats().fast_retransmits, 0, "no recovery over data never sent");
+    send!(s, TcpRepr { window_len: 8192, ..from_peer(1, 2920) });
+    assert_eq!(sizes(s.drain()), [1080]);
+    // Acknowledged: no timer is left (keepalive is off).
+    send!(s, TcpRepr { window_len: 8192, ..from_peer(1, 4000) });
+    assert_eq!(s.conn.poll_timeout(), None);
+}
+
+/// The other half of that finding: with a 1 ms minimum RTO and a 0 ms RTT sample the RTO is 1 ms,
+/// and the persist timer's doubling stopped at 64 times it, so a closed window was probed every
+/// 64 ms for as long as the peer kept answering. The interval starts at 200 ms (Linux's floor)
+/// and doubles up to the 60 s ceiling (RFC 1122 §4.2.2.17).
+#[test]
+fn persist_interval_doubles_to_the_ceiling_whatever_the_rto() {
+    let config = Config { min_rto: MS, ..script_config() };
+    let mut s = established_with(config, syn_from_peer(), TcpRepr { window_len: 0, ..from_peer(0, 0) });
+    assert_eq!(s.conn.send(b"abc"), 3);
+    recv!(s, []);
+    let mut intervals = Vec::new();
+    let mut last = s.now;
+    while s.elapsed() < Duration::from_secs(3600) {
+        let at = s.conn.poll_timeout().expect("the persist timer");
+        s.advance(at.saturating_duration_since(s.now));
+        let out = s.drain();
+        assert_eq!(out.len(), 1, "each expiry sends one probe at {:?}", s.elapsed());
+        assert_eq!(out[0].payload, b"a");
+        intervals.push(s.now - last);
+        last = s.now;
+        // The peer answers every probe with its window still closed.
+        send!(s, TcpRepr { window_len: 0, ..from_peer(0, 0) });
+        recv!(s, []);
+    }
+    let mut expected = 200 * MS;
+    for (i, &interval) in intervals.iter().enumerate() {
+        assert_eq!(interval, expected, "interval {i}");
+        expected = (expected * 2).min(60 * SEC);
+    }
+    assert!(intervals.len() < 70, "{} probes in an hour", intervals.len());
+    assert_eq!(s.conn.state(), State::Established, "answered probes never time a connection out");
+}
+
 #[test]
 fn persist_probe_accepted_by_the_peer() {
     let mut s =
