@@ -140,6 +140,21 @@ const QUEUE: u16 = 0;
 /// Bytes discarded per `recv` call for a stream whose reading was shut down.
 const DISCARD_CHUNK: usize = 4096;
 
+/// Work that runs with the stack at the start of every poll of an [`Interface`]: what a runtime
+/// around the stack does on the stack's own thread besides moving frames (connections handed over
+/// from another core's stack, frames learned elsewhere, bookkeeping). Set with
+/// [`Interface::set_poll_hook`].
+///
+/// It runs inside the poll, before the stack receives from its device: what it gives the stack
+/// (frames through [`Stack::receive`], connections through [`Stack::adopt`]) is processed and
+/// answered in the same poll. Like a stack hook it must not call the interface or its sockets
+/// (such calls fail with "interface already in use").
+pub trait PollHook {
+    /// Runs at `now`; returns whether it did anything (a blocking call that polled and found
+    /// nothing else to do then polls again instead of sleeping on the device).
+    fn poll(&mut self, stack: &mut Stack, now: Instant) -> bool;
+}
+
 /// What an interface owns, behind its `RefCell`.
 struct Inner<D> {
     stack: Stack,
@@ -148,6 +163,9 @@ struct Inner<D> {
     /// Streams whose reading was shut down: what arrives for them is read and dropped after every
     /// poll, so their receive window stays open.
     discard: Vec<StreamId>,
+    hook: Option<Box<dyn PollHook>>,
+    /// Whether the hook did something in the last poll.
+    hook_busy: bool,
 }
 
 impl<D: NetDevice> Inner<D> {
@@ -163,7 +181,8 @@ impl<D: NetDevice> Inner<D> {
         now: Instant,
         mut deliver: impl FnMut(StreamId, &[u8]) -> usize,
     ) -> io::Result<PollStats> {
-        let Self { stack, device, cache, discard } = self;
+        let Self { stack, device, cache, discard, hook, hook_busy } = self;
+        *hook_busy = hook.as_mut().is_some_and(|h| h.poll(stack, now));
         let stats =
             stack
                 .poll_with(now, device, cache, |id, data| {
@@ -260,7 +279,7 @@ impl<D: NetDevice> Interface<D> {
         clock: impl Fn() -> Instant + 'static,
     ) -> Self {
         let ip = stack.ip();
-        let inner = Inner { stack, device, cache, discard: Vec::new() };
+        let inner = Inner { stack, device, cache, discard: Vec::new(), hook: None, hook_busy: false };
         Self {
             shared: Rc::new(Shared {
                 inner: RefCell::new(inner),
@@ -326,7 +345,7 @@ impl<D: NetDevice> Interface<D> {
         let next = {
             let mut inner = self.borrow()?;
             let stats = inner.poll_at(now)?;
-            if stats.received > 0 || stats.transmitted > 0 {
+            if stats.received > 0 || stats.transmitted > 0 || inner.hook_busy {
                 return Ok(());
             }
             inner.stack.poll_timeout()
@@ -363,6 +382,17 @@ impl<D: NetDevice> Interface<D> {
     pub fn with_stack<R>(&self, f: impl FnOnce(&mut Stack) -> R) -> io::Result<R> {
         let mut inner = self.borrow()?;
         Ok(f(&mut inner.stack))
+    }
+
+    /// Sets (or, with `None`, removes) the work that runs with the stack at the start of every
+    /// poll ([`PollHook`]); returns the previous one.
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::Other`] when called from inside [`with_stack`](Self::with_stack) or a hook.
+    pub fn set_poll_hook(&self, hook: Option<Box<dyn PollHook>>) -> io::Result<Option<Box<dyn PollHook>>> {
+        let mut inner = self.borrow()?;
+        Ok(std::mem::replace(&mut inner.hook, hook))
     }
 
     /// Runs `f` on the device (its counters, its own controls). As [`with_stack`](Self::with_stack).
@@ -838,6 +868,23 @@ impl<D: NetDevice> Stream<D> {
                 Err(e)
             }
         }
+    }
+
+    /// A stream for a connection the application already owns by its handle in the interface's
+    /// stack: one an [`AcceptHook`](crate::stack::AcceptHook) received, or one
+    /// [`Stack::adopt`] returned. The stream takes the handle over (dropping it closes the
+    /// connection). Blocking, with the stack's Nagle setting, like an accepted stream.
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::NotConnected`] for a handle the stack does not know;
+    /// [`io::ErrorKind::Other`] when called from inside [`Interface::with_stack`] or a hook.
+    pub fn from_handle(iface: &Interface<D>, id: StreamId) -> io::Result<Self> {
+        let inner = iface.borrow()?;
+        let (local, peer) = inner.stack.addrs(id).map_err(stack_error)?;
+        let nodelay = inner.stack.config().tcp.nodelay;
+        drop(inner);
+        Ok(Self::new(iface, id, local, peer, nodelay))
     }
 
     /// The stream's handle in the interface's [`Stack`] (what [`Interface::poll_with`] and

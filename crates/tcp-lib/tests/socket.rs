@@ -613,3 +613,72 @@ fn poll_with_reads_in_place_and_leaves_the_rest_to_read() {
     // Once one segment is left (partly) buffered, the rest of that poll is buffered too.
     assert!(in_place > TOTAL / 64 && in_place < TOTAL, "{in_place} of {TOTAL} bytes in place");
 }
+
+/// A poll hook runs with the stack at the start of every poll, and a connection its accept hook
+/// took becomes a `Stream` through `Stream::from_handle`: the shape of a runtime that feeds its
+/// own accept queue.
+#[test]
+fn poll_hook_and_from_handle_serve_connections_an_accept_hook_took() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use tcp_lib::socket::PollHook;
+    use tcp_lib::stack::{AcceptHook, ListenerId, StreamId};
+
+    struct Take(Rc<RefCell<Vec<StreamId>>>);
+    impl AcceptHook for Take {
+        fn established(&mut self, _: ListenerId, stream: StreamId) {
+            self.0.borrow_mut().push(stream);
+        }
+    }
+    struct Count(Rc<RefCell<u64>>);
+    impl PollHook for Count {
+        fn poll(&mut self, _stack: &mut Stack, _now: Instant) -> bool {
+            *self.0.borrow_mut() += 1;
+            false
+        }
+    }
+
+    let (_pool, dev_a, dev_b) = pair();
+    let a = interface(dev_a, A_IP);
+    let b = interface(dev_b, B_IP);
+    let taken = Rc::new(RefCell::new(Vec::new()));
+    let polls = Rc::new(RefCell::new(0));
+    b.with_stack(|s| {
+        s.listen(7).unwrap();
+        s.set_accept_hook(Some(Box::new(Take(Rc::clone(&taken)))));
+    })
+    .unwrap();
+    assert!(b.set_poll_hook(Some(Box::new(Count(Rc::clone(&polls))))).unwrap().is_none());
+    let client = Stream::connect_nonblocking(&a, SocketAddrV4::new(B_IP, 7)).unwrap();
+    let start = Instant::now();
+    while taken.borrow().is_empty() {
+        assert!(start.elapsed() < T);
+        a.poll().unwrap();
+        b.poll().unwrap();
+    }
+    assert!(*polls.borrow() > 0, "the hook ran on every poll of b");
+    let id = taken.borrow_mut().pop().unwrap();
+    let server = Stream::from_handle(&b, id).unwrap();
+    assert_eq!((server.local_addr(), server.peer_addr()), (SocketAddrV4::new(B_IP, 7), client.local_addr()));
+    server.set_nonblocking(true).unwrap();
+    (&client).write_all(b"handed over").unwrap();
+    let mut buf = [0u8; 32];
+    let start = Instant::now();
+    let n = loop {
+        assert!(start.elapsed() < T);
+        a.poll().unwrap();
+        b.poll().unwrap();
+        match (&server).read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+        }
+    };
+    assert_eq!(&buf[..n], b"handed over");
+    server.abort().unwrap();
+    let stale = Stream::from_handle(&b, id);
+    assert_eq!(stale.unwrap_err().kind(), io::ErrorKind::NotConnected, "a released handle");
+    let before = *polls.borrow();
+    drop(b.set_poll_hook(None).unwrap());
+    b.poll().unwrap();
+    assert_eq!(*polls.borrow(), before, "removed");
+}
