@@ -1280,6 +1280,21 @@ impl Stack {
         }
     }
 
+    /// Records that `ip` is at `mac`, as an ARP packet from it would (RFC 826), and sends what was
+    /// waiting for the address. For a runtime that runs several stacks behind one address: an ARP
+    /// packet reaches one of them, and the others learn the sender from it through this. Ignores
+    /// what an ARP packet could not teach either (a broadcast or multicast MAC, the unspecified
+    /// address, our own).
+    pub fn learn_neighbor(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
+        if mac.is_unicast() && !ip.is_unspecified() && ip != self.ip() {
+            let waiting = self.arp.insert(ip, mac, self.now);
+            for mut frame in waiting {
+                self.fill_ethernet(&mut frame, mac);
+                self.push_frame(frame);
+            }
+        }
+    }
+
     fn receive_arp(&mut self, bytes: &[u8]) {
         let Ok(repr) = ArpPacket::new_checked(bytes).and_then(|p| ArpRepr::parse(&p)) else {
             self.stats.rx_malformed += 1;

@@ -84,6 +84,19 @@ impl fmt::Display for Address {
     }
 }
 
+/// The device layer's MAC type and this one are the same six bytes.
+impl From<netchannel::dev::MacAddr> for Address {
+    fn from(mac: netchannel::dev::MacAddr) -> Self {
+        Self(mac.0)
+    }
+}
+
+impl From<Address> for netchannel::dev::MacAddr {
+    fn from(mac: Address) -> Self {
+        Self(mac.0)
+    }
+}
+
 /// An EtherType (IEEE registry; the ones this stack uses are named).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EtherType {

@@ -143,6 +143,45 @@ impl fmt::Display for Cidr {
     }
 }
 
+/// Why a string is not an IPv4 prefix ([`Cidr`]'s `FromStr`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseCidrError(String);
+
+impl fmt::Display for ParseCidrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} is not an IPv4 address with a prefix length (like 10.0.0.2/24)", self.0)
+    }
+}
+
+impl std::error::Error for ParseCidrError {}
+
+impl std::str::FromStr for Cidr {
+    type Err = ParseCidrError;
+
+    /// `a.b.c.d/n` with `n <= 32`, as [`Display`](fmt::Display) writes it.
+    ///
+    /// ```
+    /// use tcp_lib::wire::Ipv4Cidr;
+    ///
+    /// let cidr: Ipv4Cidr = "10.0.0.2/24".parse()?;
+    /// assert_eq!((cidr.address().octets(), cidr.prefix_len()), ([10, 0, 0, 2], 24));
+    /// assert!("10.0.0.2".parse::<Ipv4Cidr>().is_err(), "the prefix length is required");
+    /// assert!("10.0.0.2/33".parse::<Ipv4Cidr>().is_err());
+    /// # Ok::<(), tcp_lib::wire::ipv4::ParseCidrError>(())
+    /// ```
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let error = || ParseCidrError(s.to_owned());
+        let (address, len) = s.split_once('/').ok_or_else(error)?;
+        let address: Address = address.parse().map_err(|_| error())?;
+        // Digits only: `u8::from_str` would take a leading `+`.
+        if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(error());
+        }
+        let len: u8 = len.parse().map_err(|_| error())?;
+        Self::new(address, len).ok_or_else(error)
+    }
+}
+
 /// A zero-copy view of an IPv4 packet.
 ///
 /// **No-panic contract:** after [`check_len`](Self::check_len) has succeeded, no accessor panics,
