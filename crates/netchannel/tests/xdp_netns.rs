@@ -308,3 +308,177 @@ fn errors_are_specific_and_leak_nothing() {
         pool.check_leaks().map_err(|e| e.to_string())
     });
 }
+
+/// What one queue's thread saw: the kernel's source ports of the datagrams it received, how many
+/// frames it received, and how many it echoed.
+#[derive(Debug, Default)]
+struct QueueSeen {
+    ports: std::collections::BTreeMap<u16, u32>,
+    received: u64,
+    echoed: u64,
+}
+
+/// The UDP source port of an Ethernet/IPv4/UDP frame to `OUR_IP:OUR_PORT`.
+fn udp_source_port(f: &[u8]) -> Option<u16> {
+    if f.len() < 14 + 20 + 8 || f[12..14] != [0x08, 0x00] || f[14] >> 4 != 4 || f[14 + 9] != 17 {
+        return None;
+    }
+    let udp_at = 14 + usize::from(f[14] & 0x0f) * 4;
+    let dst = f.get(udp_at + 2..udp_at + 4)?;
+    (f[14 + 16..14 + 20] == OUR_IP.octets() && dst == OUR_PORT.to_be_bytes())
+        .then(|| u16::from_be_bytes([f[udp_at], f[udp_at + 1]]))
+}
+
+/// A 4-queue veth end split into one `XdpQueue` per queue, each served by its own thread: the kernel
+/// sends from many source ports (veth picks the receive queue by the sender's flow hash), every
+/// flow's datagrams arrive on one queue's device only, every queue gets traffic, every datagram is
+/// echoed back through the queue it arrived on, and the pool is whole afterwards.
+#[test]
+fn split_queues_each_serve_their_own_nic_queue() {
+    const QUEUES: u16 = 4;
+    const FLOWS: u16 = 64;
+    const PER_FLOW: u32 = 16;
+    with_veth(QUEUES, || {
+        // The driver says how many queues there are (sysfs would show the namespace it was mounted in).
+        assert_eq!(netchannel::dev::xdp::rx_queues(OURS).map_err(|e| e.to_string())?, u32::from(QUEUES));
+        let e = netchannel::dev::xdp::rx_queues("ncnope0").unwrap_err();
+        assert!(matches!(e, XdpError::NoSuchInterface { .. }), "{e}");
+        let pool = Pool::builder(8192).hugepages(HugePages::Never).build().map_err(|e| e.to_string())?;
+        let dev = AfXdp::builder(OURS)
+            .queues(0, QUEUES)
+            .mode(XdpMode::Native)
+            .ring_size(512)
+            .fill_size(512)
+            .open(&pool)
+            .map_err(|e| open_error(&e))?;
+        let mac = dev.info().mac.to_string();
+        let queues = dev.into_queues();
+        assert_eq!(queues.len(), usize::from(QUEUES));
+        for (i, q) in queues.iter().enumerate() {
+            assert_eq!(q.nic_queue(), u32::try_from(i).unwrap());
+            let info = q.info();
+            assert_eq!((info.name, info.queues), (format!("{OURS}:{i}"), 1));
+            assert_eq!(q.mode(), XdpMode::Native);
+        }
+        ip(&["neigh", "replace", &OUR_IP.to_string(), "lladdr", &mac, "dev", KERNELS, "nud", "permanent"])?;
+
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads: Vec<_> = queues
+            .into_iter()
+            .map(|mut dev| {
+                let (pool, stop) = (pool.clone(), Arc::clone(&stop));
+                std::thread::spawn(move || -> Result<(QueueSeen, netchannel::dev::xdp::XdpQueue), String> {
+                    let cache = pool.cache();
+                    let mut batch = netchannel::dev::PacketBatch::with_capacity(32);
+                    let mut seen = QueueSeen::default();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = dev.wait_rx(0, Some(Duration::from_millis(5)));
+                        let n = dev.rx_burst(0, &cache, &mut batch).map_err(|e| e.to_string())?;
+                        seen.received += n as u64;
+                        for p in batch.as_mut_slice() {
+                            if let Some(port) = udp_source_port(p.data()) {
+                                *seen.ports.entry(port).or_default() += 1;
+                                assert!(echo_in_place(p.data_mut()));
+                            }
+                        }
+                        // Everything else (IPv6 router solicitations) goes back out too: harmless.
+                        while !batch.is_empty() {
+                            let sent = dev.tx_burst(0, &mut batch).map_err(|e| e.to_string())?;
+                            seen.echoed += sent as u64;
+                            if sent == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                    }
+                    Ok((seen, dev))
+                })
+            })
+            .collect();
+
+        let socks = (0..FLOWS)
+            .map(|_| {
+                let s = UdpSocket::bind(SocketAddrV4::new(KERNEL_IP, 0)).map_err(|e| e.to_string())?;
+                s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+                Ok(s)
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let us = SocketAddr::V4(SocketAddrV4::new(OUR_IP, OUR_PORT));
+        let mut buf = vec![0u8; 2048];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut result = Ok(());
+        'flows: for round in 0..PER_FLOW {
+            for (f, s) in socks.iter().enumerate() {
+                let d = datagram(round * u32::from(FLOWS) + u32::try_from(f).unwrap());
+                s.send_to(&d, us).map_err(|e| format!("send_to: {e}"))?;
+                // One in flight per flow: each reply is awaited (the channel between the kernel and a
+                // queue never overflows, and a lost reply fails the test instead of hanging it).
+                match s.recv_from(&mut buf) {
+                    Ok((n, from)) if from == us && buf[..n] == d[..] => {}
+                    Ok((n, from)) => {
+                        result = Err(format!("flow {f}: a wrong reply of {n} bytes from {from}"));
+                        break 'flows;
+                    }
+                    Err(e) => {
+                        result = Err(format!("flow {f}, datagram {round}: no reply ({e})"));
+                        break 'flows;
+                    }
+                }
+                if Instant::now() > deadline {
+                    result = Err("timed out".to_owned());
+                    break 'flows;
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut seen = Vec::new();
+        let mut devs = Vec::new();
+        for t in threads {
+            let (s, d) = t.join().map_err(|_| "a queue thread panicked".to_owned())??;
+            seen.push(s);
+            devs.push(d);
+        }
+        for (q, (s, d)) in seen.iter().zip(&devs).enumerate() {
+            println!(
+                "queue {q}: {} frames, {} flows, {} echoed; {:?}; {:?}",
+                s.received,
+                s.ports.len(),
+                s.echoed,
+                d.stats(),
+                d.xdp_stats()
+            );
+        }
+        result?;
+        // Every flow arrived on exactly one queue, with all of its datagrams.
+        let ours: Vec<u16> = socks.iter().map(|s| s.local_addr().unwrap().port()).collect();
+        for port in &ours {
+            let on: Vec<(usize, u32)> =
+                seen.iter().enumerate().filter_map(|(q, s)| s.ports.get(port).map(|&n| (q, n))).collect();
+            assert!(
+                matches!(on[..], [(_, PER_FLOW)]),
+                "flow from port {port} arrived as {on:?} (queue, datagrams)"
+            );
+        }
+        // ... and the flows spread over every queue (64 flows over 4 queues: a queue without one has
+        // a probability of about 4e-8).
+        for (q, s) in seen.iter().enumerate() {
+            assert!(!s.ports.is_empty(), "queue {q} received no flow: {seen:?}");
+        }
+        for (s, d) in seen.iter().zip(&devs) {
+            let st = d.stats();
+            assert_eq!((st.rx_packets, st.tx_packets), (s.received, s.echoed), "{st:?}");
+            assert_eq!((st.rx_errors, st.rx_dropped, st.tx_dropped), (0, 0, 0), "{st:?}");
+        }
+        // Dropping the queues one by one: the program stays until the last goes, then the pool is
+        // whole again.
+        let last = devs.pop().unwrap();
+        drop(devs);
+        let attached = || {
+            let out = std::process::Command::new("ip").args(["-d", "link", "show", OURS]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+        };
+        assert!(attached(), "the program went with the first queues");
+        drop(last);
+        assert!(!attached(), "the XDP program is still attached after the last queue was dropped");
+        pool.check_leaks().map_err(|e| e.to_string())
+    });
+}

@@ -48,7 +48,7 @@ pub use pcap::{PcapStats, PcapWriter};
 #[cfg(not(loom))]
 pub use tap::{Tap, TapError};
 #[cfg(not(loom))]
-pub use xdp::{AfXdp, AfXdpBuilder, XdpError, XdpMode, XdpStats, ZeroCopy};
+pub use xdp::{AfXdp, AfXdpBuilder, XdpError, XdpMode, XdpQueue, XdpStats, ZeroCopy, rx_queues};
 
 /// Whether `packet`'s buffer lives in `pool`'s region.
 ///

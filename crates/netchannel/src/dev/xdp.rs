@@ -16,6 +16,10 @@
 //!   redirects every frame of a queue to that queue's socket (queues without a socket pass frames to
 //!   the kernel's stack), loaded with raw `bpf(2)` and attached with a BPF link in generic (SKB) or
 //!   native (driver) mode. The descriptors are held by this value; dropping it detaches the program.
+//! * **One device per core** ([`AfXdp::into_queues`]): a multi-queue value splits into one
+//!   [`XdpQueue`] per queue, each `Send` and polled by its own thread. Each keeps its socket, rings,
+//!   pool cache, counters and ownership bitmap; the interface, the program and its map, and the UMEM
+//!   registration are shared in an `Arc`, so the program is detached when the last queue drops.
 //! * **Wakeups** (`XDP_USE_NEED_WAKEUP`): the kernel is only woken (`recvfrom`/`sendto` with
 //!   `MSG_DONTWAIT`) when the fill or TX ring's flag asks for it; in copy mode a TX ring always asks,
 //!   since the copy happens inside `sendto`.
@@ -50,12 +54,17 @@
 //! then keeps buffer 0 out of the fill ring (it still transmits from it; the one buffer is counted in
 //! [`XdpStats::parked`] and returned on drop).
 //!
-//! Every buffer handed to the kernel (fill or TX ring) is marked in an ownership bitmap and unmarked
-//! when it comes back (RX or completion ring). A descriptor that names a buffer the device does not
-//! hold, or a data start other than the pool's headroom, is counted in `rx_errors` and never turned
-//! into a packet, so even a scribbled ring cannot make two packets alias one buffer. On drop the
-//! program is detached, the sockets closed, and every buffer still held is freed to the pool (in copy
-//! mode; in zero-copy mode the driver releases the UMEM only in the kernel's deferred cleanup, so those
+//! Every buffer a queue hands to the kernel (fill or TX ring) is marked in that queue's ownership
+//! bitmap and unmarked when it comes back (RX or completion ring). Each queue's socket has fill and
+//! completion rings of its own (the UMEM is shared, the rings are not): the kernel receives a queue's
+//! frames into buffers from that queue's fill ring and returns the buffers that queue transmitted on
+//! its completion ring, so a buffer always comes back to the queue that marked it, and a buffer is
+//! marked in at most one bitmap (it is marked only while no packet exists for it, and a packet
+//! received on one queue may be transmitted on another: it is then marked there). A descriptor that
+//! names a buffer the queue does not hold, or a data start other than the pool's headroom, is counted
+//! in `rx_errors` and never turned into a packet, so even a scribbled ring cannot make two packets
+//! alias one buffer. On drop the program is detached (with the last queue, when split), each socket
+//! is closed, and then every buffer its queue still holds is freed to the pool (in copy mode; in zero-copy mode the driver releases the UMEM only in the kernel's deferred cleanup, so those
 //! buffers are leaked rather than handed out while a NIC might still write them).
 //!
 //! # Errors
@@ -92,14 +101,12 @@ use std::ffi::CString;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
 use self::ring::Ring;
-use super::{
-    DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RxFrame, packet_in_pool,
-    wrong_pool,
-};
+use super::{DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RxFrame, wrong_pool};
 use crate::pool::{Pool, PoolCache};
 
 /// `XDP_PACKET_HEADROOM`: where the kernel puts a frame after a chunk's start (include/uapi/linux/bpf.h).
@@ -486,6 +493,85 @@ struct Xsk {
     fd: OwnedFd,
 }
 
+/// The buffers one queue's socket holds, and the cache they go back to. Dropped after the socket is
+/// closed (it is declared after the [`Xsk`] in [`Queue`]), when the kernel no longer writes into them.
+struct Owned {
+    /// Which buffers this queue handed to its socket (fill or TX ring) and has not had back (RX or
+    /// completion ring). A socket sharing the UMEM has fill and completion rings of its own, and the
+    /// kernel takes a queue's receive buffers from that queue's fill ring and returns a queue's
+    /// transmitted buffers on that queue's completion ring, so each buffer comes back to the queue
+    /// that marked it; one that shows up anywhere else is refused (`rx_errors`) and stays marked.
+    held: Held,
+    /// The queue's own cache: fills the fill ring, takes TX completions, and takes every held buffer
+    /// back on drop.
+    cache: PoolCache,
+    /// Whether the socket is in zero-copy mode (its held buffers are leaked on drop, not freed).
+    zero_copy: bool,
+    /// For the drop-time warning.
+    nic_queue: u32,
+}
+
+impl fmt::Debug for Owned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Owned").field("zero_copy", &self.zero_copy).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let held = self.held.drain();
+        if self.zero_copy {
+            // In zero-copy mode the driver lets go of the UMEM in the kernel's deferred release of the
+            // socket, after `close` returned: it could still DMA into posted buffers for a moment.
+            // Leaking them is safe; handing them out again might not be.
+            tracing::warn!(
+                queue = self.nic_queue,
+                buffers = held.len(),
+                "AF_XDP zero-copy: buffers held by the driver at close are not returned to the pool"
+            );
+            return;
+        }
+        // SAFETY: every marked buffer is one of this pool's that the queue took from its cache (fill
+        // ring) or from a packet (TX ring) and has not handed back: no packet exists for it, and each
+        // index appears once (one bitmap per queue, and a buffer is marked in one bitmap at a time: it
+        // is marked only while no packet exists for it). The socket that could still touch them was
+        // closed before this runs (`Queue`'s field order), and a closed copy-mode socket is unbound
+        // (`xsk_release` waits for in-flight receives with `synchronize_net`) before `close` returns.
+        unsafe { self.cache.free_burst(&held) };
+    }
+}
+
+/// One queue: its socket and rings, its counters, and the buffers it holds.
+#[derive(Debug)]
+struct Queue {
+    /// Declared first: the rings are unmapped and the socket closed before `owned` frees the
+    /// buffers the kernel held.
+    xsk: Xsk,
+    umem: Umem,
+    pool_id: u64,
+    stats: DeviceStats,
+    owned: Owned,
+}
+
+/// What the queues of one interface share: the interface, the redirect program and the UMEM
+/// geometry. [`AfXdp`] and every [`XdpQueue`] split from it hold it in an `Arc`: the program is
+/// detached when the last of them is dropped.
+#[derive(Debug)]
+struct Shared {
+    /// Dropped first: detaching the program stops redirection.
+    xdp: Option<bpf::Redirect>,
+    name: String,
+    ifindex: u32,
+    mac: MacAddr,
+    mode: XdpMode,
+    zero_copy: bool,
+    ctl: OwnedFd,
+    umem: Umem,
+    /// Keeps the UMEM's memory mapped for as long as any socket may use it (each queue's cache keeps
+    /// the pool alive too, and is dropped after the queue's socket is closed).
+    _pool: Pool,
+}
+
 /// A builder for [`AfXdp`]: interface, queues, mode, ring sizes.
 #[derive(Clone, Debug)]
 pub struct AfXdpBuilder {
@@ -585,10 +671,7 @@ impl AfXdpBuilder {
 
     fn validate(&self) -> Result<(), XdpError> {
         let name = &self.iface;
-        if name.is_empty()
-            || name.len() >= libc::IFNAMSIZ
-            || name.bytes().any(|b| b == 0 || b == b'/' || b.is_ascii_whitespace())
-        {
+        if !valid_name(name) {
             return Err(XdpError::InvalidName { name: name.clone() });
         }
         for (what, n) in [("ring_size", self.ring_size), ("fill_size", self.fill_size)] {
@@ -642,10 +725,8 @@ impl AfXdpBuilder {
         let ctl = unsafe { OwnedFd::from_raw_fd(raw) };
         let mac = hwaddr(&ctl, &name).map_err(|e| classify("ioctl(SIOCGIFHWADDR)", e))?;
 
-        let cache = pool.cache();
-        let mut dev = AfXdp {
+        let mut shared = Shared {
             xdp: None,
-            queues: Vec::with_capacity(usize::from(self.queues)),
             name,
             ifindex,
             mac,
@@ -653,17 +734,16 @@ impl AfXdpBuilder {
             zero_copy: false,
             ctl,
             umem,
-            held: Held::new(umem.count),
-            pool: pool.clone(),
-            stats: DeviceStats::default(),
-            cache,
+            _pool: pool.clone(),
         };
-        // From here on, `dev`'s drop closes whatever was opened and frees the buffers it holds.
-        self.setup(&mut dev, pool)?;
-        Ok(dev)
+        let mut queues = Vec::with_capacity(usize::from(self.queues));
+        // From here on, dropping `queues` closes the sockets opened so far and frees the buffers they
+        // hold; dropping `shared` detaches the program, if it was attached.
+        self.setup(&mut shared, &mut queues, pool)?;
+        Ok(AfXdp { shared: Arc::new(shared), queues })
     }
 
-    fn setup(&self, dev: &mut AfXdp, pool: &Pool) -> Result<(), XdpError> {
+    fn setup(&self, shared: &mut Shared, queues: &mut Vec<Queue>, pool: &Pool) -> Result<(), XdpError> {
         let mut bind_flags = match (self.mode, self.zero_copy) {
             (XdpMode::Generic, _) | (_, ZeroCopy::Never) => libc::XDP_COPY,
             (_, ZeroCopy::Require) => libc::XDP_ZEROCOPY,
@@ -674,14 +754,13 @@ impl AfXdpBuilder {
         }
         for q in 0..u32::from(self.queues) {
             let nic_queue = self.first_queue + q;
-            let first = dev.queues.first().map(|x| x.fd.as_raw_fd());
-            let xsk = self.socket(dev, pool, nic_queue, first, bind_flags)?;
-            dev.queues.push(xsk);
+            let first = queues.first().map(|x| x.xsk.fd.as_raw_fd());
+            let queue = self.socket(shared, pool, nic_queue, first, bind_flags)?;
+            queues.push(queue);
         }
         // Post the fill rings before the program redirects anything.
-        for qi in 0..dev.queues.len() {
-            let AfXdp { queues, cache, umem, held, .. } = &mut *dev;
-            let posted = refill(&mut queues[qi], cache, umem, held);
+        for (qi, queue) in queues.iter_mut().enumerate() {
+            let posted = queue.refill();
             if posted < self.fill_size {
                 let got = posted as usize + qi * self.fill_size as usize;
                 return Err(XdpError::PoolExhausted {
@@ -690,17 +769,17 @@ impl AfXdpBuilder {
                 });
             }
         }
-        dev.zero_copy = dev.queues.iter().all(|x| is_zero_copy(&x.fd));
-        self.attach(dev)?;
-        let mtu = dev.mtu().unwrap_or(0);
-        if mtu + 14 > dev.umem.frame_room as usize {
+        shared.zero_copy = queues.iter().all(|x| x.owned.zero_copy);
+        self.attach(shared, queues)?;
+        let mtu = shared.mtu().unwrap_or(0);
+        if mtu + 14 > shared.umem.frame_room as usize {
             tracing::warn!(
-                iface = %dev.name, mtu, frame_room = dev.umem.frame_room,
+                iface = %shared.name, mtu, frame_room = shared.umem.frame_room,
                 "the interface's MTU exceeds the UMEM frame room: larger frames will be dropped"
             );
         }
         tracing::debug!(
-            iface = %dev.name, mode = ?dev.mode, zero_copy = dev.zero_copy, queues = dev.queues.len(),
+            iface = %shared.name, mode = ?shared.mode, zero_copy = shared.zero_copy, queues = queues.len(),
             "AF_XDP device opened"
         );
         Ok(())
@@ -710,12 +789,12 @@ impl AfXdpBuilder {
     /// UMEM the others share.
     fn socket(
         &self,
-        dev: &AfXdp,
+        dev: &Shared,
         pool: &Pool,
         nic_queue: u32,
         shared: Option<std::os::fd::RawFd>,
         bind_flags: u16,
-    ) -> Result<Xsk, XdpError> {
+    ) -> Result<Queue, XdpError> {
         // SAFETY: plain socket creation; the result is checked.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
@@ -803,7 +882,7 @@ impl AfXdpBuilder {
             });
         }
         let burst = self.ring_size.max(self.fill_size) as usize;
-        Ok(Xsk {
+        let xsk = Xsk {
             nic_queue,
             fill,
             comp,
@@ -818,14 +897,22 @@ impl AfXdpBuilder {
             tx_wakeups: 0,
             parked: 0,
             fd,
+        };
+        let zero_copy = is_zero_copy(&xsk.fd);
+        Ok(Queue {
+            xsk,
+            umem: dev.umem,
+            pool_id: pool.id(),
+            stats: DeviceStats::default(),
+            owned: Owned { held: Held::new(dev.umem.count), cache: pool.cache(), zero_copy, nic_queue },
         })
     }
 
     /// Creates the map, loads the program, attaches it in the requested mode.
-    fn attach(&self, dev: &mut AfXdp) -> Result<(), XdpError> {
+    fn attach(&self, dev: &mut Shared, queues: &[Queue]) -> Result<(), XdpError> {
         let entries = self.first_queue + u32::from(self.queues);
         let map = bpf::create_xskmap(entries).map_err(|e| classify("bpf(BPF_MAP_CREATE, XSKMAP)", e))?;
-        for xsk in &dev.queues {
+        for Queue { xsk, .. } in queues {
             bpf::set_xsk(&map, xsk.nic_queue, &xsk.fd)
                 .map_err(|e| classify("bpf(BPF_MAP_UPDATE_ELEM, XSKMAP)", e))?;
         }
@@ -907,6 +994,81 @@ fn mmap_offsets(fd: &OwnedFd) -> io::Result<libc::xdp_mmap_offsets> {
 fn is_zero_copy(fd: &OwnedFd) -> bool {
     getsockopt(fd, libc::XDP_OPTIONS, libc::xdp_options { flags: 0 })
         .is_ok_and(|(o, _)| o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0)
+}
+
+/// `SIOCETHTOOL` (linux/sockios.h).
+const SIOCETHTOOL: libc::Ioctl = 0x8946;
+/// `ETHTOOL_GCHANNELS` (linux/ethtool.h).
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+/// `struct ethtool_channels` (linux/ethtool.h).
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+/// How many receive queues interface `iface` has: an AF_XDP socket can bind to queues `0..n`.
+///
+/// Asks the driver first (`ETHTOOL_GCHANNELS`: its RX plus combined channels, as `ethtool -l`
+/// shows them), in the calling thread's network namespace; then counts
+/// `/sys/class/net/IFACE/queues/rx-*` (which shows the namespace sysfs was mounted in, so it is
+/// only consulted when the driver cannot say); every interface has at least one.
+///
+/// # Errors
+///
+/// [`XdpError::InvalidName`], [`XdpError::NoSuchInterface`], or the failure to create the socket the
+/// ioctl goes through.
+pub fn rx_queues(iface: &str) -> Result<u32, XdpError> {
+    if !valid_name(iface) {
+        return Err(XdpError::InvalidName { name: iface.to_owned() });
+    }
+    let cname = CString::new(iface).map_err(|_| XdpError::InvalidName { name: iface.to_owned() })?;
+    // SAFETY: `cname` is NUL-terminated; the call reads nothing else.
+    if unsafe { libc::if_nametoindex(cname.as_ptr()) } == 0 {
+        return Err(XdpError::NoSuchInterface { name: iface.to_owned() });
+    }
+    // SAFETY: plain socket creation; the result is checked.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(classify("socket(AF_INET, SOCK_DGRAM)", io::Error::last_os_error()));
+    }
+    // SAFETY: `raw` is a descriptor `socket` just returned, owned by nobody else.
+    let ctl = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut channels = EthtoolChannels { cmd: ETHTOOL_GCHANNELS, ..EthtoolChannels::default() };
+    let mut req = ifreq(iface);
+    req.ifr_ifru.ifru_data = (&raw mut channels).cast();
+    // SAFETY: SIOCETHTOOL reads `req` and the command structure its data pointer names, which is a
+    // live `ethtool_channels` the kernel writes at most `size_of::<EthtoolChannels>()` bytes of
+    // (ETHTOOL_GCHANNELS), for the duration of the call.
+    let r = unsafe { libc::ioctl(ctl.as_raw_fd(), SIOCETHTOOL, &raw mut req) };
+    if r == 0 {
+        let n = channels.rx_count.saturating_add(channels.combined_count);
+        if n > 0 {
+            return Ok(n);
+        }
+    }
+    let from_sysfs = std::fs::read_dir(format!("/sys/class/net/{iface}/queues")).map(|dir| {
+        dir.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count()
+    });
+    Ok(from_sysfs.ok().and_then(|n| u32::try_from(n).ok()).filter(|&n| n > 0).unwrap_or(1))
+}
+
+/// Interface names are 1 to 15 bytes without NUL, `/` or whitespace.
+fn valid_name(name: &str) -> bool {
+    !(name.is_empty()
+        || name.len() >= libc::IFNAMSIZ
+        || name.bytes().any(|b| b == 0 || b == b'/' || b.is_ascii_whitespace())
+        || name == "."
+        || name == "..")
 }
 
 /// `ifreq` with the name filled in and the union zeroed.
@@ -1040,235 +1202,22 @@ fn kick_tx(xsk: &mut Xsk, need_wakeup_only: bool) -> io::Result<()> {
     }
 }
 
-/// A Linux interface's queues as a [`NetDevice`] through AF_XDP (see the [module documentation](self)).
-///
-/// `rx_burst` takes up to a batch of frames off the queue's RX ring (they are already in pool
-/// buffers), reaps TX completions, and refills the fill ring; `tx_burst` puts the packets' own
-/// buffers on the TX ring (as many as it has room for; the rest stay in the batch) and wakes the
-/// kernel if it asks. Frames of zero length or longer than the frame room are dropped and counted in
-/// `tx_dropped`.
-pub struct AfXdp {
-    /// Dropped first: detaching the program stops redirection before the sockets close.
-    xdp: Option<bpf::Redirect>,
-    queues: Vec<Xsk>,
-    name: String,
-    ifindex: u32,
-    mac: MacAddr,
-    mode: XdpMode,
-    zero_copy: bool,
-    ctl: OwnedFd,
-    umem: Umem,
-    held: Held,
-    pool: Pool,
-    stats: DeviceStats,
-    /// The device's own cache: fills the fill rings, takes TX completions, and takes every held
-    /// buffer back on drop.
-    cache: PoolCache,
-}
-
-impl fmt::Debug for AfXdp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AfXdp")
-            .field("name", &self.name)
-            .field("ifindex", &self.ifindex)
-            .field("mode", &self.mode)
-            .field("zero_copy", &self.zero_copy)
-            .field("queues", &self.queues.iter().map(|q| q.nic_queue).collect::<Vec<_>>())
-            .field("chunk_size", &self.umem.chunk_size)
-            .field("stats", &self.stats)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AfXdp {
-    /// A builder for interface `iface`.
-    #[must_use]
-    pub fn builder(iface: &str) -> AfXdpBuilder {
-        AfXdpBuilder::new(iface)
-    }
-
-    /// The interface's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The interface's index.
-    #[must_use]
-    pub fn ifindex(&self) -> u32 {
-        self.ifindex
-    }
-
-    /// Where the program runs: [`XdpMode::Generic`] or [`XdpMode::Native`] (what `Auto` chose).
-    #[must_use]
-    pub fn mode(&self) -> XdpMode {
-        self.mode
-    }
-
-    /// Whether every socket is in zero-copy mode (`XDP_OPTIONS_ZEROCOPY`).
-    #[must_use]
-    pub fn is_zero_copy(&self) -> bool {
-        self.zero_copy
-    }
-
-    /// The NIC queue behind this value's `queue`.
-    #[must_use]
-    pub fn nic_queue(&self, queue: u16) -> Option<u32> {
-        self.queues.get(usize::from(queue)).map(|x| x.nic_queue)
-    }
-
-    /// The largest frame the kernel puts in a buffer (chunk size - 256).
-    #[must_use]
-    pub fn frame_room(&self) -> usize {
-        self.umem.frame_room as usize
-    }
-
-    /// The socket of `queue`, to register with epoll (readable when frames wait in its RX ring).
-    #[must_use]
-    pub fn queue_fd(&self, queue: u16) -> Option<BorrowedFd<'_>> {
-        self.queues.get(usize::from(queue)).map(|x| x.fd.as_fd())
-    }
-
-    /// Waits until `queue`'s RX ring has a frame or `timeout` passes (`None`: no limit); returns
-    /// whether it has one. Interrupted waits count as "not yet".
-    ///
-    /// # Errors
-    ///
-    /// [`DevError::NoSuchQueue`], or what `poll(2)` reports.
-    pub fn wait_readable(&self, queue: u16, timeout: Option<Duration>) -> Result<bool, DevError> {
-        let Some(xsk) = self.queues.get(usize::from(queue)) else {
-            return Err(DevError::NoSuchQueue { queue, queues: self.queue_count() });
-        };
-        let ms = timeout
-            .map_or(-1, |t| i32::try_from(t.as_millis().max(u128::from(!t.is_zero()))).unwrap_or(i32::MAX));
-        let mut pfd = libc::pollfd { fd: xsk.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid `pollfd`, owned here for the duration of the call.
-        let r = unsafe { libc::poll(&raw mut pfd, 1, ms) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(DevError::Failed(e)) };
-        }
-        Ok(pfd.revents & libc::POLLIN != 0)
-    }
-
-    /// The kernel's and the device's counters for `queue`.
-    ///
-    /// # Errors
-    ///
-    /// [`DevError::NoSuchQueue`], or the `getsockopt(XDP_STATISTICS)` failure.
-    pub fn xdp_stats(&self, queue: u16) -> Result<XdpStats, DevError> {
-        let Some(xsk) = self.queues.get(usize::from(queue)) else {
-            return Err(DevError::NoSuchQueue { queue, queues: self.queue_count() });
-        };
-        let zero = libc::xdp_statistics {
-            rx_dropped: 0,
-            rx_invalid_descs: 0,
-            tx_invalid_descs: 0,
-            rx_ring_full: 0,
-            rx_fill_ring_empty_descs: 0,
-            tx_ring_empty_descs: 0,
-        };
-        let (k, _) = getsockopt(&xsk.fd, libc::XDP_STATISTICS, zero).map_err(DevError::Failed)?;
-        Ok(XdpStats {
-            rx_dropped: k.rx_dropped,
-            rx_invalid_descs: k.rx_invalid_descs,
-            tx_invalid_descs: k.tx_invalid_descs,
-            rx_ring_full: k.rx_ring_full,
-            rx_fill_ring_empty_descs: k.rx_fill_ring_empty_descs,
-            tx_ring_empty_descs: k.tx_ring_empty_descs,
-            rx_wakeups: xsk.rx_wakeups,
-            tx_wakeups: xsk.tx_wakeups,
-            parked: xsk.parked,
-        })
-    }
-
-    fn queue_count(&self) -> u16 {
-        u16::try_from(self.queues.len()).unwrap_or(u16::MAX)
-    }
-
-    fn ifreq_ioctl(&self, request: libc::Ioctl) -> io::Result<libc::ifreq> {
-        let mut req = ifreq(&self.name);
-        // SAFETY: the SIOCGIF* requests used here read and write one `ifreq`, which `req` is.
-        if unsafe { libc::ioctl(self.ctl.as_raw_fd(), request, &raw mut req) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(req)
-    }
-
-    /// The interface's MTU (`SIOCGIFMTU`).
-    ///
-    /// # Errors
-    ///
-    /// What the ioctl reports (the interface was deleted, say).
-    pub fn mtu(&self) -> io::Result<usize> {
-        let req = self.ifreq_ioctl(libc::SIOCGIFMTU)?;
-        // SAFETY: SIOCGIFMTU filled `ifru_mtu` (an integer).
-        let mtu = unsafe { req.ifr_ifru.ifru_mtu };
-        Ok(usize::try_from(mtu).unwrap_or(0))
-    }
-
-    /// Wakes the kernel to send what is still on `queue`'s TX ring (copy mode sends at most a few
-    /// dozen frames per wakeup); `rx_burst` and `tx_burst` do this themselves.
-    ///
-    /// # Errors
-    ///
-    /// [`DevError::NoSuchQueue`], or [`DevError::Failed`] when the socket is gone.
-    pub fn flush_tx(&mut self, queue: u16) -> Result<(), DevError> {
-        let queues = self.queue_count();
-        let Some(xsk) = self.queues.get_mut(usize::from(queue)) else {
-            return Err(DevError::NoSuchQueue { queue, queues });
-        };
-        if xsk.tx.pending() > 0 {
-            kick_tx(xsk, true).map_err(|e| failed(&self.name, "sendto", &e))?;
-        }
-        Ok(())
-    }
-}
-
-fn failed(name: &str, op: &str, e: &io::Error) -> DevError {
-    DevError::Failed(io::Error::new(e.kind(), format!("{name}: AF_XDP {op} failed: {e}")))
-}
-
-impl NetDevice for AfXdp {
-    /// The interface's name, MAC address and MTU (read from the kernel on each call; 1500 if that
-    /// fails), and the number of queues this value serves.
-    fn info(&self) -> DeviceInfo {
-        DeviceInfo {
-            name: self.name.clone(),
-            mac: self.mac,
-            mtu: self.mtu().unwrap_or(1500),
-            queues: self.queue_count(),
-        }
-    }
-
-    /// Up when the interface is administratively up and has carrier (`IFF_UP | IFF_RUNNING`).
-    fn link(&self) -> Link {
-        let Ok(req) = self.ifreq_ioctl(libc::SIOCGIFFLAGS) else { return Link::Down };
-        // SAFETY: SIOCGIFFLAGS filled `ifru_flags` (an integer).
-        let flags = libc::c_int::from(unsafe { req.ifr_ifru.ifru_flags }.cast_unsigned());
-        if flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0 {
-            Link::Up { speed_mbps: None }
-        } else {
-            Link::Down
-        }
-    }
-
-    fn stats(&self) -> DeviceStats {
-        self.stats
+impl Queue {
+    /// [`refill`] with this queue's ring, cache and bitmap.
+    fn refill(&mut self) -> u32 {
+        refill(&mut self.xsk, &self.owned.cache, &self.umem, &mut self.owned.held)
     }
 
     fn rx_burst<'c>(
         &mut self,
-        queue: u16,
+        name: &str,
         cache: &'c PoolCache,
         batch: &mut PacketBatch<'c>,
     ) -> Result<usize, DevError> {
-        DevError::check_queue(queue, self.queue_count())?;
-        if cache.pool().id() != self.pool.id() {
-            return Err(wrong_pool("the cache passed to rx_burst", self.pool.id()));
+        if cache.pool().id() != self.pool_id {
+            return Err(wrong_pool("the cache passed to rx_burst", self.pool_id));
         }
-        let Self { queues, umem, held, stats, cache: own, name, .. } = self;
-        let Some(xsk) = queues.get_mut(usize::from(queue)) else { return Ok(0) };
+        let Self { xsk, umem, stats, owned: Owned { held, cache: own, .. }, .. } = self;
         if xsk.tx_outstanding > 0 {
             reap(xsk, own, umem, held);
             if xsk.tx.pending() > 0 {
@@ -1295,7 +1244,7 @@ impl NetDevice for AfXdp {
                 }
                 continue;
             }
-            // Only a buffer the device handed to the kernel becomes a packet, and only once.
+            // Only a buffer this queue handed to the kernel becomes a packet, and only once.
             if !held.release(index) {
                 stats.rx_errors += 1;
                 continue;
@@ -1308,7 +1257,7 @@ impl NetDevice for AfXdp {
         }
         let received = &xsk.frames[..frames];
         // SAFETY: each frame's buffer is one of `cache`'s pool (checked above: the device's pool) that
-        // the device held until its mark was cleared just now, so the caller now owns it, no packet
+        // the queue held until its mark was cleared just now, so the caller now owns it, no packet
         // exists for it, and it appears once; its data starts at the pool's headroom (`rx_index`).
         let (delivered, bytes) = unsafe { batch.extend_received(cache, received) };
         if delivered < frames {
@@ -1325,13 +1274,11 @@ impl NetDevice for AfXdp {
         Ok(delivered)
     }
 
-    fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
-        DevError::check_queue(queue, self.queue_count())?;
-        if batch.as_slice().iter().any(|p| !packet_in_pool(p, &self.pool)) {
-            return Err(wrong_pool("a packet handed to tx_burst", self.pool.id()));
+    fn tx_burst(&mut self, name: &str, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
+        if batch.as_slice().iter().any(|p| p.pool_id() != self.pool_id) {
+            return Err(wrong_pool("a packet handed to tx_burst", self.pool_id));
         }
-        let Self { queues, umem, held, stats, cache: own, name, .. } = self;
-        let Some(xsk) = queues.get_mut(usize::from(queue)) else { return Ok(0) };
+        let Self { xsk, umem, stats, owned: Owned { held, cache: own, .. }, .. } = self;
         reap(xsk, own, umem, held);
         let want = u32::try_from(batch.len()).unwrap_or(u32::MAX);
         let room = xsk.tx.free(want);
@@ -1344,7 +1291,7 @@ impl NetDevice for AfXdp {
             }
             let addr = packet.dma_offset() as u64;
             let index = packet.into_raw();
-            // The packet was the only handle on its buffer, so the device now owns it.
+            // The packet was the only handle on its buffer, so the queue now owns it.
             held.hold(index);
             xsk.tx.write(posted, libc::xdp_desc { addr, len, options: 0 });
             posted += 1;
@@ -1361,6 +1308,291 @@ impl NetDevice for AfXdp {
         Ok(room as usize)
     }
 
+    fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool, DevError> {
+        let ms = timeout
+            .map_or(-1, |t| i32::try_from(t.as_millis().max(u128::from(!t.is_zero()))).unwrap_or(i32::MAX));
+        let mut pfd = libc::pollfd { fd: self.xsk.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid `pollfd`, owned here for the duration of the call.
+        let r = unsafe { libc::poll(&raw mut pfd, 1, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(DevError::Failed(e)) };
+        }
+        Ok(pfd.revents & libc::POLLIN != 0)
+    }
+
+    fn xdp_stats(&self) -> Result<XdpStats, DevError> {
+        let xsk = &self.xsk;
+        let zero = libc::xdp_statistics {
+            rx_dropped: 0,
+            rx_invalid_descs: 0,
+            tx_invalid_descs: 0,
+            rx_ring_full: 0,
+            rx_fill_ring_empty_descs: 0,
+            tx_ring_empty_descs: 0,
+        };
+        let (k, _) = getsockopt(&xsk.fd, libc::XDP_STATISTICS, zero).map_err(DevError::Failed)?;
+        Ok(XdpStats {
+            rx_dropped: k.rx_dropped,
+            rx_invalid_descs: k.rx_invalid_descs,
+            tx_invalid_descs: k.tx_invalid_descs,
+            rx_ring_full: k.rx_ring_full,
+            rx_fill_ring_empty_descs: k.rx_fill_ring_empty_descs,
+            tx_ring_empty_descs: k.tx_ring_empty_descs,
+            rx_wakeups: xsk.rx_wakeups,
+            tx_wakeups: xsk.tx_wakeups,
+            parked: xsk.parked,
+        })
+    }
+
+    fn flush_tx(&mut self, name: &str) -> Result<(), DevError> {
+        if self.xsk.tx.pending() > 0 {
+            kick_tx(&mut self.xsk, true).map_err(|e| failed(name, "sendto", &e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn ifreq_ioctl(&self, request: libc::Ioctl) -> io::Result<libc::ifreq> {
+        let mut req = ifreq(&self.name);
+        // SAFETY: the SIOCGIF* requests used here read and write one `ifreq`, which `req` is.
+        if unsafe { libc::ioctl(self.ctl.as_raw_fd(), request, &raw mut req) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(req)
+    }
+
+    fn mtu(&self) -> io::Result<usize> {
+        let req = self.ifreq_ioctl(libc::SIOCGIFMTU)?;
+        // SAFETY: SIOCGIFMTU filled `ifru_mtu` (an integer).
+        let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+        Ok(usize::try_from(mtu).unwrap_or(0))
+    }
+
+    fn link(&self) -> Link {
+        let Ok(req) = self.ifreq_ioctl(libc::SIOCGIFFLAGS) else { return Link::Down };
+        // SAFETY: SIOCGIFFLAGS filled `ifru_flags` (an integer).
+        let flags = libc::c_int::from(unsafe { req.ifr_ifru.ifru_flags }.cast_unsigned());
+        if flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0 {
+            Link::Up { speed_mbps: None }
+        } else {
+            Link::Down
+        }
+    }
+}
+
+/// A Linux interface's queues as a [`NetDevice`] through AF_XDP (see the [module documentation](self)).
+///
+/// `rx_burst` takes up to a batch of frames off the queue's RX ring (they are already in pool
+/// buffers), reaps TX completions, and refills the fill ring; `tx_burst` puts the packets' own
+/// buffers on the TX ring (as many as it has room for; the rest stay in the batch) and wakes the
+/// kernel if it asks. Frames of zero length or longer than the frame room are dropped and counted in
+/// `tx_dropped`.
+///
+/// One value is driven by one thread. To serve its queues from several threads, split it with
+/// [`AfXdp::into_queues`].
+pub struct AfXdp {
+    /// Dropped first: when no [`XdpQueue`] shares it, detaching the program stops redirection before
+    /// the sockets close.
+    shared: Arc<Shared>,
+    queues: Vec<Queue>,
+}
+
+impl fmt::Debug for AfXdp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AfXdp")
+            .field("name", &self.shared.name)
+            .field("ifindex", &self.shared.ifindex)
+            .field("mode", &self.shared.mode)
+            .field("zero_copy", &self.shared.zero_copy)
+            .field("queues", &self.queues.iter().map(|q| q.xsk.nic_queue).collect::<Vec<_>>())
+            .field("chunk_size", &self.shared.umem.chunk_size)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AfXdp {
+    /// A builder for interface `iface`.
+    #[must_use]
+    pub fn builder(iface: &str) -> AfXdpBuilder {
+        AfXdpBuilder::new(iface)
+    }
+
+    /// The interface's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The interface's index.
+    #[must_use]
+    pub fn ifindex(&self) -> u32 {
+        self.shared.ifindex
+    }
+
+    /// Where the program runs: [`XdpMode::Generic`] or [`XdpMode::Native`] (what `Auto` chose).
+    #[must_use]
+    pub fn mode(&self) -> XdpMode {
+        self.shared.mode
+    }
+
+    /// Whether every socket is in zero-copy mode (`XDP_OPTIONS_ZEROCOPY`).
+    #[must_use]
+    pub fn is_zero_copy(&self) -> bool {
+        self.shared.zero_copy
+    }
+
+    /// The NIC queue behind this value's `queue`.
+    #[must_use]
+    pub fn nic_queue(&self, queue: u16) -> Option<u32> {
+        self.queues.get(usize::from(queue)).map(|x| x.xsk.nic_queue)
+    }
+
+    /// The largest frame the kernel puts in a buffer (chunk size - 256).
+    #[must_use]
+    pub fn frame_room(&self) -> usize {
+        self.shared.umem.frame_room as usize
+    }
+
+    /// The socket of `queue`, to register with epoll (readable when frames wait in its RX ring).
+    #[must_use]
+    pub fn queue_fd(&self, queue: u16) -> Option<BorrowedFd<'_>> {
+        self.queues.get(usize::from(queue)).map(|x| x.xsk.fd.as_fd())
+    }
+
+    fn queue(&self, queue: u16) -> Result<&Queue, DevError> {
+        let queues = self.queue_count();
+        self.queues.get(usize::from(queue)).ok_or(DevError::NoSuchQueue { queue, queues })
+    }
+
+    fn queue_mut(&mut self, queue: u16) -> Result<&mut Queue, DevError> {
+        let queues = self.queue_count();
+        self.queues.get_mut(usize::from(queue)).ok_or(DevError::NoSuchQueue { queue, queues })
+    }
+
+    /// Waits until `queue`'s RX ring has a frame or `timeout` passes (`None`: no limit); returns
+    /// whether it has one. Interrupted waits count as "not yet".
+    ///
+    /// # Errors
+    ///
+    /// [`DevError::NoSuchQueue`], or what `poll(2)` reports.
+    pub fn wait_readable(&self, queue: u16, timeout: Option<Duration>) -> Result<bool, DevError> {
+        self.queue(queue)?.wait_readable(timeout)
+    }
+
+    /// The kernel's and the device's counters for `queue`.
+    ///
+    /// # Errors
+    ///
+    /// [`DevError::NoSuchQueue`], or the `getsockopt(XDP_STATISTICS)` failure.
+    pub fn xdp_stats(&self, queue: u16) -> Result<XdpStats, DevError> {
+        self.queue(queue)?.xdp_stats()
+    }
+
+    fn queue_count(&self) -> u16 {
+        u16::try_from(self.queues.len()).unwrap_or(u16::MAX)
+    }
+
+    /// The interface's MTU (`SIOCGIFMTU`).
+    ///
+    /// # Errors
+    ///
+    /// What the ioctl reports (the interface was deleted, say).
+    pub fn mtu(&self) -> io::Result<usize> {
+        self.shared.mtu()
+    }
+
+    /// Wakes the kernel to send what is still on `queue`'s TX ring (copy mode sends at most a few
+    /// dozen frames per wakeup); `rx_burst` and `tx_burst` do this themselves.
+    ///
+    /// # Errors
+    ///
+    /// [`DevError::NoSuchQueue`], or [`DevError::Failed`] when the socket is gone.
+    pub fn flush_tx(&mut self, queue: u16) -> Result<(), DevError> {
+        let shared = Arc::clone(&self.shared);
+        self.queue_mut(queue)?.flush_tx(&shared.name)
+    }
+
+    /// Splits the device into one [`XdpQueue`] per queue, in queue order (`result[i]` serves this
+    /// value's queue `i`, NIC queue [`nic_queue(i)`](Self::nic_queue)), each `Send` and driven by
+    /// its own thread.
+    ///
+    /// Each queue keeps its own socket, rings, cache, counters and ownership bitmap (a buffer goes
+    /// back to the queue whose fill or TX ring it was posted to: see the [module documentation](self));
+    /// the interface, the
+    /// XDP program and its map, and the UMEM registration are shared: the program is detached when
+    /// the last queue is dropped, and a queue dropped before the others closes its socket (its NIC
+    /// queue's frames then pass to the kernel's stack) and returns the buffers it held.
+    ///
+    /// The counters of the device so far stay with the queues that counted them.
+    #[must_use]
+    pub fn into_queues(self) -> Vec<XdpQueue> {
+        let Self { shared, queues } = self;
+        queues.into_iter().map(|queue| XdpQueue { shared: Arc::clone(&shared), queue }).collect()
+    }
+}
+
+fn failed(name: &str, op: &str, e: &io::Error) -> DevError {
+    DevError::Failed(io::Error::new(e.kind(), format!("{name}: AF_XDP {op} failed: {e}")))
+}
+
+impl NetDevice for AfXdp {
+    /// The interface's name, MAC address and MTU (read from the kernel on each call; 1500 if that
+    /// fails), and the number of queues this value serves.
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: self.shared.name.clone(),
+            mac: self.shared.mac,
+            mtu: self.shared.mtu().unwrap_or(1500),
+            queues: self.queue_count(),
+        }
+    }
+
+    /// Up when the interface is administratively up and has carrier (`IFF_UP | IFF_RUNNING`).
+    fn link(&self) -> Link {
+        self.shared.link()
+    }
+
+    /// The sum of every queue's counters.
+    fn stats(&self) -> DeviceStats {
+        self.queues.iter().fold(DeviceStats::default(), |mut t, q| {
+            let s = q.stats;
+            t.rx_packets += s.rx_packets;
+            t.rx_bytes += s.rx_bytes;
+            t.rx_dropped += s.rx_dropped;
+            t.rx_errors += s.rx_errors;
+            t.tx_packets += s.tx_packets;
+            t.tx_bytes += s.tx_bytes;
+            t.tx_dropped += s.tx_dropped;
+            t
+        })
+    }
+
+    fn rx_burst<'c>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<usize, DevError> {
+        let Self { shared, queues } = self;
+        let count = u16::try_from(queues.len()).unwrap_or(u16::MAX);
+        let Some(q) = queues.get_mut(usize::from(queue)) else {
+            return Err(DevError::NoSuchQueue { queue, queues: count });
+        };
+        q.rx_burst(&shared.name, cache, batch)
+    }
+
+    fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
+        let Self { shared, queues } = self;
+        let count = u16::try_from(queues.len()).unwrap_or(u16::MAX);
+        let Some(q) = queues.get_mut(usize::from(queue)) else {
+            return Err(DevError::NoSuchQueue { queue, queues: count });
+        };
+        q.tx_burst(&shared.name, batch)
+    }
+
     /// [`AfXdp::wait_readable`]: sleeps in `poll(2)` on `queue`'s socket until its RX ring has a
     /// frame or `timeout` passes.
     fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
@@ -1368,27 +1600,154 @@ impl NetDevice for AfXdp {
     }
 }
 
-impl Drop for AfXdp {
-    fn drop(&mut self) {
-        // Detach the program (the link first), then unmap the rings and close the sockets: once a
-        // socket is released the kernel no longer writes into its fill buffers.
-        drop(self.xdp.take());
-        self.queues.clear();
-        let held = self.held.drain();
-        if self.zero_copy {
-            // In zero-copy mode the driver lets go of the UMEM in the kernel's deferred release of the
-            // socket, after `close` returned: it could still DMA into posted buffers for a moment.
-            // Leaking them is safe; handing them out again might not be.
-            tracing::warn!(
-                iface = %self.name, buffers = held.len(),
-                "AF_XDP zero-copy: buffers held by the driver at close are not returned to the pool"
-            );
-            return;
+/// One queue of an [`AfXdp`] device, split off by [`AfXdp::into_queues`]: a [`NetDevice`] with one
+/// queue (its `queue` 0 is NIC queue [`nic_queue`](Self::nic_queue)), `Send`, driven by one thread.
+///
+/// It owns its socket and rings, its pool cache, its counters and the buffers it posted; it shares
+/// the interface, the XDP program and the UMEM with its siblings. Dropping it closes its socket and
+/// returns its buffers (in copy mode); dropping the last sibling detaches the program.
+pub struct XdpQueue {
+    /// Dropped first: when this is the last queue, the program is detached before its socket closes.
+    shared: Arc<Shared>,
+    queue: Queue,
+}
+
+impl fmt::Debug for XdpQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("XdpQueue")
+            .field("name", &self.shared.name)
+            .field("nic_queue", &self.queue.xsk.nic_queue)
+            .field("mode", &self.shared.mode)
+            .field("zero_copy", &self.queue.owned.zero_copy)
+            .field("stats", &self.queue.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl XdpQueue {
+    /// The interface's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The interface's index.
+    #[must_use]
+    pub fn ifindex(&self) -> u32 {
+        self.shared.ifindex
+    }
+
+    /// The NIC queue this value serves.
+    #[must_use]
+    pub fn nic_queue(&self) -> u32 {
+        self.queue.xsk.nic_queue
+    }
+
+    /// Where the program runs: [`XdpMode::Generic`] or [`XdpMode::Native`].
+    #[must_use]
+    pub fn mode(&self) -> XdpMode {
+        self.shared.mode
+    }
+
+    /// Whether this queue's socket is in zero-copy mode.
+    #[must_use]
+    pub fn is_zero_copy(&self) -> bool {
+        self.queue.owned.zero_copy
+    }
+
+    /// The largest frame the kernel puts in a buffer (chunk size - 256).
+    #[must_use]
+    pub fn frame_room(&self) -> usize {
+        self.shared.umem.frame_room as usize
+    }
+
+    /// The queue's socket, to register with epoll (readable when frames wait in its RX ring).
+    #[must_use]
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.queue.xsk.fd.as_fd()
+    }
+
+    /// The interface's MTU (`SIOCGIFMTU`).
+    ///
+    /// # Errors
+    ///
+    /// What the ioctl reports (the interface was deleted, say).
+    pub fn mtu(&self) -> io::Result<usize> {
+        self.shared.mtu()
+    }
+
+    /// Waits until the RX ring has a frame or `timeout` passes (`None`: no limit); returns whether it
+    /// has one. Interrupted waits count as "not yet".
+    ///
+    /// # Errors
+    ///
+    /// What `poll(2)` reports.
+    pub fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool, DevError> {
+        self.queue.wait_readable(timeout)
+    }
+
+    /// The kernel's and the queue's counters.
+    ///
+    /// # Errors
+    ///
+    /// The `getsockopt(XDP_STATISTICS)` failure.
+    pub fn xdp_stats(&self) -> Result<XdpStats, DevError> {
+        self.queue.xdp_stats()
+    }
+
+    /// Wakes the kernel to send what is still on the TX ring; `rx_burst` and `tx_burst` do this
+    /// themselves.
+    ///
+    /// # Errors
+    ///
+    /// [`DevError::Failed`] when the socket is gone.
+    pub fn flush_tx(&mut self) -> Result<(), DevError> {
+        self.queue.flush_tx(&self.shared.name)
+    }
+}
+
+impl NetDevice for XdpQueue {
+    /// `IFACE:QUEUE` (the interface's name and the NIC queue), the interface's MAC address and MTU
+    /// (1500 if the kernel cannot say), and one queue.
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: format!("{}:{}", self.shared.name, self.queue.xsk.nic_queue),
+            mac: self.shared.mac,
+            mtu: self.shared.mtu().unwrap_or(1500),
+            queues: 1,
         }
-        // SAFETY: every marked buffer is one of this pool's that the device took from a cache (fill
-        // ring) or from a packet (TX ring) and has not handed back: no packet exists for it, and each
-        // index appears once; the sockets that could still touch them are closed.
-        unsafe { self.cache.free_burst(&held) };
+    }
+
+    /// Up when the interface is administratively up and has carrier (`IFF_UP | IFF_RUNNING`).
+    fn link(&self) -> Link {
+        self.shared.link()
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.queue.stats
+    }
+
+    #[inline]
+    fn rx_burst<'c>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<usize, DevError> {
+        DevError::check_queue(queue, 1)?;
+        self.queue.rx_burst(&self.shared.name, cache, batch)
+    }
+
+    #[inline]
+    fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
+        DevError::check_queue(queue, 1)?;
+        self.queue.tx_burst(&self.shared.name, batch)
+    }
+
+    /// [`XdpQueue::wait_readable`].
+    fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
+        DevError::check_queue(queue, 1)?;
+        self.wait_readable(timeout).map(drop)
     }
 }
 
