@@ -1,0 +1,241 @@
+//! [`CoreDevice`]: what a core's stack sees as its network device. Its receive side is the core's
+//! channels (the default channel of its queue and one channel from every queue's channelizer); its
+//! transmit side is the TX channel into its queue. With the `same` placement it also owns its
+//! queue's channelizer and runs it on every receive and every idle wait, so one thread does it all.
+
+use std::io;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use netchannel::channelizer::Channelizer;
+use netchannel::dev::{DevError, DeviceInfo, DeviceStats, Link, NetDevice, PacketBatch};
+use netchannel::pool::{PacketRx, PacketTx, PoolCache};
+use netchannel::signature::{Classified, classify};
+use tcp_lib::wire::{ArpPacket, ArpRepr, EtherType, EthernetFrame};
+
+use super::local::Local;
+use crate::device::Port;
+use crate::idle::Idle;
+use crate::shared::{Handoff, lock};
+use crate::stats::{ChannelCounters, PUBLISH_EVERY, QueueStats};
+
+/// The error a core's blocking calls end with once the runtime stops
+/// ([`io::ErrorKind::Interrupted`], with this as its inner error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the runtime is stopping")]
+pub struct Stopping;
+
+impl Stopping {
+    /// Whether `e` is the runtime stopping (a service's loop ends on it).
+    #[must_use]
+    pub fn is(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|inner| inner.is::<Stopping>())
+            || e.get_ref()
+                .and_then(|inner| inner.downcast_ref::<DevError>())
+                .is_some_and(|d| matches!(d, DevError::Failed(io) if Self::is(io)))
+    }
+
+    pub(crate) fn error() -> io::Error {
+        io::Error::new(io::ErrorKind::Interrupted, Stopping)
+    }
+}
+
+/// A core's device: the core's channels, and with the `same` placement its queue's channelizer.
+#[derive(Debug)]
+pub struct CoreDevice<'c> {
+    local: Rc<Local>,
+    driver: Option<Channelizer<'c, Port>>,
+    default_rx: PacketRx,
+    inputs: Vec<PacketRx>,
+    tx: PacketTx,
+    info: DeviceInfo,
+    stats: DeviceStats,
+    idle: Idle,
+    last_publish: Instant,
+}
+
+/// What a core's device is made of, given back when it is done.
+pub(crate) struct Parts<'c> {
+    pub(crate) driver: Option<Channelizer<'c, Port>>,
+    pub(crate) default_rx: PacketRx,
+    pub(crate) inputs: Vec<PacketRx>,
+    pub(crate) tx: PacketTx,
+}
+
+impl<'c> CoreDevice<'c> {
+    pub(crate) fn new(local: Rc<Local>, parts: Parts<'c>, info: DeviceInfo) -> Self {
+        let Parts { driver, default_rx, inputs, tx } = parts;
+        Self {
+            local,
+            driver,
+            default_rx,
+            inputs,
+            tx,
+            info,
+            stats: DeviceStats::default(),
+            idle: Idle::default(),
+            last_publish: Instant::now(),
+        }
+    }
+
+    pub(crate) fn into_parts(self) -> Parts<'c> {
+        Parts { driver: self.driver, default_rx: self.default_rx, inputs: self.inputs, tx: self.tx }
+    }
+
+    /// Whether the TX channel is empty (everything the stack sent reached the channelizer).
+    pub(crate) fn tx_empty(&mut self) -> bool {
+        self.tx.free_space() >= self.tx_capacity()
+    }
+
+    fn tx_capacity(&self) -> usize {
+        crate::wiring::CHANNEL
+    }
+
+    /// Runs the channelizer (same placement), publishing its counters now and then.
+    fn drive(&mut self) -> Result<usize, DevError> {
+        let Some(ch) = self.driver.as_mut() else { return Ok(0) };
+        let polled = ch.poll()?;
+        Ok(polled.rx + polled.tx)
+    }
+
+    /// Publishes the channels' and the queue's counters.
+    pub(crate) fn publish(&mut self) {
+        self.last_publish = Instant::now();
+        let queue = self.driver.as_ref().map(|ch| QueueStats {
+            queue: self.local.core,
+            device: ch.device().stats(),
+            channelizer: ch.stats(),
+        });
+        let local = &self.local;
+        let mut published = lock(&local.shared.published[local.core]);
+        published.0.default_channel = ChannelCounters::from(self.default_rx.stats());
+        published.0.inputs = self.inputs.iter().map(|rx| ChannelCounters::from(rx.stats())).collect();
+        published.0.tx_channel = ChannelCounters::from(self.tx.stats());
+        if queue.is_some() {
+            published.1 = queue;
+        }
+    }
+
+    fn has_input(&mut self) -> bool {
+        !self.default_rx.is_empty() || self.inputs.iter_mut().any(|rx| !rx.is_empty())
+    }
+}
+
+fn no_such_queue(queue: u16) -> DevError {
+    DevError::NoSuchQueue { queue, queues: 1 }
+}
+
+impl NetDevice for CoreDevice<'_> {
+    fn info(&self) -> DeviceInfo {
+        self.info.clone()
+    }
+
+    fn link(&self) -> Link {
+        self.driver.as_ref().map_or(Link::Up { speed_mbps: None }, |ch| ch.device().link())
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.stats
+    }
+
+    fn rx_burst<'p>(
+        &mut self,
+        queue: u16,
+        cache: &'p PoolCache,
+        batch: &mut PacketBatch<'p>,
+    ) -> Result<usize, DevError> {
+        if queue != 0 {
+            return Err(no_such_queue(queue));
+        }
+        self.drive()?;
+        if self.last_publish.elapsed() >= PUBLISH_EVERY {
+            self.publish();
+        }
+        let mut n = 0;
+        let Self { default_rx, inputs, .. } = self;
+        for rx in std::iter::once(default_rx).chain(inputs.iter_mut()) {
+            while !batch.is_full() {
+                let Some(packet) = rx.pop(cache) else { break };
+                if !inspect(&self.local, packet.data()) {
+                    continue;
+                }
+                self.stats.rx_packets += 1;
+                self.stats.rx_bytes += packet.len() as u64;
+                if batch.push(packet).is_err() {
+                    break; // full (checked above): unreachable, and the packet goes back to the cache
+                }
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
+        if queue != 0 {
+            return Err(no_such_queue(queue));
+        }
+        let n = batch.len().min(self.tx.free_space());
+        let mut sent = 0;
+        for packet in batch.drain_front(n) {
+            let len = packet.len() as u64;
+            if self.tx.push(packet).is_ok() {
+                sent += 1;
+                self.stats.tx_packets += 1;
+                self.stats.tx_bytes += len;
+            } else {
+                self.stats.tx_dropped += 1;
+            }
+        }
+        Ok(sent)
+    }
+
+    /// Waits for input (a frame in a channel, a handoff, a neighbour), running the channelizer
+    /// meanwhile with the `same` placement, backing off while idle, until `timeout`. Fails with
+    /// [`Stopping`] once the runtime stops, which ends every blocking call of the core's service.
+    fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
+        if queue != 0 {
+            return Err(no_such_queue(queue));
+        }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            if self.local.shared.stopping() {
+                return Err(DevError::Failed(Stopping::error()));
+            }
+            let moved = self.drive()?;
+            if self.has_input() || self.local.has_mail() || self.local.shared.has_neighbours(self.local.core)
+            {
+                return Ok(());
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(());
+            }
+            self.idle.tick(moved > 0);
+        }
+    }
+}
+
+/// What a frame popped from a channel needs besides the stack: a frame of a connection this core
+/// gave away goes to its new core (returns false: not for this stack); an ARP packet's sender is
+/// shared with the other cores' stacks (an ARP frame lands on one queue, yet every core's stack
+/// must know the peer's MAC).
+fn inspect(local: &Local, frame: &[u8]) -> bool {
+    if !local.moved.borrow().is_empty()
+        && let Classified::Flow { sig, .. } = classify(frame)
+    {
+        let to = local.moved.borrow().get(&sig).map(|&(to, _)| to);
+        if let Some(to) = to {
+            if local.shared.handoff[to].send(Handoff::Frame(frame.to_vec())).is_ok() {
+                local.count(|c| c.forwarded += 1);
+            }
+            return false;
+        }
+    }
+    if local.shared.cores > 1
+        && let Ok(eth) = EthernetFrame::new_checked(frame)
+        && eth.ethertype() == EtherType::Arp
+        && let Ok(arp) = ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p))
+    {
+        local.shared.share_neighbour(local.core, arp.source_protocol_addr, arp.source_hardware_addr);
+    }
+    true
+}

@@ -1,0 +1,32 @@
+//! Backing off when a polling loop finds nothing to do.
+
+use std::time::{Duration, Instant};
+
+/// Yield while work stopped only recently; past [`SPIN`], sleep [`NAP`] per idle round. A loop that
+/// polls a device or channels calls [`tick`](Idle::tick) after each round with whether it did
+/// anything: on a dedicated core the yields cost nothing, and on a shared machine (the model's
+/// thread and the cores on two CPUs) an idle core gives its CPU back within [`SPIN`].
+#[derive(Debug, Default)]
+pub(crate) struct Idle {
+    since: Option<Instant>,
+}
+
+/// How long an idle loop keeps yielding before it naps.
+pub(crate) const SPIN: Duration = Duration::from_millis(2);
+/// One nap.
+pub(crate) const NAP: Duration = Duration::from_micros(100);
+
+impl Idle {
+    pub(crate) fn tick(&mut self, busy: bool) {
+        if busy {
+            self.since = None;
+            return;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() > SPIN {
+            std::thread::sleep(NAP);
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! The runtime serving an echo on the 82599 model, with its in-process peer as the client: every
+//! byte checked, on 1..3 cores, in both placements, with a slow core that the others steal from
+//! (the handoff: detach, forward, adopt, re-point), with flow groups migrating while traffic
+//! flows, and under loss and reordering both ways. Every run ends with every buffer back.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, NetDevice};
+use netchannel_runtime::{Core, Placement, Report, Runtime, Stopping, Stream};
+use tcp_lib::socket::{Interface, Stream as ClientStream};
+use tcp_lib::stack::{Config as StackConfig, Stack};
+
+const PORT: u16 = 7;
+/// The bound on every run.
+const T: Duration = Duration::from_secs(60);
+
+/// Echoes every connection of this core, many at once, non-blocking; a core listed in `slow`
+/// takes at most one connection per 20 ms (a worker that is behind), so its accept queue fills
+/// and the other cores steal from it.
+fn echo(core: &mut Core<'_>, slow: Option<usize>) -> io::Result<()> {
+    let listener = core.listen(PORT)?;
+    listener.set_nonblocking(true);
+    let slow = slow == Some(core.id());
+    let mut last_accept = Instant::now();
+    let mut conns: Vec<(Stream<'_>, Vec<u8>)> = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    while !core.is_stopping() {
+        match core.poll_wait(Some(Duration::from_millis(1))) {
+            Err(e) if Stopping::is(&e) => break,
+            r => r?,
+        }
+        while !slow || last_accept.elapsed() >= Duration::from_millis(20) {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(true)?;
+                    conns.push((s, Vec::new()));
+                    last_accept = Instant::now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if Stopping::is(&e) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        conns.retain_mut(|(s, pending)| step(s, pending, &mut buf));
+    }
+    Ok(())
+}
+
+/// Moves one connection's echo along; false once it is finished (dropping it closes it).
+fn step(s: &Stream<'_>, pending: &mut Vec<u8>, buf: &mut [u8]) -> bool {
+    loop {
+        if !pending.is_empty() {
+            match (&*s).write(pending) {
+                Ok(n) => {
+                    pending.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(_) => return false,
+            }
+            if !pending.is_empty() {
+                return true;
+            }
+        }
+        match (&*s).read(buf) {
+            Ok(0) => return false,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The bytes connection `i` sends.
+fn pattern(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (j.wrapping_mul(31) ^ i.wrapping_mul(131)).to_le_bytes()[0]).collect()
+}
+
+/// One client connection.
+struct Conn<D: NetDevice> {
+    stream: ClientStream<D>,
+    data: Vec<u8>,
+    sent: usize,
+    back: Vec<u8>,
+}
+
+/// `conns` connections to `server`, at most `at_once` open at a time, each sending `size` bytes
+/// and reading them back, non-blocking, on `iface`; returns the bytes echoed.
+fn clients<D: NetDevice>(
+    iface: &Interface<D>,
+    server: SocketAddrV4,
+    conns: usize,
+    at_once: usize,
+    size: usize,
+) -> usize {
+    let connect = |i: usize| Conn {
+        stream: ClientStream::connect_nonblocking(iface, server).expect("a port"),
+        data: pattern(i, size),
+        sent: 0,
+        back: Vec::with_capacity(size),
+    };
+    let mut opened = at_once.min(conns);
+    let mut open: Vec<Conn<D>> = (0..opened).map(connect).collect();
+    let start = Instant::now();
+    let mut echoed = 0;
+    let mut buf = vec![0u8; 16 * 1024];
+    while !open.is_empty() {
+        assert!(start.elapsed() < T, "stuck: {} connections open, {echoed} bytes back", open.len());
+        while open.len() < at_once && opened < conns {
+            open.push(connect(opened));
+            opened += 1;
+        }
+        iface.poll_wait(Some(Duration::from_millis(1))).expect("the peer's device");
+        open.retain_mut(|c| {
+            let r = c.stream.readiness().expect("a stream");
+            assert!(!r.error, "a client connection failed: {:?}", c.stream.take_error());
+            if r.writable && c.sent < c.data.len() {
+                match (&c.stream).write(&c.data[c.sent..]) {
+                    Ok(n) => c.sent += n,
+                    Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+                }
+            }
+            loop {
+                match (&c.stream).read(&mut buf) {
+                    Ok(0) => panic!("the server closed early ({} of {} back)", c.back.len(), c.data.len()),
+                    Ok(n) => c.back.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("read: {e}"),
+                }
+            }
+            if c.back.len() == c.data.len() {
+                assert!(c.back == c.data, "the echo is byte-exact");
+                echoed += c.back.len();
+                return false; // dropped: a graceful close
+            }
+            true
+        });
+    }
+    // Let the closes finish.
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        iface.poll_wait(Some(Duration::from_millis(1))).expect("the peer's device");
+    }
+    echoed
+}
+
+/// Timers for a lossy model link: retransmissions in tens of milliseconds.
+fn quick_timers(config: &mut StackConfig) {
+    config.tcp.initial_rto = Duration::from_millis(100);
+    config.tcp.min_rto = Duration::from_millis(20);
+    config.tcp.nodelay = true;
+}
+
+struct Run {
+    cores: usize,
+    placement: Placement,
+    conns: usize,
+    size: usize,
+    slow: Option<usize>,
+    faults: Option<FaultConfig>,
+    backlog: usize,
+    /// Client connections open at once.
+    at_once: usize,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Self {
+            cores: 2,
+            placement: Placement::Same,
+            conns: 16,
+            size: 20_000,
+            slow: None,
+            faults: None,
+            backlog: 4096,
+            at_once: usize::MAX,
+        }
+    }
+}
+
+fn run(r: Run) -> Report {
+    let mut runtime = Runtime::builder()
+        .cores(r.cores)
+        .placement(r.placement)
+        .backlog(r.backlog)
+        .configure(|_, c| quick_timers(c))
+        .build()
+        .expect("the model opens");
+    let server = SocketAddrV4::new(runtime.ip().address(), PORT);
+    let peer = runtime.take_peer().expect("the model's peer");
+    let mut config = peer.stack_config(runtime.ip());
+    quick_timers(&mut config);
+    let slow = r.slow;
+    let (echoed, report) = runtime
+        .run(
+            |core| echo(core, slow),
+            move |_| {
+                let (device, pool) = peer.into_parts();
+                let stack = Stack::new(config, Instant::now());
+                match r.faults {
+                    Some(faults) => {
+                        let device = FaultInjector::new(device, &pool, faults);
+                        let iface = Interface::new(stack, device, pool.cache());
+                        clients(&iface, server, r.conns, r.at_once, r.size)
+                    }
+                    None => {
+                        let iface = Interface::new(stack, device, pool.cache());
+                        clients(&iface, server, r.conns, r.at_once, r.size)
+                    }
+                }
+            },
+        )
+        .expect("the runtime runs");
+    assert_eq!(echoed, r.conns * r.size);
+    assert!(report.errors.is_empty(), "{report}");
+    assert_eq!(report.snapshot.accepted(), r.conns as u64, "{}", report.snapshot);
+    for (name, audit) in &report.buffers {
+        assert_eq!(audit.outstanding, 0, "{name}: {audit:?}");
+    }
+    report
+}
+
+#[test]
+fn one_core_echoes_byte_exact() {
+    let report = run(Run { cores: 1, ..Run::default() });
+    let s = &report.snapshot;
+    assert_eq!(s.cores.len(), 1);
+    assert_eq!(s.queues.len(), 1);
+    assert_eq!(s.rx_malformed(), 0);
+    assert_eq!(s.dropped(), 0, "{s}");
+}
+
+#[test]
+fn connections_spread_over_three_cores_and_reach_them_from_any_queue() {
+    let report = run(Run { cores: 3, conns: 48, ..Run::default() });
+    let s = &report.snapshot;
+    let served: Vec<u64> =
+        s.cores.iter().map(|c| c.handoff.accepted_local + c.handoff.accepted_stolen).collect();
+    assert!(served.iter().filter(|&&n| n > 0).count() >= 2, "flow groups spread the connections: {served:?}");
+    // Every core's stack got frames, and the default channels carried ARP and SYNs.
+    assert!(s.cores.iter().all(|c| c.stack.rx_frames > 0), "{s}");
+    assert!(s.queues.iter().map(|q| q.channelizer.delivered).sum::<u64>() > 0, "{s}");
+    assert_eq!(s.dropped(), 0, "{s}");
+}
+
+#[test]
+fn split_placement_echoes_byte_exact() {
+    let report = run(Run { cores: 2, placement: Placement::Split, conns: 24, ..Run::default() });
+    assert_eq!(report.snapshot.queues.len(), 2);
+}
+
+/// Core 1 takes one connection per 20 ms: its accept queue fills, core 0 steals, and each stolen
+/// connection moves to core 0's stack (its frames forwarded meanwhile, its registration
+/// re-pointed). Every byte still comes back and no stack sends a reset.
+#[test]
+fn stolen_connections_move_to_the_stealer() {
+    let report = run(Run {
+        cores: 2,
+        conns: 160,
+        at_once: 24,
+        size: 2_000,
+        slow: Some(1),
+        backlog: 16,
+        ..Run::default()
+    });
+    let s = &report.snapshot;
+    let stolen: u64 = s.cores.iter().map(|c| c.handoff.accepted_stolen).sum();
+    let given: u64 = s.cores.iter().map(|c| c.handoff.given).sum();
+    let requested: u64 = s.cores.iter().map(|c| c.handoff.steals_requested).sum();
+    assert!(stolen > 0, "the slow core was stolen from: {s}");
+    assert_eq!(stolen, given, "every given connection was adopted: {s}");
+    assert_eq!(requested, given, "every request was served: {s}");
+    assert!(s.cores.iter().all(|c| c.handoff.failed == 0 && c.stack.rst_sent == 0), "{s}");
+    let accept = &s.accept[0];
+    assert_eq!(accept.stolen, stolen, "{s}");
+}
+
+/// The same under 3% loss and 2% reordering both ways on the peer's link: handoffs complete, every
+/// byte comes back.
+#[test]
+fn handoff_under_loss_and_reordering() {
+    let lossy = DirectionConfig { drop: 0.03, reorder: 0.02, reorder_by: 3, ..DirectionConfig::default() };
+    let faults = FaultConfig { seed: 7, rx: lossy, tx: lossy, ..FaultConfig::default() };
+    let report = run(Run {
+        cores: 2,
+        conns: 120,
+        at_once: 24,
+        size: 4_000,
+        slow: Some(1),
+        backlog: 16,
+        faults: Some(faults),
+        ..Run::default()
+    });
+    let s = &report.snapshot;
+    let stolen: u64 = s.cores.iter().map(|c| c.handoff.accepted_stolen).sum();
+    assert!(stolen > 0, "{s}");
+    assert!(s.cores.iter().all(|c| c.handoff.failed == 0), "{s}");
+}
+
+/// With a slow core under a steady arrival of connections, the balancer moves flow groups toward
+/// the stealer while connections flow (and they keep flowing: every byte comes back).
+#[test]
+fn flow_groups_migrate_while_traffic_flows() {
+    let report = run(Run {
+        cores: 2,
+        conns: 480,
+        at_once: 24,
+        size: 1_000,
+        slow: Some(1),
+        backlog: 16,
+        ..Run::default()
+    });
+    let s = &report.snapshot;
+    assert!(s.accept[0].migrated > 0, "the balancer migrated groups: {s}");
+}
