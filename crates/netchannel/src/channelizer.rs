@@ -247,6 +247,22 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         self.tx_channels.push(channel);
     }
 
+    /// Whether every TX channel's producer is gone (the consumers have sent their last packet).
+    #[must_use]
+    pub fn tx_abandoned(&self) -> bool {
+        self.tx_channels.iter().all(PacketRx::is_abandoned)
+    }
+
+    /// Whether every TX channel's producer is gone and everything they queued went to the device:
+    /// a consumer that drops its TX channel once it is done sending lets the channelizer know when
+    /// to stop without a flag of its own. Abandonment is checked before emptiness: a consumer side
+    /// that sees the producer gone also sees every packet it pushed (the channel's close is a
+    /// Release paired with this Acquire), so "abandoned, then empty" means nothing more can come.
+    #[must_use]
+    pub fn tx_finished(&mut self) -> bool {
+        self.tx_batch.is_empty() && self.tx_channels.iter_mut().all(|c| c.is_abandoned() && c.is_empty())
+    }
+
     /// The device.
     #[must_use]
     pub fn device(&self) -> &D {

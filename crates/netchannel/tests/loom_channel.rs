@@ -118,6 +118,35 @@ fn close_wakes_sleeper() {
     });
 }
 
+/// A consumer that sees the producer gone also sees every item it pushed, without waiting: the
+/// drain protocol of a channelizer whose consumers drop their TX channels when they are done
+/// (`Channelizer::tx_finished`: abandoned, then empty, means nothing more can come). Bites when
+/// the producer's close is stored `Relaxed`.
+#[test]
+fn abandoned_then_empty_means_everything_was_seen() {
+    loom::model(|| {
+        let (mut tx, mut rx) = Channel::builder(4).wake(WakeMode::Poll).build().unwrap();
+        let producer = thread::spawn(move || {
+            tx.push(1).unwrap();
+            tx.push(2).unwrap();
+            drop(tx);
+        });
+        let mut got = Vec::new();
+        loop {
+            if rx.is_abandoned() && rx.is_empty() {
+                break;
+            }
+            if let Some(v) = rx.pop() {
+                got.push(v);
+            } else {
+                thread::yield_now();
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(got, [1, 2], "every item pushed before the close was seen");
+    });
+}
+
 /// A consumer that asks for a wakeup and then finds items must not sleep, and a later sleep must still
 /// be woken: the outstanding request is reused, not lost.
 #[test]

@@ -13,7 +13,6 @@ use std::io;
 use std::net::SocketAddrV4;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
@@ -286,32 +285,32 @@ where
             drop(parts.driver);
             CoreOut { result, inputs: parts.inputs }
         }
-        Placement::Split => {
-            let app_done = AtomicBool::new(false);
-            std::thread::scope(|s| {
-                let channelizer = s.spawn(|| -> Result<(), String> {
-                    let cache = pool.cache();
-                    let mut ch =
-                        Channelizer::new(port, 0, &cache, Arc::clone(&shared.registry), default_tx, BURST);
-                    attach(&mut ch, lanes)?;
-                    ch.add_tx(tx_rx);
-                    let result = drive_split(core, &mut ch, &shared, &app_done);
-                    publish_queue(&shared, core, &ch);
-                    result
-                });
-                let parts = Parts { driver: None, default_rx, inputs, tx: tx_tx };
-                let served =
-                    serve(&local, pool, CoreDevice::new(Rc::clone(&local), parts, info), stack, service);
-                // Release: pairs with the channelizer thread's Acquire load; every frame the stack
-                // sent is in the TX channel before the channelizer sees this.
-                app_done.store(true, Ordering::Release);
-                let drained =
-                    channelizer.join().map_err(|_| format!("core {core}: the channelizer thread panicked"));
-                let (result, parts) = served?;
-                drained??;
-                Ok::<_, String>(CoreOut { result, inputs: parts.inputs })
-            })?
-        }
+        Placement::Split => std::thread::scope(|s| {
+            let channelizer = s.spawn(|| -> Result<(), String> {
+                let cache = pool.cache();
+                let mut ch =
+                    Channelizer::new(port, 0, &cache, Arc::clone(&shared.registry), default_tx, BURST);
+                attach(&mut ch, lanes)?;
+                ch.add_tx(tx_rx);
+                let result = drive_split(core, &mut ch, &shared);
+                publish_queue(&shared, core, &ch);
+                result
+            });
+            let parts = Parts { driver: None, default_rx, inputs, tx: tx_tx };
+            let served = serve(&local, pool, CoreDevice::new(Rc::clone(&local), parts, info), stack, service);
+            // Dropping the TX channel's producer tells the channelizer this core has sent its last
+            // frame (it drains the channel and stops: `Channelizer::tx_finished`). On an error
+            // the device (and with it the producer) is already gone.
+            let inputs = served.map(|(result, parts)| {
+                drop(parts.tx);
+                (result, parts.inputs)
+            });
+            let drained =
+                channelizer.join().map_err(|_| format!("core {core}: the channelizer thread panicked"));
+            let (result, inputs) = inputs?;
+            drained??;
+            Ok::<_, String>(CoreOut { result, inputs })
+        })?,
     };
     if let Err(e) = &out.result
         && !Stopping::is(e)
@@ -322,14 +321,9 @@ where
     Ok(out)
 }
 
-/// The split placement's channelizer loop: polls until the core's stack is done and its last
-/// frames went out (or [`FLUSH_FOR`] passed), publishing the queue's counters.
-fn drive_split(
-    core: usize,
-    ch: &mut Channelizer<'_, Port>,
-    shared: &Shared,
-    app_done: &AtomicBool,
-) -> Result<(), String> {
+/// The split placement's channelizer loop: polls until the core has dropped its TX channel and
+/// everything in it went out (or [`FLUSH_FOR`] passed since), publishing the queue's counters.
+fn drive_split(core: usize, ch: &mut Channelizer<'_, Port>, shared: &Shared) -> Result<(), String> {
     let mut idle = Idle::default();
     let mut last_publish = Instant::now();
     let mut done_at: Option<Instant> = None;
@@ -345,10 +339,9 @@ fn drive_split(
             publish_queue(shared, core, ch);
             last_publish = Instant::now();
         }
-        // Acquire: pairs with the core thread's Release store after its last transmission.
-        if app_done.load(Ordering::Acquire) {
+        if ch.tx_abandoned() {
             let at = *done_at.get_or_insert_with(Instant::now);
-            if polled.tx == 0 || at.elapsed() > FLUSH_FOR {
+            if ch.tx_finished() || at.elapsed() > FLUSH_FOR {
                 return Ok(());
             }
         }
