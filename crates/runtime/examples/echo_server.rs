@@ -22,18 +22,18 @@ pub fn serve(builder: Builder, port: u16, seconds: Option<f64>, stop: &AtomicBoo
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut builder, mut backend, mut port, mut seconds) = (Runtime::builder(), None, 7, None);
     for pair in std::env::args().skip(1).collect::<Vec<_>>().chunks(2) {
-        let value = pair.get(1).ok_or(USAGE)?;
-        match pair[0].as_str() {
-            "--tap" => backend = Some(Backend::tap(value)),
-            "--xdp" => backend = Some(Backend::xdp(value)),
-            "--cores" => builder = builder.cores(value.parse()?),
-            "--ip" => builder = builder.ip(value.parse()?),
-            "--port" => port = value.parse()?,
-            "--seconds" => seconds = Some(value.parse()?),
+        match (pair[0].as_str(), pair.get(1).ok_or(USAGE)?) {
+            ("--tap", name) => backend = Some(Backend::tap(name)),
+            ("--xdp", iface) => backend = Some(Backend::xdp(iface)),
+            ("--cores", n) => builder = builder.cores(n.parse()?),
+            ("--ip", cidr) => builder = builder.ip(cidr.parse()?),
+            ("--port", p) => port = p.parse()?,
+            ("--seconds", s) => seconds = Some(s.parse()?),
             _ => return Err(USAGE.into()),
         }
     }
-    let report = serve(builder.backend(backend.ok_or(USAGE)?), port, seconds, &AtomicBool::new(false))?;
+    let builder = builder.backend(backend.ok_or(USAGE)?);
+    let report = serve(builder, port, seconds, &AtomicBool::new(false)).map_err(|e| e.to_string())?;
     let s = &report.snapshot;
     println!("{report}{} accepted, {} frames in, {} dropped", s.accepted(), s.rx_frames(), s.dropped());
     Ok(())
