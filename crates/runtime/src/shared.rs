@@ -24,6 +24,9 @@ pub(crate) type Reg = Registration<Signature, ConsumerId, Qsbr>;
 /// ARP; the mailbox only saves them a round trip).
 const MAILBOX: usize = 256;
 
+/// A neighbour one core's stack learned: its address and MAC.
+type Neighbour = (Ipv4Addr, EthernetAddress);
+
 /// What one core sends another through its handoff channel (std `mpsc`: ordered per sender, so
 /// a forwarded frame always arrives behind the connection it belongs to).
 #[derive(Debug)]
@@ -52,8 +55,9 @@ pub(crate) struct Shared {
     queues: Mutex<HashMap<u16, Arc<AcceptQueue<StreamId>>>>,
     /// Per core, the sending side of its handoff channel.
     pub(crate) handoff: Vec<Sender<Handoff>>,
-    /// Per core, neighbours another core's stack learned from ARP.
-    neighbours: Vec<Mutex<Vec<(Ipv4Addr, EthernetAddress)>>>,
+    /// Per core, neighbours another core's stack learned from ARP, and whether any wait (a hint
+    /// read on every poll without taking the lock).
+    neighbours: Vec<(Mutex<Vec<Neighbour>>, AtomicBool)>,
     /// Per core, what it last published.
     pub(crate) published: Vec<Mutex<(CoreStats, Option<QueueStats>)>>,
     stop: AtomicBool,
@@ -69,7 +73,7 @@ impl Shared {
             backlog,
             queues: Mutex::new(HashMap::new()),
             handoff,
-            neighbours: (0..cores).map(|_| Mutex::new(Vec::new())).collect(),
+            neighbours: (0..cores).map(|_| (Mutex::new(Vec::new()), AtomicBool::new(false))).collect(),
             published: (0..cores).map(|c| Mutex::new((CoreStats::new(c), None))).collect(),
             stop: AtomicBool::new(false),
         };
@@ -111,21 +115,36 @@ impl Shared {
 
     /// Tells every core but `from` that `ip` is at `mac`.
     pub(crate) fn share_neighbour(&self, from: usize, ip: Ipv4Addr, mac: EthernetAddress) {
-        for (core, mailbox) in self.neighbours.iter().enumerate() {
+        for (core, (mailbox, waiting)) in self.neighbours.iter().enumerate() {
             let mut mailbox = lock(mailbox);
             if core != from && mailbox.len() < MAILBOX && !mailbox.contains(&(ip, mac)) {
                 mailbox.push((ip, mac));
+                // Relaxed: a hint; the mutex orders the mailbox itself, and a reader that misses
+                // the hint reads it on a later poll.
+                waiting.store(true, Ordering::Relaxed);
             }
         }
     }
 
     /// What other cores learned for `core`'s stack since it last looked.
-    pub(crate) fn take_neighbours(&self, core: usize) -> Vec<(Ipv4Addr, EthernetAddress)> {
-        self.neighbours.get(core).map(|m| std::mem::take(&mut *lock(m))).unwrap_or_default()
+    pub(crate) fn take_neighbours(&self, core: usize) -> Vec<Neighbour> {
+        let Some((mailbox, waiting)) = self.neighbours.get(core) else { return Vec::new() };
+        if !self.has_neighbours_hint(waiting) {
+            return Vec::new();
+        }
+        let mut mailbox = lock(mailbox);
+        // Relaxed: cleared under the lock that guards the mailbox (see `share_neighbour`).
+        waiting.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *mailbox)
     }
 
     /// Whether `core` has neighbours waiting (a cheap check for an idle loop).
     pub(crate) fn has_neighbours(&self, core: usize) -> bool {
-        self.neighbours.get(core).is_some_and(|m| !lock(m).is_empty())
+        self.neighbours.get(core).is_some_and(|(_, waiting)| self.has_neighbours_hint(waiting))
+    }
+
+    fn has_neighbours_hint(&self, waiting: &AtomicBool) -> bool {
+        // Relaxed: a hint (see `share_neighbour`).
+        waiting.load(Ordering::Relaxed)
     }
 }

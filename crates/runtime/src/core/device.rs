@@ -17,7 +17,7 @@ use super::local::Local;
 use crate::device::Port;
 use crate::idle::Idle;
 use crate::shared::{Handoff, lock};
-use crate::stats::{ChannelCounters, PUBLISH_EVERY, QueueStats};
+use crate::stats::{ChannelCounters, QueueStats};
 
 /// The error a core's blocking calls end with once the runtime stops
 /// ([`io::ErrorKind::Interrupted`], with this as its inner error).
@@ -51,7 +51,6 @@ pub struct CoreDevice<'c> {
     info: DeviceInfo,
     stats: DeviceStats,
     idle: Idle,
-    last_publish: Instant,
 }
 
 /// What a core's device is made of, given back when it is done.
@@ -74,7 +73,6 @@ impl<'c> CoreDevice<'c> {
             info,
             stats: DeviceStats::default(),
             idle: Idle::default(),
-            last_publish: Instant::now(),
         }
     }
 
@@ -100,7 +98,6 @@ impl<'c> CoreDevice<'c> {
 
     /// Publishes the channels' and the queue's counters.
     pub(crate) fn publish(&mut self) {
-        self.last_publish = Instant::now();
         let queue = self.driver.as_ref().map(|ch| QueueStats {
             queue: self.local.core,
             device: ch.device().stats(),
@@ -148,7 +145,7 @@ impl NetDevice for CoreDevice<'_> {
             return Err(no_such_queue(queue));
         }
         self.drive()?;
-        if self.last_publish.elapsed() >= PUBLISH_EVERY {
+        if self.local.publish_due.replace(false) {
             self.publish();
         }
         let mut n = 0;

@@ -163,6 +163,7 @@ impl PollHook for Duties {
         if now.duration_since(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now;
             publish_stack(&self.local, stack);
+            self.local.publish_due.set(true);
         }
         busy
     }

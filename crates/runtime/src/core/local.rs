@@ -52,6 +52,9 @@ pub(crate) struct Local {
     pub(crate) inbox: Receiver<Handoff>,
     pub(crate) stash: RefCell<VecDeque<Handoff>>,
     pub(crate) counters: Cell<HandoffStats>,
+    /// Set by the duties every `PUBLISH_EVERY`: the device publishes its channels' counters at its
+    /// next receive (it has no clock of its own to ask on every burst).
+    pub(crate) publish_due: Cell<bool>,
 }
 
 impl Local {
@@ -68,6 +71,7 @@ impl Local {
             inbox,
             stash: RefCell::default(),
             counters: Cell::default(),
+            publish_due: Cell::new(false),
         }
     }
 
