@@ -88,7 +88,7 @@ impl Duties {
                     reg.repoint(local.consumer);
                     local.regs.borrow_mut().insert(key, reg);
                 }
-                local.stolen.borrow_mut().entry(port).or_default().push_back(id);
+                local.ready.borrow_mut().entry(port).or_default().push_back((id, true));
             }
             Err(_) => local.count(|c| c.failed += 1),
         }
@@ -113,8 +113,8 @@ impl Duties {
         let established = std::mem::take(&mut *local.established.borrow_mut());
         let busy = !established.is_empty();
         for (listener, stream) in established {
-            let queue = local.listeners.borrow().get(&listener).map(|l| Arc::clone(&l.queue));
-            let Some(queue) = queue else {
+            let listening = local.listeners.borrow().get(&listener).map(|l| (l.port, Arc::clone(&l.queue)));
+            let Some((port, queue)) = listening else {
                 // Its listener was dropped meanwhile.
                 let _ = stack.abort(stream);
                 continue;
@@ -124,6 +124,9 @@ impl Duties {
             if let Err(e) = queue.enqueue(local.core, group, stream) {
                 let _ = stack.abort(e.into_inner());
                 local.count(|c| c.rejected += 1);
+            } else if local.waits_for(port) {
+                local.set_waiting(port, false);
+                let _ = local.pull(port, &queue);
             }
         }
         busy

@@ -2,13 +2,13 @@
 //! service's handles.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
-use accept_affinity::AcceptQueue;
+use accept_affinity::{AcceptError, AcceptQueue};
 use netchannel::channelizer::ConsumerId;
 use netchannel::signature::{Proto, Signature};
 use tcp_lib::stack::{ListenerId, StreamId};
@@ -21,9 +21,10 @@ pub(crate) fn signature(local: SocketAddrV4, remote: SocketAddrV4) -> Option<Sig
     Signature::new(Proto::Tcp, SocketAddr::V4(local), SocketAddr::V4(remote)).ok()
 }
 
-/// A listener of this core's stack: its port's accept queue.
+/// A listener of this core's stack: its port and that port's accept queue.
 #[derive(Debug)]
 pub(crate) struct Listening {
+    pub(crate) port: u16,
     pub(crate) queue: Arc<AcceptQueue<StreamId>>,
 }
 
@@ -44,8 +45,11 @@ pub(crate) struct Local {
     /// Established connections the stack handed to the accept hook, to be queued on their port's
     /// accept queue with their flow group (the duties know the group from the stack).
     pub(crate) established: RefCell<Vec<(ListenerId, StreamId)>>,
-    /// Connections this core stole and adopted, ready for its service's `accept`, by port.
-    pub(crate) stolen: RefCell<HashMap<u16, VecDeque<StreamId>>>,
+    /// Connections ready for the service's `accept`, by port: taken from the accept queue for a
+    /// service waiting in `accept` (see [`Local::pull`]), or stolen and adopted (`true`).
+    pub(crate) ready: RefCell<HashMap<u16, VecDeque<(StreamId, bool)>>>,
+    /// Ports whose `accept` last found nothing (the service waits for a connection there).
+    pub(crate) waiting: RefCell<HashSet<u16>>,
     /// This core's listeners.
     pub(crate) listeners: RefCell<HashMap<ListenerId, Listening>>,
     /// The handoff channel, and messages taken from it by an idle device wait but not yet handled.
@@ -66,7 +70,8 @@ impl Local {
             regs: RefCell::default(),
             moved: RefCell::default(),
             established: RefCell::default(),
-            stolen: RefCell::default(),
+            ready: RefCell::default(),
+            waiting: RefCell::default(),
             listeners: RefCell::default(),
             inbox,
             stash: RefCell::default(),
@@ -80,6 +85,51 @@ impl Local {
         let mut c = self.counters.get();
         f(&mut c);
         self.counters.set(c);
+    }
+
+    /// Whether the service waits in `accept` on `port` (its last call found nothing) and nothing
+    /// is ready there.
+    pub(crate) fn waits_for(&self, port: u16) -> bool {
+        self.waiting.borrow().contains(&port) && self.ready.borrow().get(&port).is_none_or(VecDeque::is_empty)
+    }
+
+    /// Notes whether the service's last `accept` on `port` found nothing.
+    pub(crate) fn set_waiting(&self, port: u16, waiting: bool) {
+        let mut w = self.waiting.borrow_mut();
+        if waiting {
+            w.insert(port);
+        } else {
+            w.remove(&port);
+        }
+    }
+
+    /// Takes one connection from `port`'s accept queue for this core: a local one is made ready
+    /// for the service's `accept`; a stolen one is asked of the core it arrived on (it becomes
+    /// ready once adopted). Returns whether the queue had one.
+    ///
+    /// The duties also call it right after queuing a connection while the service waits in
+    /// `accept` (its last call found nothing), as an application thread blocked in `accept` would
+    /// take the connection at once; so a burst on a core that keeps up does not make that core
+    /// look busy (Affinity-Accept measures busyness by the queue's length) and set idle cores
+    /// stealing from it, while a service that falls behind (it does not call `accept`) lets its
+    /// queue fill, and is stolen from.
+    pub(crate) fn pull(&self, port: u16, queue: &AcceptQueue<StreamId>) -> Result<bool, AcceptError> {
+        match queue.try_accept(self.core) {
+            Ok(a) if a.remote => {
+                let steal = Handoff::Steal { stream: a.conn, to: self.core, port };
+                match self.shared.handoff.get(a.arrived_on).map(|h| h.send(steal)) {
+                    Some(Ok(())) => self.count(|c| c.steals_requested += 1),
+                    _ => self.count(|c| c.failed += 1),
+                }
+                Ok(true)
+            }
+            Ok(a) => {
+                self.ready.borrow_mut().entry(port).or_default().push_back((a.conn, false));
+                Ok(true)
+            }
+            Err(AcceptError::WouldBlock) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether handoff messages wait (taking one from the channel into the stash to know).

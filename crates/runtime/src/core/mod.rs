@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use accept_affinity::{AcceptError, AcceptQueue};
+use accept_affinity::AcceptQueue;
 use netchannel::channelizer::{Channelizer, ConsumerId};
 use netchannel::dev::{DeviceInfo, NetDevice};
 use netchannel::pool::{PacketRx, Pool};
@@ -121,7 +121,7 @@ impl<'c> Core<'c> {
             .iface
             .with_stack(|s| s.listen_with(port, config))?
             .map_err(|e| io::Error::new(io::ErrorKind::AddrInUse, e))?;
-        self.local.listeners.borrow_mut().insert(id, Listening { queue: Arc::clone(&queue) });
+        self.local.listeners.borrow_mut().insert(id, Listening { port, queue: Arc::clone(&queue) });
         Ok(Listener {
             local: Rc::clone(&self.local),
             iface: self.iface.clone(),
@@ -163,8 +163,10 @@ impl<'c> Listener<'c> {
     pub fn accept(&self) -> io::Result<(Stream<'c>, SocketAddrV4)> {
         loop {
             if let Some(stream) = self.take_ready()? {
+                self.local.set_waiting(self.port, false);
                 return Ok(stream);
             }
+            self.local.set_waiting(self.port, true);
             if self.nonblocking.get() {
                 return Err(io::Error::from(io::ErrorKind::WouldBlock));
             }
@@ -175,36 +177,22 @@ impl<'c> Listener<'c> {
         }
     }
 
-    /// A connection ready now, if any: one this core stole and adopted, or one from the accept
-    /// queue (a stolen one is asked of its core, and comes back through a later call).
+    /// A connection ready now, if any: one made ready for this core (taken from the accept queue
+    /// or stolen and adopted), else one from the accept queue (a stolen one is asked of its core,
+    /// and comes back through a later call).
     fn take_ready(&self) -> io::Result<Option<(Stream<'c>, SocketAddrV4)>> {
         let local = &self.local;
         loop {
-            let stolen = local.stolen.borrow_mut().get_mut(&self.port).and_then(VecDeque::pop_front);
-            if let Some(id) = stolen {
+            let ready = local.ready.borrow_mut().get_mut(&self.port).and_then(VecDeque::pop_front);
+            if let Some((id, stolen)) = ready {
                 if let Some(s) = self.wrap(id) {
-                    local.count(|c| c.accepted_stolen += 1);
+                    local.count(|c| if stolen { c.accepted_stolen += 1 } else { c.accepted_local += 1 });
                     return Ok(Some(s));
                 }
                 continue;
             }
-            match self.queue.try_accept(local.core) {
-                Ok(a) if a.remote => {
-                    // Stolen: its core moves it here (see the handoff protocol in `duties`).
-                    let steal = Handoff::Steal { stream: a.conn, to: local.core, port: self.port };
-                    match local.shared.handoff.get(a.arrived_on).map(|h| h.send(steal)) {
-                        Some(Ok(())) => local.count(|c| c.steals_requested += 1),
-                        _ => local.count(|c| c.failed += 1),
-                    }
-                }
-                Ok(a) => {
-                    if let Some(s) = self.wrap(a.conn) {
-                        local.count(|c| c.accepted_local += 1);
-                        return Ok(Some(s));
-                    }
-                }
-                Err(AcceptError::WouldBlock) => return Ok(None),
-                Err(e) => return Err(io::Error::other(e)),
+            if !local.pull(self.port, &self.queue).map_err(io::Error::other)? {
+                return Ok(None);
             }
         }
     }
