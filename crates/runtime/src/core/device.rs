@@ -164,6 +164,10 @@ impl NetDevice for CoreDevice<'_> {
                 n += 1;
             }
         }
+        if n > 0 {
+            // Busy: an idle wait after this starts its back-off afresh.
+            self.idle.tick(true);
+        }
         Ok(n)
     }
 
@@ -201,6 +205,8 @@ impl NetDevice for CoreDevice<'_> {
             let moved = self.drive()?;
             if self.has_input() || self.local.has_mail() || self.local.shared.has_neighbours(self.local.core)
             {
+                // Work came: the next wait starts its back-off afresh (yields first, not naps).
+                self.idle.tick(true);
                 return Ok(());
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
