@@ -18,11 +18,13 @@ impl AcceptHook for Hook {
         let local = &self.0;
         let listeners = local.listeners.borrow();
         let Some(l) = listeners.get(&listener) else { return false };
-        l.queue.queue_len(local.core) + local.established.borrow().len() < l.queue.per_core_max()
+        // Connections taken for the service but not yet accepted count against its share too.
+        let held = l.queue.queue_len(local.core) + local.established.borrow().len() + local.ready_len(l.port);
+        held < l.queue.per_core_max()
     }
 
     fn established(&mut self, listener: ListenerId, stream: StreamId) {
-        self.0.established.borrow_mut().push((listener, stream));
+        self.0.established.borrow_mut().push_back((listener, stream));
     }
 
     /// Called before the stack sends anything for the connection, so the entry is in place

@@ -107,29 +107,32 @@ impl Duties {
         busy
     }
 
-    /// Queues established connections on their port's accept queue.
+    /// Queues one established connection on its port's accept queue (the oldest); returns whether
+    /// it did. One per poll, as a kernel queues each connection as its handshake completes: the
+    /// service runs between polls, so a service waiting in `accept` takes each one before the next
+    /// is queued, and a burst does not make a core that keeps up look busy (Affinity-Accept
+    /// measures busyness by the queue's length on enqueue; a busy core never steals). A
+    /// connection that is not yet queued still counts against the core's share (`has_room`).
     fn enqueue(&self, stack: &mut Stack) -> bool {
         let local = &self.local;
-        let established = std::mem::take(&mut *local.established.borrow_mut());
-        let busy = !established.is_empty();
-        for (listener, stream) in established {
-            let listening = local.listeners.borrow().get(&listener).map(|l| (l.port, Arc::clone(&l.queue)));
-            let Some((port, queue)) = listening else {
-                // Its listener was dropped meanwhile.
-                let _ = stack.abort(stream);
-                continue;
-            };
-            let group =
-                stack.addrs(stream).map_or(FlowGroup(0), |(_, remote)| FlowGroup::of_port(remote.port()));
-            if let Err(e) = queue.enqueue(local.core, group, stream) {
-                let _ = stack.abort(e.into_inner());
-                local.count(|c| c.rejected += 1);
-            } else if local.waits_for(port) {
-                local.set_waiting(port, false);
-                let _ = local.pull(port, &queue);
-            }
+        let next = local.established.borrow_mut().pop_front();
+        let Some((listener, stream)) = next else { return false };
+        let listening = local.listeners.borrow().get(&listener).map(|l| (l.port, Arc::clone(&l.queue)));
+        let Some((port, queue)) = listening else {
+            // Its listener was dropped meanwhile.
+            let _ = stack.abort(stream);
+            return true;
+        };
+        let group = stack.addrs(stream).map_or(FlowGroup(0), |(_, remote)| FlowGroup::of_port(remote.port()));
+        if let Err(e) = queue.enqueue(local.core, group, stream) {
+            let _ = stack.abort(e.into_inner());
+            local.count(|c| c.rejected += 1);
+        } else if local.waits_for(port) {
+            // A thread blocked in accept takes this one connection and returns.
+            local.set_waiting(port, false);
+            let _ = local.pull(port, &queue);
         }
-        busy
+        true
     }
 
     fn sweep(&mut self, stack: &Stack, now: Instant) {

@@ -44,7 +44,7 @@ pub(crate) struct Local {
     pub(crate) moved: RefCell<HashMap<Signature, (usize, Instant)>>,
     /// Established connections the stack handed to the accept hook, to be queued on their port's
     /// accept queue with their flow group (the duties know the group from the stack).
-    pub(crate) established: RefCell<Vec<(ListenerId, StreamId)>>,
+    pub(crate) established: RefCell<VecDeque<(ListenerId, StreamId)>>,
     /// Connections ready for the service's `accept`, by port: taken from the accept queue for a
     /// service waiting in `accept` (see [`Local::pull`]), or stolen and adopted (`true`).
     pub(crate) ready: RefCell<HashMap<u16, VecDeque<(StreamId, bool)>>>,
@@ -87,10 +87,15 @@ impl Local {
         self.counters.set(c);
     }
 
-    /// Whether the service waits in `accept` on `port` (its last call found nothing) and nothing
-    /// is ready there.
+    /// Whether the service waits in `accept` on `port` (its last call found nothing, and it has
+    /// not taken a connection since).
     pub(crate) fn waits_for(&self, port: u16) -> bool {
-        self.waiting.borrow().contains(&port) && self.ready.borrow().get(&port).is_none_or(VecDeque::is_empty)
+        self.waiting.borrow().contains(&port)
+    }
+
+    /// How many connections are ready for the service's `accept` on `port`.
+    pub(crate) fn ready_len(&self, port: u16) -> usize {
+        self.ready.borrow().get(&port).map_or(0, VecDeque::len)
     }
 
     /// Notes whether the service's last `accept` on `port` found nothing.
@@ -108,11 +113,9 @@ impl Local {
     /// ready once adopted). Returns whether the queue had one.
     ///
     /// The duties also call it right after queuing a connection while the service waits in
-    /// `accept` (its last call found nothing), as an application thread blocked in `accept` would
-    /// take the connection at once; so a burst on a core that keeps up does not make that core
-    /// look busy (Affinity-Accept measures busyness by the queue's length) and set idle cores
-    /// stealing from it, while a service that falls behind (it does not call `accept`) lets its
-    /// queue fill, and is stolen from.
+    /// `accept` (its last call found nothing), as an application thread blocked in `accept` takes
+    /// the connection that arrives and returns; a service that falls behind (it does not call
+    /// `accept`) lets its queue fill, and is stolen from.
     pub(crate) fn pull(&self, port: u16, queue: &AcceptQueue<StreamId>) -> Result<bool, AcceptError> {
         match queue.try_accept(self.core) {
             Ok(a) if a.remote => {
