@@ -43,7 +43,8 @@ use std::time::{Duration, Instant};
 #[path = "common/netns.rs"]
 mod netns;
 
-use netchannels::httpd::{Backend, Content, Options, demo_name, run};
+use netchannels::cli::ServeArgs;
+use netchannels::httpd::{Content, Options, demo_name, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
 use netns::{clock_ticks, env_or, ip, machine_busy, timeval, tx_checksum_off};
 
@@ -199,7 +200,11 @@ fn wait_listening(server: Ipv4Addr, alive: &mut dyn FnMut() -> Result<(), String
 fn ours(copy: bool, content: &Arc<Content>, client: Client) -> Result<Vec<Row>, String> {
     let name = if copy { "ours, TAP, --copy" } else { "ours, TAP, prepared" };
     let options = Options {
-        backend: Backend::Tap { name: TAP.into(), ip: Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24") },
+        serve: ServeArgs {
+            tap: Some(TAP.into()),
+            ip: Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24"),
+            ..ServeArgs::default()
+        },
         copy,
         progress: false,
         port: PORT,
@@ -220,13 +225,12 @@ fn ours(copy: bool, content: &Arc<Content>, client: Client) -> Result<Vec<Row>, 
         // Relaxed: a plain flag; the join orders the rest.
         stop.store(true, Ordering::Relaxed);
         let report = server.join().map_err(|_| "the server panicked".to_owned())??;
-        let core = &report.cores[0];
+        let (prepared, sums) = report.prepared_segments();
         println!(
-            "{name}: {} requests answered, {} failed connections, {} prepared segments ({} with precomputed sums)",
-            core.requests(),
-            core.failed,
-            core.stack.tx_prepared,
-            core.stack.tx_prepared_sums
+            "{name}: {} requests answered, {} failed connections, {prepared} prepared segments ({sums} with \
+             precomputed sums)",
+            report.requests(),
+            report.failed(),
         );
         rows
     })

@@ -49,7 +49,8 @@ use std::time::{Duration, Instant};
 #[path = "common/netns.rs"]
 mod netns;
 
-use netchannels::echo::{Backend, Options, run};
+use netchannels::cli::ServeArgs;
+use netchannels::echo::{Options, run};
 use netchannels::netchannel::dev::XdpMode;
 use netchannels::tcp_lib::wire::Ipv4Cidr;
 use netns::{env_or, ip, machine_busy, timeval, tx_checksum_off};
@@ -220,17 +221,17 @@ fn xdp_attached(iface: &str) -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("prog/xdp"))
 }
 
-/// Our echo on `backend` while the client runs against `server` through `iface`.
+/// Our echo on the backend `serve` names while the client runs against `server` through `iface`.
 fn ours(
-    backend: Backend,
+    serve: ServeArgs,
     server: Ipv4Addr,
     iface: &str,
     conns: usize,
     size: usize,
     secs: Duration,
 ) -> Result<Row, String> {
-    let xdp = matches!(backend, Backend::Xdp { .. });
-    let options = Options { backend, cores: 1, progress: false, port: PORT, ..Options::default() };
+    let xdp = serve.xdp.is_some();
+    let options = Options { serve, progress: false, port: PORT, ..Options::default() };
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let echo = s.spawn(|| run(&options, &stop));
@@ -250,7 +251,7 @@ fn ours(
         stop.store(true, Ordering::Relaxed);
         let report = echo.join().map_err(|_| "the server panicked".to_owned())??;
         let row = row?;
-        if report.cores.iter().any(|c| c.failed > 0) {
+        if report.failed() > 0 || !report.runtime.errors.is_empty() {
             return Err(format!("connections failed: {report}"));
         }
         Ok(row)
@@ -353,13 +354,19 @@ fn bench() -> Result<(), String> {
         std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
-    let veth = |mode| Backend::Xdp {
-        iface: OURS.into(),
-        queue: 0,
-        mode,
+    let veth = |mode| ServeArgs {
+        xdp: Some(OURS.into()),
+        xdp_mode: Some(mode),
+        queues: Some(1),
         ip: Ipv4Cidr::new(VETH_SERVER, 24).expect("a /24"),
+        ..ServeArgs::default()
     };
-    let tap = Backend::Tap { name: TAP.into(), ip: Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24") };
+    let tap = ServeArgs {
+        tap: Some(TAP.into()),
+        ip: Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24"),
+        cores: Some(1),
+        ..ServeArgs::default()
+    };
     let mut rows = Vec::new();
     let runs: [(&str, Measure<'_>); 4] = [
         (

@@ -1,41 +1,39 @@
 //! `cargo run --release --example echo [-- OPTIONS]` (`--help` lists them)
 //!
-//! A TCP echo service on the whole data path of the design: by default the 82599 model, the
-//! userspace driver with one queue pair per core, Flow Director steering flow groups to the queues,
-//! one channelizer and one tcp-lib stack per core, Affinity-Accept across the cores, and an
-//! in-process client stack on the other end of the wire that checks every echoed byte. No NIC and
+//! A TCP echo service on [`netchannels::netchannel_runtime`]: by default the 82599 model, the
+//! userspace driver with one queue pair per core (every CPU, at most 16), Flow Director steering
+//! flow groups to the queues, one channelizer and one tcp-lib stack per core, Affinity-Accept
+//! across the cores, and an in-process client stack on the other end of the model's wire that
+//! checks every echoed byte; a progress line each second, then a summary (throughput, latency
+//! percentiles, local-accept fraction, steals, migrations, drops, every buffer back). No NIC and
 //! no root needed. `--tap NAME` serves the Linux kernel through a TAP device instead; `--xdp
-//! IFACE[:QUEUE]` (with `--xdp-mode generic|native|auto`) one queue of any Linux interface through
-//! AF_XDP; `--pci ADDR` a real 82599 over VFIO. The service itself is [`netchannels::echo`].
+//! IFACE` (with `--xdp-mode generic|native|auto`, `--queues N`) the RX queues of any Linux
+//! interface through AF_XDP, one core each; `--pci ADDR` a real 82599 over VFIO. The options every
+//! example on the runtime shares are [`netchannels::cli::ServeArgs`]; the service is
+//! [`netchannels::echo`].
+//!
+//! Ctrl-C (or SIGTERM) stops the run, prints the summary and checks the buffers (a second one
+//! exits at once); `kill -USR1 <pid>` prints every counter, `ethtool -S` style. `RUST_LOG` sets
+//! what is logged to stderr (default: `info` for the workspace's crates).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use netchannels::echo::{Options, USAGE, run};
-
-/// Set by SIGINT: the run stops, prints its summary and checks its buffers.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    // Relaxed: a plain flag, and an atomic store is async-signal-safe.
-    STOP.store(true, Ordering::Relaxed);
-}
+use clap::Parser;
+use netchannels::cli::{self, Signals};
+use netchannels::echo::{Options, run};
 
 fn main() {
-    let options = match Options::parse(std::env::args().skip(1)) {
-        Ok(Some(options)) => options,
-        Ok(None) => {
-            print!("{USAGE}");
-            return;
-        }
+    let options = Options::parse();
+    if let Err(e) = options.validate() {
+        e.exit();
+    }
+    cli::init_logging();
+    let signals = match Signals::install() {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("echo: {e}");
+            eprintln!("echo: cannot install the signal handlers: {e}");
             std::process::exit(1);
         }
     };
-    let handler = on_sigint as extern "C" fn(libc::c_int);
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
-    match run(&options, &STOP) {
+    match run(&options, &signals.stop) {
         Ok(report) => print!("{report}"),
         Err(e) => {
             eprintln!("echo: {e}");

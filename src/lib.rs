@@ -9,16 +9,22 @@
 //!   stack;
 //! * [`accept_affinity`]: Affinity-Accept: per-core accept queues, stealing, flow-group migration, and
 //!   the simulator of the paper's experiment;
-//! * [`echo`]: the TCP echo service of `cargo run --release --example echo`, wired end to end;
-//! * [`httpd`]: the Sandstorm-style static HTTP server of `cargo run --release --example httpd`.
+//! * [`netchannel_runtime`]: the per-core runtime the examples' services run on;
+//! * [`cli`]: the command-line options, logging and signals every example on the runtime shares;
+//! * [`echo`]: the TCP echo service of `cargo run --release --example echo`, on the runtime;
+//! * [`httpd`]: the Sandstorm-style static HTTP server of `cargo run --release --example httpd`, on
+//!   the runtime.
 
 pub use accept_affinity;
 pub use ixgbe_vfio;
 pub use netchannel;
+pub use netchannel_runtime;
 pub use tcp_lib;
 
+pub mod cli;
 pub mod echo;
 pub mod httpd;
+mod util;
 
 /// The README's code samples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

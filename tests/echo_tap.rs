@@ -12,7 +12,8 @@ use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use netchannels::echo::{Backend, Options, run};
+use netchannels::cli::ServeArgs;
+use netchannels::echo::{Options, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
 use netns_test::ip;
 
@@ -67,8 +68,12 @@ fn in_namespace() -> Result<(), String> {
     ip(&["addr", "add", KERNEL, "dev", IFACE])?;
     ip(&["link", "set", IFACE, "up"])?;
     let options = Options {
-        backend: Backend::Tap { name: IFACE.into(), ip: Ipv4Cidr::new(SERVER, 24).expect("a /24") },
-        cores: 1,
+        serve: ServeArgs {
+            tap: Some(IFACE.into()),
+            ip: Ipv4Cidr::new(SERVER, 24).expect("a /24"),
+            cores: Some(1),
+            ..ServeArgs::default()
+        },
         progress: false,
         port: PORT,
         ..Options::default()
@@ -95,9 +100,11 @@ fn in_namespace() -> Result<(), String> {
         assert_eq!(report.closed(), CONNECTIONS as u64, "every connection closed after the kernel's FIN");
         assert_eq!(report.bytes_echoed(), sent, "every byte echoed once");
         assert_eq!(core.failed, 0);
-        assert_eq!(report.accept.enqueued, CONNECTIONS as u64);
-        assert_eq!(report.accept.local, CONNECTIONS as u64);
-        assert_eq!(report.buffers.len(), 1, "the pool was checked for leaks");
+        let accept = report.accept().ok_or("no accept counters for the echo port")?;
+        assert_eq!(accept.enqueued, CONNECTIONS as u64);
+        assert_eq!(accept.local, CONNECTIONS as u64);
+        assert!(report.runtime.errors.is_empty(), "{report}");
+        assert_eq!(report.runtime.buffers.len(), 1, "the pool was checked for leaks");
         Ok(())
     })
 }

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use netchannels::httpd::{Backend, Content, Options, run};
+use netchannels::cli::ServeArgs;
+use netchannels::httpd::{Content, Options, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
 use netns_test::{ip, skip};
 
@@ -226,7 +227,11 @@ fn in_namespace(iface: &str, copy: bool) -> Result<(), String> {
     ip(&["addr", "add", KERNEL, "dev", iface])?;
     ip(&["link", "set", iface, "up"])?;
     let options = Options {
-        backend: Backend::Tap { name: iface.into(), ip: Ipv4Cidr::new(SERVER, 24).expect("a /24") },
+        serve: ServeArgs {
+            tap: Some(iface.into()),
+            ip: Ipv4Cidr::new(SERVER, 24).expect("a /24"),
+            ..ServeArgs::default()
+        },
         copy,
         progress: false,
         port: PORT,
@@ -247,10 +252,11 @@ fn in_namespace(iface: &str, copy: bool) -> Result<(), String> {
         if core.failed != 0 || core.responses[1] != 3 || core.responses[2] == 0 || core.responses[3] == 0 {
             return Err(format!("unexpected counts: {report}"));
         }
-        if !copy && (core.stack.tx_prepared == 0 || core.stack.tx_prepared_sums == 0) {
+        let (prepared, sums) = report.prepared_segments();
+        if !copy && (prepared == 0 || sums == 0) {
             return Err(format!("the prepared path was not used: {report}"));
         }
-        if copy && core.stack.tx_prepared != 0 {
+        if copy && prepared != 0 {
             return Err(format!("--copy used the prepared path: {report}"));
         }
         Ok(())

@@ -1,6 +1,6 @@
-//! The kernel talks TCP to our stack over AF_XDP: [`netchannels::echo`] with its `--xdp` backend on
-//! one end of a veth pair in a private network namespace, the kernel's `std::net` clients behind the
-//! other end; generic and native XDP.
+//! The kernel talks TCP to our stack over AF_XDP: [`netchannels::echo`] with its `--xdp` backend (one
+//! queue, one core) on one end of a veth pair in a private network namespace, the kernel's `std::net`
+//! clients behind the other end; generic and native XDP.
 //!
 //! * **Echo**: many concurrent connections, random message sizes, every echoed byte checked, then the
 //!   server's summary and buffer accounting.
@@ -28,7 +28,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use netchannels::echo::{Backend, Options, Report, run};
+use netchannels::cli::ServeArgs;
+use netchannels::echo::{Options, Report, run};
 use netchannels::netchannel::dev::XdpMode;
 use netchannels::tcp_lib::wire::Ipv4Cidr;
 use netns_test::{ip, skip, tx_checksum_off};
@@ -85,13 +86,13 @@ fn with_veth(body: impl FnOnce() -> Result<(), String> + Send + 'static) {
 
 fn options(mode: XdpMode) -> Options {
     Options {
-        backend: Backend::Xdp {
-            iface: OURS.into(),
-            queue: 0,
-            mode,
+        serve: ServeArgs {
+            xdp: Some(OURS.into()),
+            xdp_mode: Some(mode),
+            queues: Some(1),
             ip: Ipv4Cidr::new(SERVER, 24).expect("a /24"),
+            ..ServeArgs::default()
         },
-        cores: 1,
         progress: false,
         port: PORT,
         ..Options::default()
@@ -222,10 +223,12 @@ fn echo(mode: XdpMode) -> Result<(), String> {
     assert_eq!(report.closed(), CONNECTIONS as u64, "every connection closed after the kernel's FIN");
     assert_eq!(report.bytes_echoed(), sent, "every byte echoed once");
     assert_eq!(core.failed, 0);
-    assert_eq!(core.stack.rx_malformed, 0, "no frame with a bad checksum: {:?}", core.stack);
-    assert!(core.stack.arp_requests > 0, "the kernel's ARP request reached the stack: {:?}", core.stack);
-    assert_eq!(report.accept.enqueued, CONNECTIONS as u64);
-    assert_eq!(report.buffers.len(), 1, "the pool was checked for leaks");
+    let stack = &report.snapshot().cores.first().ok_or("no core in the snapshot")?.stack;
+    assert_eq!(stack.rx_malformed, 0, "no frame with a bad checksum: {stack:?}");
+    assert!(stack.arp_requests > 0, "the kernel's ARP request reached the stack: {stack:?}");
+    assert_eq!(report.accept().map(|a| a.enqueued), Some(CONNECTIONS as u64), "{report}");
+    assert!(report.runtime.errors.is_empty(), "{report}");
+    assert_eq!(report.runtime.buffers.len(), 1, "the pool was checked for leaks");
     check_arp()?;
     assert!(!xdp_attached(), "the XDP program is detached when the server stops");
     println!(
@@ -305,7 +308,8 @@ fn bulk(mode: XdpMode) -> Result<(), String> {
     assert_eq!(bytes, total);
     assert_eq!(report.bytes_echoed(), total, "every byte echoed once");
     assert_eq!((core.served, report.closed(), core.failed), (1, 1, 0));
-    assert_eq!(core.stack.rx_malformed, 0, "no frame with a bad checksum: {:?}", core.stack);
+    let stack = &report.snapshot().cores.first().ok_or("no core in the snapshot")?.stack;
+    assert_eq!(stack.rx_malformed, 0, "no frame with a bad checksum: {stack:?}");
     check_arp()?;
     println!(
         "{mode:?}: {mib} MiB kernel -> us -> kernel on one connection, compared byte for byte, in {:.2} s ({:.1} MiB/s each way)",

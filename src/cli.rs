@@ -1,0 +1,450 @@
+//! What every example built on [`netchannel_runtime`] shares on its command line: the backend, the
+//! cores, the address and the rest of the runtime's settings ([`ServeArgs`], flattened into each
+//! example's clap options), logging to stderr ([`init_logging`]) and the signals a long run answers
+//! ([`Signals`]: Ctrl-C stops it, `SIGUSR1` prints every counter).
+//!
+//! ```
+//! use clap::Parser;
+//! use netchannels::cli::ServeArgs;
+//!
+//! /// A service on the runtime.
+//! #[derive(Parser)]
+//! struct Options {
+//!     #[command(flatten)]
+//!     serve: ServeArgs,
+//!     /// The port.
+//!     #[arg(long, default_value_t = 7)]
+//!     port: u16,
+//! }
+//!
+//! let o = Options::try_parse_from(["svc", "--tap", "tap0", "--ip=10.1.0.2/16", "--port", "8"])?;
+//! o.serve.validate()?;
+//! assert_eq!((o.serve.tap.as_deref(), o.serve.ip.prefix_len(), o.port), (Some("tap0"), 16, 8));
+//! let runtime = o.serve.builder(); // .build()? opens the TAP
+//! # drop(runtime);
+//! # Ok::<(), clap::Error>(())
+//! ```
+
+use std::io::{self, IsTerminal as _};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+use clap::error::ErrorKind;
+use netchannel::dev::XdpMode;
+use netchannel_runtime::{Backend, Builder, DEFAULT_BACKLOG, Placement, Runtime};
+use tcp_lib::wire::Ipv4Cidr;
+
+/// The runtime's options: which backend (the 82599 model with its in-process peer when none of
+/// `--tap`, `--xdp` and `--pci` is given), how many cores, the address, the placement, a pcap
+/// file, the accept backlog and how long to run.
+///
+/// Flatten it into an example's options with `#[command(flatten)]`; call
+/// [`validate`](Self::validate) after parsing (for what clap cannot say: `--cores` against
+/// `--queues`), and [`builder`](Self::builder) for the runtime.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct ServeArgs {
+    /// Serve the Linux kernel through the TAP interface NAME (created if missing; needs
+    /// CAP_NET_ADMIN); one core
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["xdp", "pci"], help_heading = "Backend (default: the 82599 model with an in-process client)")]
+    pub tap: Option<String>,
+
+    /// Serve the Linux interface IFACE through AF_XDP: all its RX queues, one core each, unless
+    /// --queues N (needs root, or CAP_NET_ADMIN + CAP_NET_RAW + CAP_BPF)
+    #[arg(long, value_name = "IFACE", value_parser = interface, conflicts_with_all = ["tap", "pci"], help_heading = "Backend (default: the 82599 model with an in-process client)")]
+    pub xdp: Option<String>,
+
+    /// Where --xdp's program runs: generic, native, or auto (native where the driver has it)
+    #[arg(
+        long,
+        value_name = "MODE",
+        requires = "xdp",
+        value_parser = PossibleValuesParser::new(["generic", "native", "auto"]).map(|m| xdp_mode(&m)),
+        help_heading = "Backend (default: the 82599 model with an in-process client)"
+    )]
+    pub xdp_mode: Option<XdpMode>,
+
+    /// Serve --xdp's queues 0..N only (one core each)
+    #[arg(long, value_name = "N", requires = "xdp", value_parser = clap::value_parser!(u16).range(1..), help_heading = "Backend (default: the 82599 model with an in-process client)")]
+    pub queues: Option<u16>,
+
+    /// Serve a real 82599 bound to vfio-pci at PCI address ADDR (0000:03:00.0)
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["tap", "xdp"], help_heading = "Backend (default: the 82599 model with an in-process client)")]
+    pub pci: Option<String>,
+
+    /// The server's address and prefix (on the model, the client takes another host of the prefix)
+    #[arg(long, value_name = "A/N", default_value = "10.0.0.2/24")]
+    pub ip: Ipv4Cidr,
+
+    /// Cores, one queue each (default: 1; with --xdp, one per queue served). A TAP has one queue
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64).map(usize::from))]
+    pub cores: Option<usize>,
+
+    /// same: each core's channelizer on the core's thread; split: on a thread of its own
+    #[arg(long, value_name = "P", default_value = "same", value_parser = PossibleValuesParser::new(["same", "split"]).try_map(|p| p.parse::<Placement>()))]
+    pub placement: Placement,
+
+    /// Record the traffic to FILE (pcap): the model's wire, or each queue (FILE.qN when several)
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+
+    /// Each port's accept backlog over all cores (split evenly; a core is busy, and the others
+    /// steal from it, when its share is 75% full)
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_BACKLOG, value_parser = backlog)]
+    pub backlog: usize,
+
+    /// Run this long (seconds, a fraction allowed) instead of until done or Ctrl-C
+    #[arg(long, value_name = "S", value_parser = seconds, allow_negative_numbers = true)]
+    pub duration: Option<Duration>,
+}
+
+impl Default for ServeArgs {
+    /// What no option gives: the model, 10.0.0.2/24, the `same` placement, the default backlog.
+    fn default() -> Self {
+        Self {
+            tap: None,
+            xdp: None,
+            xdp_mode: None,
+            queues: None,
+            pci: None,
+            ip: netchannel_runtime::DEFAULT_IP,
+            cores: None,
+            placement: Placement::Same,
+            pcap: None,
+            backlog: DEFAULT_BACKLOG,
+            duration: None,
+        }
+    }
+}
+
+fn xdp_mode(name: &str) -> XdpMode {
+    match name {
+        "generic" => XdpMode::Generic,
+        "native" => XdpMode::Native,
+        _ => XdpMode::Auto,
+    }
+}
+
+/// A Linux interface name (1 to 15 bytes, no `/`, `:` or white space); `IFACE:QUEUE`, the old
+/// one-queue form, says what to give instead.
+fn interface(text: &str) -> Result<String, String> {
+    if let Some((iface, _queue)) = text.split_once(':') {
+        return Err(format!(
+            "{text:?}: AF_XDP serves an interface's queues from queue 0, one core each: give `--xdp {iface}` \
+             (every queue) or `--xdp {iface} --queues N` (queues 0..N; `--queues 1` for queue 0 alone)"
+        ));
+    }
+    if text.is_empty() || text.len() > 15 || text.contains('/') || text.contains(char::is_whitespace) {
+        return Err(format!("{text:?} is not an interface name (1 to 15 bytes, no '/' or spaces)"));
+    }
+    Ok(text.to_owned())
+}
+
+/// A backlog in `1..=1 << 20`.
+fn backlog(text: &str) -> Result<usize, String> {
+    text.parse::<usize>()
+        .ok()
+        .filter(|n| (1..=1 << 20).contains(n))
+        .ok_or_else(|| format!("{text:?} is not a number in 1..={}", 1 << 20))
+}
+
+/// A positive number of seconds, fractions allowed.
+fn seconds(text: &str) -> Result<Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{text:?} is not a positive number of seconds"))
+}
+
+impl ServeArgs {
+    /// The backend the options name: `--tap`, `--xdp` (with `--xdp-mode` and `--queues`),
+    /// `--pci`, else the model.
+    #[must_use]
+    pub fn backend(&self) -> Backend {
+        if let Some(name) = &self.tap {
+            Backend::tap(name.clone())
+        } else if let Some(iface) = &self.xdp {
+            Backend::Xdp {
+                iface: iface.clone(),
+                queues: self.queues,
+                mode: self.xdp_mode.unwrap_or_default(),
+            }
+        } else if let Some(addr) = &self.pci {
+            Backend::pci(addr.clone())
+        } else {
+            Backend::Model
+        }
+    }
+
+    /// Whether the backend is the model (none of `--tap`, `--xdp`, `--pci`).
+    #[must_use]
+    pub fn is_model(&self) -> bool {
+        self.tap.is_none() && self.xdp.is_none() && self.pci.is_none()
+    }
+
+    /// Checks what clap's own rules cannot: the backends exclude each other, `--xdp-mode` and
+    /// `--queues` are for `--xdp`, and with `--xdp` a `--cores` count must equal `--queues` (one
+    /// core per queue). Options built in code go through the same check.
+    ///
+    /// # Errors
+    ///
+    /// A clap error naming the options that contradict each other.
+    pub fn validate(&self) -> Result<(), clap::Error> {
+        let conflict = |msg: String| Err(clap::Error::raw(ErrorKind::ArgumentConflict, format!("{msg}\n")));
+        let backends: Vec<&str> =
+            [("--tap", self.tap.is_some()), ("--xdp", self.xdp.is_some()), ("--pci", self.pci.is_some())]
+                .into_iter()
+                .filter_map(|(name, given)| given.then_some(name))
+                .collect();
+        if backends.len() > 1 {
+            return conflict(format!("{} exclude each other: pick one backend", backends.join(" and ")));
+        }
+        if self.xdp.is_none() {
+            if self.xdp_mode.is_some() {
+                return conflict("--xdp-mode is for --xdp".into());
+            }
+            if self.queues.is_some() {
+                return conflict(
+                    "--queues is for --xdp (--cores N gives the other backends N queues)".into(),
+                );
+            }
+        }
+        if let (Some(_), Some(cores), Some(queues)) = (&self.xdp, self.cores, self.queues)
+            && cores != usize::from(queues)
+        {
+            return conflict(format!(
+                "--cores {cores} with --xdp --queues {queues}: AF_XDP serves one queue per core; give --queues {cores} (or leave --cores out)"
+            ));
+        }
+        if self.cores.is_some_and(|c| c > 1) && self.tap.is_some() {
+            let cores = self.cores.unwrap_or(1);
+            return conflict(format!("--cores {cores} with --tap: a TAP has one queue, served by one core"));
+        }
+        Ok(())
+    }
+
+    /// The runtime these options describe (its [`build`](Builder::build) opens the backend).
+    /// With `--xdp`, `--queues N` also sets N cores.
+    pub fn builder(&self) -> Builder {
+        let mut builder = Runtime::builder()
+            .backend(self.backend())
+            .ip(self.ip)
+            .placement(self.placement)
+            .backlog(self.backlog);
+        let cores = match (&self.xdp, self.cores, self.queues) {
+            (Some(_), None, Some(queues)) => Some(usize::from(queues)),
+            (_, cores, _) => cores,
+        };
+        if let Some(cores) = cores {
+            builder = builder.cores(cores);
+        }
+        if let Some(path) = &self.pcap {
+            builder = builder.pcap(path);
+        }
+        builder
+    }
+}
+
+/// Logs to stderr with `tracing-subscriber`: `RUST_LOG` when set (e.g. `RUST_LOG=debug`), otherwise
+/// `info` for this workspace's crates and `warn` for the rest, so the runtime's messages (what it
+/// opened, its warnings) show. A second call does nothing.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(
+            "warn,netchannels=info,netchannel_runtime=info,netchannel=info,ixgbe_vfio=info,tcp_lib=info,accept_affinity=info",
+        )
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
+        .try_init();
+}
+
+/// The flags the process's signal handlers set (see [`Signals::install`]).
+#[derive(Clone, Debug)]
+pub struct Signals {
+    /// Set by SIGINT and SIGTERM: stop, print the summary, check the buffers. A second Ctrl-C (or
+    /// SIGTERM) while it is set exits the process at once (status 1).
+    pub stop: Arc<AtomicBool>,
+    counters: Arc<AtomicBool>,
+}
+
+/// The flags of the handlers installed in this process, for [`counters_requested`].
+static INSTALLED: OnceLock<Signals> = OnceLock::new();
+
+impl Signals {
+    /// Installs the handlers (once per process; later calls return the same flags): SIGINT and
+    /// SIGTERM set [`stop`](Self::stop), SIGUSR1 asks for the counters ([`counters_requested`]).
+    ///
+    /// # Errors
+    ///
+    /// When a handler cannot be registered.
+    pub fn install() -> io::Result<Self> {
+        use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+        use signal_hook::flag;
+
+        if let Some(s) = INSTALLED.get() {
+            return Ok(s.clone());
+        }
+        let signals =
+            Self { stop: Arc::new(AtomicBool::new(false)), counters: Arc::new(AtomicBool::new(false)) };
+        for sig in [SIGINT, SIGTERM] {
+            // Registered first, so it sees the flag as the previous signal left it: the second one exits.
+            flag::register_conditional_shutdown(sig, 1, Arc::clone(&signals.stop))?;
+            flag::register(sig, Arc::clone(&signals.stop))?;
+        }
+        flag::register(SIGUSR1, Arc::clone(&signals.counters))?;
+        Ok(INSTALLED.get_or_init(|| signals).clone())
+    }
+
+    /// Whether SIGUSR1 came since the last call (and clears it).
+    #[must_use]
+    pub fn counters_requested(&self) -> bool {
+        // Relaxed: a plain flag.
+        self.counters.swap(false, Ordering::Relaxed)
+    }
+}
+
+/// Whether SIGUSR1 came since the last call, when [`Signals::install`] installed the handlers in
+/// this process (always `false` otherwise): a wait loop that has a
+/// [`Control`](netchannel_runtime::Control) then prints its `snapshot()`.
+#[must_use]
+pub fn counters_requested() -> bool {
+    INSTALLED.get().is_some_and(Signals::counters_requested)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// An example's options, as the examples flatten them.
+    #[derive(Parser, Debug)]
+    struct Test {
+        #[command(flatten)]
+        serve: ServeArgs,
+        #[arg(long, default_value_t = 7)]
+        port: u16,
+    }
+
+    fn parse(args: &[&str]) -> Result<Test, clap::Error> {
+        let t = Test::try_parse_from(std::iter::once("test").chain(args.iter().copied()))?;
+        t.serve.validate()?;
+        Ok(t)
+    }
+
+    fn error(args: &[&str]) -> String {
+        parse(args).expect_err("an error").to_string()
+    }
+
+    #[test]
+    fn defaults_are_the_model() {
+        let t = parse(&[]).unwrap();
+        assert_eq!(t.serve, ServeArgs::default());
+        assert!(t.serve.is_model());
+        assert_eq!(t.serve.backend(), Backend::Model);
+        assert_eq!(t.serve.ip, "10.0.0.2/24".parse().unwrap());
+        assert_eq!(
+            (t.serve.cores, t.serve.placement, t.serve.backlog),
+            (None, Placement::Same, DEFAULT_BACKLOG)
+        );
+        assert_eq!((t.serve.duration, t.port), (None, 7));
+    }
+
+    #[test]
+    fn values_parse_with_or_without_equals() {
+        let t =
+            parse(&["--tap=tap1", "--ip=10.1.0.2/16", "--port=8", "--placement", "split", "--duration=1.5"])
+                .unwrap();
+        assert_eq!(t.serve.backend(), Backend::tap("tap1"));
+        assert_eq!(t.serve.ip, "10.1.0.2/16".parse().unwrap());
+        assert_eq!((t.port, t.serve.placement), (8, Placement::Split));
+        assert_eq!(t.serve.duration, Some(Duration::from_millis(1500)));
+        let t =
+            parse(&["--xdp", "veth0", "--xdp-mode", "native", "--queues", "2", "--pcap", "x.pcap"]).unwrap();
+        let xdp = Backend::Xdp { iface: "veth0".into(), queues: Some(2), mode: XdpMode::Native };
+        assert_eq!(t.serve.backend(), xdp);
+        assert_eq!(t.serve.pcap, Some(PathBuf::from("x.pcap")));
+        assert_eq!(parse(&["--xdp", "veth0"]).unwrap().serve.backend(), Backend::xdp("veth0"));
+        let t = parse(&["--pci", "0000:03:00.0", "--cores", "4", "--backlog", "64"]).unwrap();
+        assert_eq!(
+            (t.serve.backend(), t.serve.cores, t.serve.backlog),
+            (Backend::pci("0000:03:00.0"), Some(4), 64)
+        );
+        // --xdp --queues N means N cores, and --cores N agrees.
+        let t = parse(&["--xdp", "veth0", "--queues", "2", "--cores", "2"]).unwrap();
+        assert_eq!(t.serve.cores, Some(2));
+    }
+
+    #[test]
+    fn backends_exclude_each_other() {
+        for args in [
+            &["--tap", "a", "--pci", "0000:01:00.0"][..],
+            &["--xdp", "a", "--tap", "b"],
+            &["--pci", "p", "--xdp", "x"],
+        ] {
+            let e = error(args);
+            assert!(e.contains("cannot be used with"), "{args:?}: {e}");
+            assert!(e.contains(args[0]) && e.contains(args[2]), "{args:?} names both: {e}");
+        }
+    }
+
+    #[test]
+    fn xdp_options_need_xdp() {
+        for args in [&["--xdp-mode", "generic"][..], &["--queues", "2"], &["--tap", "t", "--queues", "2"]] {
+            let e = error(args);
+            assert!(e.contains("--xdp"), "{args:?}: {e}");
+        }
+        let e = error(&["--xdp", "veth0", "--queues", "2", "--cores", "3"]);
+        assert!(e.contains("--cores 3") && e.contains("--queues 2"), "{e}");
+        let e = error(&["--tap", "t", "--cores", "2"]);
+        assert!(e.contains("--cores 2") && e.contains("--tap"), "{e}");
+        // Options built in code go through the same checks.
+        let built = ServeArgs { tap: Some("t".into()), pci: Some("p".into()), ..ServeArgs::default() };
+        assert!(built.validate().unwrap_err().to_string().contains("--tap and --pci"));
+        let built = ServeArgs { queues: Some(2), ..ServeArgs::default() };
+        assert!(built.validate().unwrap_err().to_string().contains("--queues is for --xdp"));
+    }
+
+    #[test]
+    fn bad_values_name_their_option() {
+        for (args, option) in [
+            (&["--ip", "10.0.0.2"][..], "--ip"),
+            (&["--ip=10.0.0.300/24"], "--ip"),
+            (&["--xdp", "v", "--xdp-mode", "fast"], "--xdp-mode"),
+            (&["--xdp", "veth0:0"], "--xdp veth0 --queues N"),
+            (&["--xdp="], "--xdp"),
+            (&["--placement", "far"], "--placement"),
+            (&["--cores", "0"], "--cores"),
+            (&["--cores", "x"], "--cores"),
+            (&["--xdp", "v", "--queues", "0"], "--queues"),
+            (&["--duration", "-1"], "--duration"),
+            (&["--duration=soon"], "--duration"),
+            (&["--backlog", "0"], "--backlog"),
+            (&["--port", "70000"], "--port"),
+            (&["--bogus"], "--bogus"),
+        ] {
+            let e = error(args);
+            assert!(e.contains(option), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_builder_carries_the_options() {
+        let t = parse(&["--cores", "3", "--ip", "10.9.0.2/16", "--placement", "split", "--backlog", "96"])
+            .unwrap();
+        let b = format!("{:?}", t.serve.builder());
+        for part in ["Model", "cores: Some(3)", "10.9.0.2", "Split", "backlog: 96"] {
+            assert!(b.contains(part), "{part} in {b}");
+        }
+        let t = parse(&["--xdp", "veth0", "--queues", "2"]).unwrap();
+        assert!(format!("{:?}", t.serve.builder()).contains("cores: Some(2)"));
+    }
+}
