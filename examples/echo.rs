@@ -16,28 +16,9 @@
 //! exits at once); `kill -USR1 <pid>` prints every counter, `ethtool -S` style. `RUST_LOG` sets
 //! what is logged to stderr (default: `info` for the workspace's crates).
 
-use clap::Parser;
-use netchannels::cli::{self, Signals};
+use netchannels::cli;
 use netchannels::echo::{Options, run};
 
 fn main() {
-    let options = Options::parse();
-    if let Err(e) = options.validate() {
-        e.exit();
-    }
-    cli::init_logging();
-    let signals = match Signals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("echo: cannot install the signal handlers: {e}");
-            std::process::exit(1);
-        }
-    };
-    match run(&options, &signals.stop) {
-        Ok(report) => print!("{report}"),
-        Err(e) => {
-            eprintln!("echo: {e}");
-            std::process::exit(1);
-        }
-    }
+    cli::main(|options: &Options, stop| run(options, stop));
 }

@@ -14,28 +14,9 @@
 
 use std::sync::Arc;
 
-use clap::Parser;
-use netchannels::cli::{self, Signals};
+use netchannels::cli;
 use netchannels::httpd::{Options, content, run};
 
 fn main() {
-    let options = Options::parse();
-    if let Err(e) = options.validate() {
-        e.exit();
-    }
-    cli::init_logging();
-    let signals = match Signals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("httpd: cannot install the signal handlers: {e}");
-            std::process::exit(1);
-        }
-    };
-    match content(&options).and_then(|c| run(&options, Arc::new(c), &signals.stop)) {
-        Ok(report) => print!("{report}"),
-        Err(e) => {
-            eprintln!("httpd: {e}");
-            std::process::exit(1);
-        }
-    }
+    cli::main(|options: &Options, stop| content(options).and_then(|c| run(options, Arc::new(c), stop)));
 }

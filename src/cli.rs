@@ -1,7 +1,8 @@
 //! What every example built on [`netchannel_runtime`] shares on its command line: the backend, the
 //! cores, the address and the rest of the runtime's settings ([`ServeArgs`], flattened into each
-//! example's clap options), logging to stderr ([`init_logging`]) and the signals a long run answers
-//! ([`Signals`]: Ctrl-C stops it, `SIGUSR1` prints every counter).
+//! example's clap options), the checks clap cannot make ([`Validate`]), logging to stderr
+//! ([`init_logging`]), the signals a long run answers ([`Signals`]: Ctrl-C stops it, `SIGUSR1`
+//! prints every counter) and an example's whole `main` ([`main`]).
 //!
 //! ```
 //! use clap::Parser;
@@ -25,6 +26,8 @@
 //! # Ok::<(), clap::Error>(())
 //! ```
 
+use std::ffi::OsString;
+use std::fmt;
 use std::io::{self, IsTerminal as _};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +39,8 @@ use clap::error::ErrorKind;
 use netchannel::dev::XdpMode;
 use netchannel_runtime::{Backend, Builder, DEFAULT_BACKLOG, Placement, Runtime};
 use tcp_lib::wire::Ipv4Cidr;
+
+use crate::util::tcp_tuning;
 
 /// The runtime's options: which backend (the 82599 model with its in-process peer when none of
 /// `--tap`, `--xdp` and `--pci` is given), how many cores, the address, the placement, a pcap
@@ -317,6 +322,73 @@ impl Signals {
 #[must_use]
 pub fn counters_requested() -> bool {
     INSTALLED.get().is_some_and(Signals::counters_requested)
+}
+
+/// An example's options: clap's parser (with [`ServeArgs`] flattened in) and the checks clap's
+/// rules cannot make.
+pub trait Validate: clap::Parser {
+    /// Checks what clap's rules cannot (at least [`ServeArgs::validate`]). Options built in code go
+    /// through the same check when they run.
+    ///
+    /// # Errors
+    ///
+    /// A clap error naming the options that contradict each other.
+    fn validate(&self) -> Result<(), clap::Error>;
+
+    /// Parses command-line arguments (the program name first) and [validates](Self::validate)
+    /// them.
+    ///
+    /// # Errors
+    ///
+    /// clap's error (print it with `exit()`, which also answers `--help`), naming the option.
+    fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let options = Self::try_parse_from(args)?;
+        options.validate()?;
+        Ok(options)
+    }
+}
+
+/// An example's `main`: parses and validates the command line (clap's message and exit on an
+/// error, `--help` included), logs to stderr ([`init_logging`]), installs the [`Signals`], calls
+/// `run` with the options and the stop flag, and prints its summary; an error goes to stderr after
+/// the program's name (`echo: ...`) and exits with status 1.
+pub fn main<O: Validate, R: fmt::Display>(run: impl FnOnce(&O, &AtomicBool) -> Result<R, String>) {
+    let name = O::command().get_name().to_owned();
+    let options = O::parse();
+    if let Err(e) = options.validate() {
+        e.exit();
+    }
+    init_logging();
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{name}: cannot install the signal handlers: {e}");
+            std::process::exit(1);
+        }
+    };
+    match run(&options, &signals.stop) {
+        Ok(report) => print!("{report}"),
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// `options` [validated](Validate::validate), the error as a message (clap's text without its
+/// `error: `).
+pub(crate) fn check(options: &impl Validate) -> Result<(), String> {
+    options.validate().map_err(|e| e.to_string().trim_end().trim_start_matches("error: ").to_owned())
+}
+
+/// Opens the runtime `builder` describes, both ends' stacks tuned for request/response
+/// ([`tcp_tuning`]).
+pub(crate) fn build(builder: Builder) -> Result<Runtime, String> {
+    builder.configure(|_, c| tcp_tuning(c)).build().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

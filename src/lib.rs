@@ -10,7 +10,10 @@
 //! * [`accept_affinity`]: Affinity-Accept: per-core accept queues, stealing, flow-group migration, and
 //!   the simulator of the paper's experiment;
 //! * [`netchannel_runtime`]: the per-core runtime the examples' services run on;
-//! * [`cli`]: the command-line options, logging and signals every example on the runtime shares;
+//! * [`cli`]: the command-line options, logging, signals and `main` every example on the runtime
+//!   shares;
+//! * [`service`]: what echo and httpd share as services on the runtime: how a run goes, the
+//!   per-core event loop, the summary every service has;
 //! * [`echo`]: the TCP echo service of `cargo run --release --example echo`, on the runtime;
 //! * [`httpd`]: the Sandstorm-style static HTTP server of `cargo run --release --example httpd`, on
 //!   the runtime.
@@ -22,8 +25,10 @@ pub use netchannel_runtime;
 pub use tcp_lib;
 
 pub mod cli;
+mod client;
 pub mod echo;
 pub mod httpd;
+pub mod service;
 mod util;
 
 /// The README's code samples, compiled and run as doctests so they stay true.

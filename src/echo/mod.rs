@@ -37,24 +37,23 @@ mod client;
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::SocketAddrV4;
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use clap::builder::TypedValueParser as _;
-use netchannel_runtime::stats::AcceptStats;
-use netchannel_runtime::{Backend, Control, Core, Snapshot, Stopping, Stream};
-use tcp_lib::stack::Config as StackConfig;
+use netchannel_runtime::{Backend, Core, Snapshot, Stream};
 
 pub use client::ClientReport;
 
-use crate::cli::{self, ServeArgs};
+use crate::cli::{self, ServeArgs, Validate};
+use crate::client::Plan;
+use crate::service::{self, Counters, Handler, ServiceReport, Step, event_loop, write_latency};
+use crate::util::{add, get, mib};
 
 /// The echo port (RFC 862).
 pub const DEFAULT_PORT: u16 = 7;
-/// How long a core's event loop waits for something to happen.
-const POLL_WAIT: Duration = Duration::from_millis(1);
 /// The delay per received chunk on the `--slow-core`.
 const SLOW_DELAY: Duration = Duration::from_millis(1);
 /// The `--slow-core` accepts at most one connection per this.
@@ -65,8 +64,8 @@ const CHUNK: usize = 64 * 1024;
 /// What to run: the runtime's options ([`ServeArgs`]) and echo's own. [`Options::default`] is
 /// `cargo run --release --example echo` with no options.
 ///
-/// In code: `Options::parse_from(["echo", "--tap", "tap0", "--quiet"])`, or the public fields
-/// with `..Options::default()`.
+/// In code: `Options::try_parse_args(["echo", "--tap", "tap0", "--quiet"])` ([`Validate`]), or
+/// the public fields with `..Options::default()`.
 #[derive(Parser, Clone, Debug, PartialEq)]
 #[command(
     name = "echo",
@@ -143,30 +142,9 @@ fn size_range(text: &str) -> Result<(usize, usize), String> {
     Ok((min, max))
 }
 
-impl Options {
-    /// Parses command-line arguments (the program name first) and [validates](Self::validate)
-    /// them.
-    ///
-    /// # Errors
-    ///
-    /// clap's error (print it with `exit()`, which also answers `--help`), naming the option.
-    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        let options = Self::try_parse_from(args)?;
-        options.validate()?;
-        Ok(options)
-    }
-
-    /// Checks what clap's rules cannot ([`ServeArgs::validate`]; `--slow-core` against
-    /// `--cores` when given).
-    ///
-    /// # Errors
-    ///
-    /// A clap error naming the options that contradict each other.
-    pub fn validate(&self) -> Result<(), clap::Error> {
+impl Validate for Options {
+    /// [`ServeArgs::validate`], and `--slow-core` against `--cores` when given.
+    fn validate(&self) -> Result<(), clap::Error> {
         self.serve.validate()?;
         if let (Some(slow), Some(cores)) = (self.slow_core, self.serve.cores)
             && slow >= cores
@@ -209,36 +187,11 @@ pub struct CoreReport {
     pub open_at_exit: u64,
 }
 
-/// Everything a run did; [`fmt::Display`] is the summary a person reads.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Report {
-    /// The runtime's report: its setup line, the final counters of every core, queue and port,
-    /// the devices' summaries, every pool's audit, and the cores whose service failed.
-    pub runtime: netchannel_runtime::Report,
-    /// The client's side (model backend).
-    pub client: Option<ClientReport>,
-    /// The echo service, per core.
-    pub cores: Vec<CoreReport>,
-    /// The echo port.
-    pub port: u16,
-    /// What ran.
-    pub backend: Backend,
-}
+/// Everything a run did ([`ServiceReport`]'s `details`: the backend that ran); [`fmt::Display`]
+/// is the summary a person reads.
+pub type Report = ServiceReport<ClientReport, CoreReport, Backend>;
 
 impl Report {
-    /// The runtime's final counters.
-    #[must_use]
-    pub fn snapshot(&self) -> &Snapshot {
-        &self.runtime.snapshot
-    }
-
-    /// Affinity-Accept's counters for the echo port (`None` when no core listened).
-    #[must_use]
-    pub fn accept(&self) -> Option<&AcceptStats> {
-        self.snapshot().accept.iter().find(|a| a.port == self.port)
-    }
-
     /// Connections the cores served.
     #[must_use]
     pub fn served(&self) -> u64 {
@@ -266,7 +219,7 @@ impl Report {
     /// The line that explains frames dropped as malformed on TAP or AF_XDP, if any were.
     #[must_use]
     pub fn malformed_warning(&self) -> Option<String> {
-        malformed_warning(&self.backend, self.snapshot())
+        malformed_warning(&self.details, self.snapshot())
     }
 }
 
@@ -288,10 +241,6 @@ fn malformed_warning(backend: &Backend, snapshot: &Snapshot) -> Option<String> {
             snapshot.rx_frames()
         )
     })
-}
-
-pub(crate) fn mib(bytes: u64) -> f64 {
-    bytes as f64 / f64::from(1 << 20)
 }
 
 impl fmt::Display for Report {
@@ -316,34 +265,14 @@ impl fmt::Display for Report {
                 c.messages as f64 / secs,
                 c.completed as f64 / secs
             )?;
-            let us = |d: Duration| d.as_secs_f64() * 1e6;
-            writeln!(
-                f,
-                "  latency (send to full echo): p50 {:.0} us, p90 {:.0} us, p99 {:.0} us, max {:.0} us",
-                us(c.latency[0]),
-                us(c.latency[1]),
-                us(c.latency[2]),
-                us(c.latency[3])
-            )?;
+            write_latency(f, "send to full echo", &c.latency)?;
             writeln!(
                 f,
                 "  client stack: {} frames in, {} out, {} dropped on output, {} resets sent",
                 c.stack.rx_frames, c.stack.tx_frames, c.stack.tx_dropped, c.stack.rst_sent
             )?;
         }
-        match self.accept() {
-            Some(a) => writeln!(
-                f,
-                "  accept (affinity): {} connections, local-accept fraction {:.3}, {} steals (moved to the \
-                 stealer, signature re-pointed), {} flow-group migrations, {} refused",
-                a.enqueued,
-                a.local_fraction(),
-                a.stolen,
-                a.migrated,
-                a.rejected
-            )?,
-            None => writeln!(f, "  accept (affinity): no core listened on port {}", self.port)?,
-        }
+        self.write_accept(f, "steals (moved to the stealer, signature re-pointed)")?;
         let snapshot = self.snapshot();
         for c in &self.cores {
             let stats = snapshot.cores.iter().find(|s| s.core == c.core);
@@ -387,20 +316,7 @@ impl fmt::Display for Report {
         if let Some(warning) = self.malformed_warning() {
             writeln!(f, "  {warning}")?;
         }
-        for (core, e) in &runtime.errors {
-            writeln!(f, "  core {core}: the service failed: {e}")?;
-        }
-        for line in &runtime.devices {
-            writeln!(f, "  {line}")?;
-        }
-        for (name, audit) in &runtime.buffers {
-            writeln!(
-                f,
-                "  buffers: {name}: all {} back ({} in the depot, {} outstanding, {} live caches)",
-                audit.total, audit.in_depot, audit.outstanding, audit.live_caches
-            )?;
-        }
-        Ok(())
+        self.write_runtime(f)
     }
 }
 
@@ -418,13 +334,7 @@ struct Live {
 }
 
 impl Live {
-    fn add(counter: &AtomicU64, n: u64) {
-        // Relaxed: counters; the runtime's joins order the final reads.
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
     fn report(&self, core: usize) -> CoreReport {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CoreReport {
             core,
             served: get(&self.served),
@@ -436,158 +346,124 @@ impl Live {
     }
 }
 
-/// A connection being served: what it sent that is not echoed yet.
-struct Conn<'c> {
-    stream: Stream<'c>,
-    out: Vec<u8>,
+/// A core's echo connections, for the [`event_loop`]: the chunk buffer, whether this is the
+/// `--slow-core`, and when it last accepted.
+struct Echoing<'a> {
+    live: &'a Live,
+    buf: Vec<u8>,
+    slow: bool,
+    last_accept: Option<Instant>,
 }
 
-/// What echoing did to a connection.
-enum Echoed {
-    /// Still open (it may have moved bytes).
-    Open,
-    /// The peer ended its stream and everything was echoed: close it.
-    Finished,
-    /// It failed: abort it.
-    Failed,
-}
+impl Handler for Echoing<'_> {
+    /// What the connection sent that is not echoed yet.
+    type Conn = Vec<u8>;
 
-/// Echoes what `c` has received, as far as its send buffer takes it.
-fn echo(c: &mut Conn<'_>, buf: &mut [u8], slow: bool, live: &Live) -> Echoed {
-    loop {
-        if !c.out.is_empty() {
-            match c.stream.write(&c.out) {
+    /// The slow core takes at most one per `SLOW_ACCEPT` (a worker that is behind).
+    fn may_accept(&mut self) -> bool {
+        !self.slow || self.last_accept.is_none_or(|t| t.elapsed() >= SLOW_ACCEPT)
+    }
+
+    fn accept(&mut self, stream: &Stream<'_>) -> io::Result<Vec<u8>> {
+        self.last_accept = Some(Instant::now());
+        stream.set_nonblocking(true).and_then(|()| stream.set_nodelay(true))?;
+        Ok(Vec::new())
+    }
+
+    /// Echoes what the connection has received, as far as its send buffer takes it; closes it on
+    /// the peer's end of stream, everything echoed.
+    fn is_quiet(&self, out: &Vec<u8>) -> bool {
+        out.is_empty()
+    }
+
+    fn step(&mut self, stream: &mut Stream<'_>, out: &mut Vec<u8>, _now: Instant) -> Step {
+        loop {
+            if !out.is_empty() {
+                match stream.write(out) {
+                    Ok(n) => {
+                        out.drain(..n);
+                        add(&self.live.bytes, n as u64);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return Step::Failed,
+                }
+                if !out.is_empty() {
+                    return Step::Open; // the send buffer is full: read more later
+                }
+            }
+            match stream.read(&mut self.buf) {
+                Ok(0) => return Step::Closed,
                 Ok(n) => {
-                    c.out.drain(..n);
-                    Live::add(&live.bytes, n as u64);
+                    if self.slow {
+                        std::thread::sleep(SLOW_DELAY);
+                    }
+                    out.extend_from_slice(&self.buf[..n]);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return Echoed::Failed,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Open,
+                Err(_) => return Step::Failed,
             }
-            if !c.out.is_empty() {
-                return Echoed::Open; // the send buffer is full: read more later
-            }
-        }
-        match c.stream.read(buf) {
-            Ok(0) => return Echoed::Finished,
-            Ok(n) => {
-                if slow {
-                    std::thread::sleep(SLOW_DELAY);
-                }
-                c.out.extend_from_slice(&buf[..n]);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Echoed::Open,
-            Err(_) => return Echoed::Failed,
         }
     }
 }
 
-/// The echo service of one core: an event loop over its listener and its connections, until the
-/// runtime stops.
-fn serve(core: &mut Core<'_>, port: u16, slow_core: Option<usize>, live: &[Live]) -> io::Result<()> {
-    let id = core.id();
-    let live = &live[id];
-    let slow = slow_core == Some(id);
-    let listener = core.listen(port)?;
-    listener.set_nonblocking(true);
-    let mut conns: Vec<Conn<'_>> = Vec::new();
-    let mut buf = vec![0u8; CHUNK];
-    let mut last_accept: Option<Instant> = None;
-    let result = 'serve: loop {
-        match core.poll_wait(Some(POLL_WAIT)) {
-            Ok(()) => {}
-            Err(e) if Stopping::is(&e) => break Ok(()),
-            Err(e) => break Err(e),
-        }
-        // Accept every connection ready (this core's first, then stolen ones); the slow core takes
-        // at most one per `SLOW_ACCEPT` (a worker that is behind).
-        while !slow || last_accept.is_none_or(|t| t.elapsed() >= SLOW_ACCEPT) {
-            match listener.accept() {
-                Ok((stream, _peer)) => {
-                    last_accept = Some(Instant::now());
-                    if let Err(e) = stream.set_nonblocking(true).and_then(|()| stream.set_nodelay(true)) {
-                        break 'serve Err(e);
-                    }
-                    Live::add(&live.served, 1);
-                    conns.push(Conn { stream, out: Vec::new() });
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if Stopping::is(&e) => break 'serve Ok(()),
-                Err(e) => break 'serve Err(e),
-            }
-        }
-        let mut i = 0;
-        while i < conns.len() {
-            match echo(&mut conns[i], &mut buf, slow, live) {
-                Echoed::Open => i += 1,
-                Echoed::Finished => {
-                    // Dropping it closes it: our FIN follows what is still queued.
-                    drop(conns.swap_remove(i));
-                    Live::add(&live.closed, 1);
-                }
-                Echoed::Failed => {
-                    let _ = conns.swap_remove(i).stream.abort();
-                    Live::add(&live.failed, 1);
-                }
-            }
-        }
-        if core.is_stopping() {
-            break Ok(());
-        }
-    };
-    Live::add(&live.open_at_exit, conns.len() as u64);
-    result
+/// Echo on the runtime, for [`service::serve`]: the options, and whether the malformed-frames warning
+/// was given.
+struct Echo<'a> {
+    options: &'a Options,
+    backend: &'a Backend,
+    warned: AtomicBool,
 }
 
-/// Request/response tuning for both ends: no Nagle, and Linux's 200 ms minimum RTO.
-fn tcp_tuning(config: &mut StackConfig) {
-    config.tcp.nodelay = true;
-    config.tcp.min_rto = Duration::from_millis(200);
-    config.tcp.initial_rto = Duration::from_millis(200);
-}
+impl service::Service for Echo<'_> {
+    type Live = Live;
+    type Protocol = client::EchoProtocol;
 
-/// Waits until `stop` (Ctrl-C), the runtime stops or the duration is up, printing a progress line
-/// every second, the counters on SIGUSR1, and once the malformed-frames warning (servers on TAP,
-/// AF_XDP and PCI: the clients are elsewhere).
-fn wait_serving(
-    control: &Control<'_>,
-    options: &Options,
-    backend: &Backend,
-    stop: &AtomicBool,
-    live: &[Live],
-) {
-    let start = Instant::now();
-    let mut next = start + Duration::from_secs(1);
-    let mut warned = false;
-    // Relaxed: a plain flag.
-    while !control.is_stopping()
-        && !stop.load(Ordering::Relaxed)
-        && options.serve.duration.is_none_or(|d| start.elapsed() < d)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-        if cli::counters_requested() {
-            print!("{}", control.snapshot());
+    const NAME: &'static str = "echo";
+
+    fn setup(&self, runtime: &str) -> String {
+        format!("{runtime}, port {}", self.options.port)
+    }
+
+    fn client_line(&self, plan: &Plan) -> String {
+        let (min, max) = self.options.size;
+        format!("{} connections, {}, sizes {min}..={max} bytes", plan.conns, plan.length("message"))
+    }
+
+    /// Echo on one core: the [`event_loop`] over its connections.
+    fn serve(&self, core: &mut Core<'_>, live: &Live) -> io::Result<()> {
+        let counters = Counters {
+            accepted: &live.served,
+            closed: Some(&live.closed),
+            failed: &live.failed,
+            open_at_exit: &live.open_at_exit,
+        };
+        let slow = self.options.slow_core == Some(core.id());
+        let mut echoing = Echoing { live, buf: vec![0; CHUNK], slow, last_accept: None };
+        event_loop(core, self.options.port, &counters, &mut echoing)
+    }
+
+    fn protocol(&self, _host: Ipv4Addr) -> Result<client::EchoProtocol, String> {
+        Ok(client::EchoProtocol::new(self.options))
+    }
+
+    /// The progress line, and once the malformed-frames warning (servers on TAP, AF_XDP and PCI:
+    /// the clients are elsewhere).
+    fn every_second(&self, elapsed: Duration, snapshot: &Snapshot, live: &[Live]) {
+        if let Some(warning) = malformed_warning(self.backend, snapshot)
+            && !self.warned.swap(true, Ordering::Relaxed)
+        {
+            eprintln!("echo: {warning}");
         }
-        if Instant::now() >= next {
-            next += Duration::from_secs(1);
-            let snapshot = control.snapshot();
-            if !warned && let Some(warning) = malformed_warning(backend, &snapshot) {
-                eprintln!("echo: {warning}");
-                warned = true;
-            }
-            if options.progress {
-                let sum = |f: fn(&Live) -> &AtomicU64| {
-                    live.iter().map(|l| f(l).load(Ordering::Relaxed)).sum::<u64>()
-                };
-                println!(
-                    "[{:6.1} s] {} connections served, {:.1} MiB echoed, {} frames in, {} dropped",
-                    start.elapsed().as_secs_f64(),
-                    sum(|l| &l.served),
-                    mib(sum(|l| &l.bytes)),
-                    snapshot.rx_frames(),
-                    snapshot.dropped()
-                );
-            }
+        if self.options.progress {
+            let sum = |f: fn(&Live) -> &AtomicU64| live.iter().map(|l| get(f(l))).sum::<u64>();
+            println!(
+                "[{:6.1} s] {} connections served, {:.1} MiB echoed, {} frames in, {} dropped",
+                elapsed.as_secs_f64(),
+                sum(|l| &l.served),
+                mib(sum(|l| &l.bytes)),
+                snapshot.rx_frames(),
+                snapshot.dropped()
+            );
         }
     }
 }
@@ -606,81 +482,23 @@ fn default_cores() -> usize {
 /// would not open, a client connection that failed or got a wrong byte back, a core that failed,
 /// buffers not all back.
 pub fn run(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
-    options.validate().map_err(|e| e.to_string().trim_end().trim_start_matches("error: ").to_owned())?;
+    cli::check(options)?;
     let backend = options.serve.backend();
-    let mut builder = options.serve.builder().balance(options.balance).configure(|_, c| tcp_tuning(c));
+    let mut builder = options.serve.builder().balance(options.balance);
     if options.serve.cores.is_none() && matches!(backend, Backend::Model | Backend::Pci { .. }) {
         builder = builder.cores(default_cores());
     }
-    let mut runtime = builder.build().map_err(|e| e.to_string())?;
+    let runtime = cli::build(builder)?;
     let cores = runtime.cores();
     if let Some(slow) = options.slow_core
         && slow >= cores
     {
         return Err(slow_core_error(slow, cores));
     }
-    let server = SocketAddrV4::new(runtime.ip().address(), options.port);
-    let peer = runtime.take_peer();
-    let setup = format!("{}, port {}", runtime.setup(), options.port);
-    if options.progress {
-        match &peer {
-            Some(_) => {
-                let msgs = options.serve.duration.map_or_else(
-                    || format!("{} messages each", options.messages),
-                    |d| format!("for {:.1} s", d.as_secs_f64()),
-                );
-                println!(
-                    "echo: {setup}; {} connections, {msgs}, sizes {}..={} bytes",
-                    options.conns, options.size.0, options.size.1
-                );
-            }
-            None => println!("echo: {setup}; Ctrl-C stops"),
-        }
-    }
-    let live: Vec<Live> = (0..cores).map(|_| Live::default()).collect();
-    let server_ip = runtime.ip();
-    let (port, slow_core, live_ref) = (options.port, options.slow_core, &live[..]);
-    let (client, runtime_report) = runtime
-        .run(
-            move |core: &mut Core<'_>| serve(core, port, slow_core, live_ref),
-            |control| match peer {
-                Some(peer) => {
-                    let mut config = peer.stack_config(server_ip);
-                    tcp_tuning(&mut config);
-                    let (mut device, pool) = peer.into_parts();
-                    let cache = pool.cache();
-                    let tick = || {
-                        if cli::counters_requested() {
-                            print!("{}", control.snapshot());
-                        }
-                        !control.is_stopping()
-                    };
-                    Some(client::run(&mut device, &cache, config, server, options, stop, tick))
-                }
-                None => {
-                    wait_serving(control, options, &backend, stop, &live);
-                    None
-                }
-            },
-        )
-        .map_err(|e| e.to_string())?;
-    let report = Report {
-        runtime: runtime_report,
-        client: None,
-        cores: live.iter().enumerate().map(|(core, l)| l.report(core)).collect(),
-        port: options.port,
-        backend,
-    };
-    match client {
-        Some(Ok(c)) => Ok(Report { client: Some(c), ..report }),
-        Some(Err(e)) if !report.runtime.errors.is_empty() => {
-            let cores: Vec<String> =
-                report.runtime.errors.iter().map(|(c, e)| format!("core {c}: {e}")).collect();
-            Err(format!("{e}; the server failed: {}", cores.join("; ")))
-        }
-        Some(Err(e)) => Err(e),
-        None => Ok(report),
-    }
+    let echo = Echo { options, backend: &backend, warned: AtomicBool::new(false) };
+    let plan = Plan::new(&options.serve, options.conns, options.messages, options.seed, options.progress);
+    let served = service::serve(&echo, options.port, plan, runtime, stop)?;
+    Ok(served.report(|core, l: &Live| l.report(core), backend))
 }
 
 #[cfg(test)]

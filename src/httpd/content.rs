@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use tcp_lib::stack::PreparedSegments;
 
-use super::Rng;
 use super::http::{Method, Request};
+use crate::util::Rng;
 
 /// The payload segment sizes responses are cut for: an MSS of 1460 with and without the
 /// timestamps option.

@@ -59,28 +59,29 @@ mod http;
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::Shutdown;
+use std::net::{Ipv4Addr, Shutdown};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use clap::builder::TypedValueParser as _;
-use netchannel_runtime::stats::{AcceptStats, CoreStats};
-use netchannel_runtime::{Control, Core, Interface, Snapshot, Stopping, Stream};
-use tcp_lib::stack::{Config as StackConfig, Error as StackError, PreparedSegments};
+use netchannel_runtime::stats::CoreStats;
+use netchannel_runtime::{Core, Interface, Snapshot, Stream};
+use tcp_lib::stack::{Error as StackError, PreparedSegments};
 
 pub use client::ClientReport;
 pub use content::{Content, DEMO_SIZES, SEGMENT_SIZES, demo_bytes, demo_name};
 pub use http::{MAX_REQUEST, Method, Parsed, Request, parse};
 
-use crate::cli::{self, ServeArgs};
+use crate::cli::{self, ServeArgs, Validate};
+use crate::client::Plan;
+use crate::service::{self, Counters, Handler, ServiceReport, Step, event_loop, write_latency};
+use crate::util::{add, get, mib};
 
 /// The HTTP port.
 pub const DEFAULT_PORT: u16 = 80;
-/// How long a core's event loop, idle, waits for something to happen.
-const POLL_WAIT: Duration = Duration::from_millis(1);
 /// Bytes a connection reads at a time.
 const CHUNK: usize = 16 * 1024;
 /// Responses queued per connection in `--copy` mode before it stops reading requests.
@@ -94,8 +95,8 @@ const LINGER: Duration = Duration::from_secs(5);
 /// What to run: the runtime's options ([`ServeArgs`]) and httpd's own. [`Options::default`] is
 /// `cargo run --release --example httpd` with no options.
 ///
-/// In code: `Options::try_parse_args(["httpd", "--tap", "tap0", "--quiet"])`, or the public
-/// fields with `..Options::default()`.
+/// In code: `Options::try_parse_args(["httpd", "--tap", "tap0", "--quiet"])` ([`Validate`]), or
+/// the public fields with `..Options::default()`.
 #[derive(Parser, Clone, Debug, PartialEq)]
 #[command(
     name = "httpd",
@@ -149,29 +150,9 @@ impl Default for Options {
     }
 }
 
-impl Options {
-    /// Parses command-line arguments (the program name first) and [validates](Self::validate)
-    /// them.
-    ///
-    /// # Errors
-    ///
-    /// clap's error (print it with `exit()`, which also answers `--help`), naming the option.
-    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        let options = Self::try_parse_from(args)?;
-        options.validate()?;
-        Ok(options)
-    }
-
-    /// Checks what clap's rules cannot ([`ServeArgs::validate`]).
-    ///
-    /// # Errors
-    ///
-    /// A clap error naming the options that contradict each other.
-    pub fn validate(&self) -> Result<(), clap::Error> {
+impl Validate for Options {
+    /// [`ServeArgs::validate`].
+    fn validate(&self) -> Result<(), clap::Error> {
         self.serve.validate()
     }
 }
@@ -185,22 +166,6 @@ pub fn content(options: &Options) -> Result<Content, String> {
     match &options.dir {
         Some(dir) => Content::load(dir),
         None => Ok(Content::demo(Some(&Path::new(env!("CARGO_MANIFEST_DIR")).join("target/httpd-demo")))),
-    }
-}
-
-/// xorshift64*: the demo files' bytes and the client's choices.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 }
 
@@ -236,43 +201,24 @@ impl CoreReport {
     }
 }
 
-/// Everything a run did; [`fmt::Display`] is the summary a person reads.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Report {
-    /// The runtime's report: its setup line, the final counters of every core (their stacks'
-    /// included), queue and port, the devices' summaries, every pool's audit, and the cores whose
-    /// service failed.
-    pub runtime: netchannel_runtime::Report,
-    /// The model's client.
-    pub client: Option<ClientReport>,
-    /// The HTTP service, per core.
-    pub cores: Vec<CoreReport>,
-    /// The HTTP port.
-    pub port: u16,
+/// How httpd sent, and what it served: the `details` of its [`Report`].
+#[derive(Clone, Debug)]
+pub struct Served {
     /// Whether responses were copied (`--copy`) rather than sent by reference.
     pub copy: bool,
     /// Where the content came from, in words.
     pub source: String,
 }
 
-impl Report {
-    /// The runtime's final counters.
-    #[must_use]
-    pub fn snapshot(&self) -> &Snapshot {
-        &self.runtime.snapshot
-    }
+/// Everything a run did ([`ServiceReport`]'s `details`: [`Served`]); [`fmt::Display`] is the
+/// summary a person reads.
+pub type Report = ServiceReport<ClientReport, CoreReport, Served>;
 
+impl Report {
     /// The runtime's final counters for core `core` (its stack's, handoffs, channels).
     #[must_use]
     pub fn core_stats(&self, core: usize) -> Option<&CoreStats> {
         self.snapshot().cores.iter().find(|c| c.core == core)
-    }
-
-    /// Affinity-Accept's counters for the HTTP port (`None` when no core listened).
-    #[must_use]
-    pub fn accept(&self) -> Option<&AcceptStats> {
-        self.snapshot().accept.iter().find(|a| a.port == self.port)
     }
 
     /// Requests the server answered.
@@ -311,15 +257,15 @@ impl Report {
     }
 }
 
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / 1_048_576.0
-}
-
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let runtime = &self.runtime;
-        let mode = if self.copy { "copy (Stack::send)" } else { "prepared (Stack::send_prepared)" };
-        writeln!(f, "summary: HTTP on {}, port {}, {mode}; {}", runtime.setup, self.port, self.source)?;
+        let mode = if self.details.copy { "copy (Stack::send)" } else { "prepared (Stack::send_prepared)" };
+        writeln!(
+            f,
+            "summary: HTTP on {}, port {}, {mode}; {}",
+            runtime.setup, self.port, self.details.source
+        )?;
         if let Some(c) = &self.client {
             let secs = c.elapsed.as_secs_f64().max(1e-9);
             writeln!(
@@ -333,15 +279,7 @@ impl fmt::Display for Report {
                 c.responses as f64 / secs,
                 mib(c.bytes) / secs
             )?;
-            let us = |d: Duration| d.as_secs_f64() * 1e6;
-            writeln!(
-                f,
-                "  latency (request to last byte): p50 {:.0} us, p90 {:.0} us, p99 {:.0} us, max {:.0} us",
-                us(c.latency[0]),
-                us(c.latency[1]),
-                us(c.latency[2]),
-                us(c.latency[3])
-            )?;
+            write_latency(f, "request to last byte", &c.latency)?;
         }
         let requests = self.requests();
         if let Some(cpu) = self.server_cpu() {
@@ -353,19 +291,7 @@ impl fmt::Display for Report {
                 cpu.as_secs_f64() * 1e6 / requests.max(1) as f64
             )?;
         }
-        match self.accept() {
-            Some(a) => writeln!(
-                f,
-                "  accept (affinity): {} connections, local-accept fraction {:.3}, {} steals, {} flow-group \
-                 migrations, {} refused",
-                a.enqueued,
-                a.local_fraction(),
-                a.stolen,
-                a.migrated,
-                a.rejected
-            )?,
-            None => writeln!(f, "  accept (affinity): no core listened on port {}", self.port)?,
-        }
+        self.write_accept(f, "steals")?;
         let snapshot = self.snapshot();
         for c in &self.cores {
             let stats = self.core_stats(c.core);
@@ -402,20 +328,7 @@ impl fmt::Display for Report {
                 mib(c.bytes),
             )?;
         }
-        for (core, e) in &runtime.errors {
-            writeln!(f, "  core {core}: the service failed: {e}")?;
-        }
-        for line in &runtime.devices {
-            writeln!(f, "  {line}")?;
-        }
-        for (name, audit) in &runtime.buffers {
-            writeln!(
-                f,
-                "  buffers: {name}: all {} back ({} in the depot, {} outstanding, {} live caches)",
-                audit.total, audit.in_depot, audit.outstanding, audit.live_caches
-            )?;
-        }
-        Ok(())
+        self.write_runtime(f)
     }
 }
 
@@ -434,17 +347,11 @@ struct Live {
 }
 
 impl Live {
-    fn add(counter: &AtomicU64, n: u64) {
-        // Relaxed: counters; the runtime's joins order the final reads.
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
     fn requests(&self) -> u64 {
-        self.responses.iter().map(|r| r.load(Ordering::Relaxed)).sum()
+        self.responses.iter().map(get).sum()
     }
 
     fn report(&self, core: usize) -> CoreReport {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CoreReport {
             core,
             conns: get(&self.conns),
@@ -457,17 +364,15 @@ impl Live {
     }
 }
 
-/// What every core's service shares.
+/// httpd on the runtime, for [`cli::serve`]: what every core's service shares.
 struct Service<'a> {
+    options: &'a Options,
     content: &'a Content,
-    port: u16,
-    copy: bool,
-    live: &'a [Live],
 }
 
 /// A connection being served.
-struct Conn<'c> {
-    stream: Stream<'c>,
+#[derive(Default)]
+struct Conn {
     /// Received bytes not yet answered (at most one request's worth is read ahead).
     input: Vec<u8>,
     /// `--copy`: responses not yet all in the send ring, and how much of the first is.
@@ -477,16 +382,6 @@ struct Conn<'c> {
     closing: bool,
     /// Lingering after our FIN until the peer's, at most until then.
     linger: Option<Instant>,
-}
-
-/// What serving did to a connection.
-enum Served {
-    /// Still open.
-    Open,
-    /// Closed after its last response: drop it (the close finishes in the background).
-    Closed,
-    /// It failed: abort it.
-    Failed,
 }
 
 /// The response to the request at the start of `input`: the prepared response, the bytes the
@@ -512,17 +407,18 @@ fn answer<'a>(content: &'a Content, input: &[u8]) -> Option<(&'a Arc<PreparedSeg
 /// reads more, and closes it lingering once it is done.
 fn serve_conn(
     iface: &Interface<'_>,
-    c: &mut Conn<'_>,
+    stream: &Stream<'_>,
+    c: &mut Conn,
     buf: &mut [u8],
     svc: &Service<'_>,
     live: &Live,
     now: Instant,
-) -> Served {
+) -> Step {
     let would_block = |e: &io::Error| e.kind() == io::ErrorKind::WouldBlock;
     loop {
         // --copy: push waiting responses into the send ring.
         while let Some(r) = c.out.front() {
-            match (&c.stream).write(&r.data()[c.out_sent..]) {
+            match (&*stream).write(&r.data()[c.out_sent..]) {
                 Ok(n) => {
                     c.out_sent += n;
                     if c.out_sent == r.len() {
@@ -531,27 +427,27 @@ fn serve_conn(
                     }
                 }
                 Err(e) if would_block(&e) => break,
-                Err(_) => return Served::Failed,
+                Err(_) => return Step::Failed,
             }
         }
         if c.closing {
             if !c.out.is_empty() {
-                return Served::Open;
+                return Step::Open;
             }
             // Lingering close: our FIN follows the last response; what the peer still sends is
             // read and dropped until its FIN (or LINGER).
             let until = match c.linger {
                 Some(until) => until,
                 None => {
-                    let _ = c.stream.shutdown(Shutdown::Write);
+                    let _ = stream.shutdown(Shutdown::Write);
                     *c.linger.insert(now + LINGER)
                 }
             };
             loop {
-                match (&c.stream).read(buf) {
+                match (&*stream).read(buf) {
                     Ok(n) if n > 0 => {}
-                    Err(e) if would_block(&e) && now < until => return Served::Open,
-                    _ => return Served::Closed,
+                    Err(e) if would_block(&e) && now < until => return Step::Open,
+                    _ => return Step::Closed,
                 }
             }
         }
@@ -564,21 +460,21 @@ fn serve_conn(
                 break;
             }
             let Some((response, len, close, status)) = answer(svc.content, &c.input) else { break };
-            if svc.copy {
+            if svc.options.copy {
                 c.out.push_back(Arc::clone(response));
                 copied = true;
             } else {
-                match iface.with_stack(|s| s.send_prepared(c.stream.id(), response)) {
+                match iface.with_stack(|s| s.send_prepared(stream.id(), response)) {
                     Ok(Ok(())) => {}
                     Ok(Err(StackError::WouldBlock)) => {
                         blocked = true;
                         break;
                     }
-                    _ => return Served::Failed,
+                    _ => return Step::Failed,
                 }
             }
-            Live::add(&live.responses[status], 1);
-            Live::add(&live.bytes, response.len() as u64);
+            add(&live.responses[status], 1);
+            add(&live.bytes, response.len() as u64);
             c.input.drain(..len);
             c.closing = close;
         }
@@ -586,14 +482,14 @@ fn serve_conn(
             continue; // --copy: into the send ring now; then close, or read on
         }
         if blocked {
-            return Served::Open;
+            return Step::Open;
         }
         // Read more (at most one request's worth buffered).
         let room = (MAX_REQUEST + 1).saturating_sub(c.input.len()).min(buf.len());
         if room == 0 {
-            return Served::Open;
+            return Step::Open;
         }
-        match (&c.stream).read(&mut buf[..room]) {
+        match (&*stream).read(&mut buf[..room]) {
             Ok(0) => {
                 // The peer is done sending: answer nothing more, close after the responses.
                 c.closing = true;
@@ -602,8 +498,8 @@ fn serve_conn(
             Ok(n) => {
                 c.input.extend_from_slice(&buf[..n]);
             }
-            Err(e) if would_block(&e) => return Served::Open,
-            Err(_) => return Served::Failed,
+            Err(e) if would_block(&e) => return Step::Open,
+            Err(_) => return Step::Failed,
         }
     }
 }
@@ -617,88 +513,83 @@ fn thread_cpu() -> Option<Duration> {
 
 /// The HTTP service of one core: an event loop over its listener and its connections, until the
 /// runtime stops.
-fn serve(core: &mut Core<'_>, svc: &Service<'_>) -> io::Result<()> {
+fn serve(core: &Core<'_>, svc: &Service<'_>, live: &Live) -> io::Result<()> {
     let cpu_start = thread_cpu();
-    let live = &svc.live[core.id()];
-    let listener = core.listen(svc.port)?;
-    listener.set_nonblocking(true);
-    let iface = core.interface();
-    let mut conns: Vec<Conn<'_>> = Vec::new();
-    let mut buf = vec![0u8; CHUNK];
-    let result = 'serve: loop {
-        // Returns at once when the poll moved frames; otherwise waits for input, at most
-        // POLL_WAIT (the runtime backs off: yields first, then naps).
-        match core.poll_wait(Some(POLL_WAIT)) {
-            Ok(()) => {}
-            Err(e) if Stopping::is(&e) => break Ok(()),
-            Err(e) => break Err(e),
-        }
-        loop {
-            match listener.accept() {
-                Ok((stream, _peer)) => {
-                    stream.set_nonblocking(true)?;
-                    Live::add(&live.conns, 1);
-                    conns.push(Conn {
-                        stream,
-                        input: Vec::new(),
-                        out: VecDeque::new(),
-                        out_sent: 0,
-                        closing: false,
-                        linger: None,
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if Stopping::is(&e) => break 'serve Ok(()),
-                Err(e) => break 'serve Err(e),
-            }
-        }
-        let now = Instant::now();
-        let mut i = 0;
-        while i < conns.len() {
-            match serve_conn(iface, &mut conns[i], &mut buf, svc, live, now) {
-                Served::Open => i += 1,
-                Served::Closed => drop(conns.swap_remove(i)),
-                Served::Failed => {
-                    let _ = conns.swap_remove(i).stream.abort();
-                    Live::add(&live.failed, 1);
-                }
-            }
-        }
-        if core.is_stopping() {
-            break Ok(());
-        }
+    let counters = Counters {
+        accepted: &live.conns,
+        closed: None,
+        failed: &live.failed,
+        open_at_exit: &live.open_at_exit,
     };
-    Live::add(&live.open_at_exit, conns.len() as u64);
-    drop(conns);
+    let mut serving = Serving { iface: core.interface(), svc, live, buf: vec![0u8; CHUNK] };
+    let result = event_loop(core, svc.options.port, &counters, &mut serving);
     if let Some(cpu) = thread_cpu().zip(cpu_start).map(|(end, start)| end.saturating_sub(start)) {
         let _ = live.cpu.set(cpu);
     }
     result
 }
 
-/// Request/response tuning for both ends: no Nagle, and Linux's 200 ms minimum RTO.
-fn tcp_tuning(config: &mut StackConfig) {
-    config.tcp.nodelay = true;
-    config.tcp.min_rto = Duration::from_millis(200);
-    config.tcp.initial_rto = Duration::from_millis(200);
+/// A core's HTTP connections, for the [`event_loop`].
+struct Serving<'a, 'c> {
+    iface: &'a Interface<'c>,
+    svc: &'a Service<'a>,
+    live: &'a Live,
+    buf: Vec<u8>,
 }
 
-/// Waits until `stop` (Ctrl-C), the runtime stops or the duration is up, printing a progress line
-/// every second and the counters on SIGUSR1 (servers on TAP, AF_XDP and PCI: the clients are
-/// elsewhere).
-fn wait_serving(control: &Control<'_>, options: &Options, stop: &AtomicBool, live: &[Live]) {
-    control.wait(options.serve.duration, stop, |snapshot| {
-        if options.progress {
+impl Handler for Serving<'_, '_> {
+    type Conn = Conn;
+
+    fn accept(&mut self, stream: &Stream<'_>) -> io::Result<Conn> {
+        stream.set_nonblocking(true)?;
+        Ok(Conn::default())
+    }
+
+    fn is_quiet(&self, c: &Conn) -> bool {
+        c.input.is_empty() && c.out.is_empty() && !c.closing && c.linger.is_none()
+    }
+
+    fn step(&mut self, stream: &mut Stream<'_>, c: &mut Conn, now: Instant) -> Step {
+        serve_conn(self.iface, stream, c, &mut self.buf, self.svc, self.live, now)
+    }
+}
+
+impl<'a> service::Service for Service<'a> {
+    type Live = Live;
+    type Protocol = client::HttpProtocol<'a>;
+
+    const NAME: &'static str = "httpd";
+
+    fn setup(&self, runtime: &str) -> String {
+        let mode = if self.options.copy { "copy" } else { "prepared" };
+        format!("HTTP on {runtime}, port {}, {mode}; {}", self.options.port, self.content.source)
+    }
+
+    fn client_line(&self, plan: &Plan) -> String {
+        format!("{} client connections, {}", plan.conns, plan.length("request"))
+    }
+
+    fn serve(&self, core: &mut Core<'_>, live: &Live) -> io::Result<()> {
+        serve(core, self, live)
+    }
+
+    fn protocol(&self, host: Ipv4Addr) -> Result<client::HttpProtocol<'a>, String> {
+        client::HttpProtocol::new(host, self.content, self.options)
+    }
+
+    /// The progress line (servers on TAP, AF_XDP and PCI: the clients are elsewhere).
+    fn every_second(&self, _elapsed: Duration, snapshot: &Snapshot, live: &[Live]) {
+        if self.options.progress {
             println!(
                 "[{:6.1} s] {} requests, {} connections, {} frames in, {} dropped",
                 snapshot.elapsed.as_secs_f64(),
                 live.iter().map(Live::requests).sum::<u64>(),
-                live.iter().map(|l| l.conns.load(Ordering::Relaxed)).sum::<u64>(),
+                live.iter().map(|l| get(&l.conns)).sum::<u64>(),
                 snapshot.rx_frames(),
                 snapshot.dropped()
             );
         }
-    });
+    }
 }
 
 /// Runs the server as `options` say, with `content`, until it is done (the model's client
@@ -710,69 +601,15 @@ fn wait_serving(control: &Control<'_>, options: &Options, stop: &AtomicBool, liv
 /// a backend that would not open, a client connection that failed or got a wrong byte, a core that
 /// failed, buffers not all back.
 pub fn run(options: &Options, content: Arc<Content>, stop: &AtomicBool) -> Result<Report, String> {
-    options.validate().map_err(|e| e.to_string().trim_end().trim_start_matches("error: ").to_owned())?;
+    cli::check(options)?;
     if content.is_empty() {
         return Err(format!("nothing to serve: {}", content.source));
     }
-    let builder = options.serve.builder().configure(|_, c| tcp_tuning(c));
-    let mut runtime = builder.build().map_err(|e| e.to_string())?;
-    let cores = runtime.cores();
-    let server_ip = runtime.ip();
-    let peer = runtime.take_peer();
-    if options.progress {
-        let mode = if options.copy { "copy" } else { "prepared" };
-        let setup = format!("HTTP on {}, port {}, {mode}; {}", runtime.setup(), options.port, content.source);
-        match &peer {
-            Some(_) => {
-                let requests = options.serve.duration.map_or_else(
-                    || format!("{} requests each", options.requests),
-                    |d| format!("for {:.1} s", d.as_secs_f64()),
-                );
-                println!("httpd: {setup}; {} client connections, {requests}", options.conns);
-            }
-            None => println!("httpd: {setup}; Ctrl-C stops"),
-        }
-    }
-    let live: Vec<Live> = (0..cores).map(|_| Live::default()).collect();
-    let service = Service { content: &content, port: options.port, copy: options.copy, live: &live };
-    let (client, runtime_report) = runtime
-        .run(
-            |core: &mut Core<'_>| serve(core, &service),
-            |control| match peer {
-                Some(peer) => {
-                    let tick = || {
-                        if cli::counters_requested() {
-                            print!("{}", control.snapshot());
-                        }
-                        !control.is_stopping()
-                    };
-                    Some(client::run(peer, server_ip, &content, options, stop, tick))
-                }
-                None => {
-                    wait_serving(control, options, stop, &live);
-                    None
-                }
-            },
-        )
-        .map_err(|e| e.to_string())?;
-    let report = Report {
-        runtime: runtime_report,
-        client: None,
-        cores: live.iter().enumerate().map(|(core, l)| l.report(core)).collect(),
-        port: options.port,
-        copy: options.copy,
-        source: content.source.clone(),
-    };
-    match client {
-        Some(Ok(c)) => Ok(Report { client: Some(c), ..report }),
-        Some(Err(e)) if !report.runtime.errors.is_empty() => {
-            let cores: Vec<String> =
-                report.runtime.errors.iter().map(|(c, e)| format!("core {c}: {e}")).collect();
-            Err(format!("{e}; the server failed: {}", cores.join("; ")))
-        }
-        Some(Err(e)) => Err(e),
-        None => Ok(report),
-    }
+    let runtime = cli::build(options.serve.builder())?;
+    let plan = Plan::new(&options.serve, options.conns, options.requests, options.seed, options.progress);
+    let served = service::serve(&Service { options, content: &content }, options.port, plan, runtime, stop)?;
+    let details = Served { copy: options.copy, source: content.source.clone() };
+    Ok(served.report(|core, l: &Live| l.report(core), details))
 }
 
 #[cfg(test)]

@@ -406,20 +406,7 @@ fn open_tap(backend: &Backend, name: &str, options: &OpenOptions<'_>) -> Result<
     if let Some(path) = options.pcap {
         description.push_str(&format!(", recorded to {}", path.display()));
     }
-    Ok(Opened {
-        ports,
-        pool,
-        mac,
-        steering: None,
-        peer: None,
-        description,
-        sim: None,
-        model: None,
-        device: None,
-        wire_pool: None,
-        pcap,
-        pool_name: "pool",
-    })
+    Ok(Opened::kernel(ports, pool, mac, description, pcap))
 }
 
 /// Buffers per AF_XDP queue: its fill ring (1024), RX ring (the same buffers), TX and completion
@@ -476,20 +463,7 @@ fn open_xdp(
     if let Some(line) = pcap.first() {
         description.push_str(&format!(", {}", line.trim_start_matches("pcap: ")));
     }
-    Ok(Opened {
-        ports,
-        pool,
-        mac,
-        steering: None,
-        peer: None,
-        description,
-        sim: None,
-        model: None,
-        device: None,
-        wire_pool: None,
-        pcap,
-        pool_name: "pool",
-    })
+    Ok(Opened::kernel(ports, pool, mac, description, pcap))
 }
 
 fn open_pci(backend: &Backend, addr: &str, options: &OpenOptions<'_>) -> Result<Opened, OpenError> {
@@ -571,6 +545,31 @@ fn audit(name: &'static str, pool: &Pool) -> Result<(String, Audit), OpenError> 
 }
 
 impl Opened {
+    /// A backend the Linux kernel drives (TAP, AF_XDP): its ports and their pool, nothing else to
+    /// steer, run or close.
+    fn kernel(
+        ports: Vec<Port>,
+        pool: Pool,
+        mac: EthernetAddress,
+        description: String,
+        pcap: Vec<String>,
+    ) -> Self {
+        Self {
+            ports,
+            pool,
+            mac,
+            steering: None,
+            peer: None,
+            description,
+            sim: None,
+            model: None,
+            device: None,
+            wire_pool: None,
+            pcap,
+            pool_name: "pool",
+        }
+    }
+
     /// Takes the backend down and audits it; called after every [`Port`] (and the peer's device)
     /// has been dropped (any still here are dropped first). Stops the model, reads the device-level
     /// counters (the NIC's and the model's, one line each), releases the NIC, and checks that every
