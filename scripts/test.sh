@@ -5,9 +5,10 @@
 #   QUICK=1 scripts/test.sh    skip the sanitizer, loom and fuzz stages (a fast local loop)
 #
 # Stages: Debian packages (as root) and cargo-fuzz, then fmt, clippy, doc, all tests, loom models,
-# ThreadSanitizer on the concurrent stress tests (nightly), `cargo bench --no-run`, and a short fuzz run
-# of every target (nightly). Knobs: FUZZ_SECONDS (per target, default 20), LOOM_MAX_PREEMPTIONS
-# (default 3), NETCHANNEL_STRESS_ITEMS and ACCEPT_STRESS_CONNS for the TSan run (default 200000, 20000).
+# ThreadSanitizer on the concurrent stress tests (nightly), `cargo bench --no-run`, and every fuzz
+# target's committed corpus replayed, then fuzzed on for a short while (nightly; scripts/fuzz.sh).
+# Knobs: FUZZ_SECONDS (per target, default 20), LOOM_MAX_PREEMPTIONS (default 3), and
+# NETCHANNEL_STRESS_ITEMS and ACCEPT_STRESS_CONNS for the TSan run (default 200000, 20000).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -23,7 +24,7 @@ failed=0
 stage() { printf '\n==> [%4ds] %s\n' $((SECONDS - STARTED)) "$*"; }
 
 # Debian packages the tests and benchmarks use. Installed only when missing, and only as root.
-APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core iptables)
+APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core iptables ethtool)
 install_packages() {
   local missing=()
   for p in "${APT_PACKAGES[@]}"; do
@@ -115,18 +116,23 @@ if [ "$QUICK" != 1 ]; then
   run_tests tsan-ixgbe env RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
     CARGO_TARGET_DIR=target/tsan TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     cargo +"$NIGHTLY" test "${tsan_flags[@]}" --locked -p ixgbe-vfio --test driver_datapath
+  # The runtime: cores, channelizer threads, the model's thread, steals handed between cores.
+  run_tests tsan-runtime env RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
+    CARGO_TARGET_DIR=target/tsan TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    cargo +"$NIGHTLY" test "${tsan_flags[@]}" --locked -p netchannel-runtime --test serve
 fi
 
 stage "benchmarks compile (cargo bench --no-run)"
 cargo bench --workspace --all-features --no-run --locked
 
 if [ "$QUICK" != 1 ]; then
-  stage "fuzz (${FUZZ_SECONDS}s per target)"
-  for target in $(cargo +"$NIGHTLY" fuzz list); do
-    echo "--- fuzz target $target"
-    cargo +"$NIGHTLY" fuzz run "$target" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 2>&1 | tail -n 5
-    passed=$((passed + 1))
-  done
+  # Every committed input (seeds and past findings) once, then a timed run that starts from them;
+  # scripts/fuzz.sh fails when a target has no seeds or `cargo fuzz list` names none.
+  stage "fuzz: replay the committed corpus, then ${FUZZ_SECONDS}s per target"
+  fuzz_targets=$(cargo +"$NIGHTLY" fuzz list | wc -l)
+  scripts/fuzz.sh replay || { echo "tests: $passed passed, $((failed + 1)) failed"; exit 1; }
+  scripts/fuzz.sh run -t "$FUZZ_SECONDS" || { echo "tests: $passed passed, $((failed + 1)) failed"; exit 1; }
+  passed=$((passed + 2 * fuzz_targets))
 fi
 
 stage "done in $((SECONDS - STARTED)) s"
