@@ -19,11 +19,21 @@ pub(crate) const NAP: Duration = Duration::from_micros(100);
 impl Idle {
     pub(crate) fn tick(&mut self, busy: bool) {
         if busy {
-            self.since = None;
-            return;
+            self.reset();
+        } else {
+            self.idle_at(Instant::now());
         }
-        let since = *self.since.get_or_insert_with(Instant::now);
-        if since.elapsed() > SPIN {
+    }
+
+    /// Work was done: the next idle round starts the back-off afresh.
+    pub(crate) fn reset(&mut self) {
+        self.since = None;
+    }
+
+    /// An idle round at `now` (a caller that read the clock anyway saves a read).
+    pub(crate) fn idle_at(&mut self, now: Instant) {
+        let since = *self.since.get_or_insert(now);
+        if now.saturating_duration_since(since) > SPIN {
             std::thread::sleep(NAP);
         } else {
             std::thread::yield_now();

@@ -166,7 +166,7 @@ impl NetDevice for CoreDevice<'_> {
         }
         if n > 0 {
             // Busy: an idle wait after this starts its back-off afresh.
-            self.idle.tick(true);
+            self.idle.reset();
         }
         Ok(n)
     }
@@ -206,13 +206,20 @@ impl NetDevice for CoreDevice<'_> {
             if self.has_input() || self.local.has_mail() || self.local.shared.has_neighbours(self.local.core)
             {
                 // Work came: the next wait starts its back-off afresh (yields first, not naps).
-                self.idle.tick(true);
+                self.idle.reset();
                 return Ok(());
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if moved > 0 {
+                // The channelizer moved frames for other cores or to the device: not idle.
+                self.idle.reset();
+                continue;
+            }
+            // One clock read per idle round, for the deadline and the back-off.
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
                 return Ok(());
             }
-            self.idle.tick(moved > 0);
+            self.idle.idle_at(now);
         }
     }
 }
