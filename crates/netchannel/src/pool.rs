@@ -387,7 +387,7 @@ impl Region {
                 Err(e) => tracing::warn!(
                     error = %e,
                     bytes = huge_len,
-                    "no 2 MiB hugepages for the packet buffer pool; falling back to normal pages"
+                    "no 2 MiB hugepages for the packet buffer pool, using normal pages (reserve hugepages with `sysctl vm.nr_hugepages=N` for fewer TLB misses)"
                 ),
             }
         }

@@ -187,7 +187,6 @@ impl Builder {
     pub fn build(self) -> Result<Runtime, Error> {
         let options = OpenOptions { cores: self.cores, pcap: self.pcap.as_deref() };
         let opened = backend::open(&self.backend, &options)?;
-        tracing::info!("opened {}", opened.description);
         Ok(Runtime { opened, builder: self })
     }
 }
