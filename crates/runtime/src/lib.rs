@@ -29,6 +29,14 @@
 //! * **Counters.** [`Control::snapshot`] while it runs, [`Report::snapshot`] after: every core's
 //!   stack, handoffs and channels, every queue's device and channelizer, every port's accepts.
 //!
+//! # Why a crate of its own
+//!
+//! The runtime is the layer users build on, so it is a library crate beside the four it joins
+//! (`cargo add netchannel-runtime`), not the root package: the root package holds the examples,
+//! the benchmarks and their heavy dev-dependencies (smoltcp, plotters, criterion) and publishes
+//! nothing. The dependency arrows stay one-way: the runtime depends on netchannel, ixgbe-vfio,
+//! tcp-lib and accept-affinity, and none of them knows it exists.
+//!
 //! # A multi-core echo
 //!
 //! On the 82599 model with its in-process peer (no NIC, no root); the same service runs on any
