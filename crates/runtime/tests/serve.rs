@@ -105,7 +105,7 @@ fn clients<D: NetDevice>(
     let start = Instant::now();
     let mut echoed = 0;
     let mut buf = vec![0u8; 16 * 1024];
-    while !open.is_empty() {
+    while !open.is_empty() || opened < conns {
         assert!(start.elapsed() < T, "stuck: {} connections open, {echoed} bytes back", open.len());
         while open.len() < at_once && opened < conns {
             open.push(connect(opened));
