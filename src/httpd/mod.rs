@@ -1,4 +1,5 @@
-//! A Sandstorm-style static HTTP/1.1 server (seeds/003, DESIGN.md §4) behind
+//! A Sandstorm-style static HTTP/1.1 server (Marinos, Watson and Handley, "Network Stack
+//! Specialization for Performance", SIGCOMM 2014) behind
 //! `cargo run --release --example httpd`, on [`netchannel_runtime`]: the runtime owns the data
 //! path (a backend's queues, one channelizer and one tcp-lib stack per core, net channels between
 //! them, Affinity-Accept across the cores with stolen connections moved to the stealer, the
