@@ -6,7 +6,7 @@
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 use netchannel_runtime::stats::AcceptStats;
@@ -145,22 +145,16 @@ fn wait(
     stop: &AtomicBool,
     mut every_second: impl FnMut(Duration, &Snapshot),
 ) {
-    let start = Instant::now();
-    let mut next = start + Duration::from_secs(1);
-    // Relaxed: a plain flag.
-    while !control.is_stopping()
-        && !stop.load(Ordering::Relaxed)
-        && duration.is_none_or(|d| start.elapsed() < d)
-    {
-        std::thread::sleep(Duration::from_millis(20));
+    let mut next = Duration::from_secs(1);
+    control.wait(duration, stop, |control, elapsed| {
         if cli::counters_requested() {
             print!("{}", control.snapshot());
         }
-        if Instant::now() >= next {
+        if elapsed >= next {
             next += Duration::from_secs(1);
-            every_second(start.elapsed(), &control.snapshot());
+            every_second(elapsed, &control.snapshot());
         }
-    }
+    });
 }
 
 /// What the per-core [`event_loop`] counts, live.

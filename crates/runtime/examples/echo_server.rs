@@ -16,7 +16,7 @@ pub fn serve(builder: Builder, port: u16, seconds: Option<f64>, stop: &AtomicBoo
             let _ = std::io::copy(&mut &stream, &mut &stream);
         }
     };
-    Ok(builder.build()?.run(service, |c| c.wait(seconds.map(Duration::from_secs_f64), stop, |_| {}))?.1)
+    Ok(builder.build()?.run(service, |c| c.wait(seconds.map(Duration::from_secs_f64), stop, |_, _| {}))?.1)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

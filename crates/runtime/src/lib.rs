@@ -102,5 +102,7 @@ pub use backend::{Backend, OpenError};
 pub use core::{Core, CoreDevice, Interface, Listener, Stopping, Stream};
 pub use device::Port;
 pub use peer::Peer;
-pub use runtime::{Builder, Control, DEFAULT_BACKLOG, DEFAULT_IP, Error, Placement, Report, Runtime};
+pub use runtime::{
+    Builder, Control, DEFAULT_BACKLOG, DEFAULT_IP, Error, Placement, Report, Runtime, WAIT_TICK,
+};
 pub use stats::Snapshot;

@@ -28,6 +28,8 @@ pub const DEFAULT_IP: Ipv4Cidr = match Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 2),
 };
 /// The accept backlog across all cores, per port, unless [`Builder::backlog`] says otherwise.
 pub const DEFAULT_BACKLOG: usize = 4096;
+/// How often [`Control::wait`] looks at its conditions and calls its `tick`.
+pub const WAIT_TICK: Duration = Duration::from_millis(20);
 /// How often the balancer offers the accept queues a flow-group migration round (each queue runs
 /// one every 100 ms).
 const BALANCE_EVERY: Duration = Duration::from_millis(10);
@@ -266,25 +268,22 @@ impl Control<'_> {
     }
 
     /// Waits until the runtime stops, `interrupt` is set (a signal handler's flag), or `duration`
-    /// passed, calling `every_second` with a snapshot once a second (progress lines).
+    /// passed, calling `tick` every [`WAIT_TICK`] with the time waited so far (for progress lines,
+    /// or counters printed on demand).
     pub fn wait(
         &self,
         duration: Option<Duration>,
         interrupt: &AtomicBool,
-        mut every_second: impl FnMut(&Snapshot),
+        mut tick: impl FnMut(&Self, Duration),
     ) {
         let start = Instant::now();
-        let mut next = start + Duration::from_secs(1);
         // Relaxed: a plain flag.
         while !self.is_stopping()
             && !interrupt.load(Ordering::Relaxed)
             && duration.is_none_or(|d| start.elapsed() < d)
         {
-            std::thread::sleep(Duration::from_millis(20));
-            if Instant::now() >= next {
-                next += Duration::from_secs(1);
-                every_second(&self.snapshot());
-            }
+            std::thread::sleep(WAIT_TICK);
+            tick(self, start.elapsed());
         }
     }
 }

@@ -48,6 +48,8 @@ pub struct CoreDevice<'c> {
     default_rx: PacketRx,
     inputs: Vec<PacketRx>,
     tx: PacketTx,
+    /// The TX channel's free space when empty (its capacity).
+    tx_capacity: usize,
     info: DeviceInfo,
     stats: DeviceStats,
     idle: Idle,
@@ -63,13 +65,15 @@ pub(crate) struct Parts<'c> {
 
 impl<'c> CoreDevice<'c> {
     pub(crate) fn new(local: Rc<Local>, parts: Parts<'c>, info: DeviceInfo) -> Self {
-        let Parts { driver, default_rx, inputs, tx } = parts;
+        let Parts { driver, default_rx, inputs, mut tx } = parts;
+        let tx_capacity = tx.free_space();
         Self {
             local,
             driver,
             default_rx,
             inputs,
             tx,
+            tx_capacity,
             info,
             stats: DeviceStats::default(),
             idle: Idle::default(),
@@ -82,14 +86,10 @@ impl<'c> CoreDevice<'c> {
 
     /// Whether the TX channel is empty (everything the stack sent reached the channelizer).
     pub(crate) fn tx_empty(&mut self) -> bool {
-        self.tx.free_space() >= self.tx_capacity()
+        self.tx.free_space() >= self.tx_capacity
     }
 
-    fn tx_capacity(&self) -> usize {
-        crate::wiring::CHANNEL
-    }
-
-    /// Runs the channelizer (same placement), publishing its counters now and then.
+    /// Runs the channelizer (same placement); returns the frames it moved.
     fn drive(&mut self) -> Result<usize, DevError> {
         let Some(ch) = self.driver.as_mut() else { return Ok(0) };
         let polled = ch.poll()?;
