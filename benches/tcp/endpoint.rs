@@ -1,0 +1,176 @@
+//! The `Endpoint` interface both stacks are driven through, and tcp-lib's endpoint (copying or reading in place).
+
+use netchannel::pool::PoolCache;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
+use tcp_lib::stack::{Config, Error as StackError, Stack, StreamId};
+use tcp_lib::tcp::State;
+use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+
+use crate::device::{Sleep, trust_checksums};
+use crate::{CHUNK, MAX_SLEEP};
+
+/// An endpoint: a stack on a device, driven by one thread.
+pub(crate) trait Endpoint {
+    type Sock: Copy;
+    /// Polls the device and the stack once; whether anything moved.
+    fn poll(&mut self) -> bool;
+    /// Sleeps until a frame arrives or the next timer (at most [`MAX_SLEEP`]); spins when busy.
+    fn idle(&mut self, busy: bool);
+    fn listen(&mut self, port: u16) -> Result<(), String>;
+    /// An accepted connection, if one is ready.
+    fn accept(&mut self) -> Option<Self::Sock>;
+    fn connect(&mut self, remote: SocketAddrV4) -> Result<Self::Sock, String>;
+    fn established(&self, s: Self::Sock) -> bool;
+    /// Bytes queued (0 when there is no room now).
+    fn send(&mut self, s: Self::Sock, data: &[u8]) -> Result<usize, String>;
+    /// Bytes read; `None` when nothing is there now, `Some(0)` at the end of the stream.
+    fn recv(&mut self, s: Self::Sock, buf: &mut [u8]) -> Result<Option<usize>, String>;
+    fn close(&mut self, s: Self::Sock);
+    /// Whether everything sent on `s` was acknowledged.
+    fn all_acked(&self, s: Self::Sock) -> bool;
+}
+
+/// Sleeps on `dev` for at most [`MAX_SLEEP`], or less when a timer is due sooner.
+pub(crate) fn sleep_on(dev: &mut impl Sleep, timer: Option<Duration>) {
+    let t = timer.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP));
+    if !t.is_zero() {
+        dev.sleep(t);
+    }
+}
+
+pub(crate) struct LibEndpoint<'c, D> {
+    pub(crate) stack: Stack,
+    pub(crate) dev: D,
+    pub(crate) cache: &'c PoolCache,
+    pub(crate) listener: Option<tcp_lib::stack::ListenerId>,
+    /// `Some`: the application reads in place (`Stack::poll_with`).
+    pub(crate) in_place: Option<InPlace>,
+}
+
+/// An application reading in place: its sink copies each payload, where it lies in the received
+/// pool buffer, into the application's own 64 KiB buffer (cyclically), as `read(2)` would, and
+/// counts it; `recv` then reports those bytes before reading what the stack buffered. The copy from
+/// the frame into the stack's receive ring is what this saves.
+pub(crate) struct InPlace {
+    pub(crate) app: Vec<u8>,
+    pub(crate) at: usize,
+    pub(crate) placed: usize,
+}
+
+impl InPlace {
+    pub(crate) fn new() -> Self {
+        Self { app: vec![0; CHUNK], at: 0, placed: 0 }
+    }
+
+    pub(crate) fn take(&mut self, mut data: &[u8]) -> usize {
+        let n = data.len();
+        while !data.is_empty() {
+            let k = data.len().min(self.app.len() - self.at);
+            self.app[self.at..self.at + k].copy_from_slice(&data[..k]);
+            self.at = (self.at + k) % self.app.len();
+            data = &data[k..];
+        }
+        self.placed += n;
+        n
+    }
+}
+
+pub(crate) fn lib_config(mac: [u8; 6], ip: Ipv4Addr, buf: usize, trust: bool) -> Config {
+    let mut c = Config::new(EthernetAddress(mac), Ipv4Cidr::new(ip, 24).expect("a /24"));
+    if trust {
+        c.checksum = tcp_lib::wire::ChecksumPolicy::Trust;
+        c.tx_checksum = false;
+    }
+    c.tcp.send_buffer = buf;
+    c.tcp.recv_buffer = buf;
+    c.tcp.nodelay = true;
+    c.tcp.min_rto = Duration::from_millis(200);
+    c
+}
+
+impl<'c, D: Sleep> LibEndpoint<'c, D> {
+    pub(crate) fn new(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
+        let config = lib_config(dev.info().mac.0, ip, buf, trust_checksums::<D>());
+        let stack = Stack::new(config, Instant::now());
+        Self { stack, dev, cache, listener: None, in_place: None }
+    }
+}
+
+pub(crate) fn lib_err(e: StackError) -> String {
+    format!("tcp-lib: {e}")
+}
+
+impl<D: Sleep> Endpoint for LibEndpoint<'_, D> {
+    type Sock = StreamId;
+
+    fn poll(&mut self) -> bool {
+        let polled = match self.in_place.as_mut() {
+            Some(app) => {
+                self.stack.poll_with(Instant::now(), &mut self.dev, self.cache, |_, data| app.take(data))
+            }
+            None => self.stack.poll(Instant::now(), &mut self.dev, self.cache),
+        };
+        match polled {
+            Ok(ps) => ps.received + ps.transmitted > 0,
+            Err(_) => false,
+        }
+    }
+
+    fn idle(&mut self, busy: bool) {
+        if busy {
+            return;
+        }
+        let now = Instant::now();
+        let timer = self.stack.poll_timeout().map(|t| t.saturating_duration_since(now));
+        sleep_on(&mut self.dev, timer);
+    }
+
+    fn listen(&mut self, port: u16) -> Result<(), String> {
+        self.listener = Some(self.stack.listen(port).map_err(lib_err)?);
+        Ok(())
+    }
+
+    fn accept(&mut self) -> Option<StreamId> {
+        self.stack.accept(self.listener?)
+    }
+
+    fn connect(&mut self, remote: SocketAddrV4) -> Result<StreamId, String> {
+        self.stack.connect(remote).map_err(lib_err)
+    }
+
+    fn established(&self, s: StreamId) -> bool {
+        self.stack.state(s).is_ok_and(|st| st == State::Established)
+    }
+
+    fn send(&mut self, s: StreamId, data: &[u8]) -> Result<usize, String> {
+        match self.stack.send(s, data) {
+            Ok(n) => Ok(n),
+            Err(StackError::WouldBlock) => Ok(0),
+            Err(e) => Err(lib_err(e)),
+        }
+    }
+
+    fn recv(&mut self, s: StreamId, buf: &mut [u8]) -> Result<Option<usize>, String> {
+        if let Some(app) = self.in_place.as_mut()
+            && app.placed > 0
+        {
+            let n = app.placed.min(buf.len());
+            app.placed -= n;
+            return Ok(Some(n));
+        }
+        match self.stack.recv(s, buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(StackError::WouldBlock) => Ok(None),
+            Err(e) => Err(lib_err(e)),
+        }
+    }
+
+    fn close(&mut self, s: StreamId) {
+        let _ = self.stack.close(s);
+    }
+
+    fn all_acked(&self, s: StreamId) -> bool {
+        self.stack.queues(s).is_ok_and(|(send, _)| send == 0)
+    }
+}

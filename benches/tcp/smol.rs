@@ -1,0 +1,186 @@
+//! smoltcp's endpoint: an `Interface` and a few reusable sockets on a netchannel device.
+
+use netchannel::pool::PoolCache;
+use smoltcp::iface::{Config as SmolConfig, Interface, PollResult, SocketHandle, SocketSet};
+use smoltcp::socket::tcp as stcp;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use crate::device::{Sleep, SmolDev, trust_checksums};
+use crate::endpoint::{Endpoint, sleep_on};
+
+pub(crate) struct SmolEndpoint<'c, D> {
+    pub(crate) iface: Interface,
+    pub(crate) dev: SmolDev<'c, D>,
+    pub(crate) sockets: SocketSet<'static>,
+    pub(crate) buf: usize,
+    /// Listening sockets (re-armed once they finish) and accepted ones not yet handed out.
+    pub(crate) listeners: Vec<SocketHandle>,
+    pub(crate) handed: Vec<bool>,
+    pub(crate) port: u16,
+    /// Sockets for `connect`, reused once closed, and the next local port.
+    pub(crate) clients: Vec<SocketHandle>,
+    pub(crate) next_port: u16,
+}
+
+impl<'c, D: Sleep> SmolEndpoint<'c, D> {
+    pub(crate) fn new(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
+        let mac = dev.info().mac.0;
+        let mut dev = SmolDev::new(dev, cache);
+        dev.trust = trust_checksums::<D>();
+        let mut config =
+            SmolConfig::new(smoltcp::wire::HardwareAddress::Ethernet(smoltcp::wire::EthernetAddress(mac)));
+        config.random_seed = u64::from(ip.to_bits()) ^ 0x5eed;
+        let mut iface = Interface::new(config, &mut dev, smoltcp::time::Instant::now());
+        iface.update_ip_addrs(|addrs| {
+            let _ = addrs.push(smoltcp::wire::IpCidr::new(smoltcp::wire::IpAddress::Ipv4(ip), 24));
+        });
+        Self {
+            iface,
+            dev,
+            sockets: SocketSet::new(Vec::new()),
+            buf,
+            listeners: Vec::new(),
+            handed: Vec::new(),
+            port: 0,
+            clients: Vec::new(),
+            next_port: 49_152,
+        }
+    }
+
+    pub(crate) fn socket(&self) -> stcp::Socket<'static> {
+        let mut s = stcp::Socket::new(
+            stcp::SocketBuffer::new(vec![0; self.buf]),
+            stcp::SocketBuffer::new(vec![0; self.buf]),
+        );
+        s.set_nagle_enabled(false);
+        s
+    }
+
+    pub(crate) fn tcp(&self, h: SocketHandle) -> &stcp::Socket<'static> {
+        self.sockets.get::<stcp::Socket<'static>>(h)
+    }
+
+    pub(crate) fn tcp_mut(&mut self, h: SocketHandle) -> &mut stcp::Socket<'static> {
+        self.sockets.get_mut::<stcp::Socket<'static>>(h)
+    }
+}
+
+/// Listening sockets a smoltcp server keeps (smoltcp has no accept queue: a socket listens, becomes
+/// the connection, and listens again once it is closed).
+pub(crate) const SMOL_LISTENERS: usize = 8;
+/// Client sockets a smoltcp client rotates through.
+pub(crate) const SMOL_CLIENTS: usize = 8;
+
+impl<D: Sleep> Endpoint for SmolEndpoint<'_, D> {
+    type Sock = SocketHandle;
+
+    fn poll(&mut self) -> bool {
+        let before = self.dev.moved;
+        let r = self.iface.poll(smoltcp::time::Instant::now(), &mut self.dev, &mut self.sockets);
+        self.dev.flush();
+        // Re-arm listeners that finished (closed, or in TIME-WAIT, which smoltcp gives up on reuse).
+        for i in 0..self.listeners.len() {
+            let h = self.listeners[i];
+            let port = self.port;
+            let s = self.tcp_mut(h);
+            if !s.is_open() {
+                let _ = s.listen(port);
+                self.handed[i] = false;
+            }
+        }
+        self.dev.moved != before || r == PollResult::SocketStateChanged
+    }
+
+    fn idle(&mut self, busy: bool) {
+        if busy {
+            return;
+        }
+        let now = smoltcp::time::Instant::now();
+        let timer =
+            self.iface.poll_delay(now, &self.sockets).map(|d| Duration::from_micros(d.total_micros()));
+        sleep_on(&mut self.dev.dev, timer);
+    }
+
+    fn listen(&mut self, port: u16) -> Result<(), String> {
+        self.port = port;
+        for _ in 0..SMOL_LISTENERS {
+            let mut s = self.socket();
+            s.listen(port).map_err(|e| format!("smoltcp listen: {e}"))?;
+            self.listeners.push(self.sockets.add(s));
+            self.handed.push(false);
+        }
+        Ok(())
+    }
+
+    fn accept(&mut self) -> Option<SocketHandle> {
+        for i in 0..self.listeners.len() {
+            let h = self.listeners[i];
+            if !self.handed[i] && self.tcp(h).may_send() {
+                self.handed[i] = true;
+                return Some(h);
+            }
+        }
+        None
+    }
+
+    fn connect(&mut self, remote: SocketAddrV4) -> Result<SocketHandle, String> {
+        let h = if let Some(&h) = self.clients.iter().find(|&&h| !self.tcp(h).is_open()) {
+            h
+        } else if self.clients.len() < SMOL_CLIENTS {
+            let s = self.socket();
+            let h = self.sockets.add(s);
+            self.clients.push(h);
+            h
+        } else {
+            return Err("smoltcp: every client socket is still open".to_owned());
+        };
+        let port = self.next_port;
+        self.next_port = if port == u16::MAX { 49_152 } else { port + 1 };
+        let remote =
+            smoltcp::wire::IpEndpoint::new(smoltcp::wire::IpAddress::Ipv4(*remote.ip()), remote.port());
+        let cx = self.iface.context();
+        let s = self.sockets.get_mut::<stcp::Socket<'static>>(h);
+        s.connect(cx, remote, port).map_err(|e| format!("smoltcp connect: {e}"))?;
+        Ok(h)
+    }
+
+    fn established(&self, s: SocketHandle) -> bool {
+        self.tcp(s).state() == stcp::State::Established
+    }
+
+    fn send(&mut self, s: SocketHandle, data: &[u8]) -> Result<usize, String> {
+        let s = self.tcp_mut(s);
+        if !s.may_send() {
+            return Ok(0);
+        }
+        s.send_slice(data).map_err(|e| format!("smoltcp send: {e}"))
+    }
+
+    fn recv(&mut self, s: SocketHandle, buf: &mut [u8]) -> Result<Option<usize>, String> {
+        let s = self.tcp_mut(s);
+        match s.recv_slice(buf) {
+            Ok(0) => Ok(None),
+            Ok(n) => Ok(Some(n)),
+            Err(stcp::RecvError::Finished) => Ok(Some(0)),
+            // Not synchronized yet: nothing to read now.
+            Err(stcp::RecvError::InvalidState)
+                if matches!(
+                    s.state(),
+                    stcp::State::Listen | stcp::State::SynSent | stcp::State::SynReceived
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(format!("smoltcp recv: {e} in {}", s.state())),
+        }
+    }
+
+    fn close(&mut self, s: SocketHandle) {
+        self.tcp_mut(s).close();
+    }
+
+    fn all_acked(&self, s: SocketHandle) -> bool {
+        self.tcp(s).send_queue() == 0
+    }
+}

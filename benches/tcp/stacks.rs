@@ -1,0 +1,170 @@
+//! Contenders on the in-memory link.
+
+use netchannel::dev::Pair;
+use netchannel::pool::{HugePages, Pool, PoolCache};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Barrier;
+use std::sync::atomic::AtomicBool;
+
+use crate::device::Sleep;
+use crate::endpoint::{Endpoint, InPlace, LibEndpoint};
+use crate::measure::{Sample, Side, two_threads};
+use crate::settings::Settings;
+use crate::smol::SmolEndpoint;
+use crate::workload::{bulk_receiver, bulk_sender, txn_client, txn_server};
+use crate::{A_IP, B_IP, POOL_BUFFERS, PORT};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    TcpLib,
+    /// tcp-lib, the receiving application reading in place ([`InPlace`]).
+    TcpLibInPlace,
+    Smoltcp,
+}
+
+impl Kind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::TcpLib => "tcp-lib",
+            Kind::TcpLibInPlace => "tcp-lib-inplace",
+            Kind::Smoltcp => "smoltcp",
+        }
+    }
+}
+
+pub(crate) fn new_pool() -> Result<Pool, String> {
+    Pool::builder(POOL_BUFFERS).hugepages(HugePages::Never).build().map_err(|e| e.to_string())
+}
+
+/// Runs `a` (on one end, IP `A_IP`) and `b` (the other end, `B_IP`) of a `Pair`, each with an
+/// endpoint of `kind`.
+pub(crate) fn on_pair<FA, FB>(kind: Kind, s: &Settings, a: FA, b: FB) -> Result<(Side, Side), String>
+where
+    FA: FnOnce(&mut dyn AnyEndpoint, &Barrier) -> Result<Side, String> + Send,
+    FB: FnOnce(&mut dyn AnyEndpoint, &Barrier) -> Result<Side, String> + Send,
+{
+    let pool = new_pool()?;
+    let (dev_a, dev_b) = Pair::builder(&pool).capacity(4096).build().map_err(|e| e.to_string())?;
+    let buf = s.buf;
+    two_threads(
+        move |barrier| with_endpoint(kind, dev_a, A_IP, buf, |ep| a(ep, barrier)),
+        move |barrier| with_endpoint(kind, dev_b, B_IP, buf, |ep| b(ep, barrier)),
+    )
+}
+
+/// Builds an endpoint of `kind` on `dev` (with its own pool cache) and runs `f` with it.
+pub(crate) fn with_endpoint<D: Sleep + HasPool, R>(
+    kind: Kind,
+    dev: D,
+    ip: Ipv4Addr,
+    buf: usize,
+    f: impl FnOnce(&mut dyn AnyEndpoint) -> R,
+) -> R {
+    let cache = dev.pool_cache();
+    match kind {
+        Kind::TcpLib => f(&mut LibEndpoint::new(dev, &cache, ip, buf)),
+        Kind::TcpLibInPlace => {
+            let mut ep = LibEndpoint::new(dev, &cache, ip, buf);
+            ep.in_place = Some(InPlace::new());
+            f(&mut ep)
+        }
+        Kind::Smoltcp => f(&mut SmolEndpoint::new(dev, &cache, ip, buf)),
+    }
+}
+
+/// A device that knows its pool.
+pub(crate) trait HasPool {
+    fn pool_cache(&self) -> PoolCache;
+}
+
+impl HasPool for Pair {
+    fn pool_cache(&self) -> PoolCache {
+        self.pool().cache()
+    }
+}
+
+/// Object-safe access to the workloads for either stack.
+pub(crate) trait AnyEndpoint {
+    fn bulk_sender(
+        &mut self,
+        total: u64,
+        busy: bool,
+        barrier: &Barrier,
+        done: &AtomicBool,
+    ) -> Result<Side, String>;
+    fn bulk_receiver(
+        &mut self,
+        total: u64,
+        busy: bool,
+        barrier: &Barrier,
+        done: &AtomicBool,
+    ) -> Result<Side, String>;
+    fn txn_client(
+        &mut self,
+        n: u64,
+        busy: bool,
+        barrier: &Barrier,
+        stop: &AtomicBool,
+    ) -> Result<Side, String>;
+    fn txn_server(&mut self, busy: bool, barrier: &Barrier, stop: &AtomicBool) -> Result<Side, String>;
+}
+
+impl<E: Endpoint> AnyEndpoint for E {
+    fn bulk_sender(
+        &mut self,
+        total: u64,
+        busy: bool,
+        barrier: &Barrier,
+        done: &AtomicBool,
+    ) -> Result<Side, String> {
+        bulk_sender(self, SocketAddrV4::new(B_IP, PORT), total, busy, barrier, done)
+    }
+
+    fn bulk_receiver(
+        &mut self,
+        total: u64,
+        busy: bool,
+        barrier: &Barrier,
+        done: &AtomicBool,
+    ) -> Result<Side, String> {
+        bulk_receiver(self, PORT, total, busy, barrier, done)
+    }
+
+    fn txn_client(
+        &mut self,
+        n: u64,
+        busy: bool,
+        barrier: &Barrier,
+        stop: &AtomicBool,
+    ) -> Result<Side, String> {
+        txn_client(self, SocketAddrV4::new(B_IP, PORT), n, busy, barrier, stop)
+    }
+
+    fn txn_server(&mut self, busy: bool, barrier: &Barrier, stop: &AtomicBool) -> Result<Side, String> {
+        txn_server(self, PORT, busy, barrier, stop)
+    }
+}
+
+pub(crate) fn bulk_stack(kind: Kind, s: &Settings, bytes: u64) -> Result<Sample, String> {
+    let done = AtomicBool::new(false);
+    let busy = s.busy;
+    let (a, b) = on_pair(
+        kind,
+        s,
+        |ep, barrier| ep.bulk_sender(bytes, busy, barrier, &done),
+        |ep, barrier| ep.bulk_receiver(bytes, busy, barrier, &done),
+    )?;
+    Ok(Sample { units: bytes, wall: b.end - b.start, cpu: [a.cpu, b.cpu] })
+}
+
+pub(crate) fn txn_stack(kind: Kind, s: &Settings, n: u64) -> Result<Sample, String> {
+    let stop = AtomicBool::new(false);
+    let busy = s.busy;
+    let (a, b) = on_pair(
+        kind,
+        s,
+        |ep, barrier| ep.txn_client(n, busy, barrier, &stop),
+        |ep, barrier| ep.txn_server(busy, barrier, &stop),
+    )?;
+    Ok(Sample { units: n, wall: a.end - a.start, cpu: [a.cpu, b.cpu] })
+}

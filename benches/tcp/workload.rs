@@ -1,0 +1,238 @@
+//! Workloads, written once against `Endpoint`.
+
+use std::net::SocketAddrV4;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crate::endpoint::Endpoint;
+use crate::measure::{Clock, Side};
+use crate::{CHUNK, DEADLINE, MSG};
+
+/// Waits (polling) until `done`, failing after [`DEADLINE`].
+pub(crate) fn drive<E: Endpoint>(
+    ep: &mut E,
+    busy: bool,
+    what: &str,
+    mut step: impl FnMut(&mut E) -> Result<(bool, bool), String>,
+) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let moved = ep.poll();
+        let (done, progressed) = step(ep)?;
+        if done {
+            return Ok(());
+        }
+        if !moved && !progressed {
+            if start.elapsed() > DEADLINE {
+                return Err(format!("{what}: not done after {DEADLINE:?}"));
+            }
+            ep.idle(busy);
+        }
+    }
+}
+
+/// Sends `CHUNK`-sized writes of `data` on `s` until `total` bytes went (counted in `sent`) or
+/// the stack takes no more; returns whether any went.
+pub(crate) fn send_some<E: Endpoint>(
+    ep: &mut E,
+    s: E::Sock,
+    data: &[u8],
+    sent: &mut u64,
+    total: u64,
+) -> Result<bool, String> {
+    let mut progressed = false;
+    while *sent < total {
+        let want = usize::try_from((total - *sent).min(CHUNK as u64)).unwrap_or(CHUNK);
+        let n = ep.send(s, &data[..want])?;
+        if n == 0 {
+            break;
+        }
+        *sent += n as u64;
+        progressed = true;
+    }
+    Ok(progressed)
+}
+
+/// Reads from `s` into `buf` until `total` bytes arrived (counted in `got`) or none is ready;
+/// returns whether any arrived. An end of stream before `total` is an error.
+pub(crate) fn recv_some<E: Endpoint>(
+    ep: &mut E,
+    s: E::Sock,
+    buf: &mut [u8],
+    got: &mut u64,
+    total: u64,
+) -> Result<bool, String> {
+    let mut progressed = false;
+    while *got < total
+        && let Some(n) = ep.recv(s, buf)?
+    {
+        if n == 0 {
+            return Err(format!("end of stream after {got} of {total} bytes"));
+        }
+        *got += n as u64;
+        progressed = true;
+    }
+    Ok(progressed)
+}
+
+/// The sending side of a bulk transfer: connects to `remote`, waits at `barrier`, sends `total` bytes
+/// and keeps the connection going until `done`.
+pub(crate) fn bulk_sender<E: Endpoint>(
+    ep: &mut E,
+    remote: SocketAddrV4,
+    total: u64,
+    busy: bool,
+    barrier: &Barrier,
+    done: &AtomicBool,
+) -> Result<Side, String> {
+    let s = ep.connect(remote)?;
+    drive(ep, busy, "bulk connect", |ep| Ok((ep.established(s), false)))?;
+    barrier.wait();
+    let clock = Clock::start();
+    let data = vec![0x5a_u8; CHUNK];
+    let mut sent = 0u64;
+    drive(ep, busy, "bulk send", |ep| {
+        let progressed = send_some(ep, s, &data, &mut sent, total)?;
+        Ok((done.load(Ordering::Acquire), progressed))
+    })?;
+    Ok(clock.stop())
+}
+
+/// The receiving side of a bulk transfer: accepts on `port`, waits at `barrier`, reads `total` bytes,
+/// then sets `done`.
+pub(crate) fn bulk_receiver<E: Endpoint>(
+    ep: &mut E,
+    port: u16,
+    total: u64,
+    busy: bool,
+    barrier: &Barrier,
+    done: &AtomicBool,
+) -> Result<Side, String> {
+    ep.listen(port)?;
+    let mut conn = None;
+    drive(ep, busy, "bulk accept", |ep| {
+        conn = conn.or_else(|| ep.accept());
+        Ok((conn.is_some_and(|s| ep.established(s)), false))
+    })?;
+    let s = conn.ok_or("no connection")?;
+    barrier.wait();
+    let clock = Clock::start();
+    let mut buf = vec![0u8; CHUNK];
+    let mut got = 0u64;
+    let r = drive(ep, busy, "bulk receive", |ep| {
+        let progressed = recv_some(ep, s, &mut buf, &mut got, total)?;
+        Ok((got >= total, progressed))
+    });
+    let side = clock.stop();
+    done.store(true, Ordering::Release);
+    r?;
+    Ok(side)
+}
+
+/// The client of the transaction workload: `n` times connect, send a 64-byte request, read the 64-byte
+/// response and the end of stream, close.
+pub(crate) fn txn_client<E: Endpoint>(
+    ep: &mut E,
+    remote: SocketAddrV4,
+    n: u64,
+    busy: bool,
+    barrier: &Barrier,
+    stop: &AtomicBool,
+) -> Result<Side, String> {
+    barrier.wait();
+    let clock = Clock::start();
+    let req = [0x71_u8; MSG];
+    let mut buf = [0u8; CHUNK / 64];
+    let mut done = 0u64;
+    // The connection in progress: its handle, whether the request went out, response bytes.
+    let mut cur: Option<(E::Sock, bool, usize)> = None;
+    let r = drive(ep, busy, "transactions", |ep| {
+        let mut progressed = false;
+        if cur.is_none() {
+            if done == n {
+                return Ok((true, false));
+            }
+            cur = Some((ep.connect(remote)?, false, 0));
+            progressed = true;
+        }
+        if let Some((s, sent, got)) = cur.as_mut() {
+            if !*sent && ep.established(*s) {
+                if ep.send(*s, &req)? != MSG {
+                    return Err("the request did not fit".to_owned());
+                }
+                *sent = true;
+                progressed = true;
+            }
+            while let Some(k) = ep.recv(*s, &mut buf)? {
+                progressed = true;
+                if k == 0 {
+                    if *got != MSG {
+                        return Err(format!("response of {got} bytes"));
+                    }
+                    ep.close(*s);
+                    done += 1;
+                    cur = None;
+                    break;
+                }
+                *got += k;
+            }
+        }
+        Ok((false, progressed))
+    });
+    let side = clock.stop();
+    stop.store(true, Ordering::Release);
+    r?;
+    Ok(side)
+}
+
+/// The server of the transaction workload: accepts, reads the 64-byte request, sends the 64-byte
+/// response and closes, until `stop`.
+pub(crate) fn txn_server<E: Endpoint>(
+    ep: &mut E,
+    port: u16,
+    busy: bool,
+    barrier: &Barrier,
+    stop: &AtomicBool,
+) -> Result<Side, String> {
+    ep.listen(port)?;
+    barrier.wait();
+    let clock = Clock::start();
+    let resp = [0x72_u8; MSG];
+    let mut buf = [0u8; MSG];
+    let mut conns: Vec<(E::Sock, usize)> = Vec::new();
+    drive(ep, busy, "transaction server", |ep| {
+        let mut progressed = false;
+        while let Some(s) = ep.accept() {
+            conns.push((s, 0));
+            progressed = true;
+        }
+        let mut i = 0;
+        while i < conns.len() {
+            let (s, got) = &mut conns[i];
+            let s = *s;
+            while *got < MSG {
+                match ep.recv(s, &mut buf[..MSG - *got])? {
+                    Some(0) => return Err("the client closed before its request".to_owned()),
+                    Some(k) => {
+                        *got += k;
+                        progressed = true;
+                    }
+                    None => break,
+                }
+            }
+            if *got == MSG {
+                if ep.send(s, &resp)? != MSG {
+                    return Err("the response did not fit".to_owned());
+                }
+                ep.close(s);
+                conns.swap_remove(i);
+                progressed = true;
+            } else {
+                i += 1;
+            }
+        }
+        Ok((stop.load(Ordering::Acquire), progressed))
+    })?;
+    Ok(clock.stop())
+}
