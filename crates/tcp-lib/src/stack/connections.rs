@@ -2,37 +2,27 @@
 //! demultiplexing map, the ready list, and reclaiming a slot.
 
 use super::hash::FlowKey;
-use super::{Entry, Error, ListenerId, Phase, Slot, Stack, StreamId};
+use super::{Entry, Error, ListenerId, Phase, Stack, StreamId};
 use crate::tcp::Connection;
 
 impl Stack {
     pub(super) fn entry(&self, id: StreamId) -> Result<&Entry, Error> {
-        let slot = self.slots.get(usize::try_from(id.index).map_err(|_| Error::InvalidHandle)?);
-        match slot {
-            Some(s) if s.generation == id.generation => {
-                s.entry.as_ref().filter(|e| e.app_owned).ok_or(Error::InvalidHandle)
-            }
-            _ => Err(Error::InvalidHandle),
-        }
+        self.slots.get_checked(id.index, id.generation).filter(|e| e.app_owned).ok_or(Error::InvalidHandle)
     }
 
     pub(super) fn entry_mut(&mut self, id: StreamId) -> Result<&mut Entry, Error> {
-        let slot = self.slots.get_mut(usize::try_from(id.index).map_err(|_| Error::InvalidHandle)?);
-        match slot {
-            Some(s) if s.generation == id.generation => {
-                s.entry.as_mut().filter(|e| e.app_owned).ok_or(Error::InvalidHandle)
-            }
-            _ => Err(Error::InvalidHandle),
-        }
+        self.slots
+            .get_checked_mut(id.index, id.generation)
+            .filter(|e| e.app_owned)
+            .ok_or(Error::InvalidHandle)
     }
 
     pub(super) fn slot_entry(&mut self, index: u32) -> Option<&mut Entry> {
-        self.slots.get_mut(usize::try_from(index).ok()?)?.entry.as_mut()
+        self.slots.get_mut(index)
     }
 
     pub(super) fn stream_id(&self, index: u32) -> StreamId {
-        let generation =
-            usize::try_from(index).ok().and_then(|i| self.slots.get(i)).map_or(0, |s| s.generation);
+        let generation = self.slots.generation(index).unwrap_or(0);
         StreamId { index, generation }
     }
 
@@ -54,17 +44,8 @@ impl Stack {
             timer_at: None,
             write_shut: false,
         };
-        let index = if let Some(i) = self.free.pop() {
-            i
-        } else {
-            self.slots.push(Slot::default());
-            u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
-        };
-        if let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) {
-            slot.entry = Some(entry);
-        }
+        let index = self.slots.insert(entry);
         self.demux.insert(key, index);
-        self.live += 1;
         self.mark_ready(index);
         index
     }
@@ -79,9 +60,7 @@ impl Stack {
     }
 
     pub(super) fn reclaim(&mut self, index: u32) {
-        let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else { return };
-        let Some(e) = slot.entry.take() else { return };
-        slot.generation = slot.generation.wrapping_add(1);
+        let Some(e) = self.slots.remove(index) else { return };
         if e.in_demux {
             self.demux.remove(&FlowKey::new(e.conn.local(), e.conn.remote()));
         }
@@ -93,8 +72,6 @@ impl Stack {
         if e.ready {
             self.ready.retain(|&i| i != index);
         }
-        self.free.push(index);
-        self.live -= 1;
         self.stats.connections_reclaimed += 1;
     }
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddrV4;
 use std::time::Instant;
 
 use super::hash;
-use super::{Error, ListenerConfig, ListenerId, ListenerSlot, Phase, Stack, StreamId};
+use super::{Error, ListenerConfig, ListenerId, Phase, Stack, StreamId};
 use crate::tcp::{Connection, ListenAction, State, listen_reply};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
@@ -65,28 +65,17 @@ impl Stack {
         }
         let listener =
             Listener { port, config, syn_queue: 0, accept_queue: VecDeque::new(), last_overflow: None };
-        let index = match self.listeners.iter().position(|l| l.listener.is_none()) {
-            Some(i) => i,
-            None => {
-                self.listeners.push(ListenerSlot::default());
-                self.listeners.len() - 1
-            }
-        };
-        let index32 = u32::try_from(index).map_err(|_| Error::TooManyConnections)?;
-        let slot = &mut self.listeners[index];
-        slot.listener = Some(listener);
-        self.listener_ports.insert(port, index32);
-        Ok(ListenerId { index: index32, generation: slot.generation })
+        let index = self.listeners.insert(listener);
+        self.listener_ports.insert(port, index);
+        Ok(ListenerId { index, generation: self.listeners.generation(index).unwrap_or(0) })
     }
 
     pub(super) fn listener(&self, id: ListenerId) -> Option<&Listener> {
-        let slot = self.listeners.get(usize::try_from(id.index).ok()?)?;
-        if slot.generation == id.generation { slot.listener.as_ref() } else { None }
+        self.listeners.get_checked(id.index, id.generation)
     }
 
     pub(super) fn listener_mut(&mut self, id: ListenerId) -> Option<&mut Listener> {
-        let slot = self.listeners.get_mut(usize::try_from(id.index).ok()?)?;
-        if slot.generation == id.generation { slot.listener.as_mut() } else { None }
+        self.listeners.get_checked_mut(id.index, id.generation)
     }
 
     /// The next established connection of `listener`, oldest first.
@@ -115,9 +104,7 @@ impl Stack {
         let l = self.listener_mut(listener).ok_or(Error::InvalidHandle)?;
         let queued: Vec<StreamId> = l.accept_queue.drain(..).collect();
         let port = l.port;
-        let slot = &mut self.listeners[usize::try_from(listener.index).map_err(|_| Error::InvalidHandle)?];
-        slot.listener = None;
-        slot.generation = slot.generation.wrapping_add(1);
+        self.listeners.remove(listener.index);
         self.listener_ports.remove(&port);
         for s in queued {
             let _ = self.abort(s);

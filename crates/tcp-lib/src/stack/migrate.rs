@@ -109,10 +109,7 @@ impl Stack {
     pub fn detach(&mut self, stream: StreamId) -> Result<Detached, Error> {
         self.entry(stream)?;
         let index = stream.index;
-        let i = usize::try_from(index).map_err(|_| Error::InvalidHandle)?;
-        let slot = self.slots.get_mut(i).ok_or(Error::InvalidHandle)?;
-        let e = slot.entry.take().ok_or(Error::InvalidHandle)?;
-        slot.generation = slot.generation.wrapping_add(1);
+        let e = self.slots.remove(index).ok_or(Error::InvalidHandle)?;
         let (local, remote) = (e.conn.local(), e.conn.remote());
         if e.in_demux {
             self.demux.remove(&FlowKey::new(local, remote));
@@ -124,8 +121,6 @@ impl Stack {
             l.accept_queue.retain(|&s| s != stream);
         }
         // Its timer-heap entry is stale now (the generation moved on) and is skipped.
-        self.free.push(index);
-        self.live -= 1;
         self.stats.connections_detached += 1;
         let now = self.now;
         let next_hop =

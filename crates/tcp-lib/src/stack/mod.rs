@@ -181,6 +181,7 @@ mod listener;
 mod migrate;
 mod output;
 mod poll;
+mod slab;
 mod stats;
 mod streams;
 mod tcp_input;
@@ -200,6 +201,7 @@ pub use stats::{PollStats, StackStats};
 use arp::ArpCache;
 use hash::{FlowKey, Key, PortAllocator, TableHash};
 use listener::Listener;
+use slab::Slab;
 
 /// Ethernet header length (no VLAN tag: the stack emits untagged frames).
 const ETH_LEN: usize = 14;
@@ -249,18 +251,6 @@ struct Entry {
     write_shut: bool,
 }
 
-#[derive(Debug, Default)]
-struct Slot {
-    generation: u32,
-    entry: Option<Entry>,
-}
-
-#[derive(Debug, Default)]
-struct ListenerSlot {
-    generation: u32,
-    listener: Option<Listener>,
-}
-
 /// The demultiplexing map: the 4-tuple to slot index, under the stack's keyed table hash.
 type Demux = HashMap<FlowKey, u32, TableHash>;
 
@@ -273,11 +263,11 @@ pub struct Stack {
     ports: PortAllocator,
     arp: ArpCache,
     reassembler: FragmentReassembler,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    live: usize,
+    /// The connection table.
+    slots: Slab<Entry>,
     demux: Demux,
-    listeners: Vec<ListenerSlot>,
+    /// The listener table.
+    listeners: Slab<Listener>,
     listener_ports: HashMap<u16, u32, TableHash>,
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
@@ -300,7 +290,7 @@ impl fmt::Debug for Stack {
         f.debug_struct("Stack")
             .field("mac", &self.config.mac)
             .field("ip", &self.config.ip)
-            .field("connections", &self.live)
+            .field("connections", &self.slots.len())
             .field("listeners", &self.listener_ports.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
@@ -324,11 +314,9 @@ impl Stack {
             ports: PortAllocator::new(port_key, config.ephemeral_ports.0, config.ephemeral_ports.1),
             arp: ArpCache::new(config.arp, tables),
             reassembler: FragmentReassembler::new(config.reassembly),
-            slots: Vec::new(),
-            free: Vec::new(),
-            live: 0,
+            slots: Slab::new(),
             demux: HashMap::with_hasher(tables),
-            listeners: Vec::new(),
+            listeners: Slab::new(),
             listener_ports: HashMap::with_hasher(tables),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -371,7 +359,7 @@ impl Stack {
     /// table's).
     #[must_use]
     pub fn connection_count(&self) -> usize {
-        self.live + self.time_wait.len()
+        self.slots.len() + self.time_wait.len()
     }
 
     /// Released connections in TIME-WAIT (the TIME-WAIT table's records).

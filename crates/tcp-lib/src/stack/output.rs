@@ -193,10 +193,7 @@ impl Stack {
                 return Drained::Stopped;
             }
             let ident = self.ident.wrapping_add(1);
-            let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else {
-                return Drained::All;
-            };
-            let Some(e) = slot.entry.as_mut() else { return Drained::All };
+            let Some(e) = self.slots.get_mut(index) else { return Drained::All };
             let Some(mac) = mac else {
                 // Unresolved next hop: the segment waits (bounded) in the ARP queue.
                 let Some((t, lent)) = e.conn.poll_transmit_prepared(now, &mut self.scratch) else {

@@ -73,8 +73,7 @@ impl Stack {
         }
         if let Some(&li) = self.listener_ports.get(&seg.dst_port) {
             self.stats.tcp_segments_in += 1;
-            let generation =
-                self.listeners.get(usize::try_from(li).unwrap_or(usize::MAX)).map_or(0, |s| s.generation);
+            let generation = self.listeners.generation(li).unwrap_or(0);
             self.listener_segment(ListenerId { index: li, generation }, local, remote, &seg);
             return;
         }

@@ -35,13 +35,7 @@ impl Stack {
                 break;
             }
             self.timers.pop();
-            let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else {
-                continue;
-            };
-            if slot.generation != generation {
-                continue;
-            }
-            let Some(e) = slot.entry.as_mut() else { continue };
+            let Some(e) = self.slots.get_checked_mut(index, generation) else { continue };
             if e.timer_at != Some(at) {
                 continue;
             }
@@ -71,26 +65,23 @@ impl Stack {
     }
 
     pub(super) fn arm_timer(&mut self, index: u32) {
-        let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else { return };
-        let generation = slot.generation;
-        let Some(e) = slot.entry.as_mut() else { return };
+        let Some((generation, e)) = self.slots.get_mut_with_generation(index) else { return };
         let Some(t) = e.conn.poll_timeout() else { return };
         if e.timer_at.is_none_or(|cur| t < cur) {
             e.timer_at = Some(t);
             self.timers.push(Reverse((t, index, generation)));
         }
-        if self.timers.len() > 2 * self.live + 1024 {
+        if self.timers.len() > 2 * self.slots.len() + 1024 {
             self.rebuild_timers();
         }
     }
 
     fn rebuild_timers(&mut self) {
         self.timers.clear();
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            let Some(e) = slot.entry.as_mut() else { continue };
+        for (i, generation, e) in self.slots.iter_mut() {
             e.timer_at = e.conn.poll_timeout();
             if let (Some(t), Ok(i)) = (e.timer_at, u32::try_from(i)) {
-                self.timers.push(Reverse((t, i, slot.generation)));
+                self.timers.push(Reverse((t, i, generation)));
             }
         }
     }
