@@ -196,7 +196,10 @@ impl Stack {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the cookie ACK, its tuple, and the three values the cookie check decoded"
+    )]
     fn accept_cookie(
         &mut self,
         id: ListenerId,

@@ -1,5 +1,6 @@
-//! The per-core [`Stack`]: one IPv4 interface with ARP, ICMP echo, fragment reassembly, and TCP
-//! connections, listeners and socket handles over the sans-IO [`Connection`] core.
+//! The per-core [`Stack`]: one IPv4 interface with ARP, ICMP echo, PMTU discovery, fragment
+//! reassembly, and TCP connections, listeners and socket handles over the sans-IO [`Connection`]
+//! core.
 //!
 //! # Design
 //!
@@ -65,15 +66,16 @@
 //! # Demultiplexing and timers
 //!
 //! Connections live in a slab (a `Vec` of slots with generation counters, so a stale
-//! [`StreamId`] is detected) and are found by a `HashMap<(local, remote), slot>`: O(1) per segment
-//! whatever the number of connections. The 4-tuple is packed into one 128-bit word and hashed with
-//! a keyed multiply-fold hash (the registry's construction, two multiplies per lookup, keyed from
-//! the stack's secret so that a peer cannot aim its ports at one bucket); std's SipHash cost ~7% of
-//! a bulk transfer's instructions. Listeners are found by local port, ARP entries by address,
-//! with the same hash. Connections that have something to send are
-//! queued on a ready list, so [`transmit`](Stack::transmit) visits only them; connection timers sit
-//! in a binary heap with at most one live entry per connection plus stale entries that are skipped
-//! (the heap is rebuilt when stale entries outnumber live connections).
+//! [`StreamId`] is detected; listeners live in another, behind [`ListenerId`]) and are found by a
+//! `HashMap<(local, remote), slot>`: O(1) per segment whatever the number of connections. The
+//! 4-tuple is packed into one 128-bit word and hashed with a keyed multiply-fold hash (the
+//! registry's construction, two multiplies per lookup, keyed from the stack's secret so that a
+//! peer cannot aim its ports at one bucket); std's SipHash cost ~7% of a bulk transfer's
+//! instructions. Listeners are found by local port, ARP entries by address, with the same hash.
+//! Connections that have something to send are queued on a ready list, so
+//! [`transmit`](Stack::transmit) visits only them; connection timers sit in a binary heap with at
+//! most one live entry per connection plus stale entries that are skipped (the heap is rebuilt
+//! when stale entries outnumber live connections).
 //!
 //! # Listeners, SYN queue, SYN cookies, accept backlog
 //!
@@ -140,8 +142,8 @@
 //! # Prepared content (the Sandstorm send path)
 //!
 //! [`send_prepared`](Stack::send_prepared) queues a [`PreparedSegments`] (content cut ahead of
-//! time into payload segments with precomputed sums, seeds/003) on a connection by reference.
-//! Its bytes are never copied into the send ring nor into the stack's scratch buffer: a segment
+//! time into payload segments with precomputed sums) on a connection by reference. Its bytes are
+//! never copied into the send ring nor into the stack's scratch buffer: a segment
 //! whose payload lies in it is written into its frame's pool buffer straight from the prepared
 //! bytes (one copy, the only one: a pool buffer is owned by one frame and handed to the device,
 //! so a frame cannot point at shared content), and when the segment is one of the prepared cuts
@@ -150,12 +152,19 @@
 //! them. Bytes given to [`send`](Stack::send) take the copying path: into the send ring, from it
 //! into the scratch buffer, from there into the frame, summed on the way.
 //!
+//! # Migration
+//!
+//! A connection can move between stacks with the same local address (another core's stack, when
+//! a stolen connection follows its stealer): [`detach`](Stack::detach) takes it out whole (state,
+//! buffers, timers, the next hop's hardware address) as a [`Detached`] value that can cross
+//! threads, and [`adopt`](Stack::adopt) takes it in and gives it a new handle.
+//!
 //! # Not yet
 //!
-//! Zero-copy receive (reading payload in place from pool buffers) is a later item: today payload
-//! is copied into the connection's receive ring on input. PMTU discovery from ICMP
-//! fragmentation-needed, IPv4 options on output, and ICMP errors (port/protocol unreachable) are
-//! not generated.
+//! IPv4 options are not emitted, and ICMP errors (port or protocol unreachable) are not generated.
+//! Of the ICMP errors received, only fragmentation-needed is acted on (PMTU discovery, RFC 1191);
+//! other destination-unreachable and time-exceeded messages (soft errors) are counted and ignored.
+//! SYN-cookie connections lose window scaling, SACK and timestamps (see above).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
