@@ -181,21 +181,22 @@ use netchannel::signature::FlowGroup;
 use crate::tcp::{Connection, TimeWait};
 use crate::wire::{ArpOperation, EthernetAddress, FragmentReassembler};
 
-mod arp;
-mod config;
-mod connections;
-mod hash;
-mod ipv4;
-mod listener;
-mod migrate;
-mod output;
-mod poll;
-mod slab;
-mod stats;
-mod streams;
-mod tcp_input;
-mod time_wait;
-mod timers;
+// Where things live (each file's own doc says more).
+mod arp; // the ARP cache and its queue of packets waiting for an address
+mod config; // Config, ListenerConfig, Error
+mod connections; // the connection table: lookup, insert, ready list, reclaim
+mod hash; // keyed hashes: ISNs, SYN cookies, ephemeral ports, the tables' hash
+mod ipv4; // receive below TCP: Ethernet, ARP, IPv4, ICMP (echo, PMTU); routing; ping
+mod listener; // listen/accept, the SYN queue, SYN cookies, the backlog, AcceptHook
+mod migrate; // detach/adopt between stacks, Detached, AdoptError
+mod output; // transmit, control frames, send_ip and ARP queueing, header emission
+mod poll; // poll/poll_with against a NetDevice
+mod slab; // the generation-checked Slab behind StreamId and ListenerId
+mod stats; // StackStats, PollStats
+mod streams; // connect, send, recv, close, ... on a StreamId
+mod tcp_input; // a received TCP segment to its connection, TIME-WAIT record or listener
+mod time_wait; // the TIME-WAIT table of compact records
+mod timers; // poll_timeout, handle_timeout, the timer heap
 
 /// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
 /// next to [`Stack::send_prepared`].
