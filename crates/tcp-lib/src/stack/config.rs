@@ -1,0 +1,147 @@
+//! The stack's configuration ([`Config`], [`ListenerConfig`]) and its error type ([`Error`]).
+
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use super::ArpConfig;
+#[cfg(doc)]
+use super::{Detached, Stack};
+use crate::tcp::{self, ConnectionError};
+use crate::wire::ipv4::reassembly::Config as ReassemblyConfig;
+use crate::wire::{ChecksumPolicy, EthernetAddress, Ipv4Cidr};
+
+/// The configuration of a [`Stack`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The interface's MAC address.
+    pub mac: EthernetAddress,
+    /// The interface's IPv4 address and prefix.
+    pub ip: Ipv4Cidr,
+    /// The default gateway for destinations outside the prefix (`None`: those are unreachable).
+    pub gateway: Option<Ipv4Addr>,
+    /// The IP MTU (the Ethernet payload); TCP's MSS is clamped to `mtu - 40`.
+    pub mtu: usize,
+    /// The configuration of every TCP connection.
+    pub tcp: tcp::Config,
+    /// The ARP cache's limits.
+    pub arp: ArpConfig,
+    /// The fragment reassembly table's limits.
+    pub reassembly: ReassemblyConfig,
+    /// Announce our address with a gratuitous ARP request when the stack starts.
+    pub gratuitous_arp: bool,
+    /// Most connections at once (half-open, open, closing and TIME-WAIT together).
+    pub max_connections: usize,
+    /// Most released connections in TIME-WAIT (compact records, see [Connection lifetime and
+    /// TIME-WAIT](crate::stack#connection-lifetime-and-time-wait)); the one that expires first
+    /// is evicted beyond it.
+    pub max_time_wait: usize,
+    /// Most control frames (ARP, ICMP, RST, SYN cookies) queued between [`Stack::receive`] and
+    /// [`Stack::transmit`]; more are dropped.
+    pub max_queued_frames: usize,
+    /// The ephemeral port range, inclusive (RFC 6335: 49152-65535).
+    pub ephemeral_ports: (u16, u16),
+    /// Seeds the stack's secret (ISNs, SYN cookies, ports) for reproducible tests; `None` draws it
+    /// from the OS's randomness. Never seed a production stack.
+    pub secret_seed: Option<u64>,
+    /// TTL of emitted datagrams.
+    pub ttl: u8,
+    /// Received IPv4 headers, TCP segments and ICMP messages: [`ChecksumPolicy::Verify`] (the
+    /// default) drops those whose checksum is wrong; [`ChecksumPolicy::Trust`] does not look at the
+    /// checksums, for links that cannot corrupt a frame (an in-memory
+    /// [`Pair`](netchannel::dev::Pair), as the kernel trusts loopback) or whose NIC verified them.
+    /// IPv4 fragments are always verified.
+    pub checksum: ChecksumPolicy,
+    /// Fill the TCP checksum of the data and ACK segments a connection sends (`true`, the
+    /// default). `false` leaves the field zero (no pass over the payload): only for links whose
+    /// every receiver trusts checksums (above), or whose NIC fills them. IPv4 header checksums
+    /// and RSTs, SYN cookies, ARP and ICMP are always filled.
+    pub tx_checksum: bool,
+}
+
+impl Config {
+    /// Defaults for an interface with `mac` and `ip`: MTU 1500, no gateway, 64k connections,
+    /// 4096 TIME-WAIT, a random secret, checksums verified and filled.
+    #[must_use]
+    pub fn new(mac: EthernetAddress, ip: Ipv4Cidr) -> Self {
+        Self {
+            mac,
+            ip,
+            gateway: None,
+            mtu: 1500,
+            tcp: tcp::Config::default(),
+            arp: ArpConfig::default(),
+            reassembly: ReassemblyConfig::default(),
+            gratuitous_arp: true,
+            max_connections: 65_536,
+            max_time_wait: 4096,
+            max_queued_frames: 4096,
+            ephemeral_ports: (49_152, 65_535),
+            secret_seed: None,
+            ttl: 64,
+            checksum: ChecksumPolicy::Verify,
+            tx_checksum: true,
+        }
+    }
+}
+
+/// The limits of one listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenerConfig {
+    /// Most half-open (SYN-RECEIVED) connections; beyond it SYNs get cookies (or are dropped).
+    pub syn_queue: usize,
+    /// Most established connections waiting for [`Stack::accept`].
+    pub backlog: usize,
+    /// Answer SYNs with SYN cookies when the SYN queue is full.
+    pub syn_cookies: bool,
+}
+
+impl Default for ListenerConfig {
+    /// A SYN queue of 256, a backlog of 128, cookies on.
+    fn default() -> Self {
+        Self { syn_queue: 256, backlog: 128, syn_cookies: true }
+    }
+}
+
+/// Why a stack call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Error {
+    /// The handle does not name a live connection or listener of this stack.
+    InvalidHandle,
+    /// Port 0.
+    InvalidPort,
+    /// A listener already has this port.
+    AddrInUse,
+    /// No free ephemeral port for this destination.
+    NoPorts,
+    /// [`Config::max_connections`] reached.
+    TooManyConnections,
+    /// The destination is outside the prefix and there is no gateway.
+    Unreachable,
+    /// Nothing to read, or no room to write, now.
+    WouldBlock,
+    /// The sending side was shut down (or the connection is closing).
+    WriteClosed,
+    /// The connection failed.
+    Connection(ConnectionError),
+    /// A [`Detached`] connection's local address is not this stack's.
+    NotLocal,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidHandle => f.write_str("invalid handle"),
+            Self::InvalidPort => f.write_str("invalid port"),
+            Self::AddrInUse => f.write_str("address in use"),
+            Self::NoPorts => f.write_str("no free ephemeral port"),
+            Self::TooManyConnections => f.write_str("too many connections"),
+            Self::Unreachable => f.write_str("no route to host"),
+            Self::WouldBlock => f.write_str("operation would block"),
+            Self::WriteClosed => f.write_str("sending side shut down"),
+            Self::Connection(e) => write!(f, "{e}"),
+            Self::NotLocal => f.write_str("the connection's local address is not this stack's"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,283 @@
+//! Listeners: [`Stack::listen`] and [`Stack::accept`], the SYN queue of half-open connections,
+//! SYN cookies when it overflows, the accept backlog, and the [`AcceptHook`] that can take the
+//! established connections instead.
+
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+use std::time::Instant;
+
+use super::hash;
+use super::{Error, ListenerConfig, ListenerId, Phase, Stack, StreamId};
+use crate::tcp::{Connection, ListenAction, State, listen_reply};
+use crate::wire::{SeqNumber, TcpControl, TcpRepr};
+
+/// Receives the connections a listener establishes, instead of the listener's own accept queue:
+/// the extension point for per-core accept queues (the accept-affinity crate).
+pub trait AcceptHook {
+    /// Whether the accept queue for `listener` can take another connection; when it cannot, SYNs
+    /// and handshake-completing ACKs for it are dropped.
+    fn has_room(&mut self, listener: ListenerId) -> bool {
+        let _ = listener;
+        true
+    }
+
+    /// `stream` is established on `listener`; the hook now holds its handle (which belongs to the
+    /// application: it must eventually be closed or aborted).
+    fn established(&mut self, listener: ListenerId, stream: StreamId);
+
+    /// A passive open on `listener` created state for `local`/`remote` (a SYN-RECEIVED connection,
+    /// or an established one from a SYN cookie). Called before the stack sends anything for it, so
+    /// a steering entry made here (a registry signature naming this core) is in place before the
+    /// peer can answer. The stack keeps the state while [`Stack::contains`] says so.
+    fn opened(&mut self, listener: ListenerId, local: SocketAddrV4, remote: SocketAddrV4) {
+        let _ = (listener, local, remote);
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Listener {
+    pub(super) port: u16,
+    pub(super) config: ListenerConfig,
+    pub(super) syn_queue: usize,
+    pub(super) accept_queue: VecDeque<StreamId>,
+    pub(super) last_overflow: Option<Instant>,
+}
+
+impl Stack {
+    /// Listens on `port` with the default [`ListenerConfig`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidPort`] for 0, [`Error::AddrInUse`] if a listener has it.
+    pub fn listen(&mut self, port: u16) -> Result<ListenerId, Error> {
+        self.listen_with(port, ListenerConfig::default())
+    }
+
+    /// Listens on `port`.
+    ///
+    /// # Errors
+    /// As [`listen`](Self::listen).
+    pub fn listen_with(&mut self, port: u16, config: ListenerConfig) -> Result<ListenerId, Error> {
+        if port == 0 {
+            return Err(Error::InvalidPort);
+        }
+        if self.listener_ports.contains_key(&port) {
+            return Err(Error::AddrInUse);
+        }
+        let listener =
+            Listener { port, config, syn_queue: 0, accept_queue: VecDeque::new(), last_overflow: None };
+        let index = self.listeners.insert(listener);
+        self.listener_ports.insert(port, index);
+        Ok(ListenerId { index, generation: self.listeners.generation(index).unwrap_or(0) })
+    }
+
+    pub(super) fn listener(&self, id: ListenerId) -> Option<&Listener> {
+        self.listeners.get_checked(id.index, id.generation)
+    }
+
+    pub(super) fn listener_mut(&mut self, id: ListenerId) -> Option<&mut Listener> {
+        self.listeners.get_checked_mut(id.index, id.generation)
+    }
+
+    /// The next established connection of `listener`, oldest first.
+    pub fn accept(&mut self, listener: ListenerId) -> Option<StreamId> {
+        self.listener_mut(listener)?.accept_queue.pop_front()
+    }
+
+    /// Half-open connections in `listener`'s SYN queue.
+    #[must_use]
+    pub fn syn_queue_len(&self, listener: ListenerId) -> Option<usize> {
+        self.listener(listener).map(|l| l.syn_queue)
+    }
+
+    /// Established connections waiting in `listener`'s accept queue.
+    #[must_use]
+    pub fn accept_queue_len(&self, listener: ListenerId) -> Option<usize> {
+        self.listener(listener).map(|l| l.accept_queue.len())
+    }
+
+    /// Stops listening: queued, never accepted connections are aborted (reset); half-open ones are
+    /// aborted when they complete.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), Error> {
+        let l = self.listener_mut(listener).ok_or(Error::InvalidHandle)?;
+        let queued: Vec<StreamId> = l.accept_queue.drain(..).collect();
+        let port = l.port;
+        self.listeners.remove(listener.index);
+        self.listener_ports.remove(&port);
+        for s in queued {
+            let _ = self.abort(s);
+        }
+        Ok(())
+    }
+
+    pub(super) fn backlog_has_room(&mut self, listener: ListenerId) -> bool {
+        if let Some(hook) = self.accept_hook.as_mut() {
+            return hook.has_room(listener);
+        }
+        self.listener(listener).is_some_and(|l| l.accept_queue.len() < l.config.backlog)
+    }
+
+    pub(super) fn listener_segment(
+        &mut self,
+        id: ListenerId,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr<'_>,
+    ) {
+        let now = self.now;
+        let since = now - self.epoch;
+        let Some(l) = self.listener(id) else { return };
+        let lconfig = l.config;
+        let recent_overflow = l.last_overflow.is_some_and(|t| now - t < hash::COOKIE_PERIOD * 2);
+        let syn_queue = l.syn_queue;
+        match listen_reply(seg) {
+            ListenAction::Ignore => {}
+            ListenAction::Reset(rst) => {
+                if lconfig.syn_cookies
+                    && recent_overflow
+                    && matches!(seg.control, TcpControl::None | TcpControl::Fin)
+                    && let Some(ack) = seg.ack_number
+                {
+                    let ours = ack - 1;
+                    let peer = seg.seq_number - 1;
+                    let count = hash::cookie_count(since);
+                    if let Some(i) = hash::check_cookie(&self.key, local, remote, peer, ours, count) {
+                        self.accept_cookie(id, local, remote, seg, peer, ours, i);
+                        return;
+                    }
+                    self.stats.syn_cookies_rejected += 1;
+                }
+                self.send_tcp_control(local, remote, &rst);
+            }
+            ListenAction::Accept => {
+                if !self.backlog_has_room(id) || self.connection_count() >= self.config.max_connections {
+                    self.stats.listen_drops += 1;
+                    return;
+                }
+                if syn_queue < lconfig.syn_queue {
+                    let iss = hash::isn(&self.key, local, remote, since);
+                    let Some(conn) = Connection::accept(self.config.tcp, local, remote, seg, iss, now) else {
+                        return;
+                    };
+                    if let Some(l) = self.listener_mut(id) {
+                        l.syn_queue += 1;
+                    }
+                    self.insert(conn, Some(id), Phase::SynQueue, false);
+                    self.stats.connections_opened += 1;
+                    if let Some(hook) = self.accept_hook.as_mut() {
+                        hook.opened(id, local, remote);
+                    }
+                } else if lconfig.syn_cookies {
+                    if let Some(l) = self.listener_mut(id) {
+                        l.last_overflow = Some(now);
+                    }
+                    let peer_mss = seg.max_seg_size.unwrap_or(536).min(self.config.tcp.mss);
+                    let index = hash::cookie_mss_index(peer_mss);
+                    let count = hash::cookie_count(since);
+                    let iss = hash::cookie(&self.key, local, remote, seg.seq_number, count, index);
+                    let synack = TcpRepr {
+                        src_port: local.port(),
+                        dst_port: remote.port(),
+                        control: TcpControl::Syn,
+                        seq_number: iss,
+                        ack_number: Some(seg.seq_number + 1),
+                        window_len: u16::try_from(self.config.tcp.recv_buffer).unwrap_or(u16::MAX),
+                        max_seg_size: Some(self.config.tcp.mss),
+                        ..TcpRepr::default()
+                    };
+                    self.send_tcp_control(local, remote, &synack);
+                    self.stats.syn_cookies_sent += 1;
+                } else {
+                    self.stats.listen_drops += 1;
+                }
+            }
+        }
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the cookie ACK, its tuple, and the three values the cookie check decoded"
+    )]
+    fn accept_cookie(
+        &mut self,
+        id: ListenerId,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr<'_>,
+        peer_isn: SeqNumber,
+        our_isn: SeqNumber,
+        mss_index: u32,
+    ) {
+        if !self.backlog_has_room(id) || self.connection_count() >= self.config.max_connections {
+            self.stats.listen_drops += 1;
+            return;
+        }
+        let mss =
+            usize::try_from(mss_index).ok().and_then(|i| hash::COOKIE_MSS.get(i)).copied().unwrap_or(536);
+        // The SYN the cookie stands for: its options are lost, except the MSS.
+        let syn = TcpRepr {
+            src_port: remote.port(),
+            dst_port: local.port(),
+            control: TcpControl::Syn,
+            seq_number: peer_isn,
+            window_len: seg.window_len,
+            max_seg_size: Some(mss),
+            ..TcpRepr::default()
+        };
+        let now = self.now;
+        let Some(mut conn) = Connection::accept(self.config.tcp, local, remote, &syn, our_isn, now) else {
+            return;
+        };
+        // The SYN-ACK it would send went out already, as the cookie.
+        while conn.poll_transmit(now, &mut self.scratch).is_some() {}
+        conn.handle_segment(now, seg);
+        if !conn.is_established() {
+            return;
+        }
+        self.stats.syn_cookies_accepted += 1;
+        let index = self.insert(conn, Some(id), Phase::Cookie, false);
+        self.stats.connections_opened += 1;
+        if let Some(hook) = self.accept_hook.as_mut() {
+            hook.opened(id, local, remote);
+        }
+        self.settle(index);
+    }
+
+    /// Bookkeeping after an event on a connection: delivery to the accept queue when a passive
+    /// open completes, SYN-queue accounting.
+    pub(super) fn settle(&mut self, index: u32) {
+        let Some(e) = self.slot_entry(index) else { return };
+        if !matches!(e.phase, Phase::SynQueue | Phase::Cookie) || e.conn.state() == State::SynReceived {
+            return;
+        }
+        let was_counted = e.phase == Phase::SynQueue;
+        e.phase = Phase::Open;
+        let established = e.conn.is_established() && !e.conn.is_closed();
+        let listener = e.listener;
+        if was_counted && let Some(l) = listener.and_then(|l| self.listener_mut(l)) {
+            l.syn_queue = l.syn_queue.saturating_sub(1);
+        }
+        if !established {
+            return;
+        }
+        let stream = self.stream_id(index);
+        let live_listener = listener.filter(|&l| self.listener(l).is_some());
+        let Some(l) = live_listener else {
+            // The listener is gone: nobody will accept it.
+            if let Some(e) = self.slot_entry(index) {
+                e.conn.abort();
+            }
+            return;
+        };
+        if let Some(e) = self.slot_entry(index) {
+            e.app_owned = true;
+        }
+        if let Some(hook) = self.accept_hook.as_mut() {
+            hook.established(l, stream);
+        } else if let Some(listener) = self.listener_mut(l) {
+            listener.accept_queue.push_back(stream);
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Driving a stack against a [`NetDevice`]: [`Stack::poll`] receives bursts, runs the timers and
+//! transmits what is ready; [`Stack::poll_with`] adds in-place delivery of received payload.
+
+use std::time::Instant;
+
+use netchannel::dev::{DevError, NetDevice, PacketBatch};
+use netchannel::pool::PoolCache;
+
+use super::{PollStats, Stack, StreamId};
+
+/// Frames received per `rx_burst` in [`Stack::poll`].
+const BURST: usize = 32;
+/// Most receive bursts per [`Stack::poll`].
+const MAX_RX_BURSTS: usize = 8;
+
+impl Stack {
+    /// Receives a burst from `device`, processes each frame, runs the timers, transmits what is
+    /// ready, in as many bursts as it takes. Frames the device refuses are dropped (TCP
+    /// retransmits them).
+    ///
+    /// # Errors
+    /// The device's errors.
+    pub fn poll<D: NetDevice + ?Sized>(
+        &mut self,
+        now: Instant,
+        device: &mut D,
+        cache: &PoolCache,
+    ) -> Result<PollStats, DevError> {
+        self.poll_with(now, device, cache, |_, _| 0)
+    }
+
+    /// [`poll`](Self::poll) with in-place delivery ([`receive_with`](Self::receive_with)):
+    /// `deliver` reads TCP payload where it lies in the received pool buffers, before they go
+    /// back to the pool, and returns how much it consumed. It runs inside the poll, so it cannot
+    /// call the stack; what it does not consume is read later with [`recv`](Self::recv).
+    ///
+    /// ```
+    /// # use std::net::{Ipv4Addr, SocketAddrV4};
+    /// # use std::time::{Duration, Instant};
+    /// # use netchannel::dev::{NetDevice, Pair};
+    /// # use netchannel::pool::{HugePages, Pool};
+    /// # use tcp_lib::stack::{Config, Stack};
+    /// # use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    /// # let pool = Pool::builder(1024).hugepages(HugePages::Never).build()?;
+    /// # let (mut dev_a, mut dev_b) = Pair::builder(&pool).build()?;
+    /// # let cache = pool.cache();
+    /// # let mut now = Instant::now();
+    /// # let config = |dev: &Pair, host: u8| {
+    /// #     let mac = EthernetAddress(dev.info().mac.0);
+    /// #     Config::new(mac, Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, host), 24).expect("a /24"))
+    /// # };
+    /// # let mut a = Stack::new(config(&dev_a, 1), now);
+    /// # let mut b = Stack::new(config(&dev_b, 2), now);
+    /// let listener = b.listen(80)?;
+    /// let client = a.connect(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80))?;
+    /// let mut server = None;
+    /// while server.is_none() {
+    ///     a.poll(now, &mut dev_a, &cache)?;
+    ///     b.poll(now, &mut dev_b, &cache)?;
+    ///     server = b.accept(listener);
+    ///     now += Duration::from_millis(1);
+    /// }
+    /// a.send(client, b"GET / HTTP/1.0\r\n\r\n")?;
+    /// let mut lines = 0; // parsed where it lies in the pool buffer: never copied
+    /// for _ in 0..10 {
+    ///     a.poll(now, &mut dev_a, &cache)?;
+    ///     b.poll_with(now, &mut dev_b, &cache, |_stream, payload| {
+    ///         lines += payload.windows(2).filter(|w| w == b"\r\n").count();
+    ///         payload.len()
+    ///     })?;
+    ///     now += Duration::from_millis(1);
+    /// }
+    /// assert_eq!(lines, 2);
+    /// let (buffered, _) = b.queues(server.expect("accepted"))?;
+    /// assert_eq!(buffered, 0, "nothing went through the receive buffer");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The device's errors.
+    pub fn poll_with<D: NetDevice + ?Sized, F: FnMut(StreamId, &[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        device: &mut D,
+        cache: &PoolCache,
+        mut deliver: F,
+    ) -> Result<PollStats, DevError> {
+        let mut stats = PollStats::default();
+        let mut batch = PacketBatch::with_capacity(BURST);
+        for _ in 0..MAX_RX_BURSTS {
+            let n = device.rx_burst(0, cache, &mut batch)?;
+            for packet in batch.drain() {
+                self.receive_with(now, packet.data(), &mut deliver);
+            }
+            stats.received += n;
+            if n < BURST {
+                break;
+            }
+        }
+        self.handle_timeout(now);
+        loop {
+            let n = self.transmit(now, cache, &mut batch);
+            if n == 0 {
+                break;
+            }
+            stats.transmitted += device.tx_burst(0, &mut batch)?;
+            if !batch.is_empty() {
+                stats.dropped += batch.len();
+                self.stats.tx_dropped += u64::try_from(batch.len()).unwrap_or(u64::MAX);
+                batch.clear();
+                break;
+            }
+        }
+        Ok(stats)
+    }
+}

@@ -1,0 +1,81 @@
+//! The stack's public counters: [`StackStats`] since creation and [`PollStats`] of one poll.
+
+#[cfg(doc)]
+use super::{Config, Stack};
+
+/// Counters of a [`Stack`], since it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackStats {
+    /// Frames given to [`Stack::receive`].
+    pub rx_frames: u64,
+    /// Frames for another MAC or IPv4 address.
+    pub rx_not_for_us: u64,
+    /// Frames that did not parse (truncated, bad checksum, malformed headers).
+    pub rx_malformed: u64,
+    /// Frames of an EtherType, IP protocol or ICMP message the stack does not handle.
+    pub rx_unhandled: u64,
+    /// IPv4 fragments received.
+    pub rx_fragments: u64,
+    /// Datagrams reassembled from fragments.
+    pub rx_reassembled: u64,
+    /// TCP segments delivered to a connection or listener.
+    pub tcp_segments_in: u64,
+    /// TCP segments for no connection and no listener.
+    pub tcp_no_socket: u64,
+    /// Resets sent by the stack (for segments no one wants).
+    pub rst_sent: u64,
+    /// ARP requests sent.
+    pub arp_requests: u64,
+    /// ARP replies sent.
+    pub arp_replies: u64,
+    /// Packets dropped waiting for ARP (queue full, or the next hop never answered).
+    pub arp_dropped: u64,
+    /// ICMP echo replies sent.
+    pub icmp_echo_replies: u64,
+    /// ICMP fragmentation-needed messages that lowered a connection's path MTU (RFC 1191).
+    pub icmp_pmtu_updates: u64,
+    /// ICMP fragmentation-needed messages ignored: for no connection of ours, quoting a sequence
+    /// number not in flight (RFC 5927 §4.1), or reporting an MTU not below the path MTU.
+    pub icmp_pmtu_ignored: u64,
+    /// Frames appended by [`Stack::transmit`].
+    pub tx_frames: u64,
+    /// Frames dropped on output: control queue full, no pool buffer, a device that refused them.
+    pub tx_dropped: u64,
+    /// Datagrams with no route.
+    pub no_route: u64,
+    /// SYN cookies sent.
+    pub syn_cookies_sent: u64,
+    /// Connections established from a valid cookie.
+    pub syn_cookies_accepted: u64,
+    /// ACKs that failed the cookie check.
+    pub syn_cookies_rejected: u64,
+    /// SYNs and handshake ACKs dropped: SYN queue full without cookies, backlog full, or
+    /// [`Config::max_connections`] reached.
+    pub listen_drops: u64,
+    /// Connections created (active and passive).
+    pub connections_opened: u64,
+    /// Connection slots reclaimed.
+    pub connections_reclaimed: u64,
+    /// TIME-WAIT connections evicted because the table was full.
+    pub time_wait_evicted: u64,
+    /// Connections moved out with [`Stack::detach`].
+    pub connections_detached: u64,
+    /// Connections moved in with [`Stack::adopt`].
+    pub connections_adopted: u64,
+    /// TCP segments whose payload was written from prepared content
+    /// ([`Stack::send_prepared`]), not from the send ring.
+    pub tx_prepared: u64,
+    /// Of those, segments whose payload sum was precomputed (a prepared cut).
+    pub tx_prepared_sums: u64,
+}
+
+/// What one [`Stack::poll`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollStats {
+    /// Frames received from the device.
+    pub received: usize,
+    /// Frames the device accepted for transmission.
+    pub transmitted: usize,
+    /// Frames built but refused by the device (dropped).
+    pub dropped: usize,
+}

@@ -1,0 +1,234 @@
+//! The calls on one connection through its [`StreamId`]: [`Stack::connect`], [`Stack::send`],
+//! [`Stack::recv`], [`Stack::close`] and the rest of the socket-like API.
+
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+
+use super::hash::{self, FlowKey};
+use super::{Error, Phase, PreparedSegments, Stack, StreamId};
+use crate::tcp::{Connection, ConnectionError, State, Stats};
+
+impl Stack {
+    /// Opens a connection to `remote` from an ephemeral port (RFC 6056 algorithm 3, through the
+    /// [port filter](Self::set_port_filter)). The SYN leaves at the next
+    /// [`transmit`](Self::transmit); data sent before the handshake completes follows it.
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`], [`Error::NoPorts`], [`Error::TooManyConnections`].
+    pub fn connect(&mut self, remote: SocketAddrV4) -> Result<StreamId, Error> {
+        if remote.port() == 0 {
+            return Err(Error::InvalidPort);
+        }
+        self.route(*remote.ip()).ok_or(Error::Unreachable)?;
+        if self.connection_count() >= self.config.max_connections {
+            return Err(Error::TooManyConnections);
+        }
+        let ip = self.ip();
+        let demux = &self.demux;
+        let time_wait = &self.time_wait;
+        let listeners = &self.listener_ports;
+        let port = self
+            .ports
+            .pick(ip, remote, self.port_filter.as_deref(), |p| {
+                let key = FlowKey::new(SocketAddrV4::new(ip, p), remote);
+                !listeners.contains_key(&p) && !demux.contains_key(&key) && !time_wait.contains_key(&key)
+            })
+            .ok_or(Error::NoPorts)?;
+        let local = SocketAddrV4::new(ip, port);
+        let iss = hash::isn(&self.key, local, remote, self.now - self.epoch);
+        let conn = Connection::connect(self.config.tcp, local, remote, iss, self.now);
+        let index = self.insert(conn, None, Phase::Open, true);
+        self.stats.connections_opened += 1;
+        Ok(self.stream_id(index))
+    }
+
+    /// Queues bytes on `stream`; returns how many fit in the send buffer.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when the buffer is full, [`Error::WriteClosed`] after
+    /// [`shutdown_write`](Self::shutdown_write) or once the connection is closing,
+    /// [`Error::Connection`] once it failed, [`Error::InvalidHandle`].
+    pub fn send(&mut self, stream: StreamId, data: &[u8]) -> Result<usize, Error> {
+        let e = self.entry_mut(stream)?;
+        if let Some(err) = e.conn.error() {
+            return Err(Error::Connection(err));
+        }
+        if e.write_shut
+            || !matches!(
+                e.conn.state(),
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return Err(Error::WriteClosed);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let n = e.conn.send(data);
+        if n == 0 {
+            return Err(Error::WouldBlock);
+        }
+        self.mark_ready(stream.index);
+        Ok(n)
+    }
+
+    /// Queues prepared content on `stream` after what is queued, by reference (no copy of its
+    /// bytes; see [Prepared content](crate::stack#prepared-content-the-sandstorm-send-path)). All or
+    /// nothing: the send ring's room does not limit it (the content is shared, not buffered per
+    /// connection), but at most 64 runs of content wait per connection.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when 64 runs are queued, [`Error::WriteClosed`],
+    /// [`Error::Connection`], [`Error::InvalidHandle`] as for [`send`](Self::send).
+    pub fn send_prepared(&mut self, stream: StreamId, segments: &Arc<PreparedSegments>) -> Result<(), Error> {
+        let e = self.entry_mut(stream)?;
+        if let Some(err) = e.conn.error() {
+            return Err(Error::Connection(err));
+        }
+        if e.write_shut
+            || !matches!(
+                e.conn.state(),
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return Err(Error::WriteClosed);
+        }
+        if !e.conn.send_prepared(segments) {
+            return Err(Error::WouldBlock);
+        }
+        self.mark_ready(stream.index);
+        Ok(())
+    }
+
+    /// Reads received bytes of `stream` in order; `Ok(0)` at the end of the stream (the peer's FIN,
+    /// or a connection closed normally).
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when nothing is buffered yet, [`Error::Connection`] once it failed
+    /// (after the buffered bytes are read), [`Error::InvalidHandle`].
+    pub fn recv(&mut self, stream: StreamId, buf: &mut [u8]) -> Result<usize, Error> {
+        let e = self.entry_mut(stream)?;
+        let n = e.conn.recv(buf);
+        if n > 0 {
+            self.mark_ready(stream.index);
+            return Ok(n);
+        }
+        if let Some(err) = e.conn.error() {
+            return Err(Error::Connection(err));
+        }
+        if e.conn.recv_finished() || e.conn.is_closed() || buf.is_empty() {
+            return Ok(0);
+        }
+        Err(Error::WouldBlock)
+    }
+
+    /// Half-close: a FIN follows the data already queued.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn shutdown_write(&mut self, stream: StreamId) -> Result<(), Error> {
+        let e = self.entry_mut(stream)?;
+        e.write_shut = true;
+        e.conn.shutdown_write();
+        self.mark_ready(stream.index);
+        Ok(())
+    }
+
+    /// Releases the handle and closes the connection gracefully (an abort if received data was
+    /// left unread, see [`Connection::close`]); the stack finishes it and reclaims it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn close(&mut self, stream: StreamId) -> Result<(), Error> {
+        let e = self.entry_mut(stream)?;
+        e.conn.close();
+        e.app_owned = false;
+        self.mark_ready(stream.index);
+        Ok(())
+    }
+
+    /// Releases the handle and aborts the connection (an RST if it was synchronized).
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn abort(&mut self, stream: StreamId) -> Result<(), Error> {
+        let e = self.entry_mut(stream)?;
+        e.conn.abort();
+        e.app_owned = false;
+        self.mark_ready(stream.index);
+        Ok(())
+    }
+
+    /// Disables (`true`) or enables Nagle's algorithm.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn set_nodelay(&mut self, stream: StreamId, nodelay: bool) -> Result<(), Error> {
+        self.entry_mut(stream)?.conn.set_nodelay(nodelay);
+        Ok(())
+    }
+
+    /// The RFC 9293 state.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn state(&self, stream: StreamId) -> Result<State, Error> {
+        Ok(self.entry(stream)?.conn.state())
+    }
+
+    /// Why the connection failed, once it has.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn error(&self, stream: StreamId) -> Result<Option<ConnectionError>, Error> {
+        Ok(self.entry(stream)?.conn.error())
+    }
+
+    /// The local and remote addresses.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn addrs(&self, stream: StreamId) -> Result<(SocketAddrV4, SocketAddrV4), Error> {
+        let e = self.entry(stream)?;
+        Ok((e.conn.local(), e.conn.remote()))
+    }
+
+    /// Whether [`recv`](Self::recv) returns something other than [`Error::WouldBlock`] (false for
+    /// an invalid handle).
+    #[must_use]
+    pub fn is_readable(&self, stream: StreamId) -> bool {
+        self.entry(stream).is_ok_and(|e| e.conn.is_readable() || e.conn.error().is_some())
+    }
+
+    /// Whether [`send`](Self::send) accepts a byte now.
+    #[must_use]
+    pub fn is_writable(&self, stream: StreamId) -> bool {
+        self.entry(stream).is_ok_and(|e| !e.write_shut && e.conn.is_writable())
+    }
+
+    /// Counters and estimates of the connection (RTT, cwnd, retransmits, bytes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn connection_stats(&self, stream: StreamId) -> Result<Stats, Error> {
+        Ok(self.entry(stream)?.conn.stats())
+    }
+
+    /// The most payload bytes `stream` puts in one segment: the peer's MSS, lowered by PMTU
+    /// discovery (ICMP fragmentation needed, RFC 1191).
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn send_mss(&self, stream: StreamId) -> Result<usize, Error> {
+        Ok(self.entry(stream)?.conn.send_mss())
+    }
+
+    /// Bytes waiting to be read, and bytes in the send buffer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn queues(&self, stream: StreamId) -> Result<(usize, usize), Error> {
+        let e = self.entry(stream)?;
+        Ok((e.conn.recv_queue(), e.conn.send_queue()))
+    }
+}

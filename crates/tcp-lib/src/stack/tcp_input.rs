@@ -1,0 +1,85 @@
+//! TCP input: a received segment goes to its connection, to its TIME-WAIT record, to a listener,
+//! or draws a reset.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use super::hash::FlowKey;
+use super::{ListenerId, Phase, Stack, StreamId};
+use crate::tcp::{TimeWaitAction, reset_for};
+use crate::wire::{TcpPacket, TcpRepr};
+
+impl Stack {
+    pub(super) fn receive_tcp<F: FnMut(StreamId, &[u8]) -> usize>(
+        &mut self,
+        src: Ipv4Addr,
+        bytes: &[u8],
+        deliver: &mut F,
+    ) {
+        let ip = self.ip();
+        let Ok(packet) = TcpPacket::new_checked(bytes) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let Ok(seg) = TcpRepr::parse(&packet, src, ip, self.config.checksum) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let local = SocketAddrV4::new(ip, seg.dst_port);
+        let remote = SocketAddrV4::new(src, seg.src_port);
+        if let Some(&index) = self.demux.get(&FlowKey::new(local, remote)) {
+            self.stats.tcp_segments_in += 1;
+            let now = self.now;
+            let Some(e) = self.slot_entry(index) else { return };
+            let completing = e.phase == Phase::SynQueue && seg.ack_number.is_some();
+            let listener = e.listener;
+            if completing
+                && let Some(l) = listener
+                && !self.backlog_has_room(l)
+            {
+                self.stats.listen_drops += 1;
+                return;
+            }
+            let id = self.stream_id(index);
+            if let Some(e) = self.slot_entry(index) {
+                if e.app_owned {
+                    e.conn.handle_segment_with(now, &seg, |data| deliver(id, data));
+                } else {
+                    e.conn.handle_segment(now, &seg);
+                }
+            }
+            self.settle(index);
+            self.mark_ready(index);
+            return;
+        }
+        let key = FlowKey::new(local, remote);
+        if let Some(record) = self.time_wait.get_mut(&key) {
+            self.stats.tcp_segments_in += 1;
+            let before = record.expires(self.epoch);
+            let action = record.handle_segment(&self.config.tcp, self.epoch, self.now, &seg);
+            let after = record.expires(self.epoch);
+            match action {
+                TimeWaitAction::Ignore => {}
+                TimeWaitAction::Reply(ack) => self.send_tcp_control(local, remote, &ack),
+                TimeWaitAction::Close => {
+                    self.time_wait.remove(&key);
+                }
+            }
+            if action != TimeWaitAction::Close && after != before {
+                // A retransmitted FIN restarted 2·MSL.
+                self.time_wait_queue(after, key);
+            }
+            self.time_wait_trim();
+            return;
+        }
+        if let Some(&li) = self.listener_ports.get(&seg.dst_port) {
+            self.stats.tcp_segments_in += 1;
+            let generation = self.listeners.generation(li).unwrap_or(0);
+            self.listener_segment(ListenerId { index: li, generation }, local, remote, &seg);
+            return;
+        }
+        self.stats.tcp_no_socket += 1;
+        if let Some(rst) = reset_for(&seg) {
+            self.send_tcp_control(local, remote, &rst);
+        }
+    }
+}
