@@ -30,10 +30,10 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::bar::MappedBar;
 use crate::hw::{DmaError, DmaGuard, DmaMapping, DmaMemory, DmaSpace, Iova, Mmio, Translation};
-use crate::pagemap::{self, Pagemap, PagemapError};
-use crate::pci::{self, PCI_COMMAND, PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, PciAddress};
+use crate::platform::bar::MappedBar;
+use crate::platform::pagemap::{self, Pagemap, PagemapError};
+use crate::platform::pci::{self, PCI_COMMAND, PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, PciAddress};
 use crate::platform::{GroupMember, OpenError};
 
 /// The size of the hugepages the fallback uses.

@@ -25,7 +25,7 @@
 //!
 //! With `enable_unsafe_noiommu_mode` the group node is `/dev/vfio/noiommu-N` and the container uses the
 //! no-IOMMU model: there is no DMA mapping, so the device's DMA space is the hugepage/pagemap one of
-//! [`crate::sysfs::HugepageDma`], with the same warning as the sysfs fallback.
+//! [`HugepageDma`], with the same warning as the sysfs fallback.
 //!
 //! Its ioctls need a device bound to vfio-pci: `crates/ixgbe-vfio/tests/qemu_vfio.rs` runs this module
 //! in a QEMU guest with an emulated Intel IOMMU (`scripts/qemu-vfio-guest.sh`, the
@@ -33,8 +33,8 @@
 //! Each return value is checked and turned into an [`OpenError`] or [`DmaError`].
 //!
 //! ```no_run
-//! use ixgbe_vfio::pci::PciAddress;
-//! use ixgbe_vfio::vfio::VfioContainer;
+//! use ixgbe_vfio::platform::pci::PciAddress;
+//! use ixgbe_vfio::platform::vfio::VfioContainer;
 //!
 //! let container = VfioContainer::open()?;
 //! let nic = container.open_device(&PciAddress::parse("0000:03:00.0")?)?;
@@ -68,12 +68,12 @@ use vfio_bindings::bindings::vfio::{
     vfio_iommu_type1_dma_unmap, vfio_irq_info, vfio_irq_set, vfio_region_info,
 };
 
-use crate::bar::MappedBar;
 use crate::hw::{DmaError, DmaGuard, DmaMapping, DmaMemory, DmaSpace, Iova, Mmio, Translation};
-use crate::pagemap::system_page_size;
-use crate::pci::{PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, PciAddress};
 use crate::platform::OpenError;
-use crate::sysfs::{self, HugepageDma, PciFunction, SysfsRoot};
+use crate::platform::bar::MappedBar;
+use crate::platform::pagemap::system_page_size;
+use crate::platform::pci::{PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, PciAddress};
+use crate::platform::sysfs::{self, HugepageDma, PciFunction, SysfsRoot};
 
 /// The VFIO ioctl request numbers: the one place they are defined.
 ///

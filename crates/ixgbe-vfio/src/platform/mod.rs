@@ -1,14 +1,14 @@
 //! Opening a real 82599: [`open`] validates the PCI address, checks sysfs, and returns the register
 //! window ([`Mmio`]) and the DMA space ([`DmaSpace`]) the driver runs on, through VFIO when the device is
-//! bound to `vfio-pci` ([`crate::vfio`]) and through the unsafe no-IOMMU sysfs fallback
-//! ([`crate::sysfs`]) only when the caller allows it.
+//! bound to `vfio-pci` ([`vfio`]) and through the unsafe no-IOMMU sysfs fallback ([`sysfs`]) only
+//! when the caller allows it.
 //!
 //! Every error says what is wrong and how to fix it: the bind commands, the other members of a
 //! non-viable IOMMU group, how to reserve hugepages, who owns `/dev/vfio/N`.
 //!
 //! ```no_run
 //! use ixgbe_vfio::platform::OpenOptions;
-//! use ixgbe_vfio::vfio::VfioContainer;
+//! use ixgbe_vfio::platform::vfio::VfioContainer;
 //! use netchannel::pool::{HugePages, Pool};
 //!
 //! // One device: `open` makes its own VFIO container.
@@ -36,10 +36,16 @@ use std::sync::Arc;
 use netchannel::pool::Pool;
 
 use crate::hw::{DmaError, DmaMapping, DmaSpace, Mmio};
-use crate::pagemap::PagemapError;
-use crate::pci::{IXGBE_82599_DEVICE_IDS, ParsePciAddressError, PciAddress};
-use crate::sysfs::{PciFunction, SysfsDevice, SysfsRoot};
-use crate::vfio::{IommuKind, VfioContainer, VfioDevice};
+
+pub mod bar;
+pub mod pagemap;
+pub mod pci;
+pub mod sysfs;
+pub mod vfio;
+use crate::platform::pagemap::PagemapError;
+use crate::platform::pci::{IXGBE_82599_DEVICE_IDS, ParsePciAddressError, PciAddress};
+use crate::platform::sysfs::{PciFunction, SysfsDevice, SysfsRoot};
+use crate::platform::vfio::{IommuKind, VfioContainer, VfioDevice};
 
 /// A member of an IOMMU group, as listed in an [`OpenError::GroupNotViable`].
 #[derive(Clone, Debug, PartialEq, Eq)]
