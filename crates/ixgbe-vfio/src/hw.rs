@@ -3,7 +3,7 @@
 //!
 //! Two implementations of each exist: the real thing (BAR0 mapped through VFIO or sysfs, memory
 //! mapped into the IOMMU or pinned with known physical addresses; [`crate::platform::vfio`],
-//! [`crate::platform::sysfs`]) and the behavioural model of the 82599 ([`crate::sim`]). The driver
+//! [`crate::platform::noiommu`]) and the behavioural model of the 82599 ([`crate::sim`]). The driver
 //! ([`crate::driver`]) is written once against these traits, so every line of it runs in the tests.
 //!
 //! # Descriptor memory protocol

@@ -8,7 +8,7 @@
 //! * [`sim`]: the behavioural model of the 82599.
 //! * [`driver`]: the driver, written once against [`hw`].
 //! * [`platform`]: what gives the driver a real device: [`platform::open`], over VFIO
-//!   ([`platform::vfio`]) or the sysfs fallback ([`platform::sysfs`]).
+//!   ([`platform::vfio`]) or the no-IOMMU sysfs fallback ([`platform::noiommu`]).
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod driver;

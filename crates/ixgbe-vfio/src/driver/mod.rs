@@ -1,5 +1,5 @@
 //! The 82599 driver, written once against [`Mmio`] and [`DmaSpace`] so that it runs unchanged on a
-//! real BAR ([`crate::platform::vfio`], [`crate::platform::sysfs`]) and on the behavioural model
+//! real BAR ([`crate::platform::vfio`], [`crate::platform::noiommu`]) and on the behavioural model
 //! ([`crate::sim`]).
 //!
 //! [`Ixgbe::init`] runs the datasheet's initialization sequence (82599 datasheet §4.6.3, summarized

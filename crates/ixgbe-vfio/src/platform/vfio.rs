@@ -68,12 +68,13 @@ use vfio_bindings::bindings::vfio::{
     vfio_iommu_type1_dma_unmap, vfio_irq_info, vfio_irq_set, vfio_region_info,
 };
 
+use super::bar::MappedBar;
+use super::error::{OpenError, classify_open_error};
+use super::noiommu::{self, HugepageDma};
+use super::pagemap::system_page_size;
+use super::pci::{PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, PciAddress, set_command_bits};
+use super::sysfs::{PciFunction, SysfsRoot};
 use crate::hw::{DmaError, DmaGuard, DmaMapping, DmaMemory, DmaSpace, Iova, Mmio, Translation};
-use crate::platform::OpenError;
-use crate::platform::bar::MappedBar;
-use crate::platform::pagemap::system_page_size;
-use crate::platform::pci::{PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, PciAddress};
-use crate::platform::sysfs::{self, HugepageDma, PciFunction, SysfsRoot};
 
 /// The VFIO ioctl request numbers: the one place they are defined.
 ///
@@ -285,7 +286,7 @@ impl VfioContainer {
                 why: format!("the config space of {address} is not read-write (flags {:#x})", config.flags),
             });
         }
-        let old = sysfs::set_command_bits(&file, config.offset, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER)
+        let old = set_command_bits(&file, config.offset, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER)
             .map_err(|source| OpenError::Io { path: device_path.join("config"), source })?;
         tracing::debug!(pci = %address, command = format_args!("{old:#06x}"), "bus mastering enabled via VFIO");
 
@@ -296,7 +297,7 @@ impl VfioContainer {
         let len = bar0.bar_len();
 
         let dma: Arc<dyn DmaSpace> = if iommu == IommuKind::NoIommu {
-            sysfs::check_physical_dma_ready(root)?;
+            noiommu::check_physical_dma_ready(root)?;
             tracing::warn!(
                 pci = %address,
                 "VFIO no-IOMMU mode for {address}: DMA uses physical addresses of hugepages and nothing \
@@ -454,7 +455,7 @@ fn open_node(path: &Path) -> Result<File, OpenError> {
             source,
             hint: " (another process, a VM or another driver instance, holds this group)",
         },
-        _ => sysfs::classify_open_error(path, source),
+        _ => classify_open_error(path, source),
     })
 }
 

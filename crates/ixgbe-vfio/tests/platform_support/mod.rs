@@ -8,7 +8,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use ixgbe_vfio::platform::sysfs::SysfsRoot;
+use ixgbe_vfio::platform::SysfsRoot;
 
 /// A temporary directory removed on drop.
 #[derive(Debug)]
@@ -125,7 +125,7 @@ impl FakeSysfs {
 
 /// Whether this process reads real physical addresses (root); prints why not.
 pub fn pagemap_readable() -> bool {
-    match ixgbe_vfio::platform::sysfs::probe_pagemap() {
+    match ixgbe_vfio::platform::noiommu::probe_pagemap() {
         Ok(()) => true,
         Err(e) => {
             eprintln!("skipping: physical addresses are not readable here: {e}");
