@@ -1,6 +1,7 @@
 //! What sysfs says about a PCI function: which driver owns it, its IOMMU group and the other members of
 //! that group, its vendor and device ids, the free hugepages, and the commands that bind it to
-//! `vfio-pci`. The no-IOMMU backend built on sysfs is [`super::noiommu`].
+//! `vfio-pci`; plus the one write the no-IOMMU backend makes through it, bus mastering through
+//! `config` ([`PciFunction::enable_bus_master`]). That backend itself is [`super::noiommu`].
 //!
 //! The sysfs root is a parameter ([`SysfsRoot`], `/sys` by default), so tests build fake trees in a
 //! temporary directory and run the same code. The layout used (Linux
