@@ -1,4 +1,4 @@
-//! Drives this crate's VFIO layer ([`ixgbe_vfio::vfio`]) against real devices: the guest program of
+//! Drives this crate's VFIO layer ([`ixgbe_vfio::platform::vfio`]) against real devices: the guest program of
 //! `crates/ixgbe-vfio/tests/qemu_vfio.rs`, which boots it in QEMU with an emulated Intel IOMMU
 //! (`scripts/qemu-vfio-guest.sh`). It uses QEMU's `edu` device (an ID register, a liveness register, a
 //! DMA engine with a 4 KiB buffer at device address 0x40000, and MSI), an `e1000e`, and devices set up
@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ixgbe_vfio::pci::{PCI_COMMAND, PCI_COMMAND_MASTER, PciAddress};
+use ixgbe_vfio::platform::pci::{PCI_COMMAND, PCI_COMMAND_MASTER, PciAddress};
+use ixgbe_vfio::platform::vfio::{IommuKind, IrqKind, VfioContainer, VfioDevice};
 use ixgbe_vfio::platform::{self, Backend, OpenError};
-use ixgbe_vfio::vfio::{IommuKind, IrqKind, VfioContainer, VfioDevice};
 use netchannel::pool::{HugePages, Pool};
 
 /// edu registers (QEMU `docs/specs/edu.rst`).

@@ -2,9 +2,9 @@
 //! DMA ([`DmaSpace`], [`DmaMemory`], [`DmaMapping`]).
 //!
 //! Two implementations of each exist: the real thing (BAR0 mapped through VFIO or sysfs, memory
-//! mapped into the IOMMU or pinned with known physical addresses; [`crate::vfio`], [`crate::sysfs`])
-//! and the behavioural model of the 82599 ([`crate::sim`]). The driver ([`crate::driver`]) is written
-//! once against these traits, so every line of it runs in the tests.
+//! mapped into the IOMMU or pinned with known physical addresses; [`crate::platform::vfio`],
+//! [`crate::platform::noiommu`]) and the behavioural model of the 82599 ([`crate::sim`]). The driver
+//! ([`crate::driver`]) is written once against these traits, so every line of it runs in the tests.
 //!
 //! # Descriptor memory protocol
 //!

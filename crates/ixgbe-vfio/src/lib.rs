@@ -7,16 +7,12 @@
 //! * [`regs`]: the registers and descriptor formats, with their datasheet sections.
 //! * [`sim`]: the behavioural model of the 82599.
 //! * [`driver`]: the driver, written once against [`hw`].
-//! * [`vfio`] and [`sysfs`]: the platform layers that give the driver a real device.
+//! * [`platform`]: what gives the driver a real device: [`platform::open`], over VFIO
+//!   ([`platform::vfio`]) or the no-IOMMU sysfs fallback ([`platform::noiommu`]).
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
-pub mod bar;
 pub mod driver;
 pub mod hw;
-pub mod pagemap;
-pub mod pci;
 pub mod platform;
 pub mod regs;
 pub mod sim;
-pub mod sysfs;
-pub mod vfio;

@@ -10,11 +10,11 @@ mod platform_support;
 use std::fs;
 use std::sync::Arc;
 
-use ixgbe_vfio::bar::MappedBar;
 use ixgbe_vfio::hw::{DmaSpace, Mmio, Translation};
-use ixgbe_vfio::pagemap::{Pagemap, PagemapError, system_page_size};
+use ixgbe_vfio::platform::bar::MappedBar;
+use ixgbe_vfio::platform::noiommu::{HUGEPAGE_SIZE, HugepageDma};
+use ixgbe_vfio::platform::pagemap::{Pagemap, PagemapError, system_page_size};
 use ixgbe_vfio::platform::{Backend, OpenError, OpenOptions, map_pool_region};
-use ixgbe_vfio::sysfs::{HUGEPAGE_SIZE, HugepageDma};
 use netchannel::pool::{HugePages, Pool};
 use platform_support::{FakeSysfs, TempDir, free_hugepages_here, pagemap_readable};
 
@@ -80,7 +80,7 @@ fn kernel_driver_bound_prints_the_bind_commands() {
         assert!(msg.contains(&line), "missing {line:?} in:\n{msg}");
     }
     // With the default root the commands are the real ones.
-    let real = ixgbe_vfio::sysfs::SysfsRoot::default().bind_commands(&NIC.parse().unwrap(), Some("ixgbe"));
+    let real = ixgbe_vfio::platform::SysfsRoot::default().bind_commands(&NIC.parse().unwrap(), Some("ixgbe"));
     assert!(real.contains("echo 0000:03:00.0 > /sys/bus/pci/devices/0000:03:00.0/driver/unbind"), "{real}");
 
     // Allowing the fallback does not let us take a device away from a kernel driver.
@@ -246,7 +246,7 @@ fn pagemap_without_privilege_reports_no_permission() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if std::env::var_os(CHILD).is_some() || euid != 0 {
-        let e = ixgbe_vfio::sysfs::probe_pagemap().unwrap_err();
+        let e = ixgbe_vfio::platform::noiommu::probe_pagemap().unwrap_err();
         assert!(matches!(e, OpenError::Pagemap(PagemapError::NoPermission { .. })), "{e:?}");
         assert!(e.to_string().contains("CAP_SYS_ADMIN"), "{e}");
         return;

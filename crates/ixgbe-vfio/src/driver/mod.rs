@@ -1,5 +1,6 @@
 //! The 82599 driver, written once against [`Mmio`] and [`DmaSpace`] so that it runs unchanged on a
-//! real BAR ([`crate::vfio`], [`crate::sysfs`]) and on the behavioural model ([`crate::sim`]).
+//! real BAR ([`crate::platform::vfio`], [`crate::platform::noiommu`]) and on the behavioural model
+//! ([`crate::sim`]).
 //!
 //! [`Ixgbe::init`] runs the datasheet's initialization sequence (82599 datasheet §4.6.3, summarized
 //! in DESIGN.md §5; the same order as ixy's and DPDK's drivers) and splits the device into
@@ -21,7 +22,7 @@
 //!
 //! # Example
 //!
-//! On the model (on real hardware, `mmio` and `dma` come from [`crate::vfio`] instead, and no one
+//! On the model (on real hardware, `mmio` and `dma` come from [`crate::platform`] instead, and no one
 //! calls `service`):
 //!
 //! ```

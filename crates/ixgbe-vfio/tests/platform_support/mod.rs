@@ -1,5 +1,5 @@
 //! A fake sysfs tree in a temporary directory, shaped like the parts of `/sys` the platform layer and
-//! `scripts/vfio-bind.sh` read (see the module docs of `ixgbe_vfio::sysfs`).
+//! `scripts/vfio-bind.sh` read (see the module docs of `ixgbe_vfio::platform::sysfs`).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -8,7 +8,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use ixgbe_vfio::sysfs::SysfsRoot;
+use ixgbe_vfio::platform::SysfsRoot;
 
 /// A temporary directory removed on drop.
 #[derive(Debug)]
@@ -125,7 +125,7 @@ impl FakeSysfs {
 
 /// Whether this process reads real physical addresses (root); prints why not.
 pub fn pagemap_readable() -> bool {
-    match ixgbe_vfio::sysfs::probe_pagemap() {
+    match ixgbe_vfio::platform::noiommu::probe_pagemap() {
         Ok(()) => true,
         Err(e) => {
             eprintln!("skipping: physical addresses are not readable here: {e}");

@@ -6,6 +6,9 @@
 //! (`ixgbe_type.h`), which is the one public list of 82599 variants.
 
 use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::str::FromStr;
 
 /// Intel's PCI vendor id.
@@ -140,8 +143,22 @@ impl fmt::Display for PciAddress {
     }
 }
 
+/// Read-modify-writes the Command register of a configuration space that starts at `base` in `file`.
+/// Returns the old value.
+pub(crate) fn set_command_bits(file: &File, base: u64, bits: u16) -> io::Result<u16> {
+    let mut buf = [0u8; 2];
+    file.read_exact_at(&mut buf, base + PCI_COMMAND)?;
+    let old = u16::from_le_bytes(buf);
+    if old & bits != bits {
+        file.write_all_at(&(old | bits).to_le_bytes(), base + PCI_COMMAND)?;
+    }
+    Ok(old)
+}
+
 #[cfg(test)]
 mod tests {
+    use std::fs::{self, OpenOptions};
+
     use super::*;
 
     #[test]
@@ -181,5 +198,21 @@ mod tests {
         assert_eq!(ixgbe_82599_variant(0x8086, 0x1528), None, "X540 is not an 82599");
         assert_eq!(ixgbe_82599_variant(0x8086, 0x10ED), None, "the VF is not driven");
         assert_eq!(ixgbe_82599_variant(0x15B3, 0x10FB), None);
+    }
+
+    #[test]
+    fn sysfs_command_register_read_modify_write() {
+        let path = std::env::temp_dir().join(format!("ixgbe-vfio-config-{}", std::process::id()));
+        let mut config = vec![0u8; 256];
+        config[4] = 0x03; // memory + I/O space already on
+        config[5] = 0x04; // interrupt disable
+        fs::write(&path, &config).unwrap();
+        let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let old = set_command_bits(&file, 0, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER).unwrap();
+        assert_eq!(old, 0x0403);
+        let after = fs::read(&path).unwrap();
+        fs::remove_file(&path).unwrap();
+        assert_eq!(u16::from_le_bytes([after[4], after[5]]), 0x0407);
+        assert_eq!(after.iter().filter(|&&b| b != 0).count(), 2, "nothing else written");
     }
 }

@@ -1,8 +1,8 @@
 //! A PCI BAR mapped into the process: [`MappedBar`], the [`Mmio`] of real hardware.
 //!
 //! Both platform layers end here: VFIO maps BAR0 from the device file descriptor at the offset that
-//! `VFIO_DEVICE_GET_REGION_INFO` reports ([`crate::vfio`]), the no-IOMMU fallback maps sysfs
-//! `resource0` at offset 0 ([`crate::sysfs`]). Every access is a volatile 32-bit load or store (device
+//! `VFIO_DEVICE_GET_REGION_INFO` reports ([`super::vfio`]), the no-IOMMU fallback maps sysfs
+//! `resource0` at offset 0 ([`super::noiommu`]). Every access is a volatile 32-bit load or store (device
 //! registers have side effects: the compiler must neither merge, elide nor reorder them), bounds-checked
 //! by [`check_register`], and the registers are little-endian (82599 datasheet §8.1).
 

@@ -1,14 +1,24 @@
 //! Opening a real 82599: [`open`] validates the PCI address, checks sysfs, and returns the register
 //! window ([`Mmio`]) and the DMA space ([`DmaSpace`]) the driver runs on, through VFIO when the device is
-//! bound to `vfio-pci` ([`crate::vfio`]) and through the unsafe no-IOMMU sysfs fallback
-//! ([`crate::sysfs`]) only when the caller allows it.
+//! bound to `vfio-pci` ([`vfio`]) and through the unsafe no-IOMMU sysfs fallback ([`noiommu`]) only
+//! when the caller allows it.
 //!
 //! Every error says what is wrong and how to fix it: the bind commands, the other members of a
 //! non-viable IOMMU group, how to reserve hugepages, who owns `/dev/vfio/N`.
 //!
+//! The layers, each importing only those listed before it (and [`crate::hw`]):
+//!
+//! * [`pci`]: PCI addresses, the 82599 device ids, the Command register;
+//! * [`pagemap`]: physical addresses of our own memory;
+//! * [`bar`]: a mapped BAR, the [`Mmio`] of real hardware;
+//! * [`error`]: [`OpenError`], what went wrong and how to fix it;
+//! * [`sysfs`]: what sysfs says about a PCI function;
+//! * [`noiommu`]: the no-IOMMU backend (sysfs BAR0, hugepage DMA with physical addresses);
+//! * [`vfio`]: the VFIO backend;
+//! * this module: [`open`] and [`OpenOptions`], which pick the backend.
+//!
 //! ```no_run
-//! use ixgbe_vfio::platform::OpenOptions;
-//! use ixgbe_vfio::vfio::VfioContainer;
+//! use ixgbe_vfio::platform::{OpenOptions, VfioContainer};
 //! use netchannel::pool::{HugePages, Pool};
 //!
 //! // One device: `open` makes its own VFIO container.
@@ -29,239 +39,28 @@
 //! ```
 
 use std::fmt;
-use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use netchannel::pool::Pool;
 
 use crate::hw::{DmaError, DmaMapping, DmaSpace, Mmio};
-use crate::pagemap::PagemapError;
-use crate::pci::{IXGBE_82599_DEVICE_IDS, ParsePciAddressError, PciAddress};
-use crate::sysfs::{PciFunction, SysfsDevice, SysfsRoot};
-use crate::vfio::{IommuKind, VfioContainer, VfioDevice};
 
-/// A member of an IOMMU group, as listed in an [`OpenError::GroupNotViable`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GroupMember {
-    /// Its name in `kernel/iommu_groups/N/devices` (a PCI address).
-    pub address: String,
-    /// The driver bound to it, `None` when unbound.
-    pub driver: Option<String>,
-    /// Whether it is a PCI bridge (bridges never block a group).
-    pub bridge: bool,
-}
+pub mod bar;
+pub mod error;
+pub mod noiommu;
+pub mod pagemap;
+pub mod pci;
+pub mod sysfs;
+pub mod vfio;
 
-impl GroupMember {
-    /// Whether this member lets VFIO use the group: unbound, bound to a VFIO driver or `pci-stub`, or a
-    /// bridge.
-    #[must_use]
-    pub fn allows_vfio(&self) -> bool {
-        self.bridge
-            || match self.driver.as_deref() {
-                None => true,
-                Some(d) => {
-                    d == "pci-stub" || d == "pcieport" || d.ends_with("vfio-pci") || d.ends_with("vfio_pci")
-                }
-            }
-    }
-}
-
-/// Renders group members one per line, marking those that block the group.
-struct Members<'a>(&'a [GroupMember]);
-
-impl fmt::Display for Members<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            return write!(f, "    (none: the group holds only this device)");
-        }
-        for (i, m) in self.0.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            let driver = m.driver.as_deref().unwrap_or("no driver");
-            let verdict =
-                if m.allows_vfio() { "ok" } else { "blocks the group: bind it to vfio-pci or unbind it" };
-            write!(f, "    {} (driver: {driver}) {verdict}", m.address)?;
-        }
-        Ok(())
-    }
-}
-
-fn driver_words(driver: Option<&String>) -> String {
-    driver.map_or_else(|| "bound to no driver".to_owned(), |d| format!("bound to {d}"))
-}
-
-fn fallback_words(allowed: bool) -> &'static str {
-    if allowed {
-        ""
-    } else {
-        "\n(without an IOMMU, OpenOptions::allow_unsafe_fallback(true) drives an unbound device through sysfs \
-         instead: unsafe for production)"
-    }
-}
-
-fn id_list() -> String {
-    IXGBE_82599_DEVICE_IDS.iter().map(|(id, _)| format!("{id:#06x}")).collect::<Vec<_>>().join(", ")
-}
-
-/// Why a device could not be opened, and how to fix it.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    /// The PCI address is malformed.
-    #[error(transparent)]
-    InvalidAddress(#[from] ParsePciAddressError),
-    /// Sysfs has no such device.
-    #[error(
-        "no PCI device {address}: {} does not exist; list the Intel NICs with `lspci -D -d 8086:` (the \
-         first column is the address to use)",
-        path.display()
-    )]
-    NoSuchDevice {
-        /// The address asked for.
-        address: PciAddress,
-        /// The sysfs directory that is missing.
-        path: PathBuf,
-    },
-    /// The device is not an 82599.
-    #[error(
-        "{address} is not an Intel 82599: sysfs says vendor {vendor:#06x}, device {device:#06x}; this driver \
-         needs vendor 0x8086 and one of the 82599 device ids ({ids})",
-        ids = id_list()
-    )]
-    NotAn82599 {
-        /// The address.
-        address: PciAddress,
-        /// Its vendor id.
-        vendor: u16,
-        /// Its device id.
-        device: u16,
-    },
-    /// A kernel driver owns the device, or it is unbound and the fallback is not allowed.
-    #[error(
-        "{address} is {}, not vfio-pci. Bind it to vfio-pci as root:\n{commands}\nor run: \
-         scripts/vfio-bind.sh {address}{}",
-        driver_words(driver.as_ref()),
-        fallback_words(*fallback_allowed)
-    )]
-    NotBoundToVfio {
-        /// The address.
-        address: PciAddress,
-        /// The driver that owns it (`None`: unbound).
-        driver: Option<String>,
-        /// The shell commands that bind it, one per line.
-        commands: String,
-        /// Whether the caller allowed the sysfs fallback (the message mentions it when not).
-        fallback_allowed: bool,
-    },
-    /// Another device in the IOMMU group is owned by a kernel driver.
-    #[error(
-        "IOMMU group {group} of {address} is not viable: VFIO hands out a device only when every device \
-         in its group is bound to vfio-pci (or to no driver). The other devices in {}:\n{}\nBind each \
-         blocking device to vfio-pci as well (scripts/vfio-bind.sh ADDRESS), or move the NIC to a slot \
-         with a group of its own",
-        devices_dir.display(),
-        Members(peers)
-    )]
-    GroupNotViable {
-        /// The address.
-        address: PciAddress,
-        /// The group number.
-        group: u32,
-        /// `kernel/iommu_groups/N/devices`.
-        devices_dir: PathBuf,
-        /// The other members of the group.
-        peers: Vec<GroupMember>,
-    },
-    /// The device has no IOMMU group: the IOMMU is off or absent.
-    #[error(
-        "{address} has no IOMMU group ({} is missing): the IOMMU is off. Turn it on with `intel_iommu=on \
-         iommu=pt` (or `amd_iommu=on`) on the kernel command line and reboot; or, for development only, \
-         use `modprobe vfio enable_unsafe_noiommu_mode=1` (scripts/vfio-bind.sh --noiommu), or the sysfs \
-         fallback (OpenOptions::allow_unsafe_fallback)",
-        path.display()
-    )]
-    NoIommuGroup {
-        /// The address.
-        address: PciAddress,
-        /// The missing `iommu_group` link.
-        path: PathBuf,
-    },
-    /// `/dev/vfio/vfio` or the group's device node is missing.
-    #[error("VFIO is not available: {}: {source}; load it with `modprobe vfio-pci` (as root) and bind the NIC (scripts/vfio-bind.sh)", path.display())]
-    VfioUnavailable {
-        /// The missing node.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// Opening a device node or sysfs file was refused.
-    #[error(
-        "permission denied opening {} ({owner}; this process runs as uid {euid}): run as root, or give \
-         your user the file (`chown $USER {}`) and enough locked memory for DMA (`ulimit -l unlimited`, \
-         or a memlock line in /etc/security/limits.conf)",
-        path.display(),
-        path.display()
-    )]
-    PermissionDenied {
-        /// The file.
-        path: PathBuf,
-        /// Its owner and mode, as text.
-        owner: String,
-        /// The effective uid of this process.
-        euid: u32,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// A VFIO ioctl failed.
-    #[error("{op} on {} failed: {source}{hint}", path.display())]
-    Vfio {
-        /// The ioctl.
-        op: &'static str,
-        /// The file it was issued on.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
-        /// What to try, or empty.
-        hint: &'static str,
-    },
-    /// The kernel's VFIO lacks something this driver needs.
-    #[error("unsupported VFIO: {why}")]
-    VfioUnsupported {
-        /// What is missing.
-        why: String,
-    },
-    /// BAR0 cannot be mapped.
-    #[error("cannot map BAR0 of {address}: {why}")]
-    Bar {
-        /// The address.
-        address: PciAddress,
-        /// What went wrong.
-        why: String,
-    },
-    /// No 2 MiB hugepages are free (the no-IOMMU paths need them).
-    #[error(
-        "no free 2 MiB hugepages ({free} free): without an IOMMU, DMA memory must be hugepages. Reserve \
-         them as root: `{command}` (or scripts/vfio-bind.sh --hugepages 512)"
-    )]
-    NoHugepages {
-        /// Free hugepages found.
-        free: u64,
-        /// The command that reserves 512 of them.
-        command: String,
-    },
-    /// Physical addresses cannot be read (no-IOMMU paths).
-    #[error(transparent)]
-    Pagemap(#[from] PagemapError),
-    /// Reading a sysfs file failed.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
-    },
-}
+pub use error::{GroupMember, OpenError};
+use noiommu::SysfsDevice;
+pub use pci::PciAddress;
+use sysfs::PciFunction;
+pub use sysfs::SysfsRoot;
+pub use vfio::VfioContainer;
+use vfio::{IommuKind, VfioDevice};
 
 /// How a [`Device`] reaches the hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
