@@ -10,6 +10,7 @@ use super::buffer::{Assembler, RingBuffer};
 use super::congestion::CongestionControl;
 use super::prepared::{PreparedSegments, PreparedSlice};
 use super::rtt::RttEstimator;
+use super::rules::{self, acceptable};
 use super::sack::{RecentBlocks, Scoreboard};
 use super::time_wait::{TimeWait, TimeWaitParts};
 use super::{Config, ConnectionError, State, Stats, Transmit, reset_for};
@@ -31,17 +32,12 @@ const MIN_PATH_MTU: usize = 68;
 const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
 /// The largest window scale shift (RFC 7323 §2.3).
 const MAX_WSCALE: u8 = 14;
-/// The shortest interval between ACKs answering unacceptable bare segments (Linux's
-/// `tcp_invalid_ratelimit` default).
-pub(super) const OOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
 /// The persist timer's shortest interval, whatever the RTO (Linux's `tcp_probe0_base` takes the
 /// same floor, `TCP_RTO_MIN`): a connection configured with a tiny minimum RTO still probes a
 /// closed window at a pace the peer can answer.
 const MIN_PERSIST: Duration = Duration::from_millis(200);
 /// The most retransmissions whose loss is tracked in SACK recovery.
 const MAX_RXT_MARKS: usize = 16;
-/// TS.Recent older than this is no longer valid for PAWS (RFC 7323 §5.5: 24 days).
-pub(super) const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 /// The most pieces (runs of ring bytes and prepared contents) the send stream holds once prepared
 /// content was queued: [`Connection::send_prepared`] refuses more.
 const MAX_SEND_PIECES: usize = 64;
@@ -1104,18 +1100,13 @@ impl Connection {
     /// An RFC 5961 challenge ACK (§3.2 RST, §4.2 SYN, §5.2 ACK), at most
     /// [`Config::challenge_ack_limit`] per second (§7).
     fn rfc5961_challenge_ack(&mut self, now: Instant) {
-        let (start, sent) = match self.challenge_window {
-            Some((start, sent)) if now.saturating_duration_since(start) < Duration::from_secs(1) => {
-                (start, sent)
-            }
-            _ => (now, 0),
-        };
-        if sent >= self.config.challenge_ack_limit {
+        let (window, allowed) =
+            rules::challenge_ack(self.challenge_window, now, self.config.challenge_ack_limit);
+        self.challenge_window = Some(window);
+        if !allowed {
             self.stats.challenge_acks_suppressed += 1;
-            self.challenge_window = Some((start, sent));
             return;
         }
-        self.challenge_window = Some((start, sent + 1));
         self.stats.challenge_acks += 1;
         self.challenge_ack();
     }
@@ -1152,8 +1143,7 @@ impl Connection {
         if self.ts_ok
             && !rst
             && let Some(ts) = seg.timestamp
-            && SeqNumber::new(ts.tsval) < SeqNumber::new(self.ts_recent)
-            && now.saturating_duration_since(self.ts_recent_at) < PAWS_IDLE
+            && rules::paws_rejects(ts.tsval, self.ts_recent, self.ts_recent_at, now)
         {
             self.challenge_ack();
             return;
@@ -1173,8 +1163,7 @@ impl Connection {
             // Answer with an ACK; for segments without data or flags at most once per
             // OOW_ACK_INTERVAL, so that two ends can never ping-pong ACKs.
             let bare = seg.payload.is_empty() && seg.control == TcpControl::None;
-            let limited = bare
-                && self.last_oow_ack.is_some_and(|t| now.saturating_duration_since(t) < OOW_ACK_INTERVAL);
+            let limited = rules::oow_ack_limited(bare, self.last_oow_ack, now);
             if !limited {
                 self.challenge_ack();
                 if bare {
@@ -1234,8 +1223,7 @@ impl Connection {
         // TS.Recent (RFC 7323 §4.3).
         if self.ts_ok
             && let Some(ts) = seg.timestamp
-            && seg.seq_number <= self.last_ack_sent
-            && SeqNumber::new(ts.tsval) >= SeqNumber::new(self.ts_recent)
+            && rules::ts_recent_updates(seg.seq_number, self.last_ack_sent, ts.tsval, self.ts_recent)
         {
             self.ts_recent = ts.tsval;
             self.ts_recent_at = now;
@@ -1384,7 +1372,7 @@ impl Connection {
     /// Returns false when the segment must be dropped.
     fn handle_ack(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: SeqNumber) -> bool {
         let highest = self.probe_end.map_or(self.snd_max, |p| self.snd_max.max(p));
-        if ack > highest || ack < self.snd_una - self.max_snd_wnd {
+        if rules::ack_out_of_range(ack, self.snd_una, highest, self.max_snd_wnd) {
             self.rfc5961_challenge_ack(now);
             return false;
         }
@@ -1962,22 +1950,5 @@ impl Connection {
             }
         }
         interval.min(super::rtt::MAX_RTO)
-    }
-}
-
-/// The acceptability test of RFC 9293 §3.10.7.4 for a segment of `len` at `seq` against a
-/// receive window of `wnd` bytes from `rcv_nxt` (the connection's, and its TIME-WAIT record's),
-/// except that a segment without data is also accepted at the right edge of the window (as
-/// Linux's `tcp_sequence` does). Our pure ACKs go out at SND.MAX; when we filled the peer's window while its RCV.NXT lags behind a hole, SND.MAX
-/// *is* its right edge, and if both ends are in that state (each one's ACKs lost, each one
-/// resending data the other already has, which is dropped as old without its ACK being
-/// looked at) a strict test deadlocks the connection. The random-fault pair test found it.
-pub(super) fn acceptable(rcv_nxt: SeqNumber, wnd: usize, seq: SeqNumber, len: usize) -> bool {
-    let in_window = |s: SeqNumber| rcv_nxt <= s && s < rcv_nxt + wnd;
-    match (len, wnd) {
-        (0, 0) => seq == rcv_nxt,
-        (0, _) => rcv_nxt <= seq && seq <= rcv_nxt + wnd,
-        (_, 0) => false,
-        _ => in_window(seq) || in_window(seq + (len - 1)),
     }
 }

@@ -122,6 +122,7 @@ mod congestion;
 mod connection;
 mod prepared;
 mod rtt;
+mod rules;
 mod sack;
 mod time_wait;
 
