@@ -1,7 +1,5 @@
 //! [`Connection`]: one TCB and its state machine. See the [module documentation](super).
 
-use std::collections::VecDeque;
-use std::fmt;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +10,7 @@ use super::prepared::{PreparedSegments, PreparedSlice};
 use super::rtt::RttEstimator;
 use super::rules::{self, acceptable};
 use super::sack::{RecentBlocks, Scoreboard};
+use super::send_stream::SendStream;
 use super::time_wait::{TimeWait, TimeWaitParts};
 use super::{Config, ConnectionError, State, Stats, Transmit, reset_for};
 use crate::wire::tcp::{SackBlocks, Timestamp};
@@ -38,37 +37,6 @@ const MAX_WSCALE: u8 = 14;
 const MIN_PERSIST: Duration = Duration::from_millis(200);
 /// The most retransmissions whose loss is tracked in SACK recovery.
 const MAX_RXT_MARKS: usize = 16;
-/// The most pieces (runs of ring bytes and prepared contents) the send stream holds once prepared
-/// content was queued: [`Connection::send_prepared`] refuses more.
-const MAX_SEND_PIECES: usize = 64;
-
-/// A run of the send stream, once prepared content was queued (see [`Connection::send_prepared`]).
-enum Piece {
-    /// This many bytes of the send ring.
-    Ring(usize),
-    /// `len` bytes of prepared content from offset `start`, held by reference.
-    Prepared { segments: Arc<PreparedSegments>, start: usize, len: usize },
-}
-
-impl Piece {
-    fn len(&self) -> usize {
-        match self {
-            Self::Ring(len) | Self::Prepared { len, .. } => *len,
-        }
-    }
-}
-
-impl fmt::Debug for Piece {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Ring(len) => write!(f, "Ring({len})"),
-            Self::Prepared { segments, start, len } => {
-                write!(f, "Prepared {{ of: {}, start: {start}, len: {len} }}", segments.len())
-            }
-        }
-    }
-}
-
 /// A TCP connection (one TCB): a sans-IO state machine. See the [module documentation](super)
 /// for the calling contract.
 #[derive(Debug)]
@@ -100,18 +68,8 @@ pub struct Connection {
     fin_queued: bool,
     /// The sequence number of our FIN, once sent.
     fin_seq: Option<SeqNumber>,
-    /// Bytes from the first unacknowledged data byte on (all of them while `send_pieces` is
-    /// empty; else the runs of `Piece::Ring`).
-    send_buf: RingBuffer,
-    /// The send stream as runs of ring bytes and prepared content, once prepared content was
-    /// queued; empty otherwise (then the ring holds the whole stream).
-    send_pieces: VecDeque<Piece>,
-    /// Bytes of prepared content in `send_pieces`.
-    prepared_len: usize,
-    /// `poll_transmit_prepared` is running: payload in prepared content is lent, not copied.
-    lend: bool,
-    /// The payload lent by the last read in lending mode.
-    lent: Option<PreparedSlice>,
+    /// What is queued to send, from the first unacknowledged data byte on.
+    stream: SendStream,
 
     // Receive sequence space.
     irs: SeqNumber,
@@ -234,11 +192,7 @@ impl Connection {
             syn_acked: false,
             fin_queued: false,
             fin_seq: None,
-            send_buf: RingBuffer::new(config.send_buffer),
-            send_pieces: VecDeque::new(),
-            prepared_len: 0,
-            lend: false,
-            lent: None,
+            stream: SendStream::new(config.send_buffer),
             irs: SeqNumber::default(),
             rcv_nxt: SeqNumber::default(),
             rcv_adv: SeqNumber::default(),
@@ -388,7 +342,7 @@ impl Connection {
     /// Whether [`send`](Self::send) accepts at least one byte now.
     #[must_use]
     pub fn is_writable(&self) -> bool {
-        self.may_send() && self.send_buf.free() > 0
+        self.may_send() && self.stream.free() > 0
     }
 
     /// Whether the connection is closed (normally, or with an [`error`](Self::error)).
@@ -418,7 +372,7 @@ impl Connection {
     /// Bytes in the send buffer (unsent, and sent but unacknowledged).
     #[must_use]
     pub fn send_queue(&self) -> usize {
-        self.send_len()
+        self.stream.len()
     }
 
     /// Whether both SYNs carried SACK-permitted (RFC 2018).
@@ -529,7 +483,7 @@ impl Connection {
     /// Bytes of storage the send and receive rings hold now (tests check they are released).
     #[cfg(test)]
     pub(crate) fn buffers_allocated(&self) -> (usize, usize) {
-        (self.send_buf.allocated(), self.recv_buf.allocated())
+        (self.stream.allocated(), self.recv_buf.allocated())
     }
 
     fn may_send(&self) -> bool {
@@ -551,14 +505,7 @@ impl Connection {
         if !self.may_send() {
             return 0;
         }
-        let n = self.send_buf.enqueue_slice(data);
-        if n > 0 && !self.send_pieces.is_empty() {
-            match self.send_pieces.back_mut() {
-                Some(Piece::Ring(len)) => *len += n,
-                _ => self.send_pieces.push_back(Piece::Ring(n)),
-            }
-        }
-        n
+        self.stream.push(data)
     }
 
     /// Queues prepared content to send after what is queued, by reference: its bytes are not
@@ -569,126 +516,10 @@ impl Connection {
     /// the current segment size, so that their payload sums come from the table (see
     /// [`poll_transmit_prepared`](Self::poll_transmit_prepared)).
     pub fn send_prepared(&mut self, segments: &Arc<PreparedSegments>) -> bool {
-        if !self.may_send() || self.send_pieces.len() >= MAX_SEND_PIECES {
+        if !self.may_send() {
             return false;
         }
-        if segments.is_empty() {
-            return true;
-        }
-        if self.send_pieces.is_empty() && !self.send_buf.is_empty() {
-            self.send_pieces.push_back(Piece::Ring(self.send_buf.len()));
-        }
-        let len = segments.len();
-        self.send_pieces.push_back(Piece::Prepared { segments: Arc::clone(segments), start: 0, len });
-        self.prepared_len += len;
-        true
-    }
-
-    /// Bytes of the send stream from the first unacknowledged data byte on.
-    fn send_len(&self) -> usize {
-        self.send_buf.len() + self.prepared_len
-    }
-
-    /// Drops `n` acknowledged bytes from the front of the send stream.
-    fn send_dequeue(&mut self, mut n: usize) {
-        while n > 0
-            && let Some(front) = self.send_pieces.front_mut()
-        {
-            let k = n.min(front.len());
-            match front {
-                Piece::Ring(len) => {
-                    self.send_buf.dequeue_allocated(k);
-                    *len -= k;
-                }
-                Piece::Prepared { start, len, .. } => {
-                    *start += k;
-                    *len -= k;
-                    self.prepared_len -= k;
-                }
-            }
-            n -= k;
-            if front.len() == 0 {
-                self.send_pieces.pop_front();
-            }
-        }
-        if self.send_pieces.is_empty() {
-            self.send_buf.dequeue_allocated(n);
-        }
-    }
-
-    /// The piece holding stream offset `offset`: its index, the offset of its first byte, and the
-    /// ring offset of its first byte (the ring bytes of the pieces before it).
-    fn send_piece_at(&self, offset: usize) -> Option<(usize, usize, usize)> {
-        let (mut pos, mut ring) = (0, 0);
-        for (i, p) in self.send_pieces.iter().enumerate() {
-            let len = p.len();
-            if offset < pos + len {
-                return Some((i, pos, ring));
-            }
-            pos += len;
-            if let Piece::Ring(_) = p {
-                ring += len;
-            }
-        }
-        None
-    }
-
-    /// Reads the send stream from `offset` into `buf` without removing it; returns how many bytes.
-    /// In lending mode, a read starting in prepared content lends it instead (`self.lent`, up to
-    /// the end of its piece; `buf` untouched).
-    fn send_read(&mut self, offset: usize, buf: &mut [u8]) -> usize {
-        if self.send_pieces.is_empty() {
-            return self.send_buf.read_allocated(offset, buf);
-        }
-        let Some((idx, pos, mut ring)) = self.send_piece_at(offset) else { return 0 };
-        let mut within = offset - pos;
-        if self.lend
-            && let Piece::Prepared { segments, start, len } = &self.send_pieces[idx]
-        {
-            let n = buf.len().min(len - within);
-            if n > 0 {
-                self.lent =
-                    Some(PreparedSlice { segments: Arc::clone(segments), offset: start + within, len: n });
-            }
-            return n;
-        }
-        let mut copied = 0;
-        for p in self.send_pieces.iter().skip(idx) {
-            if copied == buf.len() {
-                break;
-            }
-            let k = (buf.len() - copied).min(p.len() - within);
-            match p {
-                Piece::Ring(len) => {
-                    self.send_buf.read_allocated(ring + within, &mut buf[copied..copied + k]);
-                    ring += len;
-                }
-                Piece::Prepared { segments, start, .. } => {
-                    let from = start + within;
-                    buf[copied..copied + k].copy_from_slice(&segments.data()[from..from + k]);
-                }
-            }
-            copied += k;
-            within = 0;
-        }
-        copied
-    }
-
-    /// Where a segment starting at stream offset `offset` should end early so that prepared
-    /// content is emitted in its own segments, aligned to its cuts of `mss` bytes: at most this
-    /// many bytes (`None`: no limit).
-    fn prepared_limit(&self, offset: usize, mss: usize) -> Option<usize> {
-        let (idx, pos, _) = self.send_piece_at(offset)?;
-        let within = offset - pos;
-        match &self.send_pieces[idx] {
-            Piece::Prepared { segments, start, len } => {
-                let at = start + within;
-                Some((len - within).min(segments.next_boundary(at, mss) - at))
-            }
-            // Ring bytes before prepared content end their segment where it starts.
-            Piece::Ring(len) if idx + 1 < self.send_pieces.len() => Some(len - within),
-            Piece::Ring(_) => None,
-        }
+        self.stream.push_prepared(segments)
     }
 
     /// Reads received bytes in order; returns how many (0 when none are buffered; see
@@ -783,7 +614,7 @@ impl Connection {
         self.probe_pending = false;
         self.keepalive_pending = false;
         self.fast_rexmit = false;
-        self.send_dequeue(usize::MAX);
+        self.stream.dequeue(usize::MAX);
         self.sack_recent.clear();
         self.release_storage();
     }
@@ -795,10 +626,7 @@ impl Connection {
     /// [`recv`](Self::recv); no data is accepted after the peer's FIN or in CLOSED). What remains is
     /// the sequence state that answers a retransmitted FIN.
     fn release_storage(&mut self) {
-        self.send_buf.release();
-        if self.send_pieces.is_empty() {
-            self.send_pieces = VecDeque::new();
-        }
+        self.stream.release();
         self.ooo.release();
         self.scoreboard = Scoreboard::default();
         self.rxt_marks = Vec::new();
@@ -1402,7 +1230,7 @@ impl Connection {
             if self.fin_seq.is_some_and(|f| ack > f && self.snd_una <= f) {
                 data_acked = data_acked.saturating_sub(1);
             }
-            self.send_dequeue(data_acked);
+            self.stream.dequeue(data_acked);
             self.sample_rtt(now, seg, ack);
             self.retries = 0;
             self.snd_una = ack;
@@ -1514,7 +1342,7 @@ impl Connection {
         let mss = self.snd_mss;
         let flight = distance(self.snd_una, self.snd_max);
         let sent = distance(self.send_base(), self.snd_max);
-        let unsent = self.send_len().saturating_sub(sent);
+        let unsent = self.stream.len().saturating_sub(sent);
         let room = self.snd_wnd.min(self.cc.window()).saturating_sub(flight);
         // The FIN is never SACKed: the data ends before it.
         let data_end = self.fin_seq.filter(|&f| f < self.snd_max).unwrap_or(self.snd_max);
@@ -1695,11 +1523,9 @@ impl Connection {
         now: Instant,
         buf: &mut [u8],
     ) -> Option<(Transmit, Option<PreparedSlice>)> {
-        self.lend = true;
-        self.lent = None;
+        self.stream.start_lending();
         let t = self.poll_transmit(now, buf);
-        self.lend = false;
-        let lent = self.lent.take();
+        let lent = self.stream.stop_lending();
         let t = t?;
         debug_assert!(
             lent.as_ref().is_none_or(|l| l.len == t.payload_len),
@@ -1789,7 +1615,7 @@ impl Connection {
     ) -> Option<Transmit> {
         let offset = distance(self.send_base(), seq);
         let len = len.min(buf.len());
-        let n = self.send_read(offset, &mut buf[..len]);
+        let n = self.stream.read(offset, &mut buf[..len]);
         let fin = self.fin_seq.is_some_and(|f| seq + n == f);
         let end = seq + n + usize::from(fin);
         self.high_rxt = self.high_rxt.max(if n == 0 && !fin { seq + len } else { end });
@@ -1825,7 +1651,7 @@ impl Connection {
         }
         let base = self.send_base();
         let sent = distance(base, self.snd_nxt);
-        let buffered = self.send_len();
+        let buffered = self.stream.len();
         let unsent = buffered.saturating_sub(sent);
         let data_end = base + buffered;
         let fin_pending = self.fin_queued
@@ -1866,8 +1692,8 @@ impl Connection {
             clipped = true;
         }
         // Prepared content goes in its own segments, on its cuts (their sums are precomputed).
-        if !self.send_pieces.is_empty()
-            && let Some(limit) = self.prepared_limit(sent, mss)
+        if self.stream.has_pieces()
+            && let Some(limit) = self.stream.prepared_limit(sent, mss)
             && limit < size
         {
             size = limit;
@@ -1892,7 +1718,7 @@ impl Connection {
         }
         self.force_send = false;
         let seq = self.snd_nxt;
-        let n = self.send_read(sent, &mut buf[..size]);
+        let n = self.stream.read(sent, &mut buf[..size]);
         let control = if fin { TcpControl::Fin } else { TcpControl::None };
         let mut repr = self.header(now, control, seq);
         repr.push = n > 0 && ends_data;
@@ -1925,7 +1751,7 @@ impl Connection {
         if self.snd_wnd != 0 || buf.is_empty() {
             return None;
         }
-        let n = self.send_read(sent, &mut buf[..1]);
+        let n = self.stream.read(sent, &mut buf[..1]);
         if n == 0 {
             return None;
         }

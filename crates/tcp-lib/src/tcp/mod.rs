@@ -124,6 +124,7 @@ mod prepared;
 mod rtt;
 mod rules;
 mod sack;
+mod send_stream;
 mod time_wait;
 
 #[cfg(test)]
