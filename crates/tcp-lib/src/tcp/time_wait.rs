@@ -4,7 +4,7 @@
 //! answer segments (a retransmitted FIN with an ACK and a restarted 2·MSL timer, an exact RST by
 //! closing, a SYN or anything out of the window with a rate-limited ACK, PAWS with timestamps)
 //! until 2·MSL has passed. [`TimeWait`] keeps exactly the state those answers read and write, in
-//! 72 bytes instead of the whole TCB (1120), and answers every segment as the connection would:
+//! 72 bytes instead of the whole TCB (1144), and answers every segment as the connection would:
 //! the differential test in `tests/time_wait.rs` feeds random segments to both.
 //!
 //! Instants are kept as signed nanoseconds from a `base` instant that the owner passes to every
@@ -80,7 +80,7 @@ pub(crate) enum TimeWaitAction {
 /// 72 bytes. Built by `Connection::time_wait_record`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TimeWait {
-    /// End of 2·MSL (the connection's `time_wait_at`).
+    /// End of 2·MSL (the connection's `timers.time_wait`).
     expires: i64,
     /// When TS.Recent was recorded (PAWS ages it out after [`PAWS_IDLE`](rules::PAWS_IDLE)).
     ts_recent_at: i64,
