@@ -56,7 +56,7 @@ fn since(now: i64, then: i64) -> i64 {
     now.saturating_sub(then).max(0)
 }
 
-/// The record's instants, nanoseconds from the owner's `base`, as the [rules](super::rules) read
+/// The record's instants, nanoseconds from the owner's `base`, as the [`rules`] read
 /// them.
 impl Moment for i64 {
     #[inline]

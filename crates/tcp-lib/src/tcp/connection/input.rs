@@ -134,7 +134,7 @@ impl Connection {
     }
 
     /// An RFC 5961 challenge ACK (§3.2 RST, §4.2 SYN, §5.2 ACK), at most
-    /// [`Config::challenge_ack_limit`] per second (§7).
+    /// [`Config::challenge_ack_limit`](crate::tcp::Config::challenge_ack_limit) per second (§7).
     pub(super) fn rfc5961_challenge_ack(&mut self, now: Instant) {
         let (window, allowed) =
             rules::challenge_ack(self.limits.challenge, now, self.config.challenge_ack_limit);
