@@ -34,10 +34,11 @@ impl Moment for Instant {
 /// The acceptability test of RFC 9293 §3.10.7.4 for a segment of `len` at `seq` against a
 /// receive window of `wnd` bytes from `rcv_nxt` (the connection's, and its TIME-WAIT record's),
 /// except that a segment without data is also accepted at the right edge of the window (as
-/// Linux's `tcp_sequence` does). Our pure ACKs go out at SND.MAX; when we filled the peer's window while its RCV.NXT lags behind a hole, SND.MAX
-/// *is* its right edge, and if both ends are in that state (each one's ACKs lost, each one
-/// resending data the other already has, which is dropped as old without its ACK being
-/// looked at) a strict test deadlocks the connection. The random-fault pair test found it.
+/// Linux's `tcp_sequence` does). Our pure ACKs go out at SND.MAX; when we filled the peer's
+/// window while its RCV.NXT lags behind a hole, SND.MAX *is* its right edge, and if both ends are
+/// in that state (each one's ACKs lost, each one resending data the other already has, which is
+/// dropped as old without its ACK being looked at) a strict test deadlocks the connection. The
+/// random-fault pair test found it.
 pub(super) fn acceptable(rcv_nxt: SeqNumber, wnd: usize, seq: SeqNumber, len: usize) -> bool {
     let in_window = |s: SeqNumber| rcv_nxt <= s && s < rcv_nxt + wnd;
     match (len, wnd) {

@@ -14,10 +14,12 @@ use super::buffer::RingBuffer;
 use super::prepared::{PreparedSegments, PreparedSlice};
 
 /// The most pieces (runs of ring bytes and prepared contents) the send stream holds once prepared
-/// content was queued: [`Connection::send_prepared`](super::Connection::send_prepared) refuses more.
+/// content was queued: [`Connection::send_prepared`](super::Connection::send_prepared) refuses
+/// more.
 const MAX_SEND_PIECES: usize = 64;
 
-/// A run of the send stream, once prepared content was queued (see [`Connection::send_prepared`](super::Connection::send_prepared)).
+/// A run of the send stream, once prepared content was queued (see
+/// [`Connection::send_prepared`](super::Connection::send_prepared)).
 enum Piece {
     /// This many bytes of the send ring.
     Ring(usize),
