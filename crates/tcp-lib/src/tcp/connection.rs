@@ -84,9 +84,11 @@ pub struct Connection {
     /// Loss recovery: duplicate ACKs, fast recovery, the SACK scoreboard.
     recovery: Recovery,
 
+    /// The RTT estimate and the RTO (RFC 6298).
     rtt: RttEstimator,
-    // Congestion control.
+    /// Congestion control: the window arithmetic ([`Config::congestion`]).
     cc: Box<dyn CongestionControl>,
+    /// A reset to send before anything else.
     pending_rst: Option<TcpRepr<'static>>,
 
     stats: Stats,
