@@ -1,20 +1,32 @@
 //! [`Connection`]: one TCB and its state machine. See the [module documentation](super).
+//!
+//! This file holds the TCB, its state grouped by concern (the send side `snd`, the receive side
+//! `rcv`, the ACK owed, timestamps `ts`, timer deadlines `timers`, zero-window probing, keepalive,
+//! the RFC 5961 rate limits `limits`, loss `recovery`), the opens, the queries, the application
+//! calls and the moves into TIME-WAIT and CLOSED. The state machine's other parts are its
+//! children: `input` (segments received), `ack` (ACK processing and loss recovery), `output`
+//! (`poll_transmit`) and `timers` (`poll_timeout`, `handle_timeout`). The segment rules shared
+//! with the TIME-WAIT record are in [`rules`](super::rules), the send stream in
+//! [`send_stream`](super::send_stream).
 
-use std::collections::VecDeque;
-use std::fmt;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::buffer::{Assembler, RingBuffer};
 use super::congestion::CongestionControl;
-use super::prepared::{PreparedSegments, PreparedSlice};
+use super::prepared::PreparedSegments;
 use super::rtt::RttEstimator;
 use super::sack::{RecentBlocks, Scoreboard};
+use super::send_stream::SendStream;
 use super::time_wait::{TimeWait, TimeWaitParts};
-use super::{Config, ConnectionError, State, Stats, Transmit, reset_for};
-use crate::wire::tcp::{SackBlocks, Timestamp};
+use super::{Config, ConnectionError, State, Stats};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
+
+mod ack;
+mod input;
+mod output;
+mod timers;
 
 /// The MSS assumed when the peer's SYN has no MSS option (RFC 9293 §3.7.1).
 const DEFAULT_MSS: u16 = 536;
@@ -31,48 +43,12 @@ const MIN_PATH_MTU: usize = 68;
 const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
 /// The largest window scale shift (RFC 7323 §2.3).
 const MAX_WSCALE: u8 = 14;
-/// The shortest interval between ACKs answering unacceptable bare segments (Linux's
-/// `tcp_invalid_ratelimit` default).
-pub(super) const OOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
 /// The persist timer's shortest interval, whatever the RTO (Linux's `tcp_probe0_base` takes the
 /// same floor, `TCP_RTO_MIN`): a connection configured with a tiny minimum RTO still probes a
 /// closed window at a pace the peer can answer.
 const MIN_PERSIST: Duration = Duration::from_millis(200);
 /// The most retransmissions whose loss is tracked in SACK recovery.
 const MAX_RXT_MARKS: usize = 16;
-/// TS.Recent older than this is no longer valid for PAWS (RFC 7323 §5.5: 24 days).
-pub(super) const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
-/// The most pieces (runs of ring bytes and prepared contents) the send stream holds once prepared
-/// content was queued: [`Connection::send_prepared`] refuses more.
-const MAX_SEND_PIECES: usize = 64;
-
-/// A run of the send stream, once prepared content was queued (see [`Connection::send_prepared`]).
-enum Piece {
-    /// This many bytes of the send ring.
-    Ring(usize),
-    /// `len` bytes of prepared content from offset `start`, held by reference.
-    Prepared { segments: Arc<PreparedSegments>, start: usize, len: usize },
-}
-
-impl Piece {
-    fn len(&self) -> usize {
-        match self {
-            Self::Ring(len) | Self::Prepared { len, .. } => *len,
-        }
-    }
-}
-
-impl fmt::Debug for Piece {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Ring(len) => write!(f, "Ring({len})"),
-            Self::Prepared { segments, start, len } => {
-                write!(f, "Prepared {{ of: {}, start: {start}, len: {len} }}", segments.len())
-            }
-        }
-    }
-}
-
 /// A TCP connection (one TCB): a sans-IO state machine. See the [module documentation](super)
 /// for the calling contract.
 #[derive(Debug)]
@@ -84,45 +60,91 @@ pub struct Connection {
     error: Option<ConnectionError>,
     /// Created by [`accept`](Self::accept) (passive open).
     passive: bool,
-    /// The zero of the timestamp clock.
-    epoch: Instant,
-    nodelay: bool,
+    /// Both SYNs carried a window scale (RFC 7323).
+    ws_ok: bool,
+    /// Both SYNs carried SACK-permitted (RFC 2018).
+    sack_ok: bool,
 
-    // Send sequence space (RFC 9293 §3.3.1).
+    /// The send side: the send sequence space, the send stream, segment size and retransmission.
+    snd: SendSide,
+    /// The receive side: the receive sequence space, the receive ring and out-of-order data.
+    rcv: RecvSide,
+    /// The ACK we owe the peer.
+    ack: AckState,
+    /// Timestamps (RFC 7323): our clock and TS.Recent.
+    ts: Timestamps,
+    /// The deadlines of the timers.
+    timers: Timers,
+    /// Zero-window probing (the persist timer's state).
+    persist: Persist,
+    /// Keepalive probing (the keepalive timer's state).
+    keepalive: KeepaliveState,
+    /// Rate limits of the ACKs answering unacceptable segments (RFC 5961 §7 and bare segments).
+    limits: RateLimits,
+    /// Loss recovery: duplicate ACKs, fast recovery, the SACK scoreboard.
+    recovery: Recovery,
+
+    /// The RTT estimate and the RTO (RFC 6298).
+    rtt: RttEstimator,
+    /// Congestion control: the window arithmetic ([`Config::congestion`]).
+    cc: Box<dyn CongestionControl>,
+    /// A reset to send before anything else.
+    pending_rst: Option<TcpRepr<'static>>,
+
+    stats: Stats,
+}
+
+/// The send side of a connection: the send sequence space (RFC 9293 §3.3.1), the send stream,
+/// the segment size and the retransmission state.
+#[derive(Debug)]
+struct SendSide {
     iss: SeqNumber,
-    snd_una: SeqNumber,
-    snd_nxt: SeqNumber,
+    /// SND.UNA.
+    una: SeqNumber,
+    /// SND.NXT.
+    nxt: SeqNumber,
     /// The highest sequence number sent plus one (SND.NXT is rewound on a timeout; this is not).
-    snd_max: SeqNumber,
-    /// The peer's window, scaled, in bytes.
-    snd_wnd: usize,
-    max_snd_wnd: usize,
-    snd_wl1: SeqNumber,
-    snd_wl2: SeqNumber,
+    max: SeqNumber,
+    /// SND.WND: the peer's window, scaled, in bytes.
+    wnd: usize,
+    /// The largest window the peer offered.
+    max_wnd: usize,
+    /// SND.WL1.
+    wl1: SeqNumber,
+    /// SND.WL2.
+    wl2: SeqNumber,
     syn_acked: bool,
     /// The application closed its sending side: a FIN follows the buffered data.
     fin_queued: bool,
     /// The sequence number of our FIN, once sent.
     fin_seq: Option<SeqNumber>,
-    /// Bytes from the first unacknowledged data byte on (all of them while `send_pieces` is
-    /// empty; else the runs of `Piece::Ring`).
-    send_buf: RingBuffer,
-    /// The send stream as runs of ring bytes and prepared content, once prepared content was
-    /// queued; empty otherwise (then the ring holds the whole stream).
-    send_pieces: VecDeque<Piece>,
-    /// Bytes of prepared content in `send_pieces`.
-    prepared_len: usize,
-    /// `poll_transmit_prepared` is running: payload in prepared content is lent, not copied.
-    lend: bool,
-    /// The payload lent by the last read in lending mode.
-    lent: Option<PreparedSlice>,
+    /// What is queued to send, from the first unacknowledged data byte on.
+    stream: SendStream,
+    /// Nagle's algorithm is off.
+    nodelay: bool,
+    /// Payload bytes per segment we send (the peer's MSS, clamped, minus the timestamps option).
+    mss: usize,
+    /// The path MTU learned from ICMP fragmentation-needed messages (RFC 1191), if any; it caps
+    /// `mss`.
+    path_mtu: Option<usize>,
+    /// The peer's window scale shift.
+    wscale: u8,
+    /// Retransmission timeouts since data was last acknowledged.
+    retries: u32,
+    /// The segment timed for an RTT sample when timestamps are off (Karn's algorithm).
+    rtt_timing: Option<(SeqNumber, Instant)>,
+}
 
-    // Receive sequence space.
+/// The receive side of a connection: the receive sequence space, the receive ring and the data
+/// held out of order.
+#[derive(Debug)]
+struct RecvSide {
     irs: SeqNumber,
-    rcv_nxt: SeqNumber,
+    /// RCV.NXT.
+    nxt: SeqNumber,
     /// The right edge of the window last advertised (never moved left).
-    rcv_adv: SeqNumber,
-    recv_buf: RingBuffer,
+    adv: SeqNumber,
+    buf: RingBuffer,
     ooo: Assembler,
     /// The starts of the out-of-order segments received most recently, for the order of our SACK
     /// blocks (RFC 2018 §4).
@@ -131,38 +153,60 @@ pub struct Connection {
     ooo_fin: Option<SeqNumber>,
     fin_received: bool,
     /// The application will not read any more: data is acknowledged and discarded.
-    rx_closed: bool,
-
-    // Options.
-    /// Payload bytes per segment we send (the peer's MSS, clamped, minus the timestamps option).
-    snd_mss: usize,
+    closed: bool,
     /// Payload bytes of a full-sized segment from the peer.
-    rcv_mss: usize,
-    /// The path MTU learned from ICMP fragmentation-needed messages (RFC 1191), if any; it caps
-    /// `snd_mss`.
-    path_mtu: Option<usize>,
-    snd_wscale: u8,
-    rcv_wscale: u8,
-    ws_ok: bool,
-    ts_ok: bool,
-    sack_ok: bool,
-    ts_offset: u32,
-    ts_recent: u32,
-    ts_recent_at: Instant,
-    last_ack_sent: SeqNumber,
+    mss: usize,
+    /// Our window scale shift.
+    wscale: u8,
+}
 
-    // Timers and pending output.
-    rtt: RttEstimator,
-    rto_at: Option<Instant>,
-    retries: u32,
-    /// The segment timed for an RTT sample when timestamps are off (Karn's algorithm).
-    rtt_timing: Option<(SeqNumber, Instant)>,
-    ack_pending: bool,
-    ack_now: bool,
-    ack_at: Option<Instant>,
+/// The ACK we owe the peer.
+#[derive(Debug)]
+struct AckState {
+    /// An ACK is due (at once when `now`, else when the delayed-ACK timer expires).
+    pending: bool,
+    /// The ACK goes out with the next `poll_transmit`.
+    now: bool,
+    /// Bytes received in order since our last ACK.
     unacked_bytes: usize,
-    persist_at: Option<Instant>,
-    persist_backoff: u32,
+}
+
+/// Timestamps (RFC 7323).
+#[derive(Debug)]
+struct Timestamps {
+    /// Both SYNs carried timestamps.
+    ok: bool,
+    /// The zero of the timestamp clock.
+    epoch: Instant,
+    offset: u32,
+    /// TS.Recent.
+    recent: u32,
+    /// When TS.Recent was recorded (PAWS ages it out).
+    recent_at: Instant,
+    /// The RCV.NXT our last ACK carried (Last.ACK.sent).
+    last_ack_sent: SeqNumber,
+}
+
+/// The deadlines of the timers (`None`: not armed).
+#[derive(Debug)]
+struct Timers {
+    /// Retransmission (RFC 6298).
+    rto: Option<Instant>,
+    /// Delayed ACK (RFC 1122 §4.2.3.2).
+    delayed_ack: Option<Instant>,
+    /// Persist (zero-window probing, RFC 1122 §4.2.2.17).
+    persist: Option<Instant>,
+    /// Keepalive (RFC 1122 §4.2.3.6).
+    keepalive: Option<Instant>,
+    /// The end of TIME-WAIT (2·MSL).
+    time_wait: Option<Instant>,
+}
+
+/// Zero-window probing (RFC 1122 §4.2.2.17).
+#[derive(Debug)]
+struct Persist {
+    /// Persist timer expiries since the peer last moved the window or acknowledged data.
+    backoff: u32,
     /// Zero-window probes sent since the peer last sent an acceptable ACK. RFC 1122 §4.2.2.17: the
     /// connection must stay open while the peer answers probes; one that never answers times out
     /// like any unanswered retransmission (after `max_retransmits` probes).
@@ -170,24 +214,38 @@ pub struct Connection {
     probe_pending: bool,
     /// The end of the last zero-window probe byte: an ACK may cover it.
     probe_end: Option<SeqNumber>,
+    /// The persist timer expired with a non-zero but unusable window: send what fits.
+    force_send: bool,
+}
+
+/// Keepalive probing (RFC 1122 §4.2.3.6).
+#[derive(Debug)]
+struct KeepaliveState {
+    /// Unanswered probes.
+    sent: u32,
+    pending: bool,
+}
+
+/// Rate limits of our answers to unacceptable segments (see [`rules`](super::rules)).
+#[derive(Debug)]
+struct RateLimits {
     /// When we last answered an unacceptable segment without data (rate limit).
     last_oow_ack: Option<Instant>,
     /// The start of the current one-second window of the challenge ACK limit, and the
     /// challenge ACKs sent in it (RFC 5961 §7).
-    challenge_window: Option<(Instant, u32)>,
-    /// The persist timer expired with a non-zero but unusable window: send what fits.
-    force_send: bool,
-    keepalive_at: Option<Instant>,
-    keepalive_sent: u32,
-    keepalive_pending: bool,
-    time_wait_at: Option<Instant>,
-    pending_rst: Option<TcpRepr<'static>>,
+    challenge: Option<(Instant, u32)>,
+}
 
-    // Congestion control.
-    cc: Box<dyn CongestionControl>,
+/// Loss recovery: fast retransmit and recovery (RFC 5681, RFC 6582), SACK-based recovery (RFC
+/// 6675).
+#[derive(Debug)]
+struct Recovery {
     dup_acks: u32,
-    in_recovery: bool,
+    /// In fast recovery.
+    active: bool,
+    /// The recovery point (RFC 6582 `recover`).
     recover: SeqNumber,
+    /// A fast retransmission of the segment at SND.UNA is due.
     fast_rexmit: bool,
     /// What the peer SACKed (RFC 6675 §3); empty unless SACK was negotiated.
     scoreboard: Scoreboard,
@@ -197,8 +255,6 @@ pub struct Connection {
     /// [`MAX_RXT_MARKS`], oldest first. SACKs of data sent after a retransmission while its hole
     /// at SND.UNA stays open say that the retransmission was lost too.
     rxt_marks: Vec<(SeqNumber, SeqNumber)>,
-
-    stats: Stats,
 }
 
 /// The smallest shift that makes `buffer` fit the 16-bit window field, at most 14.
@@ -225,76 +281,74 @@ impl Connection {
             state: State::Closed,
             error: None,
             passive: false,
-            epoch: now,
-            nodelay: config.nodelay,
-            iss,
-            snd_una: iss,
-            snd_nxt: iss,
-            snd_max: iss,
-            snd_wnd: 0,
-            max_snd_wnd: 0,
-            snd_wl1: SeqNumber::default(),
-            snd_wl2: iss,
-            syn_acked: false,
-            fin_queued: false,
-            fin_seq: None,
-            send_buf: RingBuffer::new(config.send_buffer),
-            send_pieces: VecDeque::new(),
-            prepared_len: 0,
-            lend: false,
-            lent: None,
-            irs: SeqNumber::default(),
-            rcv_nxt: SeqNumber::default(),
-            rcv_adv: SeqNumber::default(),
-            recv_buf: RingBuffer::new(config.recv_buffer),
-            ooo: Assembler::new(config.max_ooo_ranges),
-            sack_recent: RecentBlocks::default(),
-            ooo_fin: None,
-            fin_received: false,
-            rx_closed: false,
-            snd_mss: usize::from(DEFAULT_MSS),
-            rcv_mss: usize::from(config.mss),
-            path_mtu: None,
-            snd_wscale: 0,
-            rcv_wscale,
             ws_ok: false,
-            ts_ok: false,
             sack_ok: false,
-            // A per-connection timestamp offset (RFC 7323 §5.4 recommends one) derived from the
-            // ISS, which the stack draws from a keyed hash (RFC 6528).
-            ts_offset: iss.get().wrapping_mul(0x9e37_79b9).rotate_left(13),
-            ts_recent: 0,
-            ts_recent_at: now,
-            last_ack_sent: SeqNumber::default(),
+            snd: SendSide {
+                iss,
+                una: iss,
+                nxt: iss,
+                max: iss,
+                wnd: 0,
+                max_wnd: 0,
+                wl1: SeqNumber::default(),
+                wl2: iss,
+                syn_acked: false,
+                fin_queued: false,
+                fin_seq: None,
+                stream: SendStream::new(config.send_buffer),
+                nodelay: config.nodelay,
+                mss: usize::from(DEFAULT_MSS),
+                path_mtu: None,
+                wscale: 0,
+                retries: 0,
+                rtt_timing: None,
+            },
+            rcv: RecvSide {
+                irs: SeqNumber::default(),
+                nxt: SeqNumber::default(),
+                adv: SeqNumber::default(),
+                buf: RingBuffer::new(config.recv_buffer),
+                ooo: Assembler::new(config.max_ooo_ranges),
+                sack_recent: RecentBlocks::default(),
+                ooo_fin: None,
+                fin_received: false,
+                closed: false,
+                mss: usize::from(config.mss),
+                wscale: rcv_wscale,
+            },
+            ack: AckState { pending: false, now: false, unacked_bytes: 0 },
+            ts: Timestamps {
+                ok: false,
+                epoch: now,
+                // A per-connection timestamp offset (RFC 7323 §5.4 recommends one) derived from the
+                // ISS, which the stack draws from a keyed hash (RFC 6528).
+                offset: iss.get().wrapping_mul(0x9e37_79b9).rotate_left(13),
+                recent: 0,
+                recent_at: now,
+                last_ack_sent: SeqNumber::default(),
+            },
+            timers: Timers { rto: None, delayed_ack: None, persist: None, keepalive: None, time_wait: None },
+            persist: Persist {
+                backoff: 0,
+                unanswered_probes: 0,
+                probe_pending: false,
+                probe_end: None,
+                force_send: false,
+            },
+            keepalive: KeepaliveState { sent: 0, pending: false },
+            limits: RateLimits { last_oow_ack: None, challenge: None },
+            recovery: Recovery {
+                dup_acks: 0,
+                active: false,
+                recover: iss,
+                fast_rexmit: false,
+                scoreboard: Scoreboard::new(),
+                high_rxt: iss,
+                rxt_marks: Vec::with_capacity(MAX_RXT_MARKS),
+            },
             rtt: RttEstimator::new(config.initial_rto, config.min_rto),
-            rto_at: None,
-            retries: 0,
-            rtt_timing: None,
-            ack_pending: false,
-            ack_now: false,
-            ack_at: None,
-            unacked_bytes: 0,
-            persist_at: None,
-            persist_backoff: 0,
-            unanswered_probes: 0,
-            probe_pending: false,
-            probe_end: None,
-            last_oow_ack: None,
-            challenge_window: None,
-            force_send: false,
-            keepalive_at: None,
-            keepalive_sent: 0,
-            keepalive_pending: false,
-            time_wait_at: None,
-            pending_rst: None,
             cc: config.congestion.build(),
-            dup_acks: 0,
-            in_recovery: false,
-            recover: iss,
-            fast_rexmit: false,
-            scoreboard: Scoreboard::new(),
-            high_rxt: iss,
-            rxt_marks: Vec::with_capacity(MAX_RXT_MARKS),
+            pending_rst: None,
             stats: Stats::default(),
         }
     }
@@ -386,13 +440,13 @@ impl Connection {
     /// (the peer's FIN, or the connection closed).
     #[must_use]
     pub fn is_readable(&self) -> bool {
-        !self.recv_buf.is_empty() || self.fin_received || self.state == State::Closed
+        !self.rcv.buf.is_empty() || self.rcv.fin_received || self.state == State::Closed
     }
 
     /// Whether [`send`](Self::send) accepts at least one byte now.
     #[must_use]
     pub fn is_writable(&self) -> bool {
-        self.may_send() && self.send_buf.free() > 0
+        self.may_send() && self.snd.stream.free() > 0
     }
 
     /// Whether the connection is closed (normally, or with an [`error`](Self::error)).
@@ -404,7 +458,7 @@ impl Connection {
     /// Whether the peer ended its stream and every byte of it has been read.
     #[must_use]
     pub fn recv_finished(&self) -> bool {
-        self.fin_received && self.recv_buf.is_empty()
+        self.rcv.fin_received && self.rcv.buf.is_empty()
     }
 
     /// Whether the handshake completed (the connection is or was synchronized).
@@ -416,13 +470,13 @@ impl Connection {
     /// Bytes waiting to be read.
     #[must_use]
     pub fn recv_queue(&self) -> usize {
-        self.recv_buf.len()
+        self.rcv.buf.len()
     }
 
     /// Bytes in the send buffer (unsent, and sent but unacknowledged).
     #[must_use]
     pub fn send_queue(&self) -> usize {
-        self.send_len()
+        self.snd.stream.len()
     }
 
     /// Whether both SYNs carried SACK-permitted (RFC 2018).
@@ -434,30 +488,30 @@ impl Connection {
     /// Whether timestamps are in use (RFC 7323).
     #[must_use]
     pub const fn timestamps(&self) -> bool {
-        self.ts_ok
+        self.ts.ok
     }
 
     /// The window scale shifts in use, `(ours, the peer's)`, or `None` without window scaling.
     #[must_use]
     pub const fn window_scale(&self) -> Option<(u8, u8)> {
-        if self.ws_ok { Some((self.rcv_wscale, self.snd_wscale)) } else { None }
+        if self.ws_ok { Some((self.rcv.wscale, self.snd.wscale)) } else { None }
     }
 
     /// The most payload bytes we put in one segment.
     #[must_use]
     pub const fn send_mss(&self) -> usize {
-        self.snd_mss
+        self.snd.mss
     }
 
     /// The path MTU the send MSS makes room for: the MSS, the options every segment carries
     /// (timestamps) and the IPv4 and TCP headers. [`set_path_mtu`](Self::set_path_mtu) lowers it.
     #[must_use]
     pub const fn path_mtu(&self) -> usize {
-        self.snd_mss + self.option_len() + HEADERS_LEN
+        self.snd.mss + self.option_len() + HEADERS_LEN
     }
 
     const fn option_len(&self) -> usize {
-        if self.ts_ok { TS_OPTION_LEN } else { 0 }
+        if self.ts.ok { TS_OPTION_LEN } else { 0 }
     }
 
     /// The send MSS for a path MTU: the MTU less the headers and `option_len`, at least 1.
@@ -483,11 +537,11 @@ impl Connection {
         if mtu >= self.path_mtu() {
             return false;
         }
-        self.path_mtu = Some(mtu);
-        self.snd_mss = Self::mss_for_mtu(mtu, self.option_len());
-        if self.syn_acked && self.snd_una < self.snd_nxt {
-            self.snd_nxt = self.snd_una;
-            self.high_rxt = self.snd_una;
+        self.snd.path_mtu = Some(mtu);
+        self.snd.mss = Self::mss_for_mtu(mtu, self.option_len());
+        if self.snd.syn_acked && self.snd.una < self.snd.nxt {
+            self.snd.nxt = self.snd.una;
+            self.recovery.high_rxt = self.snd.una;
         }
         true
     }
@@ -500,7 +554,7 @@ impl Connection {
     /// applies. Returns whether the send MSS shrank. Follow it with
     /// [`poll_transmit`](Self::poll_transmit).
     pub fn handle_frag_needed(&mut self, seq: SeqNumber, next_hop_mtu: u16) -> bool {
-        let in_flight = seq == self.snd_una || (self.snd_una < seq && seq < self.snd_max);
+        let in_flight = seq == self.snd.una || (self.snd.una < seq && seq < self.snd.max);
         if !in_flight {
             return false;
         }
@@ -516,28 +570,28 @@ impl Connection {
     /// The peer's send window in bytes (scaled).
     #[must_use]
     pub const fn send_window(&self) -> usize {
-        self.snd_wnd
+        self.snd.wnd
     }
 
     /// Disables (`true`) or enables Nagle's algorithm.
     pub fn set_nodelay(&mut self, nodelay: bool) {
-        self.nodelay = nodelay;
+        self.snd.nodelay = nodelay;
     }
 
     /// Out-of-order ranges and bytes held (tests check the bounds).
     #[cfg(test)]
     pub(crate) fn ooo_held(&self) -> (usize, usize) {
-        (self.ooo.len(), self.ooo.bytes())
+        (self.rcv.ooo.len(), self.rcv.ooo.bytes())
     }
 
     /// Bytes of storage the send and receive rings hold now (tests check they are released).
     #[cfg(test)]
     pub(crate) fn buffers_allocated(&self) -> (usize, usize) {
-        (self.send_buf.allocated(), self.recv_buf.allocated())
+        (self.snd.stream.allocated(), self.rcv.buf.allocated())
     }
 
     fn may_send(&self) -> bool {
-        !self.fin_queued
+        !self.snd.fin_queued
             && matches!(
                 self.state,
                 State::SynSent | State::SynReceived | State::Established | State::CloseWait
@@ -555,14 +609,7 @@ impl Connection {
         if !self.may_send() {
             return 0;
         }
-        let n = self.send_buf.enqueue_slice(data);
-        if n > 0 && !self.send_pieces.is_empty() {
-            match self.send_pieces.back_mut() {
-                Some(Piece::Ring(len)) => *len += n,
-                _ => self.send_pieces.push_back(Piece::Ring(n)),
-            }
-        }
-        n
+        self.snd.stream.push(data)
     }
 
     /// Queues prepared content to send after what is queued, by reference: its bytes are not
@@ -573,144 +620,28 @@ impl Connection {
     /// the current segment size, so that their payload sums come from the table (see
     /// [`poll_transmit_prepared`](Self::poll_transmit_prepared)).
     pub fn send_prepared(&mut self, segments: &Arc<PreparedSegments>) -> bool {
-        if !self.may_send() || self.send_pieces.len() >= MAX_SEND_PIECES {
+        if !self.may_send() {
             return false;
         }
-        if segments.is_empty() {
-            return true;
-        }
-        if self.send_pieces.is_empty() && !self.send_buf.is_empty() {
-            self.send_pieces.push_back(Piece::Ring(self.send_buf.len()));
-        }
-        let len = segments.len();
-        self.send_pieces.push_back(Piece::Prepared { segments: Arc::clone(segments), start: 0, len });
-        self.prepared_len += len;
-        true
-    }
-
-    /// Bytes of the send stream from the first unacknowledged data byte on.
-    fn send_len(&self) -> usize {
-        self.send_buf.len() + self.prepared_len
-    }
-
-    /// Drops `n` acknowledged bytes from the front of the send stream.
-    fn send_dequeue(&mut self, mut n: usize) {
-        while n > 0
-            && let Some(front) = self.send_pieces.front_mut()
-        {
-            let k = n.min(front.len());
-            match front {
-                Piece::Ring(len) => {
-                    self.send_buf.dequeue_allocated(k);
-                    *len -= k;
-                }
-                Piece::Prepared { start, len, .. } => {
-                    *start += k;
-                    *len -= k;
-                    self.prepared_len -= k;
-                }
-            }
-            n -= k;
-            if front.len() == 0 {
-                self.send_pieces.pop_front();
-            }
-        }
-        if self.send_pieces.is_empty() {
-            self.send_buf.dequeue_allocated(n);
-        }
-    }
-
-    /// The piece holding stream offset `offset`: its index, the offset of its first byte, and the
-    /// ring offset of its first byte (the ring bytes of the pieces before it).
-    fn send_piece_at(&self, offset: usize) -> Option<(usize, usize, usize)> {
-        let (mut pos, mut ring) = (0, 0);
-        for (i, p) in self.send_pieces.iter().enumerate() {
-            let len = p.len();
-            if offset < pos + len {
-                return Some((i, pos, ring));
-            }
-            pos += len;
-            if let Piece::Ring(_) = p {
-                ring += len;
-            }
-        }
-        None
-    }
-
-    /// Reads the send stream from `offset` into `buf` without removing it; returns how many bytes.
-    /// In lending mode, a read starting in prepared content lends it instead (`self.lent`, up to
-    /// the end of its piece; `buf` untouched).
-    fn send_read(&mut self, offset: usize, buf: &mut [u8]) -> usize {
-        if self.send_pieces.is_empty() {
-            return self.send_buf.read_allocated(offset, buf);
-        }
-        let Some((idx, pos, mut ring)) = self.send_piece_at(offset) else { return 0 };
-        let mut within = offset - pos;
-        if self.lend
-            && let Piece::Prepared { segments, start, len } = &self.send_pieces[idx]
-        {
-            let n = buf.len().min(len - within);
-            if n > 0 {
-                self.lent =
-                    Some(PreparedSlice { segments: Arc::clone(segments), offset: start + within, len: n });
-            }
-            return n;
-        }
-        let mut copied = 0;
-        for p in self.send_pieces.iter().skip(idx) {
-            if copied == buf.len() {
-                break;
-            }
-            let k = (buf.len() - copied).min(p.len() - within);
-            match p {
-                Piece::Ring(len) => {
-                    self.send_buf.read_allocated(ring + within, &mut buf[copied..copied + k]);
-                    ring += len;
-                }
-                Piece::Prepared { segments, start, .. } => {
-                    let from = start + within;
-                    buf[copied..copied + k].copy_from_slice(&segments.data()[from..from + k]);
-                }
-            }
-            copied += k;
-            within = 0;
-        }
-        copied
-    }
-
-    /// Where a segment starting at stream offset `offset` should end early so that prepared
-    /// content is emitted in its own segments, aligned to its cuts of `mss` bytes: at most this
-    /// many bytes (`None`: no limit).
-    fn prepared_limit(&self, offset: usize, mss: usize) -> Option<usize> {
-        let (idx, pos, _) = self.send_piece_at(offset)?;
-        let within = offset - pos;
-        match &self.send_pieces[idx] {
-            Piece::Prepared { segments, start, len } => {
-                let at = start + within;
-                Some((len - within).min(segments.next_boundary(at, mss) - at))
-            }
-            // Ring bytes before prepared content end their segment where it starts.
-            Piece::Ring(len) if idx + 1 < self.send_pieces.len() => Some(len - within),
-            Piece::Ring(_) => None,
-        }
+        self.snd.stream.push_prepared(segments)
     }
 
     /// Reads received bytes in order; returns how many (0 when none are buffered; see
     /// [`recv_finished`](Self::recv_finished) for the end of the stream). Freeing space may
     /// schedule a window update.
     pub fn recv(&mut self, buf: &mut [u8]) -> usize {
-        let n = self.recv_buf.dequeue_slice(buf);
+        let n = self.rcv.buf.dequeue_slice(buf);
         if matches!(self.state, State::TimeWait | State::Closed) {
             // Read to the end after the last byte arrived: free the ring.
-            self.recv_buf.release();
+            self.rcv.buf.release();
         }
-        if n > 0 && self.is_established() && !self.fin_received {
-            let current = distance(self.rcv_nxt, self.rcv_adv);
+        if n > 0 && self.is_established() && !self.rcv.fin_received {
+            let current = distance(self.rcv.nxt, self.rcv.adv);
             let next = self.window_to_advertise();
-            let threshold = (self.recv_buf.capacity() / 2).min(2 * self.rcv_mss);
+            let threshold = (self.rcv.buf.capacity() / 2).min(2 * self.rcv.mss);
             if next > current && (current < self.sws_threshold() || next - current >= threshold) {
-                self.ack_pending = true;
-                self.ack_now = true;
+                self.ack.pending = true;
+                self.ack.now = true;
             }
         }
         n
@@ -721,13 +652,13 @@ impl Connection {
     /// handshake to complete.
     pub fn shutdown_write(&mut self) {
         match self.state {
-            State::SynSent | State::SynReceived => self.fin_queued = true,
+            State::SynSent | State::SynReceived => self.snd.fin_queued = true,
             State::Established => {
-                self.fin_queued = true;
+                self.snd.fin_queued = true;
                 self.state = State::FinWait1;
             }
             State::CloseWait => {
-                self.fin_queued = true;
+                self.snd.fin_queued = true;
                 self.state = State::LastAck;
             }
             _ => {}
@@ -739,10 +670,10 @@ impl Connection {
     /// otherwise a [`shutdown_write`](Self::shutdown_write), and data that still arrives is
     /// acknowledged and discarded.
     pub fn close(&mut self) {
-        self.rx_closed = true;
+        self.rcv.closed = true;
         if self.state == State::SynSent {
             self.enter_closed(None);
-        } else if !self.recv_buf.is_empty() {
+        } else if !self.rcv.buf.is_empty() {
             self.abort();
         } else {
             self.shutdown_write();
@@ -763,7 +694,7 @@ impl Connection {
                     src_port: self.local.port(),
                     dst_port: self.remote.port(),
                     control: TcpControl::Rst,
-                    seq_number: self.snd_nxt,
+                    seq_number: self.snd.nxt,
                     ..TcpRepr::default()
                 });
             }
@@ -777,18 +708,18 @@ impl Connection {
         if self.error.is_none() {
             self.error = error;
         }
-        self.rto_at = None;
-        self.ack_at = None;
-        self.persist_at = None;
-        self.keepalive_at = None;
-        self.time_wait_at = None;
-        self.ack_pending = false;
-        self.ack_now = false;
-        self.probe_pending = false;
-        self.keepalive_pending = false;
-        self.fast_rexmit = false;
-        self.send_dequeue(usize::MAX);
-        self.sack_recent.clear();
+        self.timers.rto = None;
+        self.timers.delayed_ack = None;
+        self.timers.persist = None;
+        self.timers.keepalive = None;
+        self.timers.time_wait = None;
+        self.ack.pending = false;
+        self.ack.now = false;
+        self.persist.probe_pending = false;
+        self.keepalive.pending = false;
+        self.recovery.fast_rexmit = false;
+        self.snd.stream.dequeue(usize::MAX);
+        self.rcv.sack_recent.clear();
         self.release_storage();
     }
 
@@ -799,25 +730,22 @@ impl Connection {
     /// [`recv`](Self::recv); no data is accepted after the peer's FIN or in CLOSED). What remains is
     /// the sequence state that answers a retransmitted FIN.
     fn release_storage(&mut self) {
-        self.send_buf.release();
-        if self.send_pieces.is_empty() {
-            self.send_pieces = VecDeque::new();
-        }
-        self.ooo.release();
-        self.scoreboard = Scoreboard::default();
-        self.rxt_marks = Vec::new();
-        self.recv_buf.release();
+        self.snd.stream.release();
+        self.rcv.ooo.release();
+        self.recovery.scoreboard = Scoreboard::default();
+        self.recovery.rxt_marks = Vec::new();
+        self.rcv.buf.release();
     }
 
     fn enter_time_wait(&mut self, now: Instant) {
         self.state = State::TimeWait;
-        self.time_wait_at = Some(now + self.config.msl * 2);
-        self.rto_at = None;
-        self.persist_at = None;
-        self.keepalive_at = None;
-        self.probe_pending = false;
-        self.keepalive_pending = false;
-        self.fast_rexmit = false;
+        self.timers.time_wait = Some(now + self.config.msl * 2);
+        self.timers.rto = None;
+        self.timers.persist = None;
+        self.timers.keepalive = None;
+        self.persist.probe_pending = false;
+        self.keepalive.pending = false;
+        self.recovery.fast_rexmit = false;
         self.release_storage();
     }
 
@@ -829,1155 +757,42 @@ impl Connection {
     /// kept whole.
     pub(crate) fn time_wait_record(&self, base: Instant) -> Option<TimeWait> {
         let covered = self.state == State::TimeWait
-            && !self.ack_pending
-            && !self.ack_now
+            && !self.ack.pending
+            && !self.ack.now
             && self.pending_rst.is_none()
-            && !self.probe_pending
-            && !self.keepalive_pending
-            && !self.fast_rexmit
-            && self.snd_una == self.snd_max
-            && self.snd_nxt == self.snd_max
-            && self.snd_wl2 <= self.snd_max
-            && self.probe_end.is_none_or(|p| p <= self.snd_max)
-            && self.last_ack_sent == self.rcv_nxt
-            && self.ooo.is_empty()
-            && self.rcv_adv >= self.rcv_nxt
+            && !self.persist.probe_pending
+            && !self.keepalive.pending
+            && !self.recovery.fast_rexmit
+            && self.snd.una == self.snd.max
+            && self.snd.nxt == self.snd.max
+            && self.snd.wl2 <= self.snd.max
+            && self.persist.probe_end.is_none_or(|p| p <= self.snd.max)
+            && self.ts.last_ack_sent == self.rcv.nxt
+            && self.rcv.ooo.is_empty()
+            && self.rcv.adv >= self.rcv.nxt
             && self.config.challenge_ack_limit <= u32::from(u16::MAX);
         if !covered {
             return None;
         }
-        let window = u16::try_from(self.window_to_advertise() >> self.rcv_wscale).unwrap_or(u16::MAX);
+        let window = u16::try_from(self.window_to_advertise() >> self.rcv.wscale).unwrap_or(u16::MAX);
         let parts = TimeWaitParts {
-            expires: self.time_wait_at?,
-            rcv_nxt: self.rcv_nxt,
-            rcv_adv: self.rcv_adv,
-            rcv_wscale: self.rcv_wscale,
+            expires: self.timers.time_wait?,
+            rcv_nxt: self.rcv.nxt,
+            rcv_adv: self.rcv.adv,
+            rcv_wscale: self.rcv.wscale,
             window,
-            snd_max: self.snd_max,
-            snd_wl1: self.snd_wl1,
-            snd_wscale: self.snd_wscale,
-            max_snd_wnd: self.max_snd_wnd,
-            ts_ok: self.ts_ok,
-            ts_epoch: self.epoch,
-            ts_offset: self.ts_offset,
-            ts_recent: self.ts_recent,
-            ts_recent_at: self.ts_recent_at,
-            last_oow_ack: self.last_oow_ack,
-            challenge_window: self.challenge_window,
+            snd_max: self.snd.max,
+            snd_wl1: self.snd.wl1,
+            snd_wscale: self.snd.wscale,
+            max_snd_wnd: self.snd.max_wnd,
+            ts_ok: self.ts.ok,
+            ts_epoch: self.ts.epoch,
+            ts_offset: self.ts.offset,
+            ts_recent: self.ts.recent,
+            ts_recent_at: self.ts.recent_at,
+            last_oow_ack: self.limits.last_oow_ack,
+            challenge_window: self.limits.challenge,
         };
         Some(TimeWait::new(&parts, base))
-    }
-
-    // ---------------------------------------------------------------------------------------
-    // Time.
-
-    /// The earliest instant at which [`handle_timeout`](Self::handle_timeout) has work, if any.
-    #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.rto_at, self.ack_at, self.persist_at, self.keepalive_at, self.time_wait_at]
-            .into_iter()
-            .flatten()
-            .min()
-    }
-
-    /// Runs the timers due at `now`: retransmission, delayed ACK, persist, keepalive, TIME-WAIT.
-    /// Follow it with [`poll_transmit`](Self::poll_transmit).
-    pub fn handle_timeout(&mut self, now: Instant) {
-        let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
-        if due(self.time_wait_at) {
-            self.enter_closed(None);
-            return;
-        }
-        if due(self.rto_at) {
-            self.rto_at = None;
-            self.on_rto();
-            if self.state == State::Closed {
-                return;
-            }
-        }
-        if due(self.ack_at) {
-            self.ack_at = None;
-            if self.ack_pending {
-                self.ack_now = true;
-            }
-        }
-        if due(self.persist_at) {
-            self.persist_at = None;
-            if self.snd_wnd == 0 {
-                self.unanswered_probes += 1;
-                if self.unanswered_probes > self.config.max_retransmits {
-                    self.enter_closed(Some(ConnectionError::TimedOut));
-                    return;
-                }
-                self.probe_pending = true;
-            } else {
-                self.force_send = true;
-            }
-            self.persist_backoff = self.persist_backoff.saturating_add(1);
-        }
-        if due(self.keepalive_at) {
-            self.keepalive_at = None;
-            if let (Some(ka), State::Established) = (self.config.keepalive, self.state) {
-                if self.keepalive_sent >= ka.probes {
-                    self.enter_closed(Some(ConnectionError::TimedOut));
-                    return;
-                }
-                self.keepalive_sent += 1;
-                self.keepalive_pending = true;
-                self.keepalive_at = Some(now + ka.interval);
-            }
-        }
-    }
-
-    fn on_rto(&mut self) {
-        self.retries += 1;
-        let limit = match self.state {
-            State::SynSent | State::SynReceived => self.config.syn_retries,
-            _ => self.config.max_retransmits,
-        };
-        if self.retries > limit {
-            self.enter_closed(Some(ConnectionError::TimedOut));
-            return;
-        }
-        self.stats.timeouts += 1;
-        self.rtt.back_off();
-        self.rtt_timing = None;
-        match self.state {
-            State::SynSent | State::SynReceived => self.snd_nxt = self.iss,
-            _ => {
-                let flight = distance(self.snd_una, self.snd_max);
-                if flight > 0 {
-                    self.cc.on_rto(flight, self.snd_mss);
-                }
-                self.in_recovery = false;
-                self.recover = self.snd_max;
-                self.dup_acks = 0;
-                self.fast_rexmit = false;
-                // RFC 6675 §5.1: forget the SACK information (the receiver may have reneged) and
-                // go back: resend from the first unacknowledged byte as the window allows. SACK
-                // blocks that arrive from now on let the resending skip what they cover.
-                self.scoreboard.clear();
-                self.rxt_marks.clear();
-                self.high_rxt = self.snd_una;
-                self.snd_nxt = self.snd_una;
-            }
-        }
-    }
-
-    fn arm_keepalive(&mut self, now: Instant) {
-        if let Some(ka) = self.config.keepalive {
-            self.keepalive_at = Some(now + ka.idle);
-            self.keepalive_sent = 0;
-        }
-    }
-
-    /// The timestamp clock: milliseconds since the connection was created, plus the offset.
-    fn ts_now(&self, now: Instant) -> u32 {
-        let ms = now.saturating_duration_since(self.epoch).as_millis() % (1 << 32);
-        u32::try_from(ms).unwrap_or(0).wrapping_add(self.ts_offset)
-    }
-
-    // ---------------------------------------------------------------------------------------
-    // Receiving.
-
-    /// Records the peer's SYN: sequence numbers and the options negotiation (RFC 9293 §3.7.1,
-    /// RFC 7323 §2.2 and §3.2, RFC 2018 §2).
-    fn take_syn(&mut self, syn: &TcpRepr<'_>, now: Instant) {
-        self.irs = syn.seq_number;
-        self.rcv_nxt = syn.seq_number + 1;
-        self.ws_ok = self.config.window_scaling && syn.window_scale.is_some();
-        if self.ws_ok {
-            self.snd_wscale = syn.window_scale.unwrap_or(0).min(MAX_WSCALE);
-        } else {
-            self.snd_wscale = 0;
-            self.rcv_wscale = 0;
-        }
-        self.ts_ok = self.config.timestamps && syn.timestamp.is_some();
-        if let Some(ts) = syn.timestamp.filter(|_| self.ts_ok) {
-            self.ts_recent = ts.tsval;
-            self.ts_recent_at = now;
-        }
-        self.sack_ok = self.config.sack && syn.sack_permitted;
-        let mss = syn.max_seg_size.unwrap_or(DEFAULT_MSS).min(self.config.mss).max(MIN_MSS);
-        let option_len = if self.ts_ok { TS_OPTION_LEN } else { 0 };
-        self.snd_mss = usize::from(mss) - option_len;
-        if let Some(mtu) = self.path_mtu {
-            self.snd_mss = self.snd_mss.min(Self::mss_for_mtu(mtu, option_len));
-        }
-        self.rcv_mss = usize::from(self.config.mss).saturating_sub(option_len).max(1);
-        // The window of a SYN is never scaled (RFC 7323 §2.2).
-        self.snd_wnd = usize::from(syn.window_len);
-        self.max_snd_wnd = self.snd_wnd;
-        self.snd_wl1 = syn.seq_number;
-        self.rcv_adv = self.rcv_nxt + self.recv_buf.free().min(usize::from(u16::MAX));
-        self.last_ack_sent = self.rcv_nxt;
-        self.cc.on_established(self.snd_mss);
-    }
-
-    /// Processes one segment that the caller demultiplexed to this connection (RFC 9293
-    /// §3.10.7). Segments for other ports are ignored. Follow it with
-    /// [`poll_transmit`](Self::poll_transmit).
-    pub fn handle_segment(&mut self, now: Instant, seg: &TcpRepr<'_>) {
-        self.handle_segment_with(now, seg, |_| 0);
-    }
-
-    /// [`handle_segment`](Self::handle_segment) with in-place delivery: when the segment carries
-    /// the next in-order bytes and nothing is buffered ahead of them (the receive ring is empty
-    /// and no out-of-order data waits), `deliver` is offered the payload where it lies (in the
-    /// received frame, e.g. a pool buffer) and returns how many bytes it consumed (at most the
-    /// slice's length). Consumed bytes are received (acknowledged, counted) without touching the
-    /// receive ring, so they take no window; what it leaves is buffered as usual and read with
-    /// [`recv`](Self::recv). `deliver` is not called after [`close`](Self::close) (data that
-    /// still arrives is discarded) or for data that is not in order.
-    pub fn handle_segment_with<F: FnMut(&[u8]) -> usize>(
-        &mut self,
-        now: Instant,
-        seg: &TcpRepr<'_>,
-        mut deliver: F,
-    ) {
-        if seg.src_port != self.remote.port() || seg.dst_port != self.local.port() {
-            return;
-        }
-        self.stats.segments_in += 1;
-        match self.state {
-            State::Closed => {
-                if self.pending_rst.is_none() {
-                    self.pending_rst = reset_for(seg);
-                }
-            }
-            State::Listen => {}
-            State::SynSent => self.handle_syn_sent(now, seg),
-            _ => self.handle_synchronized(now, seg, &mut deliver),
-        }
-    }
-
-    /// SYN-SENT (RFC 9293 §3.10.7.3).
-    fn handle_syn_sent(&mut self, now: Instant, seg: &TcpRepr<'_>) {
-        let rst = seg.control == TcpControl::Rst;
-        if let Some(ack) = seg.ack_number
-            && (ack <= self.iss || ack > self.snd_max)
-        {
-            if !rst {
-                self.pending_rst = reset_for(seg);
-            }
-            return;
-        }
-        if rst {
-            if seg.ack_number.is_some() {
-                self.enter_closed(Some(ConnectionError::Refused));
-            }
-            return;
-        }
-        if seg.control != TcpControl::Syn {
-            return;
-        }
-        self.take_syn(seg, now);
-        self.snd_wl2 = seg.ack_number.unwrap_or(self.iss);
-        self.ack_pending = true;
-        self.ack_now = true;
-        match seg.ack_number {
-            Some(ack) => {
-                self.sample_rtt(now, seg, ack);
-                self.snd_una = ack;
-                self.syn_acked = true;
-                self.retries = 0;
-                self.rto_at = None;
-                self.state = State::Established;
-                self.arm_keepalive(now);
-                if self.fin_queued {
-                    self.state = State::FinWait1;
-                }
-            }
-            None => {
-                // Simultaneous open: answer with a SYN-ACK.
-                self.state = State::SynReceived;
-                self.snd_nxt = self.iss;
-            }
-        }
-    }
-
-    fn challenge_ack(&mut self) {
-        self.ack_pending = true;
-        self.ack_now = true;
-    }
-
-    /// An RFC 5961 challenge ACK (§3.2 RST, §4.2 SYN, §5.2 ACK), at most
-    /// [`Config::challenge_ack_limit`] per second (§7).
-    fn rfc5961_challenge_ack(&mut self, now: Instant) {
-        let (start, sent) = match self.challenge_window {
-            Some((start, sent)) if now.saturating_duration_since(start) < Duration::from_secs(1) => {
-                (start, sent)
-            }
-            _ => (now, 0),
-        };
-        if sent >= self.config.challenge_ack_limit {
-            self.stats.challenge_acks_suppressed += 1;
-            self.challenge_window = Some((start, sent));
-            return;
-        }
-        self.challenge_window = Some((start, sent + 1));
-        self.stats.challenge_acks += 1;
-        self.challenge_ack();
-    }
-
-    /// Every state after SYN-SENT (RFC 9293 §3.10.7.4).
-    fn handle_synchronized<F: FnMut(&[u8]) -> usize>(
-        &mut self,
-        now: Instant,
-        seg: &TcpRepr<'_>,
-        deliver: &mut F,
-    ) {
-        let rst = seg.control == TcpControl::Rst;
-        let syn = seg.control == TcpControl::Syn;
-        let mut fin = seg.control == TcpControl::Fin;
-
-        // A retransmitted SYN: our SYN-ACK was lost, send it again.
-        if self.state == State::SynReceived && syn && seg.ack_number.is_none() && seg.seq_number == self.irs {
-            self.snd_nxt = self.iss;
-            return;
-        }
-        // Simultaneous open: the peer's SYN-ACK repeats its SYN and acknowledges ours (RFC 9293
-        // figure 8, line 6). Its ACK completes the handshake; ours tells the peer.
-        if self.state == State::SynReceived && syn && seg.ack_number.is_some() && seg.seq_number == self.irs {
-            let ack_only =
-                TcpRepr { control: TcpControl::None, seq_number: self.irs + 1, payload: &[], ..*seg };
-            self.handle_synchronized(now, &ack_only, deliver);
-            if self.is_established() {
-                self.challenge_ack();
-            }
-            return;
-        }
-
-        // PAWS (RFC 7323 §5.3 R1).
-        if self.ts_ok
-            && !rst
-            && let Some(ts) = seg.timestamp
-            && SeqNumber::new(ts.tsval) < SeqNumber::new(self.ts_recent)
-            && now.saturating_duration_since(self.ts_recent_at) < PAWS_IDLE
-        {
-            self.challenge_ack();
-            return;
-        }
-
-        // Acceptability.
-        let wnd = distance(self.rcv_nxt, self.rcv_adv);
-        let mut payload = seg.payload;
-        if !acceptable(self.rcv_nxt, wnd, seg.seq_number, seg.segment_len()) {
-            if rst {
-                return;
-            }
-            if self.state == State::TimeWait && fin {
-                // A retransmitted FIN: our ACK was lost. Acknowledge it and restart 2 MSL.
-                self.time_wait_at = Some(now + self.config.msl * 2);
-            }
-            // Answer with an ACK; for segments without data or flags at most once per
-            // OOW_ACK_INTERVAL, so that two ends can never ping-pong ACKs.
-            let bare = seg.payload.is_empty() && seg.control == TcpControl::None;
-            let limited = bare
-                && self.last_oow_ack.is_some_and(|t| now.saturating_duration_since(t) < OOW_ACK_INTERVAL);
-            if !limited {
-                self.challenge_ack();
-                if bare {
-                    self.last_oow_ack = Some(now);
-                }
-            }
-            // A zero window accepts nothing, but the ACK of a segment at RCV.NXT is still
-            // processed (RFC 9293 §3.10.7.4).
-            if !(wnd == 0 && seg.seq_number == self.rcv_nxt && !syn) {
-                return;
-            }
-            payload = &[];
-            fin = false;
-        }
-
-        // Trim to the window: bytes before RCV.NXT were received already.
-        let mut seq = seg.seq_number;
-        if seq < self.rcv_nxt {
-            let skip = distance(seq, self.rcv_nxt);
-            if skip > payload.len() {
-                fin = false;
-            }
-            payload = payload.get(skip..).unwrap_or(&[]);
-            seq = self.rcv_nxt;
-        }
-        let room = wnd.saturating_sub(distance(self.rcv_nxt, seq));
-        if payload.len() > room {
-            payload = &payload[..room];
-            fin = false;
-        }
-
-        // RST (RFC 5961 §3.2): only an exact match resets; in the window, a challenge ACK.
-        if rst {
-            if seg.seq_number == self.rcv_nxt {
-                let error = match self.state {
-                    State::SynReceived if !self.passive => Some(ConnectionError::Refused),
-                    State::SynReceived
-                    | State::Established
-                    | State::FinWait1
-                    | State::FinWait2
-                    | State::CloseWait => Some(ConnectionError::Reset),
-                    _ => None,
-                };
-                self.enter_closed(error);
-            } else {
-                self.rfc5961_challenge_ack(now);
-            }
-            return;
-        }
-
-        // SYN on a synchronized connection (RFC 5961 §4): challenge ACK.
-        if syn {
-            self.rfc5961_challenge_ack(now);
-            return;
-        }
-
-        // TS.Recent (RFC 7323 §4.3).
-        if self.ts_ok
-            && let Some(ts) = seg.timestamp
-            && seg.seq_number <= self.last_ack_sent
-            && SeqNumber::new(ts.tsval) >= SeqNumber::new(self.ts_recent)
-        {
-            self.ts_recent = ts.tsval;
-            self.ts_recent_at = now;
-        }
-
-        let Some(ack) = seg.ack_number else { return };
-        if self.state == State::SynReceived {
-            if self.snd_una < ack && ack <= self.snd_max {
-                self.state = if self.fin_queued { State::FinWait1 } else { State::Established };
-                self.snd_wnd = usize::from(seg.window_len) << self.snd_wscale;
-                self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
-                self.snd_wl1 = seg.seq_number;
-                self.snd_wl2 = ack;
-                self.arm_keepalive(now);
-            } else {
-                self.pending_rst = reset_for(seg);
-                return;
-            }
-        }
-        if !self.handle_ack(now, seg, ack) {
-            return;
-        }
-        if self.keepalive_at.is_some() {
-            self.arm_keepalive(now);
-        }
-        match self.state {
-            State::LastAck if self.fin_acked() => {
-                self.enter_closed(None);
-                return;
-            }
-            State::Closing if self.fin_acked() => self.enter_time_wait(now),
-            State::FinWait1 if self.fin_acked() => self.state = State::FinWait2,
-            _ => {}
-        }
-
-        // Text (RFC 9293 §3.10.7.4 seventh), only before the peer's FIN.
-        if !matches!(self.state, State::Established | State::FinWait1 | State::FinWait2) {
-            return;
-        }
-        let offset = distance(self.rcv_nxt, seq);
-        let mut written = 0;
-        if !payload.is_empty() {
-            if offset == 0 {
-                // In place first, when nothing buffered has to be read before these bytes.
-                let delivered = if self.recv_buf.is_empty() && self.ooo.is_empty() && !self.rx_closed {
-                    deliver(payload).min(payload.len())
-                } else {
-                    0
-                };
-                let copied = self.recv_buf.write_unallocated(0, &payload[delivered..]);
-                written = delivered + copied;
-                let filled_hole = !self.ooo.is_empty();
-                let buffered = self.ooo.advance(copied);
-                self.recv_buf.enqueue_unallocated(buffered);
-                let reach = delivered + buffered;
-                if self.rx_closed {
-                    self.recv_buf.dequeue_allocated(usize::MAX);
-                }
-                self.rcv_nxt += reach;
-                self.stats.bytes_in += reach as u64;
-                self.unacked_bytes += reach;
-                self.ack_pending = true;
-                if filled_hole || self.unacked_bytes >= 2 * self.rcv_mss {
-                    self.ack_now = true;
-                } else if let Some(delay) = self.config.delayed_ack {
-                    self.ack_at.get_or_insert(now + delay);
-                } else {
-                    self.ack_now = true;
-                }
-            } else {
-                // Out of order: keep it if the range fits, and send a duplicate ACK at once
-                // (RFC 5681 §4.2).
-                written = self.recv_buf.write_unallocated(offset, payload);
-                if written > 0 {
-                    if self.ooo.add(offset, offset + written) {
-                        self.sack_recent.record(seq);
-                    } else {
-                        written = 0;
-                    }
-                }
-                self.challenge_ack();
-            }
-        }
-        if fin && written == payload.len() {
-            let fin_seq = seq + payload.len();
-            if fin_seq != self.rcv_nxt {
-                self.ooo_fin = Some(fin_seq);
-            }
-        }
-        if (fin && seq + payload.len() == self.rcv_nxt) || self.ooo_fin == Some(self.rcv_nxt) {
-            self.ooo_fin = None;
-            self.process_fin(now);
-        }
-    }
-
-    /// Whether `ack` is past the recovery point (RFC 6582 §3.2 step 2: "the cumulative
-    /// acknowledgment field covers more than recover"). A recovery point so stale that it is
-    /// incomparable counts as passed.
-    fn recover_passed(&self, ack: SeqNumber) -> bool {
-        ack.partial_cmp(&self.recover) != Some(std::cmp::Ordering::Less) && ack != self.recover
-    }
-
-    fn fin_acked(&self) -> bool {
-        self.fin_seq.is_some_and(|f| self.snd_una > f)
-    }
-
-    fn process_fin(&mut self, now: Instant) {
-        self.rcv_nxt += 1;
-        self.fin_received = true;
-        self.ack_pending = true;
-        self.ack_now = true;
-        self.ooo.clear();
-        self.sack_recent.clear();
-        match self.state {
-            State::SynReceived | State::Established => self.state = State::CloseWait,
-            State::FinWait1 => {
-                if self.fin_acked() {
-                    self.enter_time_wait(now);
-                } else {
-                    self.state = State::Closing;
-                }
-            }
-            State::FinWait2 => self.enter_time_wait(now),
-            _ => {}
-        }
-    }
-
-    fn sample_rtt(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: SeqNumber) {
-        if self.ts_ok {
-            if let Some(ts) = seg.timestamp {
-                let ms = self.ts_now(now).wrapping_sub(ts.tsecr);
-                // An echo from the future or from long ago is not a measurement.
-                if ms < 60_000 {
-                    self.rtt.sample(Duration::from_millis(u64::from(ms)));
-                }
-            }
-        } else if let Some((seq, sent)) = self.rtt_timing
-            && ack > seq
-        {
-            self.rtt.sample(now.saturating_duration_since(sent));
-            self.rtt_timing = None;
-        }
-    }
-
-    /// ACK processing (RFC 9293 §3.10.7.4 fifth, RFC 5961 §5, RFC 5681 §3.2, RFC 6582 §3.2).
-    /// Returns false when the segment must be dropped.
-    fn handle_ack(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: SeqNumber) -> bool {
-        let highest = self.probe_end.map_or(self.snd_max, |p| self.snd_max.max(p));
-        if ack > highest || ack < self.snd_una - self.max_snd_wnd {
-            self.rfc5961_challenge_ack(now);
-            return false;
-        }
-        // An acceptable ACK: the peer is alive, whatever its window says.
-        self.unanswered_probes = 0;
-        if ack > self.snd_max {
-            // The peer took a zero-window probe byte.
-            self.snd_max = ack;
-        }
-        if self.probe_end.is_some_and(|p| ack >= p) {
-            self.probe_end = None;
-        }
-        let window = usize::from(seg.window_len) << self.snd_wscale;
-        let mss = self.snd_mss;
-        // RFC 6675 §5: the scoreboard takes the SACK blocks first. Blocks at or below the
-        // cumulative ACK (D-SACKs, stale blocks) are ignored.
-        let new_sack = self.sack_ok
-            && !seg.sack_blocks.is_empty()
-            && self.scoreboard.update(&seg.sack_blocks, ack.max(self.snd_una), self.snd_max);
-        if ack > self.snd_una {
-            let acked = distance(self.snd_una, ack);
-            let mut data_acked = acked;
-            if !self.syn_acked {
-                self.syn_acked = true;
-                data_acked -= 1;
-            }
-            if self.fin_seq.is_some_and(|f| ack > f && self.snd_una <= f) {
-                data_acked = data_acked.saturating_sub(1);
-            }
-            self.send_dequeue(data_acked);
-            self.sample_rtt(now, seg, ack);
-            self.retries = 0;
-            self.snd_una = ack;
-            self.scoreboard.prune(ack);
-            self.rxt_marks.retain(|&(s, _)| s >= ack);
-            if self.snd_nxt < ack {
-                self.snd_nxt = ack;
-            }
-            let flight = distance(self.snd_una, self.snd_max);
-            if self.in_recovery {
-                if ack >= self.recover {
-                    // RFC 6582 §3.2 step 3, RFC 6675 §5 (the recovery point is covered).
-                    self.cc.on_exit_recovery(flight, mss);
-                    self.in_recovery = false;
-                    self.rxt_marks.clear();
-                } else if self.sack_ok {
-                    // RFC 6675: a partial ACK changes no window; the scoreboard chooses what to
-                    // retransmit. Without SACK information above it, the segment now at SND.UNA
-                    // is presumed lost as in NewReno (it was sent before the retransmission the
-                    // peer just acknowledged), unless it was retransmitted in this recovery.
-                    if self.scoreboard.is_empty() && self.high_rxt <= self.snd_una {
-                        self.fast_rexmit = true;
-                        self.stats.fast_retransmits += 1;
-                    }
-                } else {
-                    // A partial ACK: the next hole was lost too (RFC 6582 §3.2 step 5).
-                    self.cc.on_partial_ack(data_acked, mss);
-                    self.fast_rexmit = true;
-                    self.stats.fast_retransmits += 1;
-                }
-            } else if data_acked > 0 {
-                let srtt = self.rtt.srtt().unwrap_or_default();
-                self.cc.on_ack(data_acked, mss, now, srtt);
-            }
-            self.dup_acks = 0;
-            self.rto_at = if self.snd_una == self.snd_max { None } else { Some(now + self.rtt.rto()) };
-            self.persist_backoff = 0;
-        } else if ack == self.snd_una
-            && self.snd_nxt != self.snd_una
-            && seg.payload.is_empty()
-            && seg.control == TcpControl::None
-            && window == self.snd_wnd
-        {
-            // A duplicate ACK (RFC 5681 §2).
-            self.stats.dup_acks += 1;
-            self.dup_acks = self.dup_acks.saturating_add(1);
-            if self.in_recovery {
-                // NewReno inflates cwnd per duplicate ACK; SACK recovery counts the pipe instead.
-                if !self.sack_ok {
-                    self.cc.on_recovery_dup_ack(mss);
-                }
-            } else if self.dup_acks == 3 && self.recover_passed(ack) {
-                self.enter_recovery();
-            }
-        }
-        // RFC 6675 §5 step (1.b): with SACK, loss is also detected when IsLost(HighACK + 1),
-        // whatever the ACK carried (data from the peer does not make an ACK a duplicate, but its
-        // SACK blocks count); and by early retransmit (RFC 5827) when too little is in flight
-        // for three segments to be SACKed. A new recovery starts once HighACK >= RecoveryPoint
-        // (RFC 6675 §5).
-        if new_sack
-            && !self.in_recovery
-            && self.snd_una.partial_cmp(&self.recover) != Some(std::cmp::Ordering::Less)
-            && (self
-                .scoreboard
-                .holes(self.snd_una, self.snd_max, mss)
-                .next()
-                .is_some_and(|h| h.start == self.snd_una && h.lost)
-                || self.early_retransmit())
-        {
-            self.enter_recovery();
-        }
-        // A lost retransmission: data sent after the retransmission of the hole at SND.UNA was
-        // SACKed (as much as IsLost asks) while the hole stays open. Retransmit it again.
-        if new_sack
-            && self.in_recovery
-            && self
-                .rxt_marks
-                .iter()
-                .find(|&&(s, _)| s == self.snd_una)
-                .is_some_and(|&(_, mark)| self.scoreboard.enough_above(mark, mss))
-        {
-            self.rxt_marks.retain(|&(s, _)| s != self.snd_una);
-            self.fast_rexmit = true;
-            self.stats.fast_retransmits += 1;
-        }
-        // Window update (SND.WL1/SND.WL2 rule), for ACKs that are not old.
-        if ack >= self.snd_una
-            && (self.snd_wl1 < seg.seq_number || (self.snd_wl1 == seg.seq_number && self.snd_wl2 <= ack))
-        {
-            self.snd_wnd = window;
-            self.max_snd_wnd = self.max_snd_wnd.max(window);
-            self.snd_wl1 = seg.seq_number;
-            self.snd_wl2 = ack;
-            if window > 0 {
-                self.persist_at = None;
-                self.persist_backoff = 0;
-                self.probe_pending = false;
-                self.probe_end = None;
-            }
-        }
-        true
-    }
-
-    /// RFC 5827 early retransmit with SACK: fewer than four segments are outstanding, no new
-    /// data can be sent to draw more ACKs, and everything past the first unacknowledged segment
-    /// was SACKed (ER_thresh = outstanding segments - 1).
-    fn early_retransmit(&self) -> bool {
-        let mss = self.snd_mss;
-        let flight = distance(self.snd_una, self.snd_max);
-        let sent = distance(self.send_base(), self.snd_max);
-        let unsent = self.send_len().saturating_sub(sent);
-        let room = self.snd_wnd.min(self.cc.window()).saturating_sub(flight);
-        // The FIN is never SACKed: the data ends before it.
-        let data_end = self.fin_seq.filter(|&f| f < self.snd_max).unwrap_or(self.snd_max);
-        flight < 4 * mss
-            && (unsent == 0 || room < unsent.min(mss))
-            && self.scoreboard.high_sack() == Some(data_end)
-            && self.scoreboard.sacked_bytes() + mss >= flight
-    }
-
-    /// Fast retransmit and fast recovery: NewReno (RFC 6582 §3.2 step 2, with the RFC 5681 §3.2
-    /// step 3 inflation by the three duplicate ACKs) without SACK, RFC 6675 §5 step (4) with it
-    /// (cwnd = ssthresh; the pipe counts what left the network).
-    fn enter_recovery(&mut self) {
-        let mss = self.snd_mss;
-        self.recover = self.snd_max;
-        self.in_recovery = true;
-        self.cc.on_enter_recovery(distance(self.snd_una, self.snd_max), mss);
-        if !self.sack_ok {
-            for _ in 0..3 {
-                self.cc.on_recovery_dup_ack(mss);
-            }
-        }
-        self.high_rxt = self.snd_una;
-        self.rxt_marks.clear();
-        self.fast_rexmit = true;
-        self.stats.fast_retransmits += 1;
-        self.rtt_timing = None;
-    }
-
-    // ---------------------------------------------------------------------------------------
-    // Sending.
-
-    /// The SWS threshold of the receiver (RFC 9293 §3.8.6.2.2): min(RCV.BUFF / 2, Eff.snd.MSS).
-    fn sws_threshold(&self) -> usize {
-        (self.recv_buf.capacity() / 2).min(self.rcv_mss).max(1)
-    }
-
-    /// The window to advertise now: the free receive space, but the right edge moves only by
-    /// at least the SWS threshold, and never to the left.
-    fn window_to_advertise(&self) -> usize {
-        let free = self.recv_buf.free();
-        let current = distance(self.rcv_nxt, self.rcv_adv);
-        let wnd = if free >= current + self.sws_threshold() { free } else { current };
-        wnd.min(usize::from(u16::MAX) << self.rcv_wscale)
-    }
-
-    /// The window field for an ACK-carrying segment, and the advertised edge it implies.
-    fn advertise(&mut self) -> u16 {
-        let wnd = self.window_to_advertise();
-        let field = u16::try_from(wnd >> self.rcv_wscale).unwrap_or(u16::MAX);
-        let edge = self.rcv_nxt + (usize::from(field) << self.rcv_wscale);
-        self.rcv_adv = self.rcv_adv.max(edge);
-        field
-    }
-
-    /// A header from us with the ACK, window and timestamps filled in.
-    fn header(&mut self, now: Instant, control: TcpControl, seq: SeqNumber) -> TcpRepr<'static> {
-        let window_len = self.advertise();
-        self.ack_pending = false;
-        self.ack_now = false;
-        self.ack_at = None;
-        self.unacked_bytes = 0;
-        self.last_ack_sent = self.rcv_nxt;
-        TcpRepr {
-            src_port: self.local.port(),
-            dst_port: self.remote.port(),
-            control,
-            seq_number: seq,
-            ack_number: Some(self.rcv_nxt),
-            window_len,
-            timestamp: self.ts_ok.then(|| Timestamp { tsval: self.ts_now(now), tsecr: self.ts_recent }),
-            sack_blocks: self.sack_blocks(),
-            ..TcpRepr::default()
-        }
-    }
-
-    /// The SACK blocks for our next ACK (RFC 2018 §4): when SACK was negotiated and data is held
-    /// out of order, the block holding the most recently received segment first, then the
-    /// other recently received ones, then the rest, as many as fit beside the timestamps
-    /// option (three; four without it). D-SACK (RFC 2883) is not sent.
-    fn sack_blocks(&self) -> SackBlocks {
-        if !self.sack_ok || self.ooo.is_empty() {
-            return SackBlocks::new();
-        }
-        let max = if self.ts_ok { 3 } else { SackBlocks::MAX };
-        let base = self.rcv_nxt;
-        self.sack_recent.blocks(self.ooo.ranges().map(move |(s, e)| (base + s, base + e)), max)
-    }
-
-    /// The most payload bytes in our next segment: the send MSS less the SACK option it will
-    /// carry, so that the segment still fits the path MTU.
-    fn data_mss(&self) -> usize {
-        let n = self.sack_blocks().len();
-        let option = if n > 0 { 4 + 8 * n } else { 0 };
-        self.snd_mss.saturating_sub(option).max(1)
-    }
-
-    /// RFC 6675 SetPipe(): the bytes presumed in flight during SACK recovery.
-    fn pipe(&self) -> usize {
-        self.scoreboard.pipe(self.snd_una, self.snd_max, self.high_rxt.max(self.snd_una), self.snd_mss)
-    }
-
-    fn transmit(&mut self, repr: TcpRepr<'static>, payload_len: usize) -> Transmit {
-        self.stats.segments_out += 1;
-        Transmit { src: self.local, dst: self.remote, repr, payload_len }
-    }
-
-    /// The next segment to send, its payload copied into `buf` (see [`Transmit`] for the
-    /// contract); `None` when there is nothing to send now. Call it until it returns `None`
-    /// after every input. `buf` should hold at least one MSS; a shorter one gives shorter
-    /// segments.
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some(rst) = self.pending_rst.take() {
-            return Some(self.transmit(rst, 0));
-        }
-        match self.state {
-            State::Closed | State::Listen => return None,
-            State::SynSent | State::SynReceived => {
-                if self.snd_nxt == self.iss {
-                    return Some(self.send_syn(now));
-                }
-                if self.state == State::SynReceived && self.ack_now {
-                    let repr = self.header(now, TcpControl::None, self.snd_nxt);
-                    return Some(self.transmit(repr, 0));
-                }
-                return None;
-            }
-            _ => {}
-        }
-        if self.fast_rexmit {
-            self.fast_rexmit = false;
-            if let Some(t) = self.retransmit_first(now, buf) {
-                return Some(t);
-            }
-        }
-        let sack_recovery = self.in_recovery && self.sack_ok && self.state != State::TimeWait;
-        // RFC 6675 §5 step (C), NextSeg() rule 1: lost holes first...
-        if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, true) {
-            return Some(t);
-        }
-        // ... rule 2: new data...
-        if self.state != State::TimeWait
-            && let Some(t) = self.send_data(now, buf)
-        {
-            return Some(t);
-        }
-        // ... rule 3: holes below the highest SACKed byte not yet deemed lost.
-        if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, false) {
-            return Some(t);
-        }
-        if self.probe_pending {
-            self.probe_pending = false;
-            if let Some(t) = self.send_probe(now, buf) {
-                return Some(t);
-            }
-        }
-        if self.keepalive_pending {
-            self.keepalive_pending = false;
-            let repr = self.header(now, TcpControl::None, self.snd_una - 1);
-            return Some(self.transmit(repr, 0));
-        }
-        if self.ack_pending && self.ack_now {
-            // At SND.MAX, not SND.NXT: after a timeout rewound SND.NXT, an ACK from there would
-            // be old to the peer, which would answer it with an ACK of its own, and so on.
-            let repr = self.header(now, TcpControl::None, self.snd_max);
-            return Some(self.transmit(repr, 0));
-        }
-        None
-    }
-
-    /// [`poll_transmit`](Self::poll_transmit), except that a segment whose payload lies in
-    /// prepared content (queued with [`send_prepared`](Self::send_prepared)) comes with that
-    /// payload lent as a [`PreparedSlice`] (`payload_len` bytes of it) instead of copied into
-    /// `buf`: the caller emits the payload from it, and its sum from
-    /// [`PreparedSlice::sum`] when the segment is a prepared cut.
-    pub fn poll_transmit_prepared(
-        &mut self,
-        now: Instant,
-        buf: &mut [u8],
-    ) -> Option<(Transmit, Option<PreparedSlice>)> {
-        self.lend = true;
-        self.lent = None;
-        let t = self.poll_transmit(now, buf);
-        self.lend = false;
-        let lent = self.lent.take();
-        let t = t?;
-        debug_assert!(
-            lent.as_ref().is_none_or(|l| l.len == t.payload_len),
-            "the lent payload is the segment's"
-        );
-        Some((t, lent))
-    }
-
-    fn send_syn(&mut self, now: Instant) -> Transmit {
-        let active = self.state == State::SynSent;
-        let ack_number = (!active).then_some(self.rcv_nxt);
-        let tsval = self.ts_now(now);
-        let repr = TcpRepr {
-            src_port: self.local.port(),
-            dst_port: self.remote.port(),
-            control: TcpControl::Syn,
-            seq_number: self.iss,
-            ack_number,
-            window_len: u16::try_from(self.recv_buf.free()).unwrap_or(u16::MAX),
-            max_seg_size: Some(self.config.mss),
-            window_scale: (if active { self.config.window_scaling } else { self.ws_ok })
-                .then_some(self.rcv_wscale),
-            sack_permitted: if active { self.config.sack } else { self.sack_ok },
-            timestamp: if active {
-                self.config.timestamps.then_some(Timestamp { tsval, tsecr: 0 })
-            } else {
-                self.ts_ok.then_some(Timestamp { tsval, tsecr: self.ts_recent })
-            },
-            ..TcpRepr::default()
-        };
-        if self.snd_max == self.iss {
-            self.rtt_timing = Some((self.iss, now));
-        } else {
-            self.stats.retransmits += 1;
-        }
-        if !active {
-            self.ack_pending = false;
-            self.ack_now = false;
-            self.last_ack_sent = self.rcv_nxt;
-        }
-        self.snd_nxt = self.iss + 1;
-        self.snd_max = self.snd_max.max(self.snd_nxt);
-        self.rto_at.get_or_insert(now + self.rtt.rto());
-        self.transmit(repr, 0)
-    }
-
-    /// The sequence number of the first byte in the send buffer.
-    fn send_base(&self) -> SeqNumber {
-        if self.syn_acked { self.snd_una } else { self.iss + 1 }
-    }
-
-    /// Fast retransmit: the first unacknowledged segment, whatever the windows say (up to the
-    /// first SACKed byte).
-    fn retransmit_first(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if self.snd_una == self.snd_max {
-            return None;
-        }
-        let end = self.scoreboard.next_sacked(self.snd_una).unwrap_or(self.snd_max);
-        let len = distance(self.snd_una, end).min(self.data_mss());
-        self.retransmit_at(now, buf, self.snd_una, len)
-    }
-
-    /// RFC 6675 §5 step (C): while cwnd - pipe >= 1 SMSS, the segment NextSeg() picks (rule 1,
-    /// lost data, when `lost_only`; else rule 3).
-    fn sack_retransmit(&mut self, now: Instant, buf: &mut [u8], lost_only: bool) -> Option<Transmit> {
-        if self.cc.window() < self.pipe().saturating_add(self.snd_mss) {
-            return None;
-        }
-        let high_rxt = self.high_rxt.max(self.snd_una);
-        let (seq, len, lost) =
-            self.scoreboard.next_seg(self.snd_una, self.snd_max, high_rxt, self.snd_mss)?;
-        if lost_only && !lost {
-            return None;
-        }
-        let len = len.min(self.data_mss());
-        self.retransmit_at(now, buf, seq, len)
-    }
-
-    /// Retransmits up to `len` bytes from `seq` (and the FIN if it follows them) and moves
-    /// HighRxt past them.
-    fn retransmit_at(
-        &mut self,
-        now: Instant,
-        buf: &mut [u8],
-        seq: SeqNumber,
-        len: usize,
-    ) -> Option<Transmit> {
-        let offset = distance(self.send_base(), seq);
-        let len = len.min(buf.len());
-        let n = self.send_read(offset, &mut buf[..len]);
-        let fin = self.fin_seq.is_some_and(|f| seq + n == f);
-        let end = seq + n + usize::from(fin);
-        self.high_rxt = self.high_rxt.max(if n == 0 && !fin { seq + len } else { end });
-        if n == 0 && !fin {
-            return None;
-        }
-        if self.in_recovery && self.sack_ok {
-            self.rxt_marks.retain(|&(s, _)| s != seq);
-            if self.rxt_marks.len() == MAX_RXT_MARKS {
-                self.rxt_marks.remove(0);
-            }
-            self.rxt_marks.push((seq, self.snd_max));
-        }
-        let control = if fin { TcpControl::Fin } else { TcpControl::None };
-        let mut repr = self.header(now, control, seq);
-        repr.push = n > 0;
-        self.stats.retransmits += 1;
-        if self.rtt_timing.is_some_and(|(s, _)| seq <= s) {
-            self.rtt_timing = None;
-        }
-        self.rto_at.get_or_insert(now + self.rtt.rto());
-        Some(self.transmit(repr, n))
-    }
-
-    /// New data, retransmissions after a timeout, and the FIN, as the windows, Nagle and SWS
-    /// avoidance allow.
-    fn send_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        // Resending after a timeout skips what the peer SACKed since.
-        while self.snd_nxt < self.snd_max
-            && let Some(end) = self.scoreboard.sacked_end(self.snd_nxt)
-        {
-            self.snd_nxt = end;
-        }
-        let base = self.send_base();
-        let sent = distance(base, self.snd_nxt);
-        let buffered = self.send_len();
-        let unsent = buffered.saturating_sub(sent);
-        let data_end = base + buffered;
-        let fin_pending = self.fin_queued
-            && !self.fin_acked()
-            && self.snd_nxt <= data_end
-            && matches!(self.state, State::FinWait1 | State::Closing | State::LastAck);
-        if unsent == 0 && !fin_pending {
-            return None;
-        }
-        let in_flight = distance(self.snd_una, self.snd_nxt);
-        let mss = self.data_mss();
-        // Limited transmit (RFC 3042): up to two segments past cwnd on the first two duplicate
-        // ACKs.
-        // With SACK information, SACKed bytes have left the network: they do not count against
-        // cwnd (which makes limited transmit redundant), and in SACK recovery the congestion
-        // window limits the pipe (RFC 6675 §5 step (C)).
-        let sacked = !self.scoreboard.is_empty();
-        let extra =
-            if self.in_recovery || self.dup_acks > 2 || sacked { 0 } else { self.dup_acks as usize * mss };
-        let cc_flight = if self.in_recovery && self.sack_ok {
-            self.pipe()
-        } else {
-            let (_, above) = self.scoreboard.sacked_above(self.snd_nxt);
-            in_flight.saturating_sub(self.scoreboard.sacked_bytes() - above)
-        };
-        let usable = self
-            .snd_wnd
-            .saturating_sub(in_flight)
-            .min(self.cc.window().saturating_add(extra).saturating_sub(cc_flight));
-        let mut size = unsent.min(usable).min(mss).min(buf.len());
-        // A resend stops at the next SACKed byte.
-        let mut clipped = false;
-        if self.snd_nxt < self.snd_max
-            && let Some(next) = self.scoreboard.next_sacked(self.snd_nxt)
-            && distance(self.snd_nxt, next) < size
-        {
-            size = distance(self.snd_nxt, next);
-            clipped = true;
-        }
-        // Prepared content goes in its own segments, on its cuts (their sums are precomputed).
-        if !self.send_pieces.is_empty()
-            && let Some(limit) = self.prepared_limit(sent, mss)
-            && limit < size
-        {
-            size = limit;
-            clipped = true;
-        }
-        let ends_data = size == unsent;
-        let fin = fin_pending && ends_data;
-        // Sender SWS avoidance and Nagle (RFC 9293 §3.8.6.2.1).
-        let allowed = size > 0
-            && (size >= mss.min(buf.len())
-                || (ends_data && (self.nodelay || in_flight == 0 || self.fin_queued))
-                || (in_flight == 0 && size >= self.max_snd_wnd / 2)
-                || clipped
-                || self.force_send);
-        // A FIN with no data left to send goes whatever the windows say.
-        if !(allowed || (fin && unsent == 0)) {
-            // Data waits. With nothing in flight, only the persist timer gets it going.
-            if unsent > 0 && self.rto_at.is_none() && self.persist_at.is_none() && in_flight == 0 {
-                self.persist_at = Some(now + self.persist_interval());
-            }
-            return None;
-        }
-        self.force_send = false;
-        let seq = self.snd_nxt;
-        let n = self.send_read(sent, &mut buf[..size]);
-        let control = if fin { TcpControl::Fin } else { TcpControl::None };
-        let mut repr = self.header(now, control, seq);
-        repr.push = n > 0 && ends_data;
-        let end = seq + n + usize::from(fin);
-        if seq < self.snd_max {
-            self.stats.retransmits += 1;
-            if self.rtt_timing.is_some_and(|(s, _)| seq <= s) {
-                self.rtt_timing = None;
-            }
-        } else {
-            self.stats.bytes_out += n as u64;
-            if !self.ts_ok && self.rtt_timing.is_none() {
-                self.rtt_timing = Some((seq, now));
-            }
-        }
-        if fin {
-            self.fin_seq = Some(seq + n);
-        }
-        self.snd_nxt = end;
-        self.snd_max = self.snd_max.max(end);
-        self.rto_at.get_or_insert(now + self.rtt.rto());
-        self.persist_at = None;
-        Some(self.transmit(repr, n))
-    }
-
-    /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,
-    /// and the persist timer again with backoff.
-    fn send_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let sent = distance(self.send_base(), self.snd_nxt);
-        if self.snd_wnd != 0 || buf.is_empty() {
-            return None;
-        }
-        let n = self.send_read(sent, &mut buf[..1]);
-        if n == 0 {
-            return None;
-        }
-        let seq = self.snd_nxt;
-        let repr = self.header(now, TcpControl::None, seq);
-        self.probe_end = Some(seq + 1);
-        self.persist_at = Some(now + self.persist_interval());
-        Some(self.transmit(repr, n))
-    }
-
-    /// The persist timer's next interval: the RTO, at least [`MIN_PERSIST`], doubled for each
-    /// expiry since the peer last moved the window or acknowledged data (RFC 1122 §4.2.2.17:
-    /// "increase exponentially the interval between successive probes"), up to the RTO's own
-    /// ceiling. The doubling has no other cap: it once stopped at 64 times the RTO, which with a
-    /// 1 ms RTO woke the connection every 64 ms for as long as it lived.
-    fn persist_interval(&self) -> Duration {
-        let mut interval = self.rtt.rto().max(MIN_PERSIST);
-        for _ in 0..self.persist_backoff {
-            interval = interval.saturating_mul(2);
-            if interval >= super::rtt::MAX_RTO {
-                return super::rtt::MAX_RTO;
-            }
-        }
-        interval.min(super::rtt::MAX_RTO)
-    }
-}
-
-/// The acceptability test of RFC 9293 §3.10.7.4 for a segment of `len` at `seq` against a
-/// receive window of `wnd` bytes from `rcv_nxt` (the connection's, and its TIME-WAIT record's),
-/// except that a segment without data is also accepted at the right edge of the window (as
-/// Linux's `tcp_sequence` does). Our pure ACKs go out at SND.MAX; when we filled the peer's window while its RCV.NXT lags behind a hole, SND.MAX
-/// *is* its right edge, and if both ends are in that state (each one's ACKs lost, each one
-/// resending data the other already has, which is dropped as old without its ACK being
-/// looked at) a strict test deadlocks the connection. The random-fault pair test found it.
-pub(super) fn acceptable(rcv_nxt: SeqNumber, wnd: usize, seq: SeqNumber, len: usize) -> bool {
-    let in_window = |s: SeqNumber| rcv_nxt <= s && s < rcv_nxt + wnd;
-    match (len, wnd) {
-        (0, 0) => seq == rcv_nxt,
-        (0, _) => rcv_nxt <= seq && seq <= rcv_nxt + wnd,
-        (_, 0) => false,
-        _ => in_window(seq) || in_window(seq + (len - 1)),
     }
 }

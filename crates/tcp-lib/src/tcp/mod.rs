@@ -56,10 +56,12 @@
 //! ```
 //!
 //! Memory is bounded when the connection is created: the send and receive buffers are ring buffers
-//! of the configured sizes, out-of-order data is stored in the free part of the receive ring (the
-//! advertised window never exceeds it) with at most [`Config::max_ooo_ranges`] ranges, and no
-//! segment allocates. Nothing a peer sends can make the connection panic; sequence numbers are
-//! compared only through the wrapping [`SeqNumber`].
+//! limited to the configured sizes (their storage grows on demand up to that limit and is freed in
+//! TIME-WAIT and CLOSED), out-of-order data is stored in the free part of the receive ring (the
+//! advertised window never exceeds it) with at most [`Config::max_ooo_ranges`] ranges, and the
+//! SACK scoreboard is bounded too; beyond that growth of the rings, no segment allocates. Nothing a
+//! peer sends can make the connection panic; sequence numbers are compared only through the
+//! wrapping [`SeqNumber`].
 //!
 //! # What it implements
 //!
@@ -72,8 +74,11 @@
 //!   [`Connection::set_nodelay`]). Data carried on a SYN is not accepted (it is not acknowledged,
 //!   so the peer sends it again).
 //! * RFC 5961: an RST is accepted only at exactly RCV.NXT; an in-window RST or any SYN on a
-//!   synchronized connection gets a challenge ACK; ACKs of data never sent are answered with an ACK
-//!   and dropped. (Rate limiting of challenge ACKs is not implemented yet.)
+//!   synchronized connection gets a challenge ACK; so does an ACK of data never sent or older than
+//!   SND.UNA less the largest window the peer offered, which is then dropped (§5.2). Challenge
+//!   ACKs are rate-limited to [`Config::challenge_ack_limit`] per second per connection (§7). The
+//!   ACKs answering other unacceptable segments are limited too: one per 500 ms for segments
+//!   without data or flags, so that two ends can never ping-pong ACKs.
 //! * RFC 7323: window scaling (only when both SYNs carry it; the shift is capped at 14), timestamps
 //!   (TSval = a per-connection offset plus milliseconds of the caller's clock; TSecr echo of
 //!   TS.Recent; RTT samples from TSecr; PAWS).
@@ -97,6 +102,9 @@
 //! * RFC 1122 §4.2.3.2: delayed ACKs (at most [`Config::delayed_ack`], and at least every second
 //!   full-sized segment); §4.2.2.17 zero-window probing with the persist timer; §4.2.3.6 keepalive
 //!   (off by default).
+//! * RFC 1191 path MTU discovery: [`Connection::handle_frag_needed`] takes an ICMP
+//!   fragmentation-needed report (checked against the segments in flight, RFC 5927 §4.1; the RFC
+//!   1191 plateaus when the router gives no MTU) and shrinks the send MSS.
 //! * RFC 5681 slow start and congestion avoidance, fast retransmit on the third duplicate ACK with
 //!   NewReno fast recovery (RFC 6582) and limited transmit (RFC 3042); the window arithmetic
 //!   behind the [`CongestionControl`] trait, with [`Cubic`] (RFC 9438, the default) and
@@ -106,10 +114,28 @@
 //!
 //! # Listening
 //!
-//! The LISTEN state belongs to the listener (a later work item, with the SYN queue and SYN
-//! cookies): [`listen_reply`] says what a listener does with a segment, and
-//! [`Connection::accept`] builds the SYN-RECEIVED connection for a SYN it accepts. A `Connection`
-//! itself never reports [`State::Listen`].
+//! The LISTEN state belongs to the listener of the per-core [`stack`](crate::stack), which keeps
+//! the SYN queue and the accept backlog and answers with SYN cookies when the queue is full:
+//! [`listen_reply`] says what a listener does with a segment, and [`Connection::accept`] builds
+//! the SYN-RECEIVED connection for a SYN it accepts. A `Connection` itself never reports
+//! [`State::Listen`].
+//!
+//! # TIME-WAIT
+//!
+//! Once a connection in TIME-WAIT has sent all it had to send, the stack may replace it with a
+//! compact record (`time_wait.rs`, 72 bytes instead of the whole TCB) that answers every later
+//! segment as the connection would until 2·MSL ends; both apply the same segment rules
+//! (`rules.rs`).
+//!
+//! # Where the code lives
+//!
+//! `connection.rs` holds the TCB, its state grouped by concern, and the application calls; its
+//! children `connection/input.rs`, `ack.rs`, `output.rs` and `timers.rs` hold the state machine's
+//! receiving, ACK processing and loss recovery, sending, and timers. `send_stream.rs` is the send
+//! stream (copied bytes and prepared content), `buffer.rs` the rings and the out-of-order
+//! assembler, `sack.rs` the SACK scoreboard and our SACK blocks, `rtt.rs` the RTO estimator,
+//! `congestion.rs` the congestion controllers, `prepared.rs` prepared content with its checksums,
+//! `rules.rs` the segment rules shared with `time_wait.rs`.
 
 use std::fmt;
 use std::net::SocketAddrV4;
@@ -122,7 +148,9 @@ mod congestion;
 mod connection;
 mod prepared;
 mod rtt;
+mod rules;
 mod sack;
+mod send_stream;
 mod time_wait;
 
 #[cfg(test)]

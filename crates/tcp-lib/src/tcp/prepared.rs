@@ -1,4 +1,4 @@
-//! Prepared (pre-segmented) content for the Sandstorm-style send path (seeds/003, DESIGN.md §4).
+//! Prepared (pre-segmented) content for the Sandstorm-style send path.
 //!
 //! A [`PreparedSegments`] is an immutable byte string (an HTTP response, say) cut ahead of time
 //! into TCP payload segments of one or more sizes, with the one's-complement sum of every segment

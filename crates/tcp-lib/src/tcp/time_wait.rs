@@ -4,7 +4,7 @@
 //! answer segments (a retransmitted FIN with an ACK and a restarted 2·MSL timer, an exact RST by
 //! closing, a SYN or anything out of the window with a rate-limited ACK, PAWS with timestamps)
 //! until 2·MSL has passed. [`TimeWait`] keeps exactly the state those answers read and write, in
-//! 72 bytes instead of the whole TCB (1120), and answers every segment as the connection would:
+//! 72 bytes instead of the whole TCB (1144), and answers every segment as the connection would:
 //! the differential test in `tests/time_wait.rs` feeds random segments to both.
 //!
 //! Instants are kept as signed nanoseconds from a `base` instant that the owner passes to every
@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use super::Config;
-use super::connection::{OOW_ACK_INTERVAL, PAWS_IDLE, acceptable};
+use super::rules::{self, Moment, acceptable};
 use crate::wire::tcp::Timestamp;
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
@@ -56,6 +56,15 @@ fn since(now: i64, then: i64) -> i64 {
     now.saturating_sub(then).max(0)
 }
 
+/// The record's instants, nanoseconds from the owner's `base`, as the [`rules`] read
+/// them.
+impl Moment for i64 {
+    #[inline]
+    fn within(self, earlier: Self, limit: Duration) -> bool {
+        since(self, earlier) < nanos(limit)
+    }
+}
+
 /// What a [`TimeWait`] record does with a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TimeWaitAction {
@@ -71,9 +80,9 @@ pub(crate) enum TimeWaitAction {
 /// 72 bytes. Built by `Connection::time_wait_record`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TimeWait {
-    /// End of 2·MSL (the connection's `time_wait_at`).
+    /// End of 2·MSL (the connection's `timers.time_wait`).
     expires: i64,
-    /// When TS.Recent was recorded (PAWS ages it out after [`PAWS_IDLE`]).
+    /// When TS.Recent was recorded (PAWS ages it out after [`PAWS_IDLE`](rules::PAWS_IDLE)).
     ts_recent_at: i64,
     /// The last out-of-window bare ACK answered ([`NONE`]: never).
     last_oow_ack: i64,
@@ -172,20 +181,12 @@ impl TimeWait {
 
     /// An RFC 5961 challenge ACK under the per-second limit; whether it may be sent.
     fn challenge(&mut self, config: &Config, now: i64) -> bool {
-        let (start, sent) = if self.challenge_start != NONE
-            && since(now, self.challenge_start) < nanos(Duration::from_secs(1))
-        {
-            (self.challenge_start, self.challenge_sent)
-        } else {
-            (now, 0)
-        };
+        let window =
+            (self.challenge_start != NONE).then(|| (self.challenge_start, u32::from(self.challenge_sent)));
+        let ((start, sent), allowed) = rules::challenge_ack(window, now, config.challenge_ack_limit);
         self.challenge_start = start;
-        if u32::from(sent) >= config.challenge_ack_limit {
-            self.challenge_sent = sent;
-            return false;
-        }
-        self.challenge_sent = sent.saturating_add(1);
-        true
+        self.challenge_sent = u16::try_from(sent).unwrap_or(u16::MAX);
+        allowed
     }
 
     /// Processes one segment of the connection (its ports are the table key's) at `now`, as
@@ -221,8 +222,7 @@ impl TimeWait {
         if self.ts_ok()
             && !rst
             && let Some(ts) = seg.timestamp
-            && SeqNumber::new(ts.tsval) < SeqNumber::new(self.ts_recent)
-            && since(now, self.ts_recent_at) < nanos(PAWS_IDLE)
+            && rules::paws_rejects(ts.tsval, self.ts_recent, self.ts_recent_at, now)
         {
             return true;
         }
@@ -237,8 +237,8 @@ impl TimeWait {
                 self.expires = tick(base, instant(base, now) + config.msl * 2);
             }
             let bare = seg.payload.is_empty() && seg.control == TcpControl::None;
-            let limited =
-                bare && self.last_oow_ack != NONE && since(now, self.last_oow_ack) < nanos(OOW_ACK_INTERVAL);
+            let last = (self.last_oow_ack != NONE).then_some(self.last_oow_ack);
+            let limited = rules::oow_ack_limited(bare, last, now);
             if !limited {
                 ack = true;
                 if bare {
@@ -264,8 +264,7 @@ impl TimeWait {
         // TS.Recent (RFC 7323 §4.3); our last ACK acknowledged RCV.NXT.
         if self.ts_ok()
             && let Some(ts) = seg.timestamp
-            && seg.seq_number <= self.rcv_nxt
-            && SeqNumber::new(ts.tsval) >= SeqNumber::new(self.ts_recent)
+            && rules::ts_recent_updates(seg.seq_number, self.rcv_nxt, ts.tsval, self.ts_recent)
         {
             self.ts_recent = ts.tsval;
             self.ts_recent_at = now;
@@ -273,7 +272,8 @@ impl TimeWait {
 
         // ACK processing (RFC 5961 §5.2): everything we sent was acknowledged.
         let Some(a) = seg.ack_number else { return ack };
-        if a > self.snd_max || a < self.snd_max - usize::try_from(self.max_snd_wnd).unwrap_or(0) {
+        let max_snd_wnd = usize::try_from(self.max_snd_wnd).unwrap_or(0);
+        if rules::ack_out_of_range(a, self.snd_max, self.snd_max, max_snd_wnd) {
             return self.challenge(config, now) || ack;
         }
         // The window update (SND.WL1/SND.WL2 rule) still raises the largest window seen.

@@ -1,0 +1,390 @@
+//! The receiving half of a [`Connection`]: the peer's SYN and the options it negotiates,
+//! SYN-SENT processing, and the RFC 9293 §3.10.7.4 processing of every segment on a
+//! synchronized connection (PAWS, acceptability, RST and SYN with RFC 5961 challenge ACKs,
+//! TS.Recent, in-order and out-of-order data, the peer's FIN). ACK processing proper lives in
+//! `ack.rs`.
+
+use std::time::Instant;
+
+use super::{Connection, DEFAULT_MSS, MAX_WSCALE, MIN_MSS, TS_OPTION_LEN, distance};
+use crate::tcp::rules::{self, acceptable};
+use crate::tcp::{ConnectionError, State, reset_for};
+use crate::wire::{TcpControl, TcpRepr};
+
+impl Connection {
+    /// Records the peer's SYN: sequence numbers and the options negotiation (RFC 9293 §3.7.1,
+    /// RFC 7323 §2.2 and §3.2, RFC 2018 §2).
+    pub(super) fn take_syn(&mut self, syn: &TcpRepr<'_>, now: Instant) {
+        self.rcv.irs = syn.seq_number;
+        self.rcv.nxt = syn.seq_number + 1;
+        self.ws_ok = self.config.window_scaling && syn.window_scale.is_some();
+        if self.ws_ok {
+            self.snd.wscale = syn.window_scale.unwrap_or(0).min(MAX_WSCALE);
+        } else {
+            self.snd.wscale = 0;
+            self.rcv.wscale = 0;
+        }
+        self.ts.ok = self.config.timestamps && syn.timestamp.is_some();
+        if let Some(ts) = syn.timestamp.filter(|_| self.ts.ok) {
+            self.ts.recent = ts.tsval;
+            self.ts.recent_at = now;
+        }
+        self.sack_ok = self.config.sack && syn.sack_permitted;
+        let mss = syn.max_seg_size.unwrap_or(DEFAULT_MSS).min(self.config.mss).max(MIN_MSS);
+        let option_len = if self.ts.ok { TS_OPTION_LEN } else { 0 };
+        self.snd.mss = usize::from(mss) - option_len;
+        if let Some(mtu) = self.snd.path_mtu {
+            self.snd.mss = self.snd.mss.min(Self::mss_for_mtu(mtu, option_len));
+        }
+        self.rcv.mss = usize::from(self.config.mss).saturating_sub(option_len).max(1);
+        // The window of a SYN is never scaled (RFC 7323 §2.2).
+        self.snd.wnd = usize::from(syn.window_len);
+        self.snd.max_wnd = self.snd.wnd;
+        self.snd.wl1 = syn.seq_number;
+        self.rcv.adv = self.rcv.nxt + self.rcv.buf.free().min(usize::from(u16::MAX));
+        self.ts.last_ack_sent = self.rcv.nxt;
+        self.cc.on_established(self.snd.mss);
+    }
+
+    /// Processes one segment that the caller demultiplexed to this connection (RFC 9293
+    /// §3.10.7). Segments for other ports are ignored. Follow it with
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub fn handle_segment(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        self.handle_segment_with(now, seg, |_| 0);
+    }
+
+    /// [`handle_segment`](Self::handle_segment) with in-place delivery: when the segment carries
+    /// the next in-order bytes and nothing is buffered ahead of them (the receive ring is empty
+    /// and no out-of-order data waits), `deliver` is offered the payload where it lies (in the
+    /// received frame, e.g. a pool buffer) and returns how many bytes it consumed (at most the
+    /// slice's length). Consumed bytes are received (acknowledged, counted) without touching the
+    /// receive ring, so they take no window; what it leaves is buffered as usual and read with
+    /// [`recv`](Self::recv). `deliver` is not called after [`close`](Self::close) (data that
+    /// still arrives is discarded) or for data that is not in order.
+    pub fn handle_segment_with<F: FnMut(&[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        mut deliver: F,
+    ) {
+        if seg.src_port != self.remote.port() || seg.dst_port != self.local.port() {
+            return;
+        }
+        self.stats.segments_in += 1;
+        match self.state {
+            State::Closed => {
+                if self.pending_rst.is_none() {
+                    self.pending_rst = reset_for(seg);
+                }
+            }
+            State::Listen => {}
+            State::SynSent => self.handle_syn_sent(now, seg),
+            _ => self.handle_synchronized(now, seg, &mut deliver),
+        }
+    }
+
+    /// SYN-SENT (RFC 9293 §3.10.7.3).
+    fn handle_syn_sent(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        let rst = seg.control == TcpControl::Rst;
+        if let Some(ack) = seg.ack_number
+            && (ack <= self.snd.iss || ack > self.snd.max)
+        {
+            if !rst {
+                self.pending_rst = reset_for(seg);
+            }
+            return;
+        }
+        if rst {
+            if seg.ack_number.is_some() {
+                self.enter_closed(Some(ConnectionError::Refused));
+            }
+            return;
+        }
+        if seg.control != TcpControl::Syn {
+            return;
+        }
+        self.take_syn(seg, now);
+        self.snd.wl2 = seg.ack_number.unwrap_or(self.snd.iss);
+        self.ack.pending = true;
+        self.ack.now = true;
+        match seg.ack_number {
+            Some(ack) => {
+                self.sample_rtt(now, seg, ack);
+                self.snd.una = ack;
+                self.snd.syn_acked = true;
+                self.snd.retries = 0;
+                self.timers.rto = None;
+                self.state = State::Established;
+                self.arm_keepalive(now);
+                if self.snd.fin_queued {
+                    self.state = State::FinWait1;
+                }
+            }
+            None => {
+                // Simultaneous open: answer with a SYN-ACK.
+                self.state = State::SynReceived;
+                self.snd.nxt = self.snd.iss;
+            }
+        }
+    }
+
+    fn challenge_ack(&mut self) {
+        self.ack.pending = true;
+        self.ack.now = true;
+    }
+
+    /// An RFC 5961 challenge ACK (§3.2 RST, §4.2 SYN, §5.2 ACK), at most
+    /// [`Config::challenge_ack_limit`](crate::tcp::Config::challenge_ack_limit) per second (§7).
+    pub(super) fn rfc5961_challenge_ack(&mut self, now: Instant) {
+        let (window, allowed) =
+            rules::challenge_ack(self.limits.challenge, now, self.config.challenge_ack_limit);
+        self.limits.challenge = Some(window);
+        if !allowed {
+            self.stats.challenge_acks_suppressed += 1;
+            return;
+        }
+        self.stats.challenge_acks += 1;
+        self.challenge_ack();
+    }
+
+    /// Every state after SYN-SENT (RFC 9293 §3.10.7.4).
+    fn handle_synchronized<F: FnMut(&[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        deliver: &mut F,
+    ) {
+        let rst = seg.control == TcpControl::Rst;
+        let syn = seg.control == TcpControl::Syn;
+        let mut fin = seg.control == TcpControl::Fin;
+
+        // A retransmitted SYN: our SYN-ACK was lost, send it again.
+        if self.state == State::SynReceived
+            && syn
+            && seg.ack_number.is_none()
+            && seg.seq_number == self.rcv.irs
+        {
+            self.snd.nxt = self.snd.iss;
+            return;
+        }
+        // Simultaneous open: the peer's SYN-ACK repeats its SYN and acknowledges ours (RFC 9293
+        // figure 8, line 6). Its ACK completes the handshake; ours tells the peer.
+        if self.state == State::SynReceived
+            && syn
+            && seg.ack_number.is_some()
+            && seg.seq_number == self.rcv.irs
+        {
+            let ack_only =
+                TcpRepr { control: TcpControl::None, seq_number: self.rcv.irs + 1, payload: &[], ..*seg };
+            self.handle_synchronized(now, &ack_only, deliver);
+            if self.is_established() {
+                self.challenge_ack();
+            }
+            return;
+        }
+
+        // PAWS (RFC 7323 §5.3 R1).
+        if self.ts.ok
+            && !rst
+            && let Some(ts) = seg.timestamp
+            && rules::paws_rejects(ts.tsval, self.ts.recent, self.ts.recent_at, now)
+        {
+            self.challenge_ack();
+            return;
+        }
+
+        // Acceptability.
+        let wnd = distance(self.rcv.nxt, self.rcv.adv);
+        let mut payload = seg.payload;
+        if !acceptable(self.rcv.nxt, wnd, seg.seq_number, seg.segment_len()) {
+            if rst {
+                return;
+            }
+            if self.state == State::TimeWait && fin {
+                // A retransmitted FIN: our ACK was lost. Acknowledge it and restart 2 MSL.
+                self.timers.time_wait = Some(now + self.config.msl * 2);
+            }
+            // Answer with an ACK; for segments without data or flags at most once per
+            // OOW_ACK_INTERVAL, so that two ends can never ping-pong ACKs.
+            let bare = seg.payload.is_empty() && seg.control == TcpControl::None;
+            let limited = rules::oow_ack_limited(bare, self.limits.last_oow_ack, now);
+            if !limited {
+                self.challenge_ack();
+                if bare {
+                    self.limits.last_oow_ack = Some(now);
+                }
+            }
+            // A zero window accepts nothing, but the ACK of a segment at RCV.NXT is still
+            // processed (RFC 9293 §3.10.7.4).
+            if !(wnd == 0 && seg.seq_number == self.rcv.nxt && !syn) {
+                return;
+            }
+            payload = &[];
+            fin = false;
+        }
+
+        // Trim to the window: bytes before RCV.NXT were received already.
+        let mut seq = seg.seq_number;
+        if seq < self.rcv.nxt {
+            let skip = distance(seq, self.rcv.nxt);
+            if skip > payload.len() {
+                fin = false;
+            }
+            payload = payload.get(skip..).unwrap_or(&[]);
+            seq = self.rcv.nxt;
+        }
+        let room = wnd.saturating_sub(distance(self.rcv.nxt, seq));
+        if payload.len() > room {
+            payload = &payload[..room];
+            fin = false;
+        }
+
+        // RST (RFC 5961 §3.2): only an exact match resets; in the window, a challenge ACK.
+        if rst {
+            if seg.seq_number == self.rcv.nxt {
+                let error = match self.state {
+                    State::SynReceived if !self.passive => Some(ConnectionError::Refused),
+                    State::SynReceived
+                    | State::Established
+                    | State::FinWait1
+                    | State::FinWait2
+                    | State::CloseWait => Some(ConnectionError::Reset),
+                    _ => None,
+                };
+                self.enter_closed(error);
+            } else {
+                self.rfc5961_challenge_ack(now);
+            }
+            return;
+        }
+
+        // SYN on a synchronized connection (RFC 5961 §4): challenge ACK.
+        if syn {
+            self.rfc5961_challenge_ack(now);
+            return;
+        }
+
+        // TS.Recent (RFC 7323 §4.3).
+        if self.ts.ok
+            && let Some(ts) = seg.timestamp
+            && rules::ts_recent_updates(seg.seq_number, self.ts.last_ack_sent, ts.tsval, self.ts.recent)
+        {
+            self.ts.recent = ts.tsval;
+            self.ts.recent_at = now;
+        }
+
+        let Some(ack) = seg.ack_number else { return };
+        if self.state == State::SynReceived {
+            if self.snd.una < ack && ack <= self.snd.max {
+                self.state = if self.snd.fin_queued { State::FinWait1 } else { State::Established };
+                self.snd.wnd = usize::from(seg.window_len) << self.snd.wscale;
+                self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
+                self.snd.wl1 = seg.seq_number;
+                self.snd.wl2 = ack;
+                self.arm_keepalive(now);
+            } else {
+                self.pending_rst = reset_for(seg);
+                return;
+            }
+        }
+        if !self.handle_ack(now, seg, ack) {
+            return;
+        }
+        if self.timers.keepalive.is_some() {
+            self.arm_keepalive(now);
+        }
+        match self.state {
+            State::LastAck if self.fin_acked() => {
+                self.enter_closed(None);
+                return;
+            }
+            State::Closing if self.fin_acked() => self.enter_time_wait(now),
+            State::FinWait1 if self.fin_acked() => self.state = State::FinWait2,
+            _ => {}
+        }
+
+        // Text (RFC 9293 §3.10.7.4 seventh), only before the peer's FIN.
+        if !matches!(self.state, State::Established | State::FinWait1 | State::FinWait2) {
+            return;
+        }
+        let offset = distance(self.rcv.nxt, seq);
+        let mut written = 0;
+        if !payload.is_empty() {
+            if offset == 0 {
+                // In place first, when nothing buffered has to be read before these bytes.
+                let delivered = if self.rcv.buf.is_empty() && self.rcv.ooo.is_empty() && !self.rcv.closed {
+                    deliver(payload).min(payload.len())
+                } else {
+                    0
+                };
+                let copied = self.rcv.buf.write_unallocated(0, &payload[delivered..]);
+                written = delivered + copied;
+                let filled_hole = !self.rcv.ooo.is_empty();
+                let buffered = self.rcv.ooo.advance(copied);
+                self.rcv.buf.enqueue_unallocated(buffered);
+                let reach = delivered + buffered;
+                if self.rcv.closed {
+                    self.rcv.buf.dequeue_allocated(usize::MAX);
+                }
+                self.rcv.nxt += reach;
+                self.stats.bytes_in += reach as u64;
+                self.ack.unacked_bytes += reach;
+                self.ack.pending = true;
+                if filled_hole || self.ack.unacked_bytes >= 2 * self.rcv.mss {
+                    self.ack.now = true;
+                } else if let Some(delay) = self.config.delayed_ack {
+                    self.timers.delayed_ack.get_or_insert(now + delay);
+                } else {
+                    self.ack.now = true;
+                }
+            } else {
+                // Out of order: keep it if the range fits, and send a duplicate ACK at once
+                // (RFC 5681 §4.2).
+                written = self.rcv.buf.write_unallocated(offset, payload);
+                if written > 0 {
+                    if self.rcv.ooo.add(offset, offset + written) {
+                        self.rcv.sack_recent.record(seq);
+                    } else {
+                        written = 0;
+                    }
+                }
+                self.challenge_ack();
+            }
+        }
+        if fin && written == payload.len() {
+            let fin_seq = seq + payload.len();
+            if fin_seq != self.rcv.nxt {
+                self.rcv.ooo_fin = Some(fin_seq);
+            }
+        }
+        if (fin && seq + payload.len() == self.rcv.nxt) || self.rcv.ooo_fin == Some(self.rcv.nxt) {
+            self.rcv.ooo_fin = None;
+            self.process_fin(now);
+        }
+    }
+
+    pub(super) fn fin_acked(&self) -> bool {
+        self.snd.fin_seq.is_some_and(|f| self.snd.una > f)
+    }
+
+    fn process_fin(&mut self, now: Instant) {
+        self.rcv.nxt += 1;
+        self.rcv.fin_received = true;
+        self.ack.pending = true;
+        self.ack.now = true;
+        self.rcv.ooo.clear();
+        self.rcv.sack_recent.clear();
+        match self.state {
+            State::SynReceived | State::Established => self.state = State::CloseWait,
+            State::FinWait1 => {
+                if self.fin_acked() {
+                    self.enter_time_wait(now);
+                } else {
+                    self.state = State::Closing;
+                }
+            }
+            State::FinWait2 => self.enter_time_wait(now),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! The sending half of a [`Connection`]: [`Connection::poll_transmit`] and the segments it
+//! builds, in order of precedence: resets, SYN and SYN-ACK, fast and SACK retransmissions, new
+//! data and the FIN under the windows, Nagle and SWS avoidance, zero-window probes, keepalives and
+//! ACKs; with the advertised window, the header every segment carries and its SACK blocks.
+
+use std::time::{Duration, Instant};
+
+use super::{Connection, MAX_RXT_MARKS, MIN_PERSIST, distance};
+use crate::tcp::prepared::PreparedSlice;
+use crate::tcp::rtt::MAX_RTO;
+use crate::tcp::{State, Transmit};
+use crate::wire::tcp::{SackBlocks, Timestamp};
+use crate::wire::{SeqNumber, TcpControl, TcpRepr};
+
+impl Connection {
+    /// The SWS threshold of the receiver (RFC 9293 §3.8.6.2.2): min(RCV.BUFF / 2, Eff.snd.MSS).
+    pub(super) fn sws_threshold(&self) -> usize {
+        (self.rcv.buf.capacity() / 2).min(self.rcv.mss).max(1)
+    }
+
+    /// The window to advertise now: the free receive space, but the right edge moves only by
+    /// at least the SWS threshold, and never to the left.
+    pub(super) fn window_to_advertise(&self) -> usize {
+        let free = self.rcv.buf.free();
+        let current = distance(self.rcv.nxt, self.rcv.adv);
+        let wnd = if free >= current + self.sws_threshold() { free } else { current };
+        wnd.min(usize::from(u16::MAX) << self.rcv.wscale)
+    }
+
+    /// The window field for an ACK-carrying segment, and the advertised edge it implies.
+    fn advertise(&mut self) -> u16 {
+        let wnd = self.window_to_advertise();
+        let field = u16::try_from(wnd >> self.rcv.wscale).unwrap_or(u16::MAX);
+        let edge = self.rcv.nxt + (usize::from(field) << self.rcv.wscale);
+        self.rcv.adv = self.rcv.adv.max(edge);
+        field
+    }
+
+    /// A header from us with the ACK, window and timestamps filled in.
+    fn header(&mut self, now: Instant, control: TcpControl, seq: SeqNumber) -> TcpRepr<'static> {
+        let window_len = self.advertise();
+        self.ack.pending = false;
+        self.ack.now = false;
+        self.timers.delayed_ack = None;
+        self.ack.unacked_bytes = 0;
+        self.ts.last_ack_sent = self.rcv.nxt;
+        TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            control,
+            seq_number: seq,
+            ack_number: Some(self.rcv.nxt),
+            window_len,
+            timestamp: self.ts.ok.then(|| Timestamp { tsval: self.ts_now(now), tsecr: self.ts.recent }),
+            sack_blocks: self.sack_blocks(),
+            ..TcpRepr::default()
+        }
+    }
+
+    /// The SACK blocks for our next ACK (RFC 2018 §4): when SACK was negotiated and data is held
+    /// out of order, the block holding the most recently received segment first, then the
+    /// other recently received ones, then the rest, as many as fit beside the timestamps
+    /// option (three; four without it). D-SACK (RFC 2883) is not sent.
+    fn sack_blocks(&self) -> SackBlocks {
+        if !self.sack_ok || self.rcv.ooo.is_empty() {
+            return SackBlocks::new();
+        }
+        let max = if self.ts.ok { 3 } else { SackBlocks::MAX };
+        let base = self.rcv.nxt;
+        self.rcv.sack_recent.blocks(self.rcv.ooo.ranges().map(move |(s, e)| (base + s, base + e)), max)
+    }
+
+    /// The most payload bytes in our next segment: the send MSS less the SACK option it will
+    /// carry, so that the segment still fits the path MTU.
+    fn data_mss(&self) -> usize {
+        let n = self.sack_blocks().len();
+        let option = if n > 0 { 4 + 8 * n } else { 0 };
+        self.snd.mss.saturating_sub(option).max(1)
+    }
+
+    /// RFC 6675 SetPipe(): the bytes presumed in flight during SACK recovery.
+    fn pipe(&self) -> usize {
+        self.recovery.scoreboard.pipe(
+            self.snd.una,
+            self.snd.max,
+            self.recovery.high_rxt.max(self.snd.una),
+            self.snd.mss,
+        )
+    }
+
+    fn transmit(&mut self, repr: TcpRepr<'static>, payload_len: usize) -> Transmit {
+        self.stats.segments_out += 1;
+        Transmit { src: self.local, dst: self.remote, repr, payload_len }
+    }
+
+    /// The next segment to send, its payload copied into `buf` (see [`Transmit`] for the
+    /// contract); `None` when there is nothing to send now. Call it until it returns `None`
+    /// after every input. `buf` should hold at least one MSS; a shorter one gives shorter
+    /// segments.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(rst) = self.pending_rst.take() {
+            return Some(self.transmit(rst, 0));
+        }
+        match self.state {
+            State::Closed | State::Listen => return None,
+            State::SynSent | State::SynReceived => {
+                if self.snd.nxt == self.snd.iss {
+                    return Some(self.send_syn(now));
+                }
+                if self.state == State::SynReceived && self.ack.now {
+                    let repr = self.header(now, TcpControl::None, self.snd.nxt);
+                    return Some(self.transmit(repr, 0));
+                }
+                return None;
+            }
+            _ => {}
+        }
+        if self.recovery.fast_rexmit {
+            self.recovery.fast_rexmit = false;
+            if let Some(t) = self.retransmit_first(now, buf) {
+                return Some(t);
+            }
+        }
+        let sack_recovery = self.recovery.active && self.sack_ok && self.state != State::TimeWait;
+        // RFC 6675 §5 step (C), NextSeg() rule 1: lost holes first...
+        if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, true) {
+            return Some(t);
+        }
+        // ... rule 2: new data...
+        if self.state != State::TimeWait
+            && let Some(t) = self.send_data(now, buf)
+        {
+            return Some(t);
+        }
+        // ... rule 3: holes below the highest SACKed byte not yet deemed lost.
+        if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, false) {
+            return Some(t);
+        }
+        if self.persist.probe_pending {
+            self.persist.probe_pending = false;
+            if let Some(t) = self.send_probe(now, buf) {
+                return Some(t);
+            }
+        }
+        if self.keepalive.pending {
+            self.keepalive.pending = false;
+            let repr = self.header(now, TcpControl::None, self.snd.una - 1);
+            return Some(self.transmit(repr, 0));
+        }
+        if self.ack.pending && self.ack.now {
+            // At SND.MAX, not SND.NXT: after a timeout rewound SND.NXT, an ACK from there would
+            // be old to the peer, which would answer it with an ACK of its own, and so on.
+            let repr = self.header(now, TcpControl::None, self.snd.max);
+            return Some(self.transmit(repr, 0));
+        }
+        None
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit), except that a segment whose payload lies in
+    /// prepared content (queued with [`send_prepared`](Self::send_prepared)) comes with that
+    /// payload lent as a [`PreparedSlice`] (`payload_len` bytes of it) instead of copied into
+    /// `buf`: the caller emits the payload from it, and its sum from
+    /// [`PreparedSlice::sum`] when the segment is a prepared cut.
+    pub fn poll_transmit_prepared(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<PreparedSlice>)> {
+        self.snd.stream.start_lending();
+        let t = self.poll_transmit(now, buf);
+        let lent = self.snd.stream.stop_lending();
+        let t = t?;
+        debug_assert!(
+            lent.as_ref().is_none_or(|l| l.len == t.payload_len),
+            "the lent payload is the segment's"
+        );
+        Some((t, lent))
+    }
+
+    fn send_syn(&mut self, now: Instant) -> Transmit {
+        let active = self.state == State::SynSent;
+        let ack_number = (!active).then_some(self.rcv.nxt);
+        let tsval = self.ts_now(now);
+        let repr = TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            control: TcpControl::Syn,
+            seq_number: self.snd.iss,
+            ack_number,
+            window_len: u16::try_from(self.rcv.buf.free()).unwrap_or(u16::MAX),
+            max_seg_size: Some(self.config.mss),
+            window_scale: (if active { self.config.window_scaling } else { self.ws_ok })
+                .then_some(self.rcv.wscale),
+            sack_permitted: if active { self.config.sack } else { self.sack_ok },
+            timestamp: if active {
+                self.config.timestamps.then_some(Timestamp { tsval, tsecr: 0 })
+            } else {
+                self.ts.ok.then_some(Timestamp { tsval, tsecr: self.ts.recent })
+            },
+            ..TcpRepr::default()
+        };
+        if self.snd.max == self.snd.iss {
+            self.snd.rtt_timing = Some((self.snd.iss, now));
+        } else {
+            self.stats.retransmits += 1;
+        }
+        if !active {
+            self.ack.pending = false;
+            self.ack.now = false;
+            self.ts.last_ack_sent = self.rcv.nxt;
+        }
+        self.snd.nxt = self.snd.iss + 1;
+        self.snd.max = self.snd.max.max(self.snd.nxt);
+        self.timers.rto.get_or_insert(now + self.rtt.rto());
+        self.transmit(repr, 0)
+    }
+
+    /// The sequence number of the first byte in the send buffer.
+    pub(super) fn send_base(&self) -> SeqNumber {
+        if self.snd.syn_acked { self.snd.una } else { self.snd.iss + 1 }
+    }
+
+    /// Fast retransmit: the first unacknowledged segment, whatever the windows say (up to the
+    /// first SACKed byte).
+    fn retransmit_first(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.snd.una == self.snd.max {
+            return None;
+        }
+        let end = self.recovery.scoreboard.next_sacked(self.snd.una).unwrap_or(self.snd.max);
+        let len = distance(self.snd.una, end).min(self.data_mss());
+        self.retransmit_at(now, buf, self.snd.una, len)
+    }
+
+    /// RFC 6675 §5 step (C): while cwnd - pipe >= 1 SMSS, the segment NextSeg() picks (rule 1,
+    /// lost data, when `lost_only`; else rule 3).
+    fn sack_retransmit(&mut self, now: Instant, buf: &mut [u8], lost_only: bool) -> Option<Transmit> {
+        if self.cc.window() < self.pipe().saturating_add(self.snd.mss) {
+            return None;
+        }
+        let high_rxt = self.recovery.high_rxt.max(self.snd.una);
+        let (seq, len, lost) =
+            self.recovery.scoreboard.next_seg(self.snd.una, self.snd.max, high_rxt, self.snd.mss)?;
+        if lost_only && !lost {
+            return None;
+        }
+        let len = len.min(self.data_mss());
+        self.retransmit_at(now, buf, seq, len)
+    }
+
+    /// Retransmits up to `len` bytes from `seq` (and the FIN if it follows them) and moves
+    /// HighRxt past them.
+    fn retransmit_at(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        seq: SeqNumber,
+        len: usize,
+    ) -> Option<Transmit> {
+        let offset = distance(self.send_base(), seq);
+        let len = len.min(buf.len());
+        let n = self.snd.stream.read(offset, &mut buf[..len]);
+        let fin = self.snd.fin_seq.is_some_and(|f| seq + n == f);
+        let end = seq + n + usize::from(fin);
+        self.recovery.high_rxt = self.recovery.high_rxt.max(if n == 0 && !fin { seq + len } else { end });
+        if n == 0 && !fin {
+            return None;
+        }
+        if self.recovery.active && self.sack_ok {
+            self.recovery.rxt_marks.retain(|&(s, _)| s != seq);
+            if self.recovery.rxt_marks.len() == MAX_RXT_MARKS {
+                self.recovery.rxt_marks.remove(0);
+            }
+            self.recovery.rxt_marks.push((seq, self.snd.max));
+        }
+        let control = if fin { TcpControl::Fin } else { TcpControl::None };
+        let mut repr = self.header(now, control, seq);
+        repr.push = n > 0;
+        self.stats.retransmits += 1;
+        if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
+            self.snd.rtt_timing = None;
+        }
+        self.timers.rto.get_or_insert(now + self.rtt.rto());
+        Some(self.transmit(repr, n))
+    }
+
+    /// New data, retransmissions after a timeout, and the FIN, as the windows, Nagle and SWS
+    /// avoidance allow.
+    fn send_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        // Resending after a timeout skips what the peer SACKed since.
+        while self.snd.nxt < self.snd.max
+            && let Some(end) = self.recovery.scoreboard.sacked_end(self.snd.nxt)
+        {
+            self.snd.nxt = end;
+        }
+        let base = self.send_base();
+        let sent = distance(base, self.snd.nxt);
+        let buffered = self.snd.stream.len();
+        let unsent = buffered.saturating_sub(sent);
+        let data_end = base + buffered;
+        let fin_pending = self.snd.fin_queued
+            && !self.fin_acked()
+            && self.snd.nxt <= data_end
+            && matches!(self.state, State::FinWait1 | State::Closing | State::LastAck);
+        if unsent == 0 && !fin_pending {
+            return None;
+        }
+        let in_flight = distance(self.snd.una, self.snd.nxt);
+        let mss = self.data_mss();
+        // Limited transmit (RFC 3042): up to two segments past cwnd on the first two duplicate
+        // ACKs.
+        // With SACK information, SACKed bytes have left the network: they do not count against
+        // cwnd (which makes limited transmit redundant), and in SACK recovery the congestion
+        // window limits the pipe (RFC 6675 §5 step (C)).
+        let sacked = !self.recovery.scoreboard.is_empty();
+        let extra = if self.recovery.active || self.recovery.dup_acks > 2 || sacked {
+            0
+        } else {
+            self.recovery.dup_acks as usize * mss
+        };
+        let cc_flight = if self.recovery.active && self.sack_ok {
+            self.pipe()
+        } else {
+            let (_, above) = self.recovery.scoreboard.sacked_above(self.snd.nxt);
+            in_flight.saturating_sub(self.recovery.scoreboard.sacked_bytes() - above)
+        };
+        let usable = self
+            .snd
+            .wnd
+            .saturating_sub(in_flight)
+            .min(self.cc.window().saturating_add(extra).saturating_sub(cc_flight));
+        let mut size = unsent.min(usable).min(mss).min(buf.len());
+        // A resend stops at the next SACKed byte.
+        let mut clipped = false;
+        if self.snd.nxt < self.snd.max
+            && let Some(next) = self.recovery.scoreboard.next_sacked(self.snd.nxt)
+            && distance(self.snd.nxt, next) < size
+        {
+            size = distance(self.snd.nxt, next);
+            clipped = true;
+        }
+        // Prepared content goes in its own segments, on its cuts (their sums are precomputed).
+        if self.snd.stream.has_pieces()
+            && let Some(limit) = self.snd.stream.prepared_limit(sent, mss)
+            && limit < size
+        {
+            size = limit;
+            clipped = true;
+        }
+        let ends_data = size == unsent;
+        let fin = fin_pending && ends_data;
+        // Sender SWS avoidance and Nagle (RFC 9293 §3.8.6.2.1).
+        let allowed = size > 0
+            && (size >= mss.min(buf.len())
+                || (ends_data && (self.snd.nodelay || in_flight == 0 || self.snd.fin_queued))
+                || (in_flight == 0 && size >= self.snd.max_wnd / 2)
+                || clipped
+                || self.persist.force_send);
+        // A FIN with no data left to send goes whatever the windows say.
+        if !(allowed || (fin && unsent == 0)) {
+            // Data waits. With nothing in flight, only the persist timer gets it going.
+            if unsent > 0 && self.timers.rto.is_none() && self.timers.persist.is_none() && in_flight == 0 {
+                self.timers.persist = Some(now + self.persist_interval());
+            }
+            return None;
+        }
+        self.persist.force_send = false;
+        let seq = self.snd.nxt;
+        let n = self.snd.stream.read(sent, &mut buf[..size]);
+        let control = if fin { TcpControl::Fin } else { TcpControl::None };
+        let mut repr = self.header(now, control, seq);
+        repr.push = n > 0 && ends_data;
+        let end = seq + n + usize::from(fin);
+        if seq < self.snd.max {
+            self.stats.retransmits += 1;
+            if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
+                self.snd.rtt_timing = None;
+            }
+        } else {
+            self.stats.bytes_out += n as u64;
+            if !self.ts.ok && self.snd.rtt_timing.is_none() {
+                self.snd.rtt_timing = Some((seq, now));
+            }
+        }
+        if fin {
+            self.snd.fin_seq = Some(seq + n);
+        }
+        self.snd.nxt = end;
+        self.snd.max = self.snd.max.max(end);
+        self.timers.rto.get_or_insert(now + self.rtt.rto());
+        self.timers.persist = None;
+        Some(self.transmit(repr, n))
+    }
+
+    /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,
+    /// and the persist timer again with backoff.
+    fn send_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let sent = distance(self.send_base(), self.snd.nxt);
+        if self.snd.wnd != 0 || buf.is_empty() {
+            return None;
+        }
+        let n = self.snd.stream.read(sent, &mut buf[..1]);
+        if n == 0 {
+            return None;
+        }
+        let seq = self.snd.nxt;
+        let repr = self.header(now, TcpControl::None, seq);
+        self.persist.probe_end = Some(seq + 1);
+        self.timers.persist = Some(now + self.persist_interval());
+        Some(self.transmit(repr, n))
+    }
+
+    /// The persist timer's next interval: the RTO, at least [`MIN_PERSIST`], doubled for each
+    /// expiry since the peer last moved the window or acknowledged data (RFC 1122 §4.2.2.17:
+    /// "increase exponentially the interval between successive probes"), up to the RTO's own
+    /// ceiling. The doubling has no other cap: it once stopped at 64 times the RTO, which with a
+    /// 1 ms RTO woke the connection every 64 ms for as long as it lived.
+    fn persist_interval(&self) -> Duration {
+        let mut interval = self.rtt.rto().max(MIN_PERSIST);
+        for _ in 0..self.persist.backoff {
+            interval = interval.saturating_mul(2);
+            if interval >= MAX_RTO {
+                return MAX_RTO;
+            }
+        }
+        interval.min(MAX_RTO)
+    }
+}

@@ -1,0 +1,123 @@
+//! The clock side of a [`Connection`]: when it next has work ([`Connection::poll_timeout`]) and
+//! what its timers do when due ([`Connection::handle_timeout`]): retransmission timeouts with
+//! backoff and the retry limit, the delayed ACK, the persist timer, keepalive probes and the
+//! end of TIME-WAIT; and the timestamp clock.
+
+use std::time::Instant;
+
+use super::{Connection, distance};
+use crate::tcp::{ConnectionError, State};
+
+impl Connection {
+    /// The earliest instant at which [`handle_timeout`](Self::handle_timeout) has work, if any.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [
+            self.timers.rto,
+            self.timers.delayed_ack,
+            self.timers.persist,
+            self.timers.keepalive,
+            self.timers.time_wait,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs the timers due at `now`: retransmission, delayed ACK, persist, keepalive, TIME-WAIT.
+    /// Follow it with [`poll_transmit`](Self::poll_transmit).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
+        if due(self.timers.time_wait) {
+            self.enter_closed(None);
+            return;
+        }
+        if due(self.timers.rto) {
+            self.timers.rto = None;
+            self.on_rto();
+            if self.state == State::Closed {
+                return;
+            }
+        }
+        if due(self.timers.delayed_ack) {
+            self.timers.delayed_ack = None;
+            if self.ack.pending {
+                self.ack.now = true;
+            }
+        }
+        if due(self.timers.persist) {
+            self.timers.persist = None;
+            if self.snd.wnd == 0 {
+                self.persist.unanswered_probes += 1;
+                if self.persist.unanswered_probes > self.config.max_retransmits {
+                    self.enter_closed(Some(ConnectionError::TimedOut));
+                    return;
+                }
+                self.persist.probe_pending = true;
+            } else {
+                self.persist.force_send = true;
+            }
+            self.persist.backoff = self.persist.backoff.saturating_add(1);
+        }
+        if due(self.timers.keepalive) {
+            self.timers.keepalive = None;
+            if let (Some(ka), State::Established) = (self.config.keepalive, self.state) {
+                if self.keepalive.sent >= ka.probes {
+                    self.enter_closed(Some(ConnectionError::TimedOut));
+                    return;
+                }
+                self.keepalive.sent += 1;
+                self.keepalive.pending = true;
+                self.timers.keepalive = Some(now + ka.interval);
+            }
+        }
+    }
+
+    fn on_rto(&mut self) {
+        self.snd.retries += 1;
+        let limit = match self.state {
+            State::SynSent | State::SynReceived => self.config.syn_retries,
+            _ => self.config.max_retransmits,
+        };
+        if self.snd.retries > limit {
+            self.enter_closed(Some(ConnectionError::TimedOut));
+            return;
+        }
+        self.stats.timeouts += 1;
+        self.rtt.back_off();
+        self.snd.rtt_timing = None;
+        match self.state {
+            State::SynSent | State::SynReceived => self.snd.nxt = self.snd.iss,
+            _ => {
+                let flight = distance(self.snd.una, self.snd.max);
+                if flight > 0 {
+                    self.cc.on_rto(flight, self.snd.mss);
+                }
+                self.recovery.active = false;
+                self.recovery.recover = self.snd.max;
+                self.recovery.dup_acks = 0;
+                self.recovery.fast_rexmit = false;
+                // RFC 6675 §5.1: forget the SACK information (the receiver may have reneged) and
+                // go back: resend from the first unacknowledged byte as the window allows. SACK
+                // blocks that arrive from now on let the resending skip what they cover.
+                self.recovery.scoreboard.clear();
+                self.recovery.rxt_marks.clear();
+                self.recovery.high_rxt = self.snd.una;
+                self.snd.nxt = self.snd.una;
+            }
+        }
+    }
+
+    pub(super) fn arm_keepalive(&mut self, now: Instant) {
+        if let Some(ka) = self.config.keepalive {
+            self.timers.keepalive = Some(now + ka.idle);
+            self.keepalive.sent = 0;
+        }
+    }
+
+    /// The timestamp clock: milliseconds since the connection was created, plus the offset.
+    pub(super) fn ts_now(&self, now: Instant) -> u32 {
+        let ms = now.saturating_duration_since(self.ts.epoch).as_millis() % (1 << 32);
+        u32::try_from(ms).unwrap_or(0).wrapping_add(self.ts.offset)
+    }
+}
