@@ -99,6 +99,12 @@ fn low16(v: u32) -> u16 {
 
 impl Device {
     /// A read with a side effect ([`has_read_effect`]).
+    /// The statistics counter index of RX queue `q` (RQSMR) or TX queue `q` (TQSM).
+    pub(super) fn stat_index(regs: &[AtomicU32], map: fn(u32) -> u32, q: usize) -> usize {
+        let q = qreg(q);
+        ((get(regs, map(q / 4)) >> (8 * (q % 4))) & 0xF) as usize
+    }
+
     pub(in crate::sim) fn read(&mut self, regs: &[AtomicU32], wire: &WireState, off: u32) -> u32 {
         match off {
             regs::CTRL => {

@@ -1,11 +1,8 @@
 //! The clear-on-read statistics registers (§8.2.3.23): which counter slot of [`Device::counters`] a
-//! register offset reads, counting into a slot, and the per-queue counter a queue's frames go to
-//! (RQSMR/TQSM).
-
-use std::sync::atomic::AtomicU32;
+//! register offset reads, and counting into a slot. Which per-queue counter a queue's frames go to
+//! (RQSMR/TQSM) is a register read, in `regfile.rs`.
 
 use super::Device;
-use super::regfile::{get, qreg};
 use super::slot;
 use crate::regs;
 
@@ -47,11 +44,5 @@ impl Device {
         if let Some(c) = self.counters.get_mut(slot) {
             *c = c.saturating_add(1);
         }
-    }
-
-    /// The statistics counter index of RX queue `q` (RQSMR) or TX queue `q` (TQSM).
-    pub(super) fn stat_index(regs: &[AtomicU32], map: fn(u32) -> u32, q: usize) -> usize {
-        let q = qreg(q);
-        ((get(regs, map(q / 4)) >> (8 * (q % 4))) & 0xF) as usize
     }
 }
