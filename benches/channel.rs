@@ -349,8 +349,7 @@ fn expected_sum(n: u64) -> u64 {
     let cycle = 1u128 << 32;
     let (full, rest) = (u128::from(n) / cycle, u128::from(n) % cycle);
     let sum = full * (cycle * (cycle - 1) / 2) + rest * rest.saturating_sub(1) / 2;
-    // Truncation intended: the consumer's sum wraps at 2^64 too.
-    #[allow(clippy::cast_possible_truncation)]
+    #[expect(clippy::cast_possible_truncation, reason = "the consumer's sum wraps at 2^64 too")]
     let sum = sum as u64;
     sum
 }
@@ -390,7 +389,7 @@ fn throughput_run<T: Tx, R: Rx>(iters: u64, burst: usize, (mut tx, mut rx): (T, 
     while sent < total {
         let want = usize::try_from(total - sent).map_or(burst, |left| left.min(burst));
         for (k, slot) in items[..want].iter_mut().enumerate() {
-            #[allow(clippy::cast_possible_truncation)] // k < burst <= 256
+            #[expect(clippy::cast_possible_truncation, reason = "k < burst <= 256")]
             let k = k as u32;
             *slot = next.wrapping_add(k);
         }
@@ -402,7 +401,7 @@ fn throughput_run<T: Tx, R: Rx>(iters: u64, burst: usize, (mut tx, mut rx): (T, 
             }
             off += n;
         }
-        #[allow(clippy::cast_possible_truncation)] // want <= 256
+        #[expect(clippy::cast_possible_truncation, reason = "want <= 256")]
         let want32 = want as u32;
         next = next.wrapping_add(want32);
         sent += want as u64;
@@ -445,7 +444,7 @@ fn ping_pong_run<T: Tx, R: Rx>(
     ready.wait();
     let start = Instant::now();
     for i in 0..iters {
-        #[allow(clippy::cast_possible_truncation)] // any value will do; it is checked on return
+        #[expect(clippy::cast_possible_truncation, reason = "any value will do; it is checked on return")]
         let ping = [i as u32];
         while a_tx.send(&ping) == 0 {
             spin_loop();
@@ -561,7 +560,6 @@ fn wakeup_run<P: FnMut(u32)>(
     let mut not_asleep = 0;
     for i in 0..iters {
         // Nonzero, so the park/unpark anchor can use 0 as "no item".
-        #[allow(clippy::cast_possible_truncation)]
         let item = (i % 1_000_000) as u32 + 1;
         if asleep && !state.wait_until_asleep() {
             not_asleep += 1;
@@ -798,10 +796,7 @@ fn median(values: &mut [f64]) -> f64 {
 /// the two vCPUs disturb both sides of a ratio alike.
 fn run_interleaved(cases: &[Case], rounds: usize) {
     let per_iter = |case: &Case, iters: u64, d: Duration| {
-        // Precision loss is irrelevant at these magnitudes.
-        #[allow(clippy::cast_precision_loss)]
-        let ns = d.as_nanos() as f64 / (iters * case.burst.unwrap_or(1) as u64) as f64;
-        ns
+        d.as_nanos() as f64 / (iters * case.burst.unwrap_or(1) as u64) as f64
     };
     let iters: Vec<u64> = cases
         .iter()

@@ -1,5 +1,5 @@
 //! Helpers shared by the benchmarks: thread pinning and counting instructions with callgrind.
-#![allow(dead_code)] // each bench uses its own subset
+#![allow(dead_code, reason = "each bench uses its own subset")]
 
 use std::process::Command;
 

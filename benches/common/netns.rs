@@ -3,7 +3,7 @@
 //!
 //! Namespaces are per thread, and threads spawned after the `unshare` share the new one, so the
 //! kernel side's `std::net` sockets run on helper threads spawned inside.
-#![allow(dead_code, unused_imports)] // each bench uses its own subset
+#![allow(dead_code, unused_imports, reason = "each bench uses its own subset")]
 
 use std::net::Ipv4Addr;
 

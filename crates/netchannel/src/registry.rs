@@ -170,8 +170,7 @@ impl<K: Copy, V: Copy> Table<K, V> {
 
     #[inline(always)]
     fn bucket(&self, hash: u64) -> &AtomicPtr<Node<K, V>> {
-        // Truncation intended: only the low bits index the table.
-        #[allow(clippy::cast_possible_truncation)]
+        #[expect(clippy::cast_possible_truncation, reason = "only the low bits index the table")]
         let i = hash as usize & self.mask;
         // SAFETY: `mask == buckets.len() - 1` (a power of two), so `i < buckets.len()`.
         unsafe { self.buckets.get_unchecked(i) }

@@ -139,9 +139,7 @@ impl AcceptStats {
         if all == 0 {
             return 1.0;
         }
-        #[allow(clippy::cast_precision_loss)]
-        let fraction = self.local as f64 / all as f64;
-        fraction
+        self.local as f64 / all as f64
     }
 }
 

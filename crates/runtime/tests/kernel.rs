@@ -29,7 +29,7 @@ use netns_test::{SKIP, ip, tx_checksum_off};
 use tcp_lib::wire::Ipv4Cidr;
 
 #[path = "../examples/echo_server.rs"]
-#[allow(dead_code, unreachable_pub)]
+#[allow(dead_code, unreachable_pub, reason = "the example's `main` is not called here")]
 mod echo_server;
 
 /// The kernel's address (its end of the link) and ours, in every namespace.

@@ -105,7 +105,7 @@ mod request {
 }
 
 /// The `argsz` of an ioctl argument struct.
-#[allow(clippy::cast_possible_truncation)] // the VFIO structs are a few dozen bytes
+#[expect(clippy::cast_possible_truncation, reason = "the VFIO structs are a few dozen bytes")]
 const fn argsz<T>() -> u32 {
     let n = size_of::<T>();
     assert!(n <= u32::MAX as usize);

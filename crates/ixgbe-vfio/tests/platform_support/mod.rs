@@ -1,7 +1,7 @@
 //! A fake sysfs tree in a temporary directory, shaped like the parts of `/sys` the platform layer and
 //! `scripts/vfio-bind.sh` read (see the module docs of `ixgbe_vfio::platform::sysfs`).
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, reason = "each test uses its own subset of the helpers")]
 
 use std::fs;
 use std::os::unix::fs::symlink;

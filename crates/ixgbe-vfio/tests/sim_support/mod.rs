@@ -1,6 +1,6 @@
 //! Shared helpers of the `sim_*` tests: the test plays the driver against the 82599 model with
 //! hand-built rings, and builds frames by hand.
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unreachable_pub, missing_docs, reason = "each test uses its own subset of the helpers")]
 
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};

@@ -217,7 +217,6 @@ impl SplitMix64 {
             return false;
         }
         // 53 random bits as a uniform float in [0, 1).
-        #[allow(clippy::cast_precision_loss)]
         let x = (self.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
         x < p
     }
@@ -724,7 +723,6 @@ mod tests {
     fn near(actual: u64, n: u32, p: f64) {
         let expected = f64::from(n) * p;
         let sd = (expected * (1.0 - p)).sqrt();
-        #[allow(clippy::cast_precision_loss)]
         let a = actual as f64;
         assert!((a - expected).abs() <= 5.0 * sd + 1.0, "{actual} vs about {expected}");
     }

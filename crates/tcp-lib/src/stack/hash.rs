@@ -126,8 +126,7 @@ pub(crate) struct TableHasher {
 #[inline(always)]
 fn fold_mul(a: u64, b: u64) -> u64 {
     let p = u128::from(a) * u128::from(b);
-    // Truncation intended: the low half.
-    #[allow(clippy::cast_possible_truncation)]
+    #[expect(clippy::cast_possible_truncation, reason = "the low half of the product")]
     let lo = p as u64;
     lo ^ low64(p >> 64)
 }
@@ -135,8 +134,7 @@ fn fold_mul(a: u64, b: u64) -> u64 {
 /// The low 64 bits.
 #[inline(always)]
 fn low64(x: u128) -> u64 {
-    // Truncation intended.
-    #[allow(clippy::cast_possible_truncation)]
+    #[expect(clippy::cast_possible_truncation, reason = "the low 64 bits are the point")]
     let lo = x as u64;
     lo
 }
@@ -388,7 +386,7 @@ mod tests {
     }
 
     #[test]
-    #[allow(deprecated)]
+    #[expect(deprecated, reason = "std's SipHasher is the reference this test checks against")]
     fn siphash_matches_std_siphasher() {
         use std::hash::Hasher;
         // The reference vector for the empty message with key 00 01 .. 0f.

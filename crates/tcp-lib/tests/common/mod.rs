@@ -1,5 +1,5 @@
 //! Two stacks on the two ends of a `netchannel::dev::Pair`, with virtual time.
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unreachable_pub, missing_docs, reason = "each test uses its own subset of the helpers")]
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};

@@ -14,7 +14,7 @@
 //! * [`Source`]/[`Sink`]: a deterministic byte stream, checked byte for byte where it arrives.
 //!
 //! Without root, `/dev/net/tun` or iproute2 a test prints `skipped: <why>` and passes.
-#![allow(dead_code, unused_imports, unreachable_pub, missing_docs)] // each test uses its own subset
+#![allow(dead_code, unused_imports, unreachable_pub, missing_docs, reason = "each test uses its own subset")]
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
