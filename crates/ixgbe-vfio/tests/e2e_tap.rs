@@ -32,10 +32,11 @@ use std::time::{Duration, Instant};
 use ixgbe_vfio::driver::{Config, Ixgbe, IxgbeQueue};
 use ixgbe_vfio::sim::{Model, SimConfig, Wire};
 use netchannel::channelizer::{Channelizer, ChannelizerStats, ConsumerId, SignatureRegistry};
+use netchannel::classify::{Classified, classify};
 use netchannel::dev::{Link, MacAddr, NetDevice, Tap};
 use netchannel::pool::{HugePages, PacketRx, PacketTx, Pool, PoolCache};
 use netchannel::rcu::Qsbr;
-use netchannel::signature::{Classified, FlowGroup, Proto, Signature, classify};
+use netchannel::signature::{FlowGroup, Proto, Signature};
 use netchannel::steering::FlowSteering;
 
 use netns_test::ip;

@@ -2,7 +2,7 @@
 //! Networking", LCA 2006: "channelize the driver").
 //!
 //! Each [`Channelizer::poll`] receives a burst from its device queue, classifies every frame
-//! ([`classify`](crate::signature::classify)), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
+//! ([`classify`](crate::classify::classify)), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
 //! first, then the listener), and pushes the packet into the channel of the consumer the registry
 //! names, waking that consumer if it sleeps. Everything else (ARP, ICMP, fragments, signatures nobody
 //! registered) goes to the queue's *default channel*, where the stack's slow path handles it. A full
@@ -64,11 +64,12 @@
 
 use std::fmt;
 
+use crate::classify::{Classified, ClassifyStats, classify_fast, classify_general};
 use crate::dev::{DevError, NetDevice, PacketBatch};
 use crate::pool::{PacketRx, PacketTx, PoolCache};
 use crate::rcu::{Qsbr, ReadSide, Reclaim};
 use crate::registry::Registry;
-use crate::signature::{Classified, ClassifyStats, Signature, classify_fast, classify_general};
+use crate::signature::Signature;
 use crate::sync::Arc;
 
 /// Names a consumer (a core's stack, an application thread): the value the registry stores for each

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use netchannel::channelizer::{Channelizer, ConsumerId, SignatureRegistry};
+use netchannel::classify::{Classified, classify};
 use netchannel::dev::{NetDevice, PcapWriter, Tap};
 use netchannel::pool::{HugePages, PacketRx, Pool, PoolCache};
 use netchannel::rcu::Qsbr;
-use netchannel::signature::{Classified, Proto, Signature, classify};
+use netchannel::signature::{Proto, Signature};
 
 use netns_test::ip;
 
