@@ -139,7 +139,7 @@ impl Drop for Region {
 /// The fixed geometry of a pool's slots.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Layout {
-    /// Bytes from one slot to the next (a multiple of [`SLOT_ALIGN`], fits `u32`).
+    /// Bytes from one slot to the next (a multiple of [`SLOT_ALIGN`](super::SLOT_ALIGN), fits `u32`).
     pub(super) stride: usize,
     /// Headroom + data room: the bytes after the header.
     pub(super) buf_len: u32,
