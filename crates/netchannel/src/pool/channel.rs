@@ -1,11 +1,44 @@
 //! A safe net channel of packets between cores: [`PacketTx`] sends a packet's index, [`PacketRx`]
-//! rebuilds the packet on the receiving side with that side's cache.
+//! rebuilds the packet on the receiving side with that side's cache; a refused push hands the packet
+//! back in a [`PacketPushError`].
 
 use std::fmt;
 use std::time::Duration;
 
-use super::{Packet, PacketPushError, Pool, PoolCache};
+use super::{Packet, Pool, PoolCache};
 use crate::channel::{self, Consumer, Producer, Wait};
+
+/// The error [`PacketTx::push`] returns; the packet comes back to the caller, who still owns it.
+#[derive(Debug)]
+pub enum PacketPushError<'c> {
+    /// The channel is full.
+    Full(Packet<'c>),
+    /// The packet belongs to a different pool than the channel.
+    WrongPool(Packet<'c>),
+}
+
+impl<'c> PacketPushError<'c> {
+    /// The packet that was not pushed.
+    #[must_use]
+    pub fn into_inner(self) -> Packet<'c> {
+        match self {
+            Self::Full(packet) | Self::WrongPool(packet) => packet,
+        }
+    }
+}
+
+impl fmt::Display for PacketPushError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Full(p) => write!(f, "packet channel full; buffer {} not pushed", p.index()),
+            Self::WrongPool(p) => {
+                write!(f, "buffer {} belongs to another pool than the channel", p.index())
+            }
+        }
+    }
+}
+
+impl std::error::Error for PacketPushError<'_> {}
 
 /// The sending end of a channel of packets; see [`Pool::packet_channel`]. `Send`, not `Sync`.
 pub struct PacketTx {

@@ -1,10 +1,10 @@
-//! Why a pool could not be built, why a packet length change or a push into a packet channel failed,
-//! and what [`Pool::check_leaks`](super::Pool::check_leaks) found wrong.
+//! Why a pool could not be built, why a packet length change failed, and what
+//! [`Pool::check_leaks`](super::Pool::check_leaks) found wrong.
 
 use std::fmt;
 use std::io;
 
-use super::{HEADER_SIZE, Packet};
+use super::HEADER_SIZE;
 
 /// Why a pool could not be built.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ impl std::error::Error for PoolError {
     }
 }
 
-/// Why a [`Packet`] length operation was refused; the packet is unchanged.
+/// Why a [`Packet`](super::Packet) length operation was refused; the packet is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PacketError {
     /// The data would run past the end of the buffer.
@@ -122,38 +122,6 @@ impl fmt::Display for PacketError {
 }
 
 impl std::error::Error for PacketError {}
-
-/// The error [`PacketTx::push`](super::PacketTx::push) returns; the packet comes back to the caller, who still owns it.
-#[derive(Debug)]
-pub enum PacketPushError<'c> {
-    /// The channel is full.
-    Full(Packet<'c>),
-    /// The packet belongs to a different pool than the channel.
-    WrongPool(Packet<'c>),
-}
-
-impl<'c> PacketPushError<'c> {
-    /// The packet that was not pushed.
-    #[must_use]
-    pub fn into_inner(self) -> Packet<'c> {
-        match self {
-            Self::Full(packet) | Self::WrongPool(packet) => packet,
-        }
-    }
-}
-
-impl fmt::Display for PacketPushError<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Full(p) => write!(f, "packet channel full; buffer {} not pushed", p.index()),
-            Self::WrongPool(p) => {
-                write!(f, "buffer {} belongs to another pool than the channel", p.index())
-            }
-        }
-    }
-}
-
-impl std::error::Error for PacketPushError<'_> {}
 
 /// What [`Pool::check_leaks`](super::Pool::check_leaks) found wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

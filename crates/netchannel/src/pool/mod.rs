@@ -113,8 +113,8 @@ use crate::sync::{Arc, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 pub use cache::{CacheStats, PoolCache};
 use cache::{Depot, Local};
-pub use channel::{PacketRx, PacketTx};
-pub use error::{LeakError, PacketError, PacketPushError, PoolError};
+pub use channel::{PacketPushError, PacketRx, PacketTx};
+pub use error::{LeakError, PacketError, PoolError};
 pub use packet::{Packet, RxFrame};
 use region::Layout;
 pub use region::{HUGE_PAGE_SIZE, HugePages, Region};
