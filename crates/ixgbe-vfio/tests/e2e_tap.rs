@@ -515,7 +515,9 @@ fn run() -> Result<(), String> {
     for (queue, cache) in queues.into_iter().zip(&queue_caches) {
         let (default_tx, rx) = channel("default")?;
         default_rx.push(rx);
-        let mut ch = Channelizer::new(queue, 0, cache, Arc::clone(&registry), default_tx, 32);
+        let mut ch = Channelizer::builder(queue, cache, Arc::clone(&registry), default_tx)
+            .build()
+            .map_err(|e| format!("channelizer: {e}"))?;
         for (id, rxs) in [(ECHO_CONSUMER, &mut echo_rx), (TCP_CONSUMER, &mut tcp_rx)] {
             let (tx, rx) = channel("consumer")?;
             let previous = ch.attach(id, tx).map_err(|_| format!("attaching {id:?}: another pool"))?;
