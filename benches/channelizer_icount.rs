@@ -71,7 +71,10 @@ fn run(entries: u32, rounds: usize) -> Duration {
     let cache = pool.cache();
     let peer = pool.cache();
     let (default_tx, mut default_rx) = pool.packet_channel(4096).expect("channel");
-    let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, BURST);
+    let mut ch = Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx)
+        .burst(BURST)
+        .build()
+        .expect("same pool");
     let mut consumers: Vec<PacketRx> = (0..CONSUMERS)
         .map(|id| {
             let (tx, rx) = pool.packet_channel(4096).expect("channel");

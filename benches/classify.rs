@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the frame classifier (`netchannel::signature::classify`): nanoseconds per
+//! Criterion benchmarks of the frame classifier (`netchannel::classify::classify`): nanoseconds per
 //! frame for the shapes a channelizer sees.
 //!
 //! * `classify/<case>`: one frame classified over and over (every branch predicted, the frame in L1):
@@ -28,8 +28,9 @@ use std::net::IpAddr;
 
 use criterion::{Criterion, Throughput, criterion_group};
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use netchannel::classify::{Classified, ClassifyStats, classify};
 use netchannel::registry::HashKey;
-use netchannel::signature::{Classified, ClassifyStats, Signature, classify};
+use netchannel::signature::Signature;
 
 /// The hash key the hashing loop uses.
 const KEY: HashKey = HashKey::from_seed(0x5eed);

@@ -507,7 +507,8 @@ impl<'c> RxChannelizer<'c> {
             })
             .collect();
         let (default_tx, default_rx) = pool.packet_channel(4096).expect("channel");
-        let mut ch = Channelizer::new(queue, 0, cache, registry, default_tx, burst);
+        let mut ch =
+            Channelizer::builder(queue, cache, registry, default_tx).burst(burst).build().expect("same pool");
         let consumers = (0..CONSUMERS)
             .map(|id| {
                 let (tx, rx) = pool.packet_channel(4096).expect("channel");

@@ -221,7 +221,8 @@ impl<'c> DriverSide<'c> {
             })
             .collect();
         let (default_tx, default_rx) = pool.packet_channel(CHANNEL).expect("channel");
-        let mut ch = Channelizer::new(queue, 0, cache, registry, default_tx, BURST);
+        let mut ch =
+            Channelizer::builder(queue, cache, registry, default_tx).burst(BURST).build().expect("same pool");
         ch.attach(ConsumerId(0), app).expect("same pool");
         Self { model, _nic: nic, _registrations: registrations, ch, default_rx, model_time: Duration::ZERO }
     }

@@ -9,7 +9,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use libfuzzer_sys::fuzz_target;
 use netchannel::registry::HashKey;
-use netchannel::signature::{Classified, FlowGroup, Malformed, Proto, classify};
+use netchannel::classify::{Classified, Malformed, classify};
+use netchannel::signature::{FlowGroup, Proto};
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))

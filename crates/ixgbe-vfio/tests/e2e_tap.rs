@@ -32,10 +32,11 @@ use std::time::{Duration, Instant};
 use ixgbe_vfio::driver::{Config, Ixgbe, IxgbeQueue};
 use ixgbe_vfio::sim::{Model, SimConfig, Wire};
 use netchannel::channelizer::{Channelizer, ChannelizerStats, ConsumerId, SignatureRegistry};
+use netchannel::classify::{Classified, classify};
 use netchannel::dev::{Link, MacAddr, NetDevice, Tap};
 use netchannel::pool::{HugePages, PacketRx, PacketTx, Pool, PoolCache};
 use netchannel::rcu::Qsbr;
-use netchannel::signature::{Classified, FlowGroup, Proto, Signature, classify};
+use netchannel::signature::{FlowGroup, Proto, Signature};
 use netchannel::steering::FlowSteering;
 
 use netns_test::ip;
@@ -514,7 +515,9 @@ fn run() -> Result<(), String> {
     for (queue, cache) in queues.into_iter().zip(&queue_caches) {
         let (default_tx, rx) = channel("default")?;
         default_rx.push(rx);
-        let mut ch = Channelizer::new(queue, 0, cache, Arc::clone(&registry), default_tx, 32);
+        let mut ch = Channelizer::builder(queue, cache, Arc::clone(&registry), default_tx)
+            .build()
+            .map_err(|e| format!("channelizer: {e}"))?;
         for (id, rxs) in [(ECHO_CONSUMER, &mut echo_rx), (TCP_CONSUMER, &mut tcp_rx)] {
             let (tx, rx) = channel("consumer")?;
             let previous = ch.attach(id, tx).map_err(|_| format!("attaching {id:?}: another pool"))?;

@@ -2,7 +2,7 @@
 //! Networking", LCA 2006: "channelize the driver").
 //!
 //! Each [`Channelizer::poll`] receives a burst from its device queue, classifies every frame
-//! ([`classify`](crate::signature::classify)), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
+//! ([`classify`](crate::classify::classify)), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
 //! first, then the listener), and pushes the packet into the channel of the consumer the registry
 //! names, waking that consumer if it sleeps. Everything else (ARP, ICMP, fragments, signatures nobody
 //! registered) goes to the queue's *default channel*, where the stack's slow path handles it. A full
@@ -33,7 +33,7 @@
 //! let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
 //! let cache = pool.cache();
 //! let (default_tx, mut default_rx) = pool.packet_channel(64)?;
-//! let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+//! let mut ch = Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).burst(32).build()?;
 //!
 //! // Consumer 7 listens on UDP 10.0.0.1:53.
 //! let (tx, mut rx) = pool.packet_channel(64)?;
@@ -64,11 +64,12 @@
 
 use std::fmt;
 
+use crate::classify::{Classified, ClassifyStats, classify_fast, classify_general};
 use crate::dev::{DevError, NetDevice, PacketBatch};
 use crate::pool::{PacketRx, PacketTx, PoolCache};
 use crate::rcu::{Qsbr, ReadSide, Reclaim};
 use crate::registry::Registry;
-use crate::signature::{Classified, ClassifyStats, Signature, classify_fast, classify_general};
+use crate::signature::Signature;
 use crate::sync::Arc;
 
 /// Names a consumer (a core's stack, an application thread): the value the registry stores for each
@@ -111,6 +112,100 @@ pub struct PollStats {
     pub rx: usize,
     /// Frames transmitted.
     pub tx: usize,
+}
+
+/// The burst a [`ChannelizerBuilder`] uses unless told otherwise: the most frames one poll receives.
+pub const DEFAULT_BURST: usize = 32;
+
+/// Why [`ChannelizerBuilder::build`] refused its parts (a set-up error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelizerError {
+    /// The default channel carries packets of another pool than the cache's.
+    WrongPool {
+        /// The [id](crate::pool::Pool::id) of the default channel's pool.
+        default: u64,
+        /// The id of the cache's pool.
+        cache: u64,
+    },
+}
+
+impl fmt::Display for ChannelizerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::WrongPool { default, cache } => write!(
+                f,
+                "the default channel is of another pool (pool {default}) than the channelizer's cache (pool {cache})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ChannelizerError {}
+
+/// Configures a [`Channelizer`] before it is built. See [`Channelizer::builder`].
+#[must_use]
+pub struct ChannelizerBuilder<'c, D: NetDevice, R: Reclaim = Qsbr> {
+    device: D,
+    queue: u16,
+    cache: &'c PoolCache,
+    registry: Arc<SignatureRegistry<R>>,
+    default: PacketTx,
+    burst: usize,
+}
+
+impl<D: NetDevice, R: Reclaim> fmt::Debug for ChannelizerBuilder<'_, D, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelizerBuilder")
+            .field("queue", &self.queue)
+            .field("burst", &self.burst)
+            .field("default", &self.default)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'c, D: NetDevice, R: Reclaim> ChannelizerBuilder<'c, D, R> {
+    /// The device queue to receive from and transmit on (0 by default).
+    pub fn queue(mut self, queue: u16) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// The most frames one poll receives ([`DEFAULT_BURST`] by default; 0 counts as 1).
+    pub fn burst(mut self, frames: usize) -> Self {
+        self.burst = frames;
+        self
+    }
+
+    /// Checks the parts and builds the channelizer, which registers itself as a reader of the
+    /// registry's reclaimer, on this thread: build it on the thread that will poll it.
+    ///
+    /// # Errors
+    ///
+    /// [`ChannelizerError::WrongPool`] if the default channel carries packets of another pool than
+    /// the cache's.
+    pub fn build(self) -> Result<Channelizer<'c, D, R>, ChannelizerError> {
+        let Self { device, queue, cache, registry, default, burst } = self;
+        if default.pool_id() != cache.pool().id() {
+            return Err(ChannelizerError::WrongPool { default: default.pool_id(), cache: cache.pool().id() });
+        }
+        let reader = registry.reclaim().register();
+        let burst = burst.max(1);
+        Ok(Channelizer {
+            device,
+            queue,
+            cache,
+            registry,
+            reader,
+            lanes: vec![Lane::new(default, burst)],
+            lane_of: Vec::new(),
+            dirty: vec![0; burst].into_boxed_slice(),
+            malformed: vec![0; burst].into_boxed_slice(),
+            tx_channels: Vec::new(),
+            rx_batch: PacketBatch::with_capacity(burst),
+            tx_batch: PacketBatch::with_capacity(burst),
+            stats: ChannelizerStats::default(),
+        })
+    }
 }
 
 /// A destination channel and the buffer indices staged for it during the current burst: each burst
@@ -165,39 +260,16 @@ impl<D: NetDevice, R: Reclaim> fmt::Debug for Channelizer<'_, D, R> {
 }
 
 impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
-    /// A channelizer for `queue` of `device`, allocating receive buffers from `cache`, reading
-    /// `registry` (it registers itself as a reader of the registry's reclaimer, on this thread), and
-    /// sending what no consumer claims into `default`. `burst` is the most frames one poll receives.
-    ///
-    /// # Panics
-    ///
-    /// If `default` carries packets of another pool than `cache`'s (a set-up error).
-    pub fn new(
+    /// Starts configuring a channelizer of `device` that allocates receive buffers from `cache`, reads
+    /// `registry` and sends what no consumer claims into `default`. It polls queue 0 with bursts of
+    /// [`DEFAULT_BURST`] frames unless told otherwise; see [`ChannelizerBuilder`].
+    pub fn builder(
         device: D,
-        queue: u16,
         cache: &'c PoolCache,
         registry: Arc<SignatureRegistry<R>>,
         default: PacketTx,
-        burst: usize,
-    ) -> Self {
-        assert_eq!(default.pool_id(), cache.pool().id(), "the default channel is of another pool");
-        let reader = registry.reclaim().register();
-        let burst = burst.max(1);
-        Self {
-            device,
-            queue,
-            cache,
-            registry,
-            reader,
-            lanes: vec![Lane::new(default, burst)],
-            lane_of: Vec::new(),
-            dirty: vec![0; burst].into_boxed_slice(),
-            malformed: vec![0; burst].into_boxed_slice(),
-            tx_channels: Vec::new(),
-            rx_batch: PacketBatch::with_capacity(burst),
-            tx_batch: PacketBatch::with_capacity(burst),
-            stats: ChannelizerStats::default(),
-        }
+    ) -> ChannelizerBuilder<'c, D, R> {
+        ChannelizerBuilder { device, queue: 0, cache, registry, default, burst: DEFAULT_BURST }
     }
 
     /// Attaches consumer `id`'s channel for this queue; packets whose signature the registry maps to

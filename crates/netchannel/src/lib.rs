@@ -13,7 +13,7 @@
 //!   [`PacketBatch`](dev::PacketBatch) that bursts travel in, and the software devices: the in-memory
 //!   [`Pair`](dev::Pair), Linux [`Tap`](dev::Tap), and the [`PcapWriter`](dev::PcapWriter) and
 //!   [`FaultInjector`](dev::FaultInjector) middlewares.
-//! * [`signature`]: transport signatures and the frame classifier that computes them.
+//! * [`signature`]: transport signatures, and [`classify`]: the frame classifier that computes them.
 //! * [`rcu`] and [`registry`]: the read-mostly map from transport signatures to consumers, read once
 //!   per packet without locks or atomic read-modify-writes (quiescent-state-based reclamation; the
 //!   `liburcu` feature adds the system liburcu as a second reclaimer).
@@ -28,6 +28,7 @@
 pub mod channel;
 #[cfg(not(loom))]
 pub mod channelizer;
+pub mod classify;
 pub mod dev;
 pub mod pool;
 pub mod rcu;

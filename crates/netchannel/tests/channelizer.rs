@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use netchannel::channel::{Channel, WakeMode};
-use netchannel::channelizer::{Channelizer, ConsumerId, SignatureRegistry};
+use netchannel::channelizer::{Channelizer, ChannelizerError, ConsumerId, SignatureRegistry};
 use netchannel::dev::{NetDevice, PacketBatch, Pair};
 use netchannel::pool::{HugePages, PacketRx, Pool, PoolCache};
 use netchannel::rcu::Qsbr;
@@ -97,7 +97,8 @@ fn exact_then_listener_then_default() {
     let cache = pool.cache();
     let peer = pool.cache();
     let (default_tx, mut default_rx) = pool.packet_channel(64).unwrap();
-    let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+    let mut ch =
+        Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).build().expect("same pool");
     let mut rx: Vec<PacketRx> = (0..4)
         .map(|i| {
             let (tx, rx) = pool.packet_channel(64).unwrap();
@@ -153,7 +154,8 @@ fn full_channels_drop_and_every_buffer_comes_back() {
         let cache = pool.cache();
         let peer = pool.cache();
         let (default_tx, mut default_rx) = pool.packet_channel(2).unwrap();
-        let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+        let mut ch =
+            Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).build().expect("same pool");
         let (tx, mut rx) = pool.packet_channel(4).unwrap();
         ch.attach(ConsumerId(0), tx).expect("same pool");
         let _r = registry.register(listener(Proto::Udp, "10.0.0.1:9"), ConsumerId(0)).unwrap();
@@ -179,7 +181,8 @@ fn repointing_a_flow_moves_its_packets() {
     let cache = pool.cache();
     let peer = pool.cache();
     let (default_tx, _default_rx) = pool.packet_channel(8).unwrap();
-    let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+    let mut ch =
+        Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).build().expect("same pool");
     let (tx0, mut rx0) = pool.packet_channel(8).unwrap();
     let (tx1, mut rx1) = pool.packet_channel(8).unwrap();
     ch.attach(ConsumerId(0), tx0).expect("same pool");
@@ -214,7 +217,8 @@ fn a_consumer_without_a_channel_here_gets_nothing_and_nothing_is_lost() {
     let cache = pool.cache();
     let peer = pool.cache();
     let (default_tx, mut default_rx) = pool.packet_channel(8).unwrap();
-    let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+    let mut ch =
+        Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).build().expect("same pool");
     let (tx, _rx) = pool.packet_channel(8).unwrap();
     ch.attach(ConsumerId(3), tx).expect("same pool");
     assert!(ch.detach(ConsumerId(3)).is_some());
@@ -234,8 +238,19 @@ fn a_channel_of_another_pool_is_refused() {
     let (nic, _wire) = Pair::new(&pool).unwrap();
     let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
     let cache = pool.cache();
+    // As the default channel: the builder refuses it.
+    let (foreign_default, _foreign_rx) = other.packet_channel(8).unwrap();
+    let err = Channelizer::builder(nic, &cache, Arc::clone(&registry), foreign_default)
+        .queue(0)
+        .burst(8)
+        .build()
+        .unwrap_err();
+    assert_eq!(err, ChannelizerError::WrongPool { default: other.id(), cache: pool.id() });
+    assert!(err.to_string().contains("another pool"), "{err}");
+    // As a consumer's channel: `attach` hands it back.
+    let (nic, _wire) = Pair::new(&pool).unwrap();
     let (default_tx, _default_rx) = pool.packet_channel(8).unwrap();
-    let mut ch = Channelizer::new(nic, 0, &cache, registry, default_tx, 32);
+    let mut ch = Channelizer::builder(nic, &cache, registry, default_tx).build().expect("same pool");
     let (foreign, _rx) = other.packet_channel(8).unwrap();
     assert!(ch.attach(ConsumerId(0), foreign).is_err());
 }
@@ -248,7 +263,8 @@ fn consumers_tx_channels_drain_into_the_device_in_order() {
     let cache = pool.cache();
     let peer = pool.cache();
     let (default_tx, _default_rx) = pool.packet_channel(8).unwrap();
-    let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+    let mut ch =
+        Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).build().expect("same pool");
     let (mut app_tx, app_rx) = pool.packet_channel(64).unwrap();
     ch.add_tx(app_rx);
     let frames: Vec<Vec<u8>> = (0..10u8).map(|i| frame(UDP, "10.0.0.1:9", "10.0.0.2:7", &[i; 3])).collect();
@@ -305,7 +321,8 @@ fn consumer_on_another_thread_is_woken() {
     };
     let cache = pool.cache();
     let peer = pool.cache();
-    let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+    let mut ch =
+        Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).build().expect("same pool");
     ch.attach(ConsumerId(0), tx).expect("same pool");
     let mut sent = 0u32;
     while sent < N {
@@ -345,7 +362,8 @@ fn detach_replace_and_reattach_keep_every_consumer_on_its_own_channel() {
     let cache = pool.cache();
     let peer = pool.cache();
     let (default_tx, mut default_rx) = pool.packet_channel(64).unwrap();
-    let mut ch = Channelizer::new(nic, 0, &cache, Arc::clone(&registry), default_tx, 32);
+    let mut ch =
+        Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).build().expect("same pool");
     let mut rx: Vec<Option<PacketRx>> = (0..4)
         .map(|i| {
             let (tx, rx) = pool.packet_channel(64).unwrap();

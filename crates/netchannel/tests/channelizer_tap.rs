@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use netchannel::channelizer::{Channelizer, ConsumerId, SignatureRegistry};
+use netchannel::classify::{Classified, classify};
 use netchannel::dev::{NetDevice, PcapWriter, Tap};
 use netchannel::pool::{HugePages, PacketRx, Pool, PoolCache};
 use netchannel::rcu::Qsbr;
-use netchannel::signature::{Classified, Proto, Signature, classify};
+use netchannel::signature::{Proto, Signature};
 
 use netns_test::ip;
 
@@ -53,7 +54,9 @@ fn run() -> Result<(), String> {
     let cache = pool.cache();
     let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
     let (default_tx, mut default_rx) = pool.packet_channel(256).map_err(|e| e.to_string())?;
-    let mut ch = Channelizer::new(dev, 0, &cache, Arc::clone(&registry), default_tx, 32);
+    let mut ch = Channelizer::builder(dev, &cache, Arc::clone(&registry), default_tx)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut rx: Vec<PacketRx> = Vec::new();
     for id in 0..4 {
         let (tx, r) = pool.packet_channel(64).map_err(|e| e.to_string())?;

@@ -4,10 +4,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use netchannel::signature::{
-    Classified, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, FlowGroup, MAX_EXTENSION_HEADERS, Malformed,
-    Proto, Signature, classify,
+use netchannel::classify::{
+    Classified, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, MAX_EXTENSION_HEADERS, Malformed, classify,
 };
+use netchannel::signature::{FlowGroup, Proto, Signature};
 use proptest::prelude::*;
 
 /// An IPv6 extension header: Hop-by-Hop 0, Routing 43, Destination Options 60 (8-byte units) or AH 51

@@ -167,7 +167,9 @@ fn echo(mode: XdpMode, count: u32, window: u32) -> Result<(), String> {
     let cache = pool.cache();
     let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
     let (default_tx, mut default_rx) = pool.packet_channel(256).map_err(|e| e.to_string())?;
-    let mut ch = Channelizer::new(dev, 0, &cache, Arc::clone(&registry), default_tx, 32);
+    let mut ch = Channelizer::builder(dev, &cache, Arc::clone(&registry), default_tx)
+        .build()
+        .map_err(|e| e.to_string())?;
     let (tx, mut rx) = pool.packet_channel(512).map_err(|e| e.to_string())?;
     ch.attach(ConsumerId(0), tx).expect("same pool");
     let (mut echo_tx, echo_rx) = pool.packet_channel(512).map_err(|e| e.to_string())?;

@@ -23,6 +23,7 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::pool::RxFrame;
 use crate::pool::{Packet, Pool, PoolCache};
 
 #[cfg(not(loom))]
@@ -201,18 +202,6 @@ impl std::error::Error for DevError {
             Self::NoSuchQueue { .. } | Self::WrongPool { .. } => None,
         }
     }
-}
-
-/// A frame a device received into a pool buffer: the buffer's index and the frame's length in bytes,
-/// its data starting at the pool's headroom. What a DMA driver collects per descriptor before
-/// [`PacketBatch::extend_received`] turns a burst of them into packets.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct RxFrame {
-    /// The buffer's index in its pool.
-    pub index: u32,
-    /// The frame's length in bytes.
-    pub len: u32,
 }
 
 /// A bounded batch of packets: what a burst travels in between a device and its caller.

@@ -8,9 +8,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use netchannel::channelizer::Channelizer;
+use netchannel::classify::{Classified, classify};
 use netchannel::dev::{DevError, DeviceInfo, DeviceStats, Link, NetDevice, PacketBatch};
 use netchannel::pool::{PacketRx, PacketTx, PoolCache};
-use netchannel::signature::{Classified, classify};
 use tcp_lib::wire::{ArpPacket, ArpRepr, EtherType, EthernetFrame};
 
 use super::local::Local;

@@ -263,7 +263,10 @@ where
     let out = match placement {
         Placement::Same => {
             let cache = pool.cache();
-            let mut ch = Channelizer::new(port, 0, &cache, Arc::clone(&shared.registry), default_tx, BURST);
+            let mut ch = Channelizer::builder(port, &cache, Arc::clone(&shared.registry), default_tx)
+                .burst(BURST)
+                .build()
+                .map_err(|e| format!("core {core}: {e}"))?;
             attach(&mut ch, lanes)?;
             ch.add_tx(tx_rx);
             let parts = Parts { driver: Some(ch), default_rx, inputs, tx: tx_tx };
@@ -276,8 +279,10 @@ where
         Placement::Split => std::thread::scope(|s| {
             let channelizer = s.spawn(|| -> Result<(), String> {
                 let cache = pool.cache();
-                let mut ch =
-                    Channelizer::new(port, 0, &cache, Arc::clone(&shared.registry), default_tx, BURST);
+                let mut ch = Channelizer::builder(port, &cache, Arc::clone(&shared.registry), default_tx)
+                    .burst(BURST)
+                    .build()
+                    .map_err(|e| format!("core {core}: {e}"))?;
                 attach(&mut ch, lanes)?;
                 ch.add_tx(tx_rx);
                 let result = drive_split(core, &mut ch, &shared);

@@ -4,8 +4,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use netchannel::classify::{Classified, classify};
 use netchannel::dev::MacAddr;
-use netchannel::signature::{Classified, Proto, classify};
+use netchannel::signature::Proto;
 
 use super::regfile::{get, qreg, set};
 use super::{Device, FCS_LEN, MIN_FRAME, Outcome, Pass, Ring, Rss, slot};
@@ -292,7 +293,7 @@ struct Parsed {
 impl Parsed {
     fn of(frame: &[u8]) -> Self {
         let be16 = |at: usize| frame.get(at..at + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
-        let tagged = be16(12) == netchannel::signature::ETHERTYPE_VLAN;
+        let tagged = be16(12) == netchannel::classify::ETHERTYPE_VLAN;
         let vlan = if tagged { be16(14) } else { 0 };
         let l3 = if tagged { 18 } else { 14 };
         if let Classified::Flow { sig, .. } = classify(frame) {
@@ -312,13 +313,13 @@ impl Parsed {
         }
         // Not a flow: the addresses still feed the IP-only RSS hash.
         let ip = match be16(l3 - 2) {
-            netchannel::signature::ETHERTYPE_IPV4 if frame.get(l3).is_some_and(|b| b >> 4 == 4) => {
+            netchannel::classify::ETHERTYPE_IPV4 if frame.get(l3).is_some_and(|b| b >> 4 == 4) => {
                 match (frame.get(l3 + 12..l3 + 16), frame.get(l3 + 16..l3 + 20)) {
                     (Some(s), Some(d)) => Some((false, pad16(s), pad16(d))),
                     _ => None,
                 }
             }
-            netchannel::signature::ETHERTYPE_IPV6 if frame.get(l3).is_some_and(|b| b >> 4 == 6) => {
+            netchannel::classify::ETHERTYPE_IPV6 if frame.get(l3).is_some_and(|b| b >> 4 == 6) => {
                 match (frame.get(l3 + 8..l3 + 24), frame.get(l3 + 24..l3 + 40)) {
                     (Some(s), Some(d)) => Some((true, pad16(s), pad16(d))),
                     _ => None,

@@ -1,0 +1,217 @@
+//! Why an AF_XDP device could not be opened ([`XdpError`]), and how a failed system call's errno becomes
+//! one: each variant's message says what is missing and how to fix it.
+
+use std::fmt;
+use std::io;
+
+/// Why an [`AfXdp`](super::AfXdp) device could not be opened; the message says what to do about it.
+#[derive(Debug)]
+pub enum XdpError {
+    /// Interface names are 1 to 15 bytes without NUL, `/` or whitespace.
+    InvalidName {
+        /// The name asked for.
+        name: String,
+    },
+    /// No interface of that name in this network namespace.
+    NoSuchInterface {
+        /// The name asked for.
+        name: String,
+    },
+    /// A builder setting is out of range (ring sizes, queue count).
+    InvalidConfig(String),
+    /// The pool's buffers cannot be UMEM chunks (data room too small or too large).
+    PoolGeometry(String),
+    /// The pool could not supply the buffers the fill rings start with.
+    PoolExhausted {
+        /// Buffers needed (fill ring size × queues).
+        needed: usize,
+        /// Buffers obtained.
+        got: usize,
+    },
+    /// The caller may not create XDP sockets or load BPF programs.
+    PermissionDenied {
+        /// The operation refused.
+        op: &'static str,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The kernel has no AF_XDP sockets, no `bpf(2)` or no XDP links.
+    Unsupported {
+        /// The operation refused.
+        op: &'static str,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The locked-memory limit is too low to pin the UMEM.
+    MemlockLimit(io::Error),
+    /// The interface's driver has no native XDP.
+    NativeUnsupported {
+        /// The interface.
+        name: String,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// Zero-copy was required and the driver (or generic mode) cannot do it.
+    ZeroCopyUnsupported {
+        /// The interface.
+        name: String,
+        /// What the kernel said, if it was asked.
+        source: Option<io::Error>,
+    },
+    /// Another XDP program is attached to the interface (or another `AfXdp` owns it).
+    AlreadyAttached {
+        /// The interface.
+        name: String,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The interface has no such queue.
+    NoSuchQueue {
+        /// The interface.
+        name: String,
+        /// The NIC queue asked for.
+        queue: u32,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// Another AF_XDP socket is bound to that queue.
+    QueueBusy {
+        /// The interface.
+        name: String,
+        /// The NIC queue.
+        queue: u32,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The verifier rejected the redirect program.
+    ProgramRejected {
+        /// What the kernel said.
+        source: io::Error,
+        /// The verifier's log.
+        log: String,
+    },
+    /// Another system call failed.
+    Io {
+        /// The call.
+        op: &'static str,
+        /// What the kernel said.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for XdpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidName { name } => {
+                write!(f, "{name:?} is not a valid interface name (1 to 15 bytes, no NUL, '/' or whitespace)")
+            }
+            Self::NoSuchInterface { name } => write!(
+                f,
+                "no interface {name:?} in this network namespace (`ip link` lists them; create one, e.g. `ip link add {name} type veth peer name {name}p`)"
+            ),
+            Self::InvalidConfig(why) => write!(f, "invalid AF_XDP configuration: {why}"),
+            Self::PoolGeometry(why) => write!(f, "the pool's buffers cannot be UMEM chunks: {why}"),
+            Self::PoolExhausted { needed, got } => write!(
+                f,
+                "the pool supplied {got} of the {needed} buffers the fill rings start with; build a larger pool (fill ring size × queues + buffers in flight) or a smaller fill ring"
+            ),
+            Self::PermissionDenied { op, source } => write!(
+                f,
+                "{op} was refused ({source}): AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root); run as root or `setcap cap_net_admin,cap_net_raw,cap_bpf+ep <binary>`"
+            ),
+            Self::Unsupported { op, source } => write!(
+                f,
+                "{op} failed ({source}): this kernel lacks AF_XDP or BPF (needs Linux 5.9+ with CONFIG_XDP_SOCKETS and CONFIG_BPF_SYSCALL); use the TAP device instead"
+            ),
+            Self::MemlockLimit(e) => write!(
+                f,
+                "cannot pin the pool's region as UMEM ({e}): raise the locked-memory limit (`ulimit -l unlimited`, LimitMEMLOCK= in systemd) or grant CAP_IPC_LOCK"
+            ),
+            Self::NativeUnsupported { name, source } => write!(
+                f,
+                "the driver of {name:?} has no native XDP ({source}); use XdpMode::Generic (or XdpMode::Auto)"
+            ),
+            Self::ZeroCopyUnsupported { name, source: Some(e) } => write!(
+                f,
+                "{name:?} cannot do AF_XDP zero-copy ({e}); use ZeroCopy::Auto or ZeroCopy::Never for copy mode"
+            ),
+            Self::ZeroCopyUnsupported { name, source: None } => write!(
+                f,
+                "zero-copy on {name:?} needs native XDP; generic XDP is always copy mode: use XdpMode::Native or ZeroCopy::Auto"
+            ),
+            Self::AlreadyAttached { name, source } => write!(
+                f,
+                "another XDP program is attached to {name:?} ({source}); detach it (`ip link set dev {name} xdp off`, `xdpgeneric off`, or close the other AfXdp) and retry"
+            ),
+            Self::NoSuchQueue { name, queue, source } => write!(
+                f,
+                "cannot bind to queue {queue} of {name:?} ({source}): the interface has fewer queues (`ethtool -l {name}`; veth: `numrxqueues`/`numtxqueues` at creation)"
+            ),
+            Self::QueueBusy { name, queue, source } => write!(
+                f,
+                "queue {queue} of {name:?} already has an AF_XDP socket ({source}); close the other user or pick another queue"
+            ),
+            Self::ProgramRejected { source, log } => {
+                write!(f, "the kernel rejected the XDP redirect program ({source}); verifier log: {log}")
+            }
+            Self::Io { op, source } => write!(f, "AF_XDP setup failed in {op}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for XdpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::PermissionDenied { source, .. }
+            | Self::Unsupported { source, .. }
+            | Self::NativeUnsupported { source, .. }
+            | Self::AlreadyAttached { source, .. }
+            | Self::NoSuchQueue { source, .. }
+            | Self::QueueBusy { source, .. }
+            | Self::ProgramRejected { source, .. }
+            | Self::Io { source, .. }
+            | Self::MemlockLimit(source) => Some(source),
+            Self::ZeroCopyUnsupported { source, .. } => source.as_ref().map(|e| e as _),
+            Self::InvalidName { .. }
+            | Self::NoSuchInterface { .. }
+            | Self::InvalidConfig(_)
+            | Self::PoolGeometry(_)
+            | Self::PoolExhausted { .. } => None,
+        }
+    }
+}
+
+/// Maps a failed call's errno to an error: permission and missing-support errors get their own
+/// variants, everything else is `Io { op }`.
+pub(super) fn classify(op: &'static str, e: io::Error) -> XdpError {
+    match e.raw_os_error() {
+        Some(libc::EPERM | libc::EACCES) => XdpError::PermissionDenied { op, source: e },
+        Some(libc::EAFNOSUPPORT | libc::ENOSYS | libc::EPROTONOSUPPORT) => {
+            XdpError::Unsupported { op, source: e }
+        }
+        _ => XdpError::Io { op, source: e },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_say_how_to_fix_them() {
+        let e = classify("socket(AF_XDP)", io::Error::from_raw_os_error(libc::EPERM));
+        assert!(e.to_string().contains("CAP_NET_ADMIN"), "{e}");
+        let e = classify("socket(AF_XDP)", io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+        assert!(e.to_string().contains("CONFIG_XDP_SOCKETS"), "{e}");
+        let e = XdpError::NativeUnsupported {
+            name: "lo".into(),
+            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        };
+        assert!(e.to_string().contains("XdpMode::Generic"), "{e}");
+        let e = XdpError::AlreadyAttached {
+            name: "eth0".into(),
+            source: io::Error::from_raw_os_error(libc::EBUSY),
+        };
+        assert!(e.to_string().contains("xdp off"), "{e}");
+    }
+}

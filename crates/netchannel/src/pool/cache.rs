@@ -1,0 +1,520 @@
+//! The magazine layer: the shared depot of free buffers and the per-thread [`PoolCache`] in front of it,
+//! whose allocations and frees take no lock and no atomic read-modify-write.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crossbeam_utils::CachePadded;
+
+use super::region::{Header, Layout};
+use super::{Packet, Pool, RxFrame};
+use crate::channel::Consumer;
+use crate::sync::{Arc, AtomicUsize, Ordering};
+
+/// The free buffers not held by any cache, and the registry of live caches.
+#[derive(Debug)]
+pub(super) struct Depot {
+    /// Free indices; caches take from and give back to the end.
+    pub(super) free: Vec<u32>,
+    /// Each live cache's count of free buffers it holds.
+    pub(super) caches: Vec<Arc<CachePadded<AtomicUsize>>>,
+}
+
+/// A cache's counters: plain fields, read by its owner with [`PoolCache::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Buffers allocated.
+    pub allocs: u64,
+    /// Buffers freed into this cache (dropped packets, `free_burst`, `reclaim`).
+    pub frees: u64,
+    /// Allocations that found neither the cache nor the depot holding a buffer.
+    pub alloc_failures: u64,
+    /// Refills from the depot.
+    pub refills: u64,
+    /// Spills to the depot.
+    pub spills: u64,
+    /// Out-of-range indices passed to `free_burst` or found in a reclaimed channel, and ignored.
+    pub rejected: u64,
+}
+
+/// The state only the owning thread touches.
+#[derive(Debug)]
+pub(super) struct Local {
+    /// Free indices; the top (end) is the most recently freed, hence the warmest.
+    pub(super) stack: Vec<u32>,
+    pub(super) stats: CacheStats,
+}
+
+/// A per-thread cache of free buffers: allocations and frees that hit it take no lock and perform no
+/// atomic read-modify-write.
+///
+/// `Send` (move it to the thread that will use it) but not `Sync`, and packets borrow it, so they stay
+/// on its thread. Dropping the cache returns its free buffers to the depot.
+///
+/// ```compile_fail,E0277
+/// fn is_sync<T: Sync>() {}
+/// is_sync::<netchannel::pool::PoolCache>();
+/// ```
+pub struct PoolCache {
+    pub(super) local: std::cell::UnsafeCell<Local>,
+    /// The region's base and slot geometry, copied here so the fast path reads no shared line.
+    pub(super) base: NonNull<u8>,
+    pub(super) layout: Layout,
+    pub(super) batch: usize,
+    pub(super) cache_size: usize,
+    /// `local.stack.len()`, mirrored for [`Pool::audit`] with a plain (non-RMW) relaxed store.
+    pub(super) mirror: Arc<CachePadded<AtomicUsize>>,
+    pub(super) pool: Pool,
+}
+
+// SAFETY: `base` points into the region that `pool` keeps mapped, and `local` is owned state with no
+// thread affinity, so the cache may move to another thread. It stays `!Sync` (the cell), which is what
+// makes the unsynchronised access to `local` sound.
+unsafe impl Send for PoolCache {}
+
+impl fmt::Debug for PoolCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolCache")
+            .field("pool", &self.pool.id())
+            .field("free", &self.len())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PoolCache {
+    /// Runs `f` on the thread-local state.
+    #[inline(always)]
+    pub(super) fn with_local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> R {
+        // SAFETY: `PoolCache` is `!Sync`, so only the thread that owns it gets here; and no `f` passed
+        // by the `pool` module (this file, and `Packet`'s drop in `packet.rs`) calls `with_local` again
+        // (they touch `Local`, the depot and the mirror only), so this is the only reference to `local`
+        // while it lives.
+        f(unsafe { &mut *self.local.get() })
+    }
+
+    /// Mirrors the stack length for [`Pool::audit`].
+    #[inline(always)]
+    pub(super) fn publish(&self, local: &Local) {
+        // Relaxed: a count for `Pool::audit`, which reads it Relaxed; on slow paths this store happens
+        // under the depot lock, which orders it with the depot change.
+        self.mirror.store(local.stack.len(), Ordering::Relaxed);
+    }
+
+    /// Moves up to `batch` buffers from the depot to the local stack; returns how many.
+    #[cold]
+    fn refill(&self, local: &mut Local) -> usize {
+        let mut depot = self.pool.shared.lock_depot();
+        let n = self.batch.min(depot.free.len());
+        let start = depot.free.len() - n;
+        local.stack.extend(depot.free.drain(start..));
+        local.stats.refills += 1;
+        self.publish(local);
+        n
+    }
+
+    /// Moves the `n` coldest buffers (the bottom of the stack) to the depot.
+    #[cold]
+    fn spill(&self, local: &mut Local, n: usize) {
+        let n = n.min(local.stack.len());
+        let mut depot = self.pool.shared.lock_depot();
+        depot.free.extend(local.stack.drain(..n));
+        local.stats.spills += 1;
+        self.publish(local);
+    }
+
+    /// Pops a free index, refilling from the depot when the stack is empty.
+    #[inline(always)]
+    fn pop_free(&self, local: &mut Local) -> Option<u32> {
+        if let Some(index) = local.stack.pop() {
+            return Some(index);
+        }
+        self.refill(local);
+        let index = local.stack.pop();
+        if index.is_none() {
+            local.stats.alloc_failures += 1;
+        }
+        index
+    }
+
+    /// Pushes a free index, spilling a batch first when the stack is full.
+    #[inline(always)]
+    pub(super) fn push_free(&self, local: &mut Local, index: u32) {
+        if local.stack.len() >= self.cache_size {
+            self.spill(local, self.batch);
+        }
+        // Never reallocates: after the check the stack holds fewer than `cache_size` (its capacity).
+        local.stack.push(index);
+        local.stats.frees += 1;
+    }
+
+    /// The slot of buffer `index`.
+    ///
+    /// # Safety
+    ///
+    /// `index < self.layout.count`.
+    #[inline(always)]
+    unsafe fn slot(&self, index: u32) -> NonNull<u8> {
+        // SAFETY: `index < count` (caller), and the build checked that `count × stride` bytes fit in the
+        // region, so the slot's first byte is inside the mapping.
+        unsafe { self.base.add(index as usize * self.layout.stride) }
+    }
+
+    /// Resets buffer `index`'s metadata to an empty packet at the default headroom.
+    ///
+    /// # Safety
+    ///
+    /// `index < self.layout.count`, and the caller owns buffer `index`.
+    #[inline(always)]
+    unsafe fn reset_header(&self, index: u32) {
+        self.pool.shared.track(index);
+        // SAFETY: forwarded from the caller.
+        let slot = unsafe { self.slot(index) };
+        let header = Header { data_off: self.layout.headroom, data_len: 0 };
+        // SAFETY: the slot starts 64-byte aligned (page-aligned base, stride a multiple of 64) with a
+        // header's worth of bytes, and the caller owns the buffer, so nothing else accesses it.
+        unsafe { slot.cast::<Header>().write(header) };
+    }
+
+    /// The pool this cache belongs to.
+    #[must_use]
+    #[inline]
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Free buffers held by this cache.
+    #[must_use]
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.with_local(|l| l.stack.len())
+    }
+
+    /// Whether this cache holds no free buffer (the next allocation goes to the depot).
+    #[must_use]
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// This cache's counters.
+    #[must_use]
+    pub fn stats(&self) -> CacheStats {
+        self.with_local(|l| l.stats)
+    }
+
+    /// Allocates an empty packet (data starting after the default headroom), or `None` when neither
+    /// this cache nor the depot has a free buffer.
+    #[must_use]
+    #[inline]
+    pub fn alloc(&self) -> Option<Packet<'_>> {
+        let index = self.with_local(|l| {
+            let index = self.pop_free(l)?;
+            l.stats.allocs += 1;
+            self.publish(l);
+            Some(index)
+        })?;
+        // SAFETY: indices only enter the stack in range (`Builder::build`, `free_burst` and `reclaim`
+        // check), and popping it made us its only owner.
+        unsafe { self.reset_header(index) };
+        // SAFETY: as above.
+        let slot = unsafe { self.slot(index) };
+        Some(Packet { cache: self, slot, index })
+    }
+
+    /// Allocates up to `out.len()` buffers as raw indices, each reset to an empty packet; returns how
+    /// many, written to the front of `out`. The caller owns them: each must eventually be freed
+    /// (`free_burst`), turned into a packet (`packet_from_raw`) or sent to someone who does.
+    #[must_use]
+    pub fn alloc_burst(&self, out: &mut [u32]) -> usize {
+        let n = self.with_local(|l| {
+            let mut n = 0;
+            while n < out.len() {
+                if l.stack.is_empty() && self.refill(l) == 0 {
+                    l.stats.alloc_failures += 1;
+                    break;
+                }
+                let take = (out.len() - n).min(l.stack.len());
+                let from = l.stack.len() - take;
+                out[n..n + take].copy_from_slice(&l.stack[from..]);
+                l.stack.truncate(from);
+                n += take;
+            }
+            l.stats.allocs += n as u64;
+            self.publish(l);
+            n
+        });
+        for &index in &out[..n] {
+            // SAFETY: each index was in range in the stack, and popping it made us its only owner.
+            unsafe { self.reset_header(index) };
+        }
+        n
+    }
+
+    /// Frees buffers given as raw indices into this cache, spilling to the depot as needed.
+    /// Out-of-range indices are ignored and counted in [`CacheStats::rejected`].
+    ///
+    /// # Safety
+    ///
+    /// The caller owns every buffer in `indices` (from `alloc_burst`, `into_raw`, or a channel it was
+    /// sent through), no [`Packet`] for them exists, `indices` holds no index twice, and the caller
+    /// gives them up: freeing a buffer twice lets two later allocations return it, and the two packets
+    /// would alias each other's `&mut` data.
+    pub unsafe fn free_burst(&self, indices: &[u32]) {
+        self.with_local(|l| {
+            for &index in indices {
+                if index < self.layout.count {
+                    self.pool.shared.track(index);
+                    self.push_free(l, index);
+                } else {
+                    l.stats.rejected += 1;
+                }
+            }
+            self.publish(l);
+        });
+    }
+
+    /// Rebuilds the packet handle of buffer `index`, with the metadata (data offset and length) that
+    /// travelled in the buffer. The inverse of [`Packet::into_raw`].
+    ///
+    /// # Safety
+    ///
+    /// `index` names a buffer of this cache's pool that the caller owns (it came from
+    /// [`Packet::into_raw`] or [`PoolCache::alloc_burst`], possibly through a channel, and nobody
+    /// else kept it), and no other packet for it exists. Two handles on one buffer would hand out
+    /// aliasing `&mut` references to its bytes; an out-of-range index would point outside the region.
+    #[must_use]
+    #[inline]
+    pub unsafe fn packet_from_raw(&self, index: u32) -> Packet<'_> {
+        debug_assert!(index < self.layout.count, "buffer index {index} out of range");
+        // SAFETY: `index` is in range (caller).
+        let slot = unsafe { self.slot(index) };
+        Packet { cache: self, slot, index }
+    }
+
+    /// Writes the packets of buffers `indices` into `slots` (as many as both hold) and returns the sum
+    /// of their data lengths as their headers say (for device statistics only: nothing reads memory by
+    /// that sum, so a scribbled header can only skew a counter). A device's receive loop: the region
+    /// base and stride are read once, not per packet.
+    ///
+    /// # Safety
+    ///
+    /// As [`PoolCache::packet_from_raw`] for each index written.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline(always)]
+    pub(crate) unsafe fn packets_from_raw<'c>(
+        &'c self,
+        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
+        indices: &[u32],
+    ) -> u64 {
+        let (base, stride) = (self.base, self.layout.stride);
+        let mut bytes = 0u64;
+        for (slot, &index) in slots.iter_mut().zip(indices) {
+            debug_assert!(index < self.layout.count, "buffer index {index} out of range");
+            self.pool.shared.track(index);
+            // SAFETY: `index < count` (the caller's contract), and the build checked that `count ×
+            // stride` bytes fit in the region, so the slot is inside the mapping.
+            let at = unsafe { base.add(index as usize * stride) };
+            // SAFETY: the slot starts with an aligned header, and the caller owns the buffer, so
+            // nothing writes it concurrently.
+            let header = unsafe { at.cast::<Header>().read() };
+            bytes += u64::from(header.data_len);
+            slot.write(Packet { cache: self, slot: at, index });
+        }
+        bytes
+    }
+
+    /// Writes the packets of the frames a device received (`frames`: buffer index and length) into
+    /// `slots` (as many as both hold), each with its data at the pool's headroom and the given length
+    /// (clamped to the data room), and returns the sum of the lengths written.
+    ///
+    /// # Safety
+    ///
+    /// As [`PoolCache::packet_from_raw`] for each index written.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline(always)]
+    pub(crate) unsafe fn packets_from_received<'c>(
+        &'c self,
+        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
+        frames: &[RxFrame],
+    ) -> u64 {
+        let (base, stride) = (self.base, self.layout.stride);
+        let headroom = self.layout.headroom;
+        let room = self.layout.buf_len - headroom;
+        let mut bytes = 0u64;
+        for (slot, frame) in slots.iter_mut().zip(frames) {
+            let index = frame.index;
+            debug_assert!(index < self.layout.count, "buffer index {index} out of range");
+            self.pool.shared.track(index);
+            let data_len = frame.len.min(room);
+            // SAFETY: `index < count` (the caller's contract), and the build checked that `count ×
+            // stride` bytes fit in the region, so the slot is inside the mapping.
+            let at = unsafe { base.add(index as usize * stride) };
+            // SAFETY: the slot starts with an aligned header, and the caller owns the buffer, so
+            // nothing reads or writes it concurrently; `headroom + data_len <= buf_len`.
+            unsafe { at.cast::<Header>().write(Header { data_off: headroom, data_len }) };
+            bytes += u64::from(data_len);
+            slot.write(Packet { cache: self, slot: at, index });
+        }
+        bytes
+    }
+
+    /// Drains buffer indices that other threads send back through `rx` into this cache (spilling
+    /// batches to the depot when it fills); returns how many buffers it took. Out-of-range indices are
+    /// ignored and counted in [`CacheStats::rejected`].
+    ///
+    /// This is `unsafe` because a raw [`Consumer`] can carry any `u32`: [`PacketRx::reclaim`](super::PacketRx::reclaim) is the
+    /// safe version for channels that only carry packets.
+    ///
+    /// # Safety
+    ///
+    /// Every index the channel delivers names a buffer of this pool whose ownership its sender gave up
+    /// by sending it, and no index is sent twice without being allocated again in between (the same
+    /// contract as [`PoolCache::free_burst`]).
+    pub unsafe fn reclaim(&self, rx: &mut Consumer) -> usize {
+        self.with_local(|l| {
+            let mut taken = 0;
+            loop {
+                if l.stack.len() >= self.cache_size {
+                    // Spill only for buffers that are really there (an exact fill ends the last
+                    // burst with `n == room` whether or not more are queued).
+                    if rx.is_empty() {
+                        break;
+                    }
+                    self.spill(l, self.batch);
+                }
+                let start = l.stack.len();
+                let room = self.cache_size - start;
+                // Pop straight into the stack's free tail (within its capacity: no reallocation).
+                l.stack.resize(self.cache_size, 0);
+                let n = rx.pop_burst(&mut l.stack[start..]);
+                let mut kept = start;
+                for i in start..start + n {
+                    let index = l.stack[i];
+                    if index < self.layout.count {
+                        self.pool.shared.track(index);
+                        l.stack[kept] = index;
+                        kept += 1;
+                    } else {
+                        l.stats.rejected += 1;
+                    }
+                }
+                l.stack.truncate(kept);
+                l.stats.frees += (kept - start) as u64;
+                taken += kept - start;
+                if n < room {
+                    break;
+                }
+            }
+            self.publish(l);
+            taken
+        })
+    }
+
+    /// Returns every free buffer this cache holds to the depot (for a thread about to go idle, so
+    /// others can use them).
+    pub fn flush(&self) {
+        self.with_local(|l| {
+            if !l.stack.is_empty() {
+                self.spill(l, l.stack.len());
+            }
+        });
+    }
+}
+
+impl Drop for PoolCache {
+    fn drop(&mut self) {
+        let local = self.local.get_mut();
+        let mut depot = self.pool.shared.lock_depot();
+        depot.free.append(&mut local.stack);
+        let mirror = &self.mirror;
+        depot.caches.retain(|c| !Arc::ptr_eq(c, mirror));
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::channel::Channel;
+    use crate::pool::Audit;
+    use crate::pool::tests::pool;
+
+    #[test]
+    fn exhaustion_refill_and_spill() {
+        let pool = pool(10, 2, 4);
+        let a = pool.cache();
+        let mut held = Vec::new();
+        while let Some(p) = a.alloc() {
+            held.push(p);
+        }
+        assert_eq!(held.len(), 10);
+        let mut seen: Vec<u32> = held.iter().map(Packet::index).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..10).collect::<Vec<_>>());
+        assert_eq!(a.stats().alloc_failures, 1);
+        assert_eq!(a.stats().refills, 6, "5 refills of 2, then 1 empty one");
+        assert_eq!(pool.audit(), Audit { total: 10, outstanding: 10, live_caches: 1, ..Audit::default() });
+
+        drop(held);
+        // Frees 1..=4 fill the cache, each later one spills the 2 coldest first.
+        assert_eq!(a.len(), 4);
+        assert_eq!(a.stats().spills, 3);
+        assert_eq!(
+            pool.audit(),
+            Audit { total: 10, in_depot: 6, in_caches: 4, outstanding: 0, live_caches: 1 }
+        );
+        a.flush();
+        assert_eq!(pool.audit().in_depot, 10);
+        drop(a);
+        assert_eq!(pool.audit(), Audit { total: 10, in_depot: 10, ..Audit::default() });
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn bursts_of_raw_indices() {
+        let pool = pool(16, 4, 8);
+        let cache = pool.cache();
+        let mut idx = [0u32; 20];
+        assert_eq!(cache.alloc_burst(&mut idx), 16);
+        let mut sorted = idx[..16].to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..16).collect::<Vec<_>>());
+        assert_eq!(cache.alloc_burst(&mut idx[16..]), 0);
+        // Headers were reset: a rebuilt packet is empty at the default headroom.
+        // SAFETY: idx[3] came from `alloc_burst` and is owned here; the handle goes back into raw form.
+        let p = unsafe { cache.packet_from_raw(idx[3]) };
+        assert_eq!((p.len(), p.headroom()), (0, 128));
+        let _ = p.into_raw();
+        // SAFETY: these 16 indices are owned here (alloc_burst above) and listed once each; 999 and
+        // u32::MAX are out of range and must be rejected.
+        unsafe { cache.free_burst(&[999, u32::MAX]) };
+        // SAFETY: as above.
+        unsafe { cache.free_burst(&idx[..16]) };
+        assert_eq!(cache.stats().rejected, 2);
+        assert_eq!(cache.stats().frees, 16);
+        drop(cache);
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn reclaim_drains_a_raw_return_channel_and_spills() {
+        let pool = pool(32, 4, 8);
+        let (mut tx, mut rx) = Channel::with_capacity(64);
+        let a = pool.cache();
+        let b = pool.cache();
+        let mut idx = [0u32; 20];
+        assert_eq!(b.alloc_burst(&mut idx), 20);
+        assert_eq!(tx.push_burst(&idx), 20);
+        tx.push(12345).unwrap();
+        // SAFETY: the channel carries the 20 indices `b` allocated and gave up, each once, plus one
+        // out-of-range index that must be rejected.
+        let taken = unsafe { a.reclaim(&mut rx) };
+        assert_eq!(taken, 20);
+        assert_eq!(a.stats().rejected, 1);
+        assert!(a.len() <= 8);
+        assert_eq!(pool.audit().in_depot + a.len() + b.len(), 32);
+        assert!(a.stats().spills >= 3);
+        drop((a, b));
+        pool.check_leaks().unwrap();
+    }
+}

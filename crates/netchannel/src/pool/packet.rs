@@ -1,0 +1,426 @@
+//! The [`Packet`]: an owned buffer whose data window (offset and length) lives in the buffer's own
+//! header, and the [`RxFrame`] a device collects per received buffer before it becomes a packet.
+
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+
+use super::region::Header;
+use super::{HEADER_SIZE, PacketError, PoolCache};
+
+/// An owned packet buffer, borrowed from the [`PoolCache`] it returns to when dropped.
+///
+/// The buffer is `headroom + data room` bytes; the packet's data is a window into it that starts at
+/// [`Packet::headroom`] and is [`Packet::len`] bytes long. Length changes that do not fit are errors,
+/// never panics. The handle is neither `Send` nor `Sync`: to move a packet to another thread, push it
+/// into a [`PacketTx`](super::PacketTx) or send [`Packet::into_raw`]'s index.
+///
+/// ```compile_fail,E0277
+/// fn is_send<T: Send>() {}
+/// is_send::<netchannel::pool::Packet<'static>>();
+/// ```
+///
+/// ```compile_fail,E0597
+/// # use netchannel::pool::{HugePages, Pool};
+/// let pool = Pool::builder(4).hugepages(HugePages::Never).build().unwrap();
+/// let packet = {
+///     let cache = pool.cache();
+///     cache.alloc().unwrap() // cannot outlive its cache
+/// };
+/// ```
+pub struct Packet<'c> {
+    pub(super) cache: &'c PoolCache,
+    pub(super) slot: NonNull<u8>,
+    pub(super) index: u32,
+}
+
+impl fmt::Debug for Packet<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Packet")
+            .field("index", &self.index)
+            .field("headroom", &self.headroom())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// [`Packet::window`] of a header that does not fit its buffer (written through a raw pointer):
+/// the start clamped to the buffer, the length to what is left after it.
+#[cold]
+#[inline(never)]
+fn clamp_window(data_off: u32, data_len: u32, buf_len: u32) -> (usize, usize) {
+    let off = data_off.min(buf_len);
+    let len = data_len.min(buf_len - off);
+    (off as usize, len as usize)
+}
+
+impl Packet<'_> {
+    #[inline(always)]
+    fn buf_len(&self) -> usize {
+        self.cache.layout.buf_len as usize
+    }
+
+    #[inline(always)]
+    fn header(&self) -> Header {
+        self.cache.pool.shared.track(self.index);
+        // SAFETY: the slot is aligned and in the region (`PoolCache::slot`), and this handle owns the
+        // buffer, so nothing writes the header concurrently.
+        unsafe { self.slot.cast::<Header>().read() }
+    }
+
+    #[inline(always)]
+    fn set_header(&mut self, data_off: usize, data_len: usize) {
+        debug_assert!(data_off + data_len <= self.buf_len());
+        // Both fit: their sum is at most `buf_len`, a `u32`.
+        let header = Header {
+            data_off: u32::try_from(data_off).unwrap_or(u32::MAX),
+            data_len: u32::try_from(data_len).unwrap_or(0),
+        };
+        self.cache.pool.shared.track(self.index);
+        // SAFETY: as in `header`; `&mut self` makes this the only access through this handle.
+        unsafe { self.slot.cast::<Header>().write(header) };
+    }
+
+    /// The data's start and length, clamped to the buffer so that no header contents (which raw
+    /// pointers into the region could have scribbled on) can make an accessor reach outside it:
+    /// `off = min(data_off, buf_len)`, `len = min(data_len, buf_len - off)`.
+    ///
+    /// Every header the pool writes has `data_off + data_len <= buf_len`, where clamping changes
+    /// nothing: that case is one add, one compare and one predicted branch, and the clamp proper is
+    /// out of line. The sum is taken in `u64`, so it cannot overflow on any target.
+    #[inline(always)]
+    fn window(&self) -> (usize, usize) {
+        let Header { data_off, data_len } = self.header();
+        let buf_len = self.cache.layout.buf_len;
+        if u64::from(data_off) + u64::from(data_len) <= u64::from(buf_len) {
+            (data_off as usize, data_len as usize)
+        } else {
+            clamp_window(data_off, data_len, buf_len)
+        }
+    }
+
+    #[inline(always)]
+    fn buffer_ptr(&self) -> NonNull<u8> {
+        // SAFETY: every slot is `HEADER_SIZE + buf_len` bytes or more, so the buffer starts inside it.
+        unsafe { self.slot.add(HEADER_SIZE) }
+    }
+
+    /// The buffer's index in its pool.
+    #[must_use]
+    #[inline]
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The [id](super::Pool::id) of the pool the buffer belongs to.
+    #[must_use]
+    #[inline]
+    pub fn pool_id(&self) -> u64 {
+        self.cache.pool.id()
+    }
+
+    /// Bytes of packet data.
+    #[must_use]
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.window().1
+    }
+
+    /// Whether the packet holds no data.
+    #[must_use]
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Free bytes in front of the data (where [`Packet::prepend`] writes).
+    #[must_use]
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.window().0
+    }
+
+    /// Free bytes after the data (how much [`Packet::set_len`] can grow it).
+    #[must_use]
+    #[inline]
+    pub fn tailroom(&self) -> usize {
+        let (off, len) = self.window();
+        self.buf_len() - off - len
+    }
+
+    /// The packet's data.
+    #[must_use]
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        let (off, len) = self.window();
+        // SAFETY: `off <= buf_len`, so the pointer stays inside the buffer, which starts `HEADER_SIZE`
+        // bytes into the slot (`buffer_ptr`; one offset, so one address computation).
+        let start = unsafe { self.slot.add(HEADER_SIZE + off) };
+        // SAFETY: `off + len <= buf_len` bytes of the buffer this handle owns; the region is mapped
+        // (and its bytes initialised, zero-filled by mmap) while the cache's pool lives.
+        unsafe { std::slice::from_raw_parts(start.as_ptr(), len) }
+    }
+
+    /// The packet's data, writable.
+    #[must_use]
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let (off, len) = self.window();
+        // SAFETY: `off <= buf_len`, so the pointer stays inside the buffer.
+        let start = unsafe { self.buffer_ptr().add(off) };
+        // SAFETY: as in `data`, and `&mut self` makes this the only reference into the buffer.
+        unsafe { std::slice::from_raw_parts_mut(start.as_ptr(), len) }
+    }
+
+    /// The whole buffer: headroom, data and tailroom.
+    #[must_use]
+    #[inline]
+    pub fn buffer(&self) -> &[u8] {
+        self.cache.pool.shared.track(self.index);
+        // SAFETY: the buffer's `buf_len` bytes, owned by this handle, in the mapped region.
+        unsafe { std::slice::from_raw_parts(self.buffer_ptr().as_ptr(), self.buf_len()) }
+    }
+
+    /// The whole buffer, writable (a NIC-style driver receives into it, then calls
+    /// [`Packet::set_len`]).
+    #[must_use]
+    #[inline]
+    pub fn buffer_mut(&mut self) -> &mut [u8] {
+        self.cache.pool.shared.track(self.index);
+        // SAFETY: as in `buffer`, and `&mut self` makes this the only reference into the buffer.
+        unsafe { std::slice::from_raw_parts_mut(self.buffer_ptr().as_ptr(), self.buf_len()) }
+    }
+
+    /// The byte offset of the buffer (its first headroom byte) within the pool's [`Region`](super::Region).
+    #[must_use]
+    #[inline]
+    pub fn buffer_offset(&self) -> usize {
+        self.index as usize * self.cache.layout.stride + HEADER_SIZE
+    }
+
+    /// The byte offset of the first data byte within the pool's [`Region`](super::Region): add the region's DMA
+    /// address to get a descriptor's buffer address.
+    #[must_use]
+    #[inline]
+    pub fn dma_offset(&self) -> usize {
+        self.buffer_offset() + self.headroom()
+    }
+
+    /// Sets the data's length, keeping its start; new bytes hold whatever the buffer held.
+    ///
+    /// # Errors
+    ///
+    /// [`PacketError::TooLong`] when the data would run past the buffer's end.
+    #[inline]
+    pub fn set_len(&mut self, len: usize) -> Result<(), PacketError> {
+        let (off, _) = self.window();
+        let max = self.buf_len() - off;
+        if len > max {
+            return Err(PacketError::TooLong { requested: len, max });
+        }
+        self.set_header(off, len);
+        Ok(())
+    }
+
+    /// Shortens the data to `len` bytes; does nothing when it is not longer than that.
+    #[inline]
+    pub fn truncate(&mut self, len: usize) {
+        let (off, cur) = self.window();
+        if len < cur {
+            self.set_header(off, len);
+        }
+    }
+
+    /// Appends `bytes` after the data.
+    ///
+    /// # Errors
+    ///
+    /// [`PacketError::TooLong`] when they do not fit; the packet is unchanged.
+    #[inline]
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<(), PacketError> {
+        let old = self.len();
+        let new = old.saturating_add(bytes.len());
+        self.set_len(new)?;
+        self.data_mut()[old..].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Grows the data by `n` bytes at the front, into the headroom, and returns those bytes for the
+    /// caller to fill (an encapsulation header, say).
+    ///
+    /// # Errors
+    ///
+    /// [`PacketError::NoHeadroom`] when the headroom is smaller than `n`.
+    #[inline]
+    pub fn prepend(&mut self, n: usize) -> Result<&mut [u8], PacketError> {
+        let (off, len) = self.window();
+        if n > off {
+            return Err(PacketError::NoHeadroom { requested: n, available: off });
+        }
+        self.set_header(off - n, len + n);
+        Ok(&mut self.data_mut()[..n])
+    }
+
+    /// Removes `n` bytes from the front of the data (a parsed header), growing the headroom.
+    ///
+    /// # Errors
+    ///
+    /// [`PacketError::TooShort`] when the data is shorter than `n`.
+    #[inline]
+    pub fn strip_front(&mut self, n: usize) -> Result<(), PacketError> {
+        let (off, len) = self.window();
+        if n > len {
+            return Err(PacketError::TooShort { requested: n, len });
+        }
+        self.set_header(off + n, len - n);
+        Ok(())
+    }
+
+    /// Empties the packet and restores the pool's default headroom.
+    #[inline]
+    pub fn reset(&mut self) {
+        self.set_header(self.cache.layout.headroom as usize, 0);
+    }
+
+    /// Gives up the handle without freeing the buffer and returns its index: ownership now travels
+    /// as the index (through a channel, into a NIC descriptor). The metadata stays in the buffer;
+    /// [`PoolCache::packet_from_raw`] rebuilds the packet, and [`PoolCache::free_burst`] frees it.
+    #[must_use = "the buffer leaks unless the index is turned back into a packet or freed"]
+    #[inline]
+    pub fn into_raw(self) -> u32 {
+        ManuallyDrop::new(self).index
+    }
+}
+
+impl Drop for Packet<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let cache = self.cache;
+        let index = self.index;
+        cache.pool.shared.track(index);
+        cache.with_local(|l| {
+            cache.push_free(l, index);
+            cache.publish(l);
+        });
+    }
+}
+
+/// A frame a device received into a pool buffer: the buffer's index and the frame's length in bytes,
+/// its data starting at the pool's headroom. What a DMA driver collects per descriptor before
+/// [`PacketBatch::extend_received`](crate::dev::PacketBatch::extend_received) turns a burst of them into packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct RxFrame {
+    /// The buffer's index in its pool.
+    pub index: u32,
+    /// The frame's length in bytes.
+    pub len: u32,
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::pool::tests::pool;
+
+    #[test]
+    fn scribbled_headers_are_clamped_to_the_buffer() {
+        let pool = pool(4, 1, 2);
+        let cache = pool.cache();
+        let buf_len = pool.buffer_len();
+        let bad = [
+            (u32::MAX, u32::MAX),
+            (0, u32::MAX),
+            (u32::MAX, 0),
+            (2000, 2000),
+            (0, u32::try_from(buf_len).unwrap() + 1),
+            (u32::try_from(buf_len).unwrap(), 1),
+            (u32::try_from(buf_len).unwrap() - 1, 2),
+        ];
+        for (off, len) in bad {
+            let p = cache.alloc().unwrap();
+            let header =
+                pool.region().as_ptr().wrapping_add(p.index() as usize * pool.stride()).cast::<Header>();
+            // SAFETY: the header of a buffer we own, at the start of its slot inside the region (what a
+            // raw-pointer user such as a NIC could scribble on).
+            unsafe { header.write(Header { data_off: off, data_len: len }) };
+            let (start, n) = (p.headroom(), p.len());
+            assert!(start <= buf_len && start + n <= buf_len, "({off}, {len}) -> ({start}, {n})");
+            assert_eq!(p.data().len(), n);
+            let end = p.buffer().as_ptr() as usize + buf_len;
+            assert!(p.data().as_ptr() as usize + n <= end);
+        }
+    }
+
+    #[test]
+    fn packet_accessors_stay_inside_the_buffer() {
+        let pool = pool(4, 1, 2);
+        let cache = pool.cache();
+        let mut p = cache.alloc().unwrap();
+        assert_eq!((p.index(), p.len(), p.headroom(), p.tailroom()), (0, 0, 128, 2048));
+        assert!(p.is_empty());
+        assert_eq!(p.buffer_offset(), 64);
+        assert_eq!(p.dma_offset(), 64 + 128);
+
+        p.extend_from_slice(b"hello").unwrap();
+        assert_eq!(p.data(), b"hello");
+        assert_eq!(p.set_len(2049), Err(PacketError::TooLong { requested: 2049, max: 2048 }));
+        assert_eq!(p.len(), 5);
+        p.set_len(2048).unwrap();
+        assert_eq!(p.tailroom(), 0);
+        assert_eq!(p.extend_from_slice(b"x"), Err(PacketError::TooLong { requested: 2049, max: 2048 }));
+        p.truncate(4);
+        assert_eq!(p.data(), b"hell");
+        p.truncate(100);
+        assert_eq!(p.len(), 4);
+
+        p.prepend(2).unwrap().copy_from_slice(b"<<");
+        assert_eq!(p.data(), b"<<hell");
+        assert_eq!((p.headroom(), p.dma_offset()), (126, 64 + 126));
+        assert_eq!(p.prepend(127), Err(PacketError::NoHeadroom { requested: 127, available: 126 }));
+        p.strip_front(3).unwrap();
+        assert_eq!(p.data(), b"ell");
+        assert_eq!(p.strip_front(4), Err(PacketError::TooShort { requested: 4, len: 3 }));
+        // Past the data room a prepend still fits the headroom, and set_len counts from the data start.
+        assert_eq!(p.headroom(), 129);
+        assert_eq!(p.set_len(2048), Err(PacketError::TooLong { requested: 2048, max: 2047 }));
+
+        // Scribbling over the whole buffer leaves the header (outside it) intact.
+        p.buffer_mut().fill(0xAB);
+        assert_eq!(p.buffer().len(), 2176);
+        assert_eq!((p.headroom(), p.len()), (129, 3));
+        assert_eq!(p.data(), &[0xAB; 3]);
+        p.reset();
+        assert_eq!((p.headroom(), p.len()), (128, 0));
+    }
+
+    #[test]
+    fn metadata_travels_in_the_buffer() {
+        let pool = pool(8, 2, 4);
+        let a = pool.cache();
+        let b = pool.cache();
+        let mut p = a.alloc().unwrap();
+        p.extend_from_slice(b"payload").unwrap();
+        p.prepend(4).unwrap().copy_from_slice(b"head");
+        let index = p.into_raw();
+        // SAFETY: `index` came from `into_raw` above and nothing else holds it.
+        let q = unsafe { b.packet_from_raw(index) };
+        assert_eq!(q.data(), b"headpayload");
+        assert_eq!(q.headroom(), 124);
+        drop(q);
+        assert_eq!(b.len(), 1, "freed into the cache that dropped it");
+        assert_eq!(b.stats().frees, 1);
+        assert_eq!(a.stats().allocs, 1);
+    }
+
+    #[test]
+    fn metadata_of_adjacent_buffers_is_on_separate_lines() {
+        let pool = pool(4, 4, 4);
+        let cache = pool.cache();
+        let p = cache.alloc().unwrap();
+        let q = cache.alloc().unwrap();
+        let line = |pkt: &Packet<'_>| (pkt.slot.as_ptr() as usize) / 64;
+        assert_ne!(line(&p), line(&q));
+        assert_eq!(p.slot.as_ptr() as usize % 64, 0);
+        assert_eq!(q.slot.as_ptr() as usize % 64, 0);
+    }
+}
