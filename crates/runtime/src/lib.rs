@@ -93,6 +93,7 @@ mod core;
 mod device;
 mod idle;
 mod peer;
+mod placement;
 mod runtime;
 mod shared;
 pub mod stats;
@@ -102,7 +103,6 @@ pub use backend::{Backend, OpenError};
 pub use core::{Core, CoreDevice, Interface, Listener, Stopping, Stream};
 pub use device::Port;
 pub use peer::Peer;
-pub use runtime::{
-    Builder, Control, DEFAULT_BACKLOG, DEFAULT_IP, Error, Placement, Report, Runtime, WAIT_TICK,
-};
+pub use placement::Placement;
+pub use runtime::{Builder, Control, DEFAULT_BACKLOG, DEFAULT_IP, Error, Report, Runtime, WAIT_TICK};
 pub use stats::Snapshot;

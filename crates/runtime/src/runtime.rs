@@ -17,6 +17,7 @@ use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
 use crate::Peer;
 use crate::backend::{self, Backend, OpenError, OpenOptions, Opened};
 use crate::core::{self, Core, CoreSetup};
+use crate::placement::Placement;
 use crate::shared::{Shared, lock};
 use crate::stats::{AcceptStats, Snapshot};
 use crate::wiring;
@@ -33,37 +34,6 @@ pub const WAIT_TICK: Duration = Duration::from_millis(20);
 /// How often the balancer offers the accept queues a flow-group migration round (each queue runs
 /// one every 100 ms).
 const BALANCE_EVERY: Duration = Duration::from_millis(10);
-
-/// Where a core's channelizer runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Placement {
-    /// On the core's own thread, polled in turn with its stack: one thread per core.
-    #[default]
-    Same,
-    /// On a thread of its own, joined to the core's stack by the channels: two threads per core.
-    Split,
-}
-
-impl std::str::FromStr for Placement {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "same" => Ok(Self::Same),
-            "split" => Ok(Self::Split),
-            _ => Err(format!("{s:?} is not a placement (same or split)")),
-        }
-    }
-}
-
-impl fmt::Display for Placement {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Same => "same",
-            Self::Split => "split",
-        })
-    }
-}
 
 /// Why the runtime could not be built or could not run.
 #[derive(Debug, thiserror::Error)]

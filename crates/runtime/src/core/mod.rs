@@ -24,9 +24,9 @@ use tcp_lib::stack::{Config as StackConfig, ListenerConfig, ListenerId, Stack, S
 
 pub use device::{CoreDevice, Stopping};
 
-use crate::Placement;
 use crate::device::Port;
 use crate::idle::Idle;
+use crate::placement::Placement;
 use crate::shared::{Handoff, Shared, lock};
 use crate::stats::{PUBLISH_EVERY, QueueStats};
 use crate::wiring::Ends;
