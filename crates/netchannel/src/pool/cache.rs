@@ -6,8 +6,8 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
+use super::Pool;
 use super::region::{Header, Layout};
-use super::{Packet, Pool, RxFrame};
 use crate::channel::Consumer;
 use crate::sync::{Arc, AtomicUsize, Ordering};
 
@@ -125,7 +125,7 @@ impl PoolCache {
 
     /// Pops a free index, refilling from the depot when the stack is empty.
     #[inline(always)]
-    fn pop_free(&self, local: &mut Local) -> Option<u32> {
+    pub(super) fn pop_free(&self, local: &mut Local) -> Option<u32> {
         if let Some(index) = local.stack.pop() {
             return Some(index);
         }
@@ -154,7 +154,7 @@ impl PoolCache {
     ///
     /// `index < self.layout.count`.
     #[inline(always)]
-    unsafe fn slot(&self, index: u32) -> NonNull<u8> {
+    pub(super) unsafe fn slot(&self, index: u32) -> NonNull<u8> {
         // SAFETY: `index < count` (caller), and the build checked that `count × stride` bytes fit in the
         // region, so the slot's first byte is inside the mapping.
         unsafe { self.base.add(index as usize * self.layout.stride) }
@@ -166,7 +166,7 @@ impl PoolCache {
     ///
     /// `index < self.layout.count`, and the caller owns buffer `index`.
     #[inline(always)]
-    unsafe fn reset_header(&self, index: u32) {
+    pub(super) unsafe fn reset_header(&self, index: u32) {
         self.pool.shared.track(index);
         // SAFETY: forwarded from the caller.
         let slot = unsafe { self.slot(index) };
@@ -201,25 +201,6 @@ impl PoolCache {
     #[must_use]
     pub fn stats(&self) -> CacheStats {
         self.with_local(|l| l.stats)
-    }
-
-    /// Allocates an empty packet (data starting after the default headroom), or `None` when neither
-    /// this cache nor the depot has a free buffer.
-    #[must_use]
-    #[inline]
-    pub fn alloc(&self) -> Option<Packet<'_>> {
-        let index = self.with_local(|l| {
-            let index = self.pop_free(l)?;
-            l.stats.allocs += 1;
-            self.publish(l);
-            Some(index)
-        })?;
-        // SAFETY: indices only enter the stack in range (`Builder::build`, `free_burst` and `reclaim`
-        // check), and popping it made us its only owner.
-        unsafe { self.reset_header(index) };
-        // SAFETY: as above.
-        let slot = unsafe { self.slot(index) };
-        Some(Packet { cache: self, slot, index })
     }
 
     /// Allocates up to `out.len()` buffers as raw indices, each reset to an empty packet; returns how
@@ -272,91 +253,6 @@ impl PoolCache {
             }
             self.publish(l);
         });
-    }
-
-    /// Rebuilds the packet handle of buffer `index`, with the metadata (data offset and length) that
-    /// travelled in the buffer. The inverse of [`Packet::into_raw`].
-    ///
-    /// # Safety
-    ///
-    /// `index` names a buffer of this cache's pool that the caller owns (it came from
-    /// [`Packet::into_raw`] or [`PoolCache::alloc_burst`], possibly through a channel, and nobody
-    /// else kept it), and no other packet for it exists. Two handles on one buffer would hand out
-    /// aliasing `&mut` references to its bytes; an out-of-range index would point outside the region.
-    #[must_use]
-    #[inline]
-    pub unsafe fn packet_from_raw(&self, index: u32) -> Packet<'_> {
-        debug_assert!(index < self.layout.count, "buffer index {index} out of range");
-        // SAFETY: `index` is in range (caller).
-        let slot = unsafe { self.slot(index) };
-        Packet { cache: self, slot, index }
-    }
-
-    /// Writes the packets of buffers `indices` into `slots` (as many as both hold) and returns the sum
-    /// of their data lengths as their headers say (for device statistics only: nothing reads memory by
-    /// that sum, so a scribbled header can only skew a counter). A device's receive loop: the region
-    /// base and stride are read once, not per packet.
-    ///
-    /// # Safety
-    ///
-    /// As [`PoolCache::packet_from_raw`] for each index written.
-    #[cfg_attr(loom, allow(dead_code))]
-    #[inline(always)]
-    pub(crate) unsafe fn packets_from_raw<'c>(
-        &'c self,
-        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
-        indices: &[u32],
-    ) -> u64 {
-        let (base, stride) = (self.base, self.layout.stride);
-        let mut bytes = 0u64;
-        for (slot, &index) in slots.iter_mut().zip(indices) {
-            debug_assert!(index < self.layout.count, "buffer index {index} out of range");
-            self.pool.shared.track(index);
-            // SAFETY: `index < count` (the caller's contract), and the build checked that `count ×
-            // stride` bytes fit in the region, so the slot is inside the mapping.
-            let at = unsafe { base.add(index as usize * stride) };
-            // SAFETY: the slot starts with an aligned header, and the caller owns the buffer, so
-            // nothing writes it concurrently.
-            let header = unsafe { at.cast::<Header>().read() };
-            bytes += u64::from(header.data_len);
-            slot.write(Packet { cache: self, slot: at, index });
-        }
-        bytes
-    }
-
-    /// Writes the packets of the frames a device received (`frames`: buffer index and length) into
-    /// `slots` (as many as both hold), each with its data at the pool's headroom and the given length
-    /// (clamped to the data room), and returns the sum of the lengths written.
-    ///
-    /// # Safety
-    ///
-    /// As [`PoolCache::packet_from_raw`] for each index written.
-    #[cfg_attr(loom, allow(dead_code))]
-    #[inline(always)]
-    pub(crate) unsafe fn packets_from_received<'c>(
-        &'c self,
-        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
-        frames: &[RxFrame],
-    ) -> u64 {
-        let (base, stride) = (self.base, self.layout.stride);
-        let headroom = self.layout.headroom;
-        let room = self.layout.buf_len - headroom;
-        let mut bytes = 0u64;
-        for (slot, frame) in slots.iter_mut().zip(frames) {
-            let index = frame.index;
-            debug_assert!(index < self.layout.count, "buffer index {index} out of range");
-            self.pool.shared.track(index);
-            let data_len = frame.len.min(room);
-            // SAFETY: `index < count` (the caller's contract), and the build checked that `count ×
-            // stride` bytes fit in the region, so the slot is inside the mapping.
-            let at = unsafe { base.add(index as usize * stride) };
-            // SAFETY: the slot starts with an aligned header, and the caller owns the buffer, so
-            // nothing reads or writes it concurrently; `headroom + data_len <= buf_len`.
-            unsafe { at.cast::<Header>().write(Header { data_off: headroom, data_len }) };
-            bytes += u64::from(data_len);
-            slot.write(Packet { cache: self, slot: at, index });
-        }
-        bytes
     }
 
     /// Drains buffer indices that other threads send back through `rx` into this cache (spilling
@@ -434,10 +330,9 @@ impl Drop for PoolCache {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::*;
     use crate::channel::Channel;
-    use crate::pool::Audit;
     use crate::pool::tests::pool;
+    use crate::pool::{Audit, Packet};
 
     #[test]
     fn exhaustion_refill_and_spill() {
