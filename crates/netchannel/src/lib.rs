@@ -23,7 +23,10 @@
 //!   the consumers' TX channels into the device.
 //! * [`steering`]: the flow-group to RX-queue map ([`FlowSteering`](steering::FlowSteering)) that
 //!   NIC flow steering and the Affinity-Accept balancer share.
-#![cfg_attr(loom, allow(dead_code, unused_imports))]
+#![cfg_attr(
+    loom,
+    allow(dead_code, unused_imports, reason = "the loom build compiles only the models' code paths")
+)]
 
 pub mod channel;
 #[cfg(not(loom))]

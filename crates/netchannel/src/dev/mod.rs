@@ -57,13 +57,13 @@ pub use xdp::{AfXdp, AfXdpBuilder, XdpError, XdpMode, XdpQueue, XdpStats, ZeroCo
 /// alive, and two live pools are two disjoint mappings, so the packet's buffer sits at
 /// `region + buffer_offset` of `pool` only if that *is* its pool. (`Packet` does not expose its pool;
 /// this is how devices check that the packets they are handed can be rebuilt from their own pool.)
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
 pub(crate) fn packet_in_pool(packet: &Packet<'_>, pool: &Pool) -> bool {
     packet.pool_id() == pool.id()
 }
 
 /// The error a device returns when handed a cache or packet of another pool than its own.
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
 pub(crate) fn wrong_pool(what: &'static str, expected: u64) -> DevError {
     DevError::WrongPool { what, expected }
 }
@@ -310,7 +310,7 @@ impl<'c> PacketBatch<'c> {
     /// As [`PoolCache::packet_from_raw`] for each frame's index: it names a buffer of `cache`'s pool
     /// that the caller owns and no packet exists for, and no index appears twice. The frames past the
     /// returned count are left to the caller, who still owns their buffers.
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
     #[inline]
     pub unsafe fn extend_received(&mut self, cache: &'c PoolCache, frames: &[RxFrame]) -> (usize, u64) {
         let n = frames.len().min(self.remaining());
@@ -338,7 +338,7 @@ impl<'c> PacketBatch<'c> {
     /// As [`PoolCache::packet_from_raw`] for each index: it names a buffer of `cache`'s pool that the
     /// caller owns and no packet exists for. The indices past the returned count are left to the caller,
     /// who still owns them.
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
     #[inline]
     pub(crate) unsafe fn extend_from_raw(&mut self, cache: &'c PoolCache, indices: &[u32]) -> (usize, u64) {
         let n = indices.len().min(self.remaining());
@@ -362,7 +362,7 @@ impl<'c> PacketBatch<'c> {
     ///
     /// The caller has taken over every packet's buffer by its [`Packet::index`] (staged it for a
     /// channel, or for [`PoolCache::free_burst`]), exactly once each: otherwise the buffers leak.
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
     #[inline]
     pub(crate) unsafe fn forget_all(&mut self) {
         // SAFETY: zero is within capacity and no element needs dropping (the caller owns each
