@@ -1,6 +1,6 @@
 //! Static HTTP: our httpd ([`netchannels::httpd`]) over a TAP, prepared (pre-segmented) and
 //! `--copy`, against nginx (the Debian package) on the far end of a veth pair, the same `wrk`
-//! client and the same files in the same run (issue 7 §2).
+//! client and the same files in the same run.
 //!
 //! `cargo bench --bench httpd` (root, `/dev/net/tun`, iproute2, `wrk` and `nginx` on `PATH`;
 //! otherwise it prints `skipped: <why>` and exits 0).

@@ -1,4 +1,5 @@
-//! Placement of the channelizer and the application (DESIGN.md §4, issue 7 §3): the same packet path
+//! Placement of the channelizer and the application (after Sandstorm's and Affinity-Accept's
+//! question of where the work runs): the same packet path
 //! with the driver side and the app pinned (a) on one core, one thread doing both, (b) on two cores,
 //! two threads on CPU 0 and CPU 1, and (c) two threads that both live on CPU 0 (what (b) costs
 //! without the second core: the hand-off plus context switches). The different-socket regime needs a

@@ -1,4 +1,4 @@
-//! Many connections on one core (issue 4, §2: "100k connections per core must be practical").
+//! Many connections on one core (100k connections per core must be practical).
 //!
 //! Two tcp-lib stacks on the ends of an in-memory `Pair`, driven by one thread in turn. For each
 //! count N of `TCP_MANY_CONNS` (default `1000,10000,100000`), the client stack opens N connections

@@ -1,7 +1,7 @@
 //! Affinity-Accept: per-core accept queues, connection stealing and flow-group migration.
 //!
 //! After Pesterev, Strauss, Zeldovich and Morris, "Improving Network Connection Locality on Multicore
-//! Systems", EuroSys 2012 (`seeds/000`; DESIGN §4). The NIC routes each of 4096 flow groups (the low 12
+//! Systems", EuroSys 2012. The NIC routes each of 4096 flow groups (the low 12
 //! bits of the client's port) to one core's RX queue; a connection is handled start to finish on the
 //! core its packets arrive on, as long as the load stays balanced. This crate is the listen-socket side
 //! of that design, independent of packet formats: it moves connection handles (any `C`) and talks to

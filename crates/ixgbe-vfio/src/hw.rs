@@ -15,7 +15,7 @@
 //!   only then reads the first word and the packet data. That is the order real hardware gives
 //!   (the 82599 writes the status last), expressed so that the model on another thread is race-free.
 //! * the driver writes read-format descriptors with `Relaxed` stores and publishes them with one
-//!   `Release` fence before the tail register write (DESIGN.md §5); the device reads them after it
+//!   `Release` fence before the tail register write (as Linux's `wmb()` before the tail); the device reads them after it
 //!   sees the tail.
 
 use std::fmt;

@@ -279,7 +279,7 @@ pub const fn rssrk(i: u32) -> u32 {
 pub const FDIRCTRL: u32 = 0x0_EE00;
 /// FDIRCTRL: packet buffer allocation for filters: 64 KiB.
 pub const FDIRCTRL_PBALLOC_64K: u32 = 0x1;
-/// FDIRCTRL: 128 KiB (4096 perfect filters; DESIGN.md §4 takes 256 KiB for bucket headroom).
+/// FDIRCTRL: 128 KiB (4096 perfect filters; the driver takes 256 KiB for bucket headroom).
 pub const FDIRCTRL_PBALLOC_128K: u32 = 0x2;
 /// FDIRCTRL: 256 KiB.
 pub const FDIRCTRL_PBALLOC_256K: u32 = 0x3;

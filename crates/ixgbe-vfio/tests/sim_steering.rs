@@ -100,7 +100,7 @@ fn reta_spreads_flows_over_queues() {
     }
 }
 
-/// Programs the DESIGN.md §4 flow groups: mask "low 12 bits of the source port", one perfect filter
+/// Programs Affinity-Accept's 4096 flow groups: mask "low 12 bits of the source port", one perfect filter
 /// per group `g` to queue `queue(g)` with soft id `g`.
 fn program_flow_groups(d: &Driver, queue: impl Fn(u16) -> u32) {
     d.bar.write32(regs::FDIRHKEY, regs::ATR_BUCKET_HASH_KEY);

@@ -1,7 +1,7 @@
 //! The net channel: a cache-aware single-producer, single-consumer ring of `u32` packet-buffer indices
 //! with Van Jacobson's wakeup protocol.
 //!
-//! Source: Van Jacobson & Felderman, "Speeding up Networking", LCA 2006 (`seeds/004`), the
+//! Source: Van Jacobson & Felderman, "Speeding up Networking", linux.conf.au 2006, the
 //! `net_channel` structure and `net_channel_enqueue`.
 //!
 //! # Layout

@@ -2,8 +2,8 @@
 //! real BAR ([`crate::platform::vfio`], [`crate::platform::noiommu`]) and on the behavioural model
 //! ([`crate::sim`]).
 //!
-//! [`Ixgbe::init`] runs the datasheet's initialization sequence (82599 datasheet §4.6.3, summarized
-//! in DESIGN.md §5; the same order as ixy's and DPDK's drivers) and splits the device into
+//! [`Ixgbe::init`] runs the datasheet's initialization sequence (82599 datasheet §4.6.3, in the
+//! same order as ixy's and DPDK's drivers) and splits the device into
 //!
 //! * one [`Ixgbe`]: the control handle: MAC address, link, the clear-on-read statistics registers
 //!   accumulated into 64-bit totals ([`NicStats`]), and the Flow Director flow-group table

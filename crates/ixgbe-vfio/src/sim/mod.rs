@@ -3,7 +3,8 @@
 //! revision 3.x; sections cited where each behaviour is implemented), so that every line of the driver
 //! runs in tests and demos without the card.
 //!
-//! No public emulator models the 82599 (DESIGN.md §5), so this one is ours. Register and descriptor
+//! No public emulator models the 82599 (QEMU emulates the 82576, 82574 and e1000, not ixgbe), so
+//! this one is ours. Register and descriptor
 //! facts come from the datasheet as the Linux and DPDK `ixgbe` drivers and ixy use it; the code is our
 //! own.
 //!

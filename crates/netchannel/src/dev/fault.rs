@@ -1,6 +1,6 @@
 //! [`FaultInjector`]: a seeded middleware that drops, duplicates, reorders, corrupts, delays and
-//! rate-limits the frames a device receives and transmits (DESIGN.md §6: loss and reordering come from
-//! our fault injector, not netem).
+//! rate-limits the frames a device receives and transmits, so loss and reordering in tests are
+//! seeded and repeatable, and need no netem.
 //!
 //! # Model
 //!

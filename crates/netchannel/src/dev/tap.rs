@@ -1,5 +1,5 @@
 //! [`Tap`]: a Linux TAP interface as a [`NetDevice`], so the kernel's own stack can be the peer of
-//! ours (DESIGN.md §6: "the kernel is our peer").
+//! ours in tests and benchmarks.
 //!
 //! Opening a TAP attaches to `/dev/net/tun` with `TUNSETIFF` (`IFF_TAP | IFF_NO_PI`: plain Ethernet
 //! frames, no packet-information prefix), non-blocking, one queue. Every frame crosses the user/kernel
