@@ -8,8 +8,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use libfuzzer_sys::fuzz_target;
-use netchannel::registry::HashKey;
 use netchannel::classify::{Classified, Malformed, classify};
+use netchannel::registry::HashKey;
 use netchannel::signature::{FlowGroup, Proto};
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
