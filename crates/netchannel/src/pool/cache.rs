@@ -238,7 +238,7 @@ impl PoolCache {
     /// # Safety
     ///
     /// The caller owns every buffer in `indices` (from `alloc_burst`, `into_raw`, or a channel it was
-    /// sent through), no [`Packet`] for them exists, `indices` holds no index twice, and the caller
+    /// sent through), no [`Packet`](super::Packet) for them exists, `indices` holds no index twice, and the caller
     /// gives them up: freeing a buffer twice lets two later allocations return it, and the two packets
     /// would alias each other's `&mut` data.
     pub unsafe fn free_burst(&self, indices: &[u32]) {
