@@ -2,11 +2,12 @@
 # Runs every check the project has, installing what the checks need first.
 #
 #   scripts/test.sh            everything (what CI runs through .ci/run)
-#   QUICK=1 scripts/test.sh    skip the sanitizer, loom and fuzz stages (a fast local loop)
+#   QUICK=1 scripts/test.sh    skip the sanitizer, loom, instruction-count and fuzz stages (a fast local loop)
 #
 # Stages: Debian packages (as root) and cargo-fuzz, then fmt, clippy, doc, all tests, loom models,
-# ThreadSanitizer on the concurrent stress tests (nightly), `cargo bench --no-run`, and every fuzz
-# target's committed corpus replayed, then fuzzed on for a short while (nightly; scripts/fuzz.sh).
+# ThreadSanitizer on the concurrent stress tests (nightly), `cargo bench --no-run`, the instruction
+# counts against their committed baselines (scripts/icount.sh check; installs gungraun-runner), and every
+# fuzz target's committed corpus replayed, then fuzzed on for a short while (nightly; scripts/fuzz.sh).
 # Knobs: FUZZ_SECONDS (per target, default 20), LOOM_MAX_PREEMPTIONS (default 3), and
 # NETCHANNEL_STRESS_ITEMS and ACCEPT_STRESS_CONNS for the TSan run (default 200000, 20000).
 set -euo pipefail
@@ -124,6 +125,19 @@ fi
 
 stage "benchmarks compile (cargo bench --no-run)"
 cargo bench --workspace --all-features --no-run --locked
+
+if [ "$QUICK" != 1 ]; then
+  # Fails when a data-path count rises more than ICOUNT_LIMIT_PCT (3) percent over
+  # benches/icount/baseline.tsv; `scripts/icount.sh update` moves the baseline on purpose.
+  stage "instruction counts (scripts/icount.sh check)"
+  gungraun_version=$(awk '$0 == "name = \"gungraun\"" { getline; gsub(/"/, "", $3); print $3; exit }' Cargo.lock)
+  if [ "$(gungraun-runner --version 2>/dev/null | awk '{ print $NF }')" != "$gungraun_version" ]; then
+    echo "installing gungraun-runner $gungraun_version"
+    cargo install gungraun-runner --version "$gungraun_version" --locked --quiet --force
+  fi
+  scripts/icount.sh check || { echo "tests: $passed passed, $((failed + 1)) failed"; exit 1; }
+  passed=$((passed + 1))
+fi
 
 if [ "$QUICK" != 1 ]; then
   # Every committed input (seeds and past findings) once, then a timed run that starts from them;
