@@ -77,7 +77,7 @@ const MIGRATIONS: usize = 256;
 // Frames
 // ---------------------------------------------------------------------------------------------------
 
-/// The flow `i`: TCP 10.0.x.y:80 <- 10.1.x.y:(1024 + i % 50000) (as `channelizer_icount`).
+/// The flow `i`: TCP 10.0.x.y:80 <- 10.1.x.y:(1024 + i % 50000) (as `icount_channelizer`).
 fn flow(i: u32) -> (SocketAddrV4, SocketAddrV4) {
     let [_, _, a, b] = i.to_be_bytes();
     let port = u16::try_from(1024 + i % 50_000).expect("fits");
