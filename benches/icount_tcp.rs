@@ -127,14 +127,13 @@ fn arp_reply() -> Vec<u8> {
 enum Seen {
     /// An ARP request for the client's address.
     ArpRequest,
-    /// A TCP segment: its flags byte, sequence and acknowledgment numbers.
-    Tcp {
-        flags: u8,
-        seq: u32,
-    },
+    /// A TCP segment: its flags byte and sequence number.
+    Tcp { flags: u8, seq: u32 },
+    /// Anything else (ignored).
     Other,
 }
 
+/// Reads the few fields of `frame` the handshake needs.
 fn classify(frame: &[u8]) -> Seen {
     let be32 = |at: usize| u32::from_be_bytes(frame[at..at + 4].try_into().expect("4 bytes"));
     match frame.get(12..14) {
