@@ -13,8 +13,8 @@
 # The benches are the `[[bench]]` entries of the root Cargo.toml named `icount_*` (each a gungraun
 # `main!`). A benchmark is named `<bench>/<group>/<function>/<id>`, and its id ends with `_n<N>`: the
 # items (packets, lookups, frames) it processes per run, so the per-item count is Ir / N. In the report,
-# a function whose name starts with one of $ANCHORS is an anchor (another library, or the bare loop)
-# and gets a ratio column against the group's first function that is not an anchor.
+# a function whose name starts with one of $ANCHORS or ends in `_anchor` is an anchor (another library,
+# or the bare loop) and gets a ratio column against the group's first function that is not an anchor.
 #
 # Knobs: ICOUNT_LIMIT_PCT (default 3), ICOUNT_BENCHES (space-separated bench names: run and compare only
 # those), ICOUNT_KEEP=1 (keep the gungraun output directory and say where it is).
@@ -25,7 +25,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BASELINE=benches/icount/baseline.tsv
 DOC=BENCHMARKS.md
 LIMIT=${ICOUNT_LIMIT_PCT:-3}
-ANCHORS='^(anchor|rtrb|etherparse|smoltcp|bare)'
+ANCHORS='^(anchor|rtrb|etherparse|smoltcp|bare)|_anchor$'
 
 die() {
   echo "icount: $*" >&2
