@@ -35,6 +35,15 @@ pub const WAIT_TICK: Duration = Duration::from_millis(20);
 /// one every 100 ms).
 const BALANCE_EVERY: Duration = Duration::from_millis(10);
 
+/// Tells the cores to stop when dropped, on return or unwind alike.
+struct StopOnDrop<'a>(&'a Shared);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
 /// Why the runtime could not be built or could not run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -326,6 +335,7 @@ impl Runtime {
     /// runs on this thread; when `main` returns the runtime stops: the cores' blocking calls fail
     /// with [`Stopping`](crate::Stopping), each service returns, what the stacks still send is
     /// flushed, and every buffer is accounted for. A core whose service fails stops the runtime.
+    /// When `main` panics the cores are stopped and joined too, and then the panic goes on.
     ///
     /// # Errors
     ///
@@ -390,8 +400,11 @@ impl Runtime {
                 });
             }
             let control = Control { shared: &shared, started };
+            // Stops the cores when `main` returns and also when it panics: the scope joins every
+            // core before it lets the panic go on, and a core only returns once told to stop.
+            let stop = StopOnDrop(&shared);
             let out = main(&control);
-            shared.stop();
+            drop(stop);
             let results: Vec<_> = workers
                 .into_iter()
                 .enumerate()

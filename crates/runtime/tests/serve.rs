@@ -316,3 +316,19 @@ fn flow_groups_migrate_while_traffic_flows() {
     let s = &report.snapshot;
     assert!(s.accept[0].migrated > 0, "the balancer migrated groups: {s}");
 }
+
+/// A `main` that panics (a client that gave up, say) stops the cores and lets the panic through,
+/// instead of leaving the runtime waiting for cores that were never told to stop.
+#[test]
+fn a_panicking_main_stops_the_cores() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = Runtime::builder().cores(2).build().expect("the model opens");
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime.run(|core| echo(core, None), |_| -> usize { panic!("the client gave up") })
+        }));
+        let _ = done.send(outcome.is_err());
+    });
+    let panicked = finished.recv_timeout(T).expect("run returned: the cores stopped");
+    assert!(panicked, "the panic of main reaches the caller");
+}
