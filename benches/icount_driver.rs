@@ -1,5 +1,5 @@
-//! Instructions per packet of the 82599 driver's RX and TX on the behavioural model
-//! (`ixgbe_vfio::sim`), beside a bare ixy-style ring loop (the anchor), counted by gungraun
+//! Instructions per packet of the 82599 driver's RX and TX, and of `Channelizer::poll` over its RX
+//! queue, on the behavioural model (`ixgbe_vfio::sim`), beside a bare ixy-style ring loop (the anchor), counted by gungraun
 //! (callgrind). `cargo bench --bench icount_driver`; `scripts/icount.sh` divides each count by the
 //! `_n<N>` suffix of the benchmark id.
 //!
@@ -7,15 +7,22 @@
 //!
 //! * **RX** (`rx_driver_*`, `rx_anchor_*`): in `setup` (not measured) the model's `Wire::Generator`
 //!   fills 511 descriptors of a 512-descriptor ring in one `Model::service()`; the measured function
-//!   then takes [`RX_N`] = 480 packets in bursts of 1, 8 or 32 (`IxgbeQueue::rx_burst` into
+//!   then takes [`RX_N`] = 480 packets in bursts of 1, 4, 8, 16 or 32 (`IxgbeQueue::rx_burst` into
 //!   pre-allocated batches, or the anchor's bare ring read into pre-allocated arrays). Returning the
 //!   buffers to the pool happens after the measured function (the batches are returned and dropped
 //!   outside it), as in ixgbe_datapath. Frames: 60-byte IPv4/TCP of 256 flows, Flow Director and RSS
 //!   off.
+//! * **RX through the channelizer** (`rx_driver_channelizer_*`, in the RX table beside the other two):
+//!   the same ring and frames (256 flows, all registered), the queue inside a `Channelizer` with
+//!   [`SIGNATURES`] = 10,000 signatures registered (fixed hash seed) over [`CONSUMERS`] = 4
+//!   consumers' channels, all built in `setup`; the measured function calls `Channelizer::poll`
+//!   RX_N / burst times (RX burst, classify, registry lookup, push into the consumer's channel,
+//!   quiescent state), as `ixgbe_datapath`'s `channelizer` contender. The teardown (not measured)
+//!   checks that every frame reached its consumer.
 //! * **TX** (`tx_driver_*`, `tx_anchor_*`): `setup` runs two warm-up cycles (256 frames sent, the
 //!   model's `service()` transmits them and writes DD back) and then pre-builds [`TX_N`] = 256
 //!   frames; the measured function hands them to `IxgbeQueue::tx_burst` (or the anchor's bare TX ring
-//!   write) in bursts, so it includes cleaning the 256 descriptors of the previous cycle, as in
+//!   write) in bursts of 1, 4, 8, 16, 32 or 64, so it includes cleaning the 256 descriptors of the previous cycle, as in
 //!   steady state.
 //!
 //! The model's own work stays out of the counts: `Model::service()` only runs in `setup`; the one
@@ -29,6 +36,7 @@
 #![allow(missing_docs, reason = "gungraun's macros generate undocumented modules, constants and functions")]
 
 use std::hint::black_box;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::time::Duration;
@@ -38,12 +46,17 @@ use ixgbe_vfio::driver::{Config, Ixgbe, IxgbeQueue};
 use ixgbe_vfio::hw::{DmaMemory, DmaSpace, Mmio};
 use ixgbe_vfio::regs::{self, rx, tx};
 use ixgbe_vfio::sim::{Model, SimConfig, Wire};
+use netchannel::channelizer::{Channelizer, ConsumerId, SignatureRegistry};
 use netchannel::dev::{NetDevice, PacketBatch};
-use netchannel::pool::{HugePages, Pool, PoolCache};
+use netchannel::pool::{HugePages, PacketRx, Pool, PoolCache};
+use netchannel::rcu::Qsbr;
+use netchannel::registry::Registration;
+use netchannel::signature::{Proto, Signature};
 
 /// Descriptors per ring (the driver's default).
 const RING: usize = 512;
-/// Packets per measured RX pass (one refill of the ring holds 511; every burst size divides it).
+/// Packets per measured RX pass (one refill of the ring holds 511; every burst size divides it; 64
+/// does not, and the 448 it would take would give the RX table a second N, so RX stops at 32).
 const RX_N: usize = 480;
 /// Packets per measured TX pass (half the ring; every burst size divides it).
 const TX_N: usize = 256;
@@ -55,6 +68,10 @@ const ANCHOR_BUF: usize = 2048;
 const TX_CLEAN: usize = 32;
 /// Flows the generator's frames spread over.
 const FLOWS: u32 = 256;
+/// Signatures registered for the channelizer (flows `0..SIGNATURES`; the frames' flows are among them).
+const SIGNATURES: u32 = 10_000;
+/// Consumers the channelizer spreads the flows over.
+const CONSUMERS: u32 = 4;
 
 // ---------------------------------------------------------------------------------------------------
 // The model, its BAR, frames
@@ -106,25 +123,35 @@ fn icount_model_bar_write(bar: &dyn Mmio, offset: u32, value: u32) {
 /// The callgrind option that keeps [`icount_model_bar_write`] out of the counts.
 const TOGGLE_MODEL_BAR_WRITE: &str = "--toggle-collect=*icount_model_bar_write*";
 
-/// A 60-byte Ethernet/IPv4/TCP frame of flow `i` to the model's default MAC (as ixgbe_datapath).
-fn frame(i: u32) -> Vec<u8> {
+/// The flow `i`: TCP 10.0.x.y:80 <- 10.1.x.y:(1024 + i % 50000) (as `icount_channelizer`).
+fn flow(i: u32) -> (SocketAddrV4, SocketAddrV4) {
     let [_, _, a, b] = i.to_be_bytes();
     let port = u16::try_from(1024 + i % 50_000).expect("fits");
+    (SocketAddrV4::new(Ipv4Addr::new(10, 0, a, b), 80), SocketAddrV4::new(Ipv4Addr::new(10, 1, a, b), port))
+}
+
+/// A 60-byte Ethernet/IPv4/TCP frame of flow `i` to the model's default MAC (as ixgbe_datapath).
+fn frame(i: u32) -> Vec<u8> {
+    let (local, remote) = flow(i);
     let mut f = vec![
         0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02, 0x08, 0x00, 0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 6, 0,
-        0, 10, 1, a, b, 10, 0, a, b,
+        0,
     ];
-    f.extend_from_slice(&port.to_be_bytes());
-    f.extend_from_slice(&80u16.to_be_bytes());
+    f.extend_from_slice(&remote.ip().octets());
+    f.extend_from_slice(&local.ip().octets());
+    f.extend_from_slice(&remote.port().to_be_bytes());
+    f.extend_from_slice(&local.port().to_be_bytes());
     f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
     f.extend_from_slice(&[0xab; 6]);
     assert_eq!(f.len(), 60);
     f
 }
 
-/// A model whose wire replays 256 flows' frames into every free RX descriptor.
+/// A model whose wire replays 256 flows' frames (spread over the [`SIGNATURES`] registered ones) into
+/// every free RX descriptor.
 fn model(generate: bool) -> Model {
-    let frames = if generate { (0..FLOWS).map(|k| frame(k * 39)).collect() } else { Vec::new() };
+    let step = SIGNATURES / FLOWS;
+    let frames = if generate { (0..FLOWS).map(|k| frame(k * step)).collect() } else { Vec::new() };
     Model::new(SimConfig { wire: Wire::Generator(frames), ..SimConfig::default() })
 }
 
@@ -156,24 +183,30 @@ struct Driver {
     batches: Vec<PacketBatch<'static>>,
 }
 
+/// The driver on `model`'s BAR wrapped in a [`BenchBar`]: the wrapper, the NIC and its one queue.
+fn init(model: &Model, cache: &PoolCache) -> (Arc<BenchBar>, Ixgbe, IxgbeQueue) {
+    let bar = BenchBar::new(model);
+    let ring = u16::try_from(RING).expect("fits");
+    let config = Config {
+        queues: 1,
+        rx_ring: ring,
+        tx_ring: ring,
+        fdir: false,
+        rss: false,
+        link_timeout: Duration::from_secs(1),
+        ..Config::default()
+    };
+    let mmio: Arc<dyn Mmio> = Arc::clone(&bar) as Arc<dyn Mmio>;
+    let (nic, mut queues) = Ixgbe::init("icount", mmio, model.dma(), cache.pool(), config).expect("init");
+    let queue = queues.pop().expect("one queue");
+    (bar, nic, queue)
+}
+
 impl Driver {
     fn new(generate: bool, burst: usize, packets: usize) -> Self {
         let model = model(generate);
-        let bar = BenchBar::new(&model);
         let cache = leaked_cache();
-        let ring = u16::try_from(RING).expect("fits");
-        let config = Config {
-            queues: 1,
-            rx_ring: ring,
-            tx_ring: ring,
-            fdir: false,
-            rss: false,
-            link_timeout: Duration::from_secs(1),
-            ..Config::default()
-        };
-        let mmio: Arc<dyn Mmio> = Arc::clone(&bar) as Arc<dyn Mmio>;
-        let (nic, mut queues) = Ixgbe::init("icount", mmio, model.dma(), cache.pool(), config).expect("init");
-        let queue = queues.pop().expect("one queue");
+        let (bar, nic, queue) = init(&model, cache);
         let batches = (0..packets / burst).map(|_| PacketBatch::with_capacity(burst)).collect();
         Self { model, bar, _nic: nic, queue, cache, batches }
     }
@@ -212,7 +245,9 @@ fn setup_tx_driver(burst: usize) -> Driver {
 
 #[library_benchmark]
 #[bench::burst1_n480(args = (1), setup = setup_rx_driver)]
+#[bench::burst4_n480(args = (4), setup = setup_rx_driver)]
 #[bench::burst8_n480(args = (8), setup = setup_rx_driver)]
+#[bench::burst16_n480(args = (16), setup = setup_rx_driver)]
 #[bench::burst32_n480(args = (32), setup = setup_rx_driver)]
 fn rx_driver(mut d: Driver) -> Driver {
     d.bar.arm(true);
@@ -225,8 +260,11 @@ fn rx_driver(mut d: Driver) -> Driver {
 
 #[library_benchmark]
 #[bench::burst1_n256(args = (1), setup = setup_tx_driver)]
+#[bench::burst4_n256(args = (4), setup = setup_tx_driver)]
 #[bench::burst8_n256(args = (8), setup = setup_tx_driver)]
+#[bench::burst16_n256(args = (16), setup = setup_tx_driver)]
 #[bench::burst32_n256(args = (32), setup = setup_tx_driver)]
+#[bench::burst64_n256(args = (64), setup = setup_tx_driver)]
 fn tx_driver(mut d: Driver) -> Driver {
     d.bar.arm(true);
     for batch in &mut d.batches {
@@ -234,6 +272,95 @@ fn tx_driver(mut d: Driver) -> Driver {
     }
     d.bar.arm(false);
     d
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The channelizer over the driver
+// ---------------------------------------------------------------------------------------------------
+
+/// `Channelizer::poll` over the driver's queue, [`SIGNATURES`] registered, [`CONSUMERS`] consumers.
+struct ChannelizerRig {
+    _model: Model,
+    bar: Arc<BenchBar>,
+    _nic: Ixgbe,
+    ch: Channelizer<'static, IxgbeQueue>,
+    consumers: Vec<PacketRx>,
+    default_rx: PacketRx,
+    cache: &'static PoolCache,
+    registrations: Vec<Registration<Signature, ConsumerId, Qsbr>>,
+    polls: usize,
+}
+
+impl Drop for ChannelizerRig {
+    fn drop(&mut self) {
+        // The process ends right after the benchmark: skip unregistering 10k entries one by one.
+        std::mem::forget(std::mem::take(&mut self.registrations));
+    }
+}
+
+fn setup_rx_channelizer(burst: usize) -> ChannelizerRig {
+    let model = model(true);
+    let cache = leaked_cache();
+    let (bar, nic, queue) = init(&model, cache);
+    // A fixed seed: the counts depend on chain lengths, which depend on the seed.
+    let registry =
+        Arc::new(SignatureRegistry::with_capacity_and_seed(Qsbr::new(), SIGNATURES as usize, 0x5eed));
+    let registrations = (0..SIGNATURES)
+        .map(|i| {
+            let (local, remote) = flow(i);
+            let sig = Signature::new(Proto::Tcp, SocketAddr::V4(local), SocketAddr::V4(remote)).expect("v4");
+            registry.register(sig, ConsumerId(i % CONSUMERS)).expect("distinct flows")
+        })
+        .collect();
+    let pool = cache.pool();
+    let (default_tx, default_rx) = pool.packet_channel(4096).expect("channel");
+    let mut ch =
+        Channelizer::builder(queue, cache, registry, default_tx).burst(burst).build().expect("same pool");
+    let consumers = (0..CONSUMERS)
+        .map(|id| {
+            let (tx, rx) = pool.packet_channel(4096).expect("channel");
+            ch.attach(ConsumerId(id), tx).expect("same pool");
+            rx
+        })
+        .collect();
+    assert_eq!(model.service().rx, RING - 1, "the model filled the ring");
+    ChannelizerRig {
+        _model: model,
+        bar,
+        _nic: nic,
+        ch,
+        consumers,
+        default_rx,
+        cache,
+        registrations,
+        polls: RX_N / burst,
+    }
+}
+
+#[library_benchmark]
+#[bench::burst1_n480(args = (1), setup = setup_rx_channelizer, teardown = check_rx_channelizer)]
+#[bench::burst4_n480(args = (4), setup = setup_rx_channelizer, teardown = check_rx_channelizer)]
+#[bench::burst8_n480(args = (8), setup = setup_rx_channelizer, teardown = check_rx_channelizer)]
+#[bench::burst16_n480(args = (16), setup = setup_rx_channelizer, teardown = check_rx_channelizer)]
+#[bench::burst32_n480(args = (32), setup = setup_rx_channelizer, teardown = check_rx_channelizer)]
+fn rx_driver_channelizer(mut c: ChannelizerRig) -> ChannelizerRig {
+    c.bar.arm(true);
+    for _ in 0..c.polls {
+        black_box(c.ch.poll().expect("poll").rx);
+    }
+    c.bar.arm(false);
+    c
+}
+
+/// Not measured: every frame reached a consumer, none the default channel.
+fn check_rx_channelizer(mut c: ChannelizerRig) {
+    let stats = c.ch.stats();
+    assert_eq!(stats.delivered, RX_N as u64, "every packet reaches its consumer: {stats:?}");
+    let cache = c.cache;
+    assert!(c.default_rx.pop(cache).is_none(), "nothing went to the default channel");
+    let delivered: usize =
+        c.consumers.iter_mut().map(|rx| std::iter::from_fn(|| rx.pop(cache)).count()).sum();
+    assert_eq!(delivered, RX_N);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -385,7 +512,9 @@ fn rx_anchor_burst(a: &mut RxAnchor, row: usize) -> usize {
 
 #[library_benchmark]
 #[bench::burst1_n480(args = (1), setup = setup_rx_anchor)]
+#[bench::burst4_n480(args = (4), setup = setup_rx_anchor)]
 #[bench::burst8_n480(args = (8), setup = setup_rx_anchor)]
+#[bench::burst16_n480(args = (16), setup = setup_rx_anchor)]
 #[bench::burst32_n480(args = (32), setup = setup_rx_anchor)]
 fn rx_anchor(mut a: RxAnchor) -> RxAnchor {
     a.bar.arm(true);
@@ -511,8 +640,11 @@ fn tx_anchor_burst(t: &mut TxAnchor, row: usize) -> usize {
 
 #[library_benchmark]
 #[bench::burst1_n256(args = (1), setup = setup_tx_anchor)]
+#[bench::burst4_n256(args = (4), setup = setup_tx_anchor)]
 #[bench::burst8_n256(args = (8), setup = setup_tx_anchor)]
+#[bench::burst16_n256(args = (16), setup = setup_tx_anchor)]
 #[bench::burst32_n256(args = (32), setup = setup_tx_anchor)]
+#[bench::burst64_n256(args = (64), setup = setup_tx_anchor)]
 fn tx_anchor(mut t: TxAnchor) -> TxAnchor {
     t.bar.arm(true);
     for row in 0..t.input.len() {
@@ -522,7 +654,7 @@ fn tx_anchor(mut t: TxAnchor) -> TxAnchor {
     t
 }
 
-library_benchmark_group!(name = rx_group, benchmarks = [rx_anchor, rx_driver]);
+library_benchmark_group!(name = rx_group, benchmarks = [rx_anchor, rx_driver, rx_driver_channelizer]);
 library_benchmark_group!(name = tx_group, benchmarks = [tx_anchor, tx_driver]);
 
 main!(

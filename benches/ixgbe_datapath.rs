@@ -20,17 +20,18 @@
 //!
 //! `cargo bench --bench ixgbe_datapath` prints the tables. Times are medians of paired samples (every
 //! sample runs each contender of a burst size back to back, so load on the shared machine hits them
-//! alike); instruction counts come from re-running this binary under `valgrind --tool=callgrind`
-//! with `--toggle-collect` on the `#[inline(never)]` wrapper of each contender (`bench_rx_anchor`,
-//! `bench_rx_driver`, `bench_rx_channelizer`, `bench_tx_anchor`, `bench_tx_driver`), a long run minus
-//! a short one. `IXGBE_BENCH_NO_VALGRIND=1` skips the callgrind runs.
+//! alike); each contender's burst is one call of an `#[inline(never)]` function (`bench_rx_anchor`,
+//! `bench_rx_driver`, `bench_rx_channelizer`, `bench_tx_anchor`, `bench_tx_driver`), the same call
+//! for all, as when the tables also had instruction columns.
+//!
+//! This bench only times. The instruction counts of the same contenders (same ring, frames,
+//! signatures and consumers) are `benches/icount_driver.rs`, counted by gungraun and checked against
+//! `benches/icount/baseline.tsv`: `scripts/icount.sh check`, tables by `scripts/icount.sh report`.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
-
-mod common;
 
 use ixgbe_vfio::driver::{Config, Ixgbe, IxgbeQueue};
 use ixgbe_vfio::hw::{DmaMemory, DmaSpace, Mmio};
@@ -68,8 +69,6 @@ const TARGET_RATIO: f64 = 1.5;
 const SAMPLES: usize = 31;
 /// Cycles (ring refills) per timed sample.
 const CYCLES: usize = 48;
-/// Cycles of the long and the short callgrind run.
-const ICOUNT_CYCLES: (usize, usize) = (24, 4);
 /// Migrations per timed sample.
 const MIGRATIONS: usize = 256;
 
@@ -603,87 +602,8 @@ fn bench_tx_driver(queue: &mut IxgbeQueue, batch: &mut PacketBatch<'_>) -> usize
 // Measuring
 // ---------------------------------------------------------------------------------------------------
 
-/// The contenders, by the name the callgrind child takes.
-const KINDS: [&str; 6] = ["rx-anchor", "rx-driver", "rx-channelizer", "tx-anchor", "tx-driver", "bar-write"];
-
-/// The wrapper function the callgrind child collects in.
-fn wrapper(kind: &str) -> &'static str {
-    match kind {
-        "rx-anchor" => "bench_rx_anchor",
-        "rx-driver" => "bench_rx_driver",
-        "rx-channelizer" => "bench_rx_channelizer",
-        "tx-anchor" => "bench_tx_anchor",
-        "tx-driver" => "bench_tx_driver",
-        "bar-write" => "bench_bar_write",
-        _ => panic!("unknown kind {kind}"),
-    }
-}
-
-/// Runs `cycles` cycles of contender `kind` at `burst`; returns (time, packets) per cycle.
-fn run_kind(kind: &str, burst: usize, cycles: usize) -> Vec<(Duration, usize)> {
-    let pool = pool(8192);
-    let cache = pool.cache();
-    match kind {
-        "rx-anchor" => {
-            let mut c = RxAnchor::new(burst);
-            (0..cycles).map(|_| c.cycle()).collect()
-        }
-        "rx-driver" => {
-            let mut c = RxDriver::new(&pool, &cache, burst);
-            (0..cycles).map(|_| c.cycle()).collect()
-        }
-        "rx-channelizer" => {
-            let mut c = RxChannelizer::new(&pool, &cache, burst);
-            (0..cycles).map(|_| c.cycle()).collect()
-        }
-        "tx-anchor" => {
-            let mut c = TxAnchor::new(burst);
-            (0..cycles).map(|_| c.cycle()).collect()
-        }
-        "tx-driver" => {
-            let mut c = TxDriver::new(&pool, &cache, burst);
-            (0..cycles).map(|_| c.cycle()).collect()
-        }
-        "bar-write" => {
-            let bar = model(Vec::new()).mmio();
-            (0..cycles).map(|_| bar_writes(&*bar, BAR_WRITES)).collect()
-        }
-        _ => panic!("unknown kind {kind}"),
-    }
-}
-
-/// A second toggle: collection flips off inside the model's BAR write (the RDT/TDT write, the only
-/// register access of the data path), so the counts hold the code under test, not the model's register
-/// emulation (on the card the write is one store). The set-up's register writes, which this flips on,
-/// are the same in the long and the short run and cancel.
-const MODEL_BAR_WRITE: &str = "--toggle-collect=*SimBar*write32*";
-
-/// Instructions per packet of `kind` at `burst` under callgrind: a long run minus a short one.
-fn instructions(kind: &str, burst: usize) -> f64 {
-    let toggle = format!("--toggle-collect=*{}*", wrapper(kind));
-    let packets = |cycles: usize| -> usize { run_kind_packets(kind, burst) * cycles };
-    let count = |cycles: usize| {
-        let args = [kind.to_owned(), burst.to_string(), cycles.to_string()];
-        let options: &[&str] =
-            if kind == "bar-write" { &[toggle.as_str()] } else { &[toggle.as_str(), MODEL_BAR_WRITE] };
-        common::callgrind_instructions(options, &args).unwrap_or_else(|e| panic!("{e}"))
-    };
-    let (long, short) = ICOUNT_CYCLES;
-    let (a, b) = (count(long), count(short));
-    (a - b) as f64 / (packets(long) - packets(short)) as f64
-}
-
-/// Packets one cycle of `kind` moves at `burst` (register writes for `bar-write`).
-fn run_kind_packets(kind: &str, burst: usize) -> usize {
-    match kind {
-        "bar-write" => BAR_WRITES,
-        k if k.starts_with("rx") => (RING - 1) / burst * burst,
-        _ => TX_CYCLE,
-    }
-}
-
-/// Register writes per `bar-write` cycle.
-const BAR_WRITES: usize = 1000;
+/// Register writes per timed sample of the model's BAR write.
+const BAR_WRITES: usize = 100_000;
 
 /// `n` writes of a tail register (of a queue that is off) through the model's BAR, timed.
 fn bar_writes(bar: &dyn Mmio, n: usize) -> (Duration, usize) {
@@ -737,33 +657,32 @@ fn loadavg() -> String {
 }
 
 /// What one tail write costs on the model (in the ns figures, once per burst; not in the counts).
-fn bar_write_line(valgrind: bool) {
+fn bar_write_line() {
     let bar = model(Vec::new()).mmio();
     let mut ns: Vec<f64> = (0..=SAMPLES)
         .map(|_| {
-            let (t, n) = bar_writes(&*bar, 100 * BAR_WRITES);
+            let (t, n) = bar_writes(&*bar, BAR_WRITES);
             t.as_nanos() as f64 / n as f64
         })
         .collect();
-    let icount = if valgrind { format!("{:.0}", instructions("bar-write", 1)) } else { "-".to_owned() };
     println!(
-        "\nmodel BAR write (the one RDT/TDT write per burst): {:.1} ns, {icount} instructions per write \
-         (in the ns columns below, excluded from the instruction columns)",
+        "\nmodel BAR write (the one RDT/TDT write per burst): {:.1} ns (in the ns columns below; \
+         icount_driver keeps it out of its counts)",
         median(&mut ns[1..])
     );
 }
 
 /// RX: anchor, driver, channelizer per burst.
-fn rx_tables(valgrind: bool) {
+fn rx_tables() {
     let (pd, pc) = (pool(8192), pool(8192));
     let (cd, cc) = (pd.cache(), pc.cache());
     println!(
         "\n### RX per packet (ring {RING}, 60-byte IPv4/TCP frames, {SIGNATURES} signatures, {CONSUMERS} consumers)\n"
     );
     println!(
-        "| burst | anchor ns | driver ns | channelizer ns | driver Mpps | channelizer Mpps | driver/anchor ns | channelizer/anchor ns | anchor instr | driver instr | channelizer instr | driver/anchor instr | channelizer/anchor instr |"
+        "| burst | anchor ns | driver ns | channelizer ns | driver Mpps | channelizer Mpps | driver/anchor ns | channelizer/anchor ns |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for burst in BURSTS {
         let mut anchor = RxAnchor::new(burst);
         let mut drv = RxDriver::new(&pd, &cd, burst);
@@ -772,18 +691,8 @@ fn rx_tables(valgrind: bool) {
         drop((anchor, drv, chz));
         let (a, d, c) = (median(&mut ns[0].clone()), median(&mut ns[1].clone()), median(&mut ns[2].clone()));
         let (rd, rc) = (paired(&ns[1], &ns[0]), paired(&ns[2], &ns[0]));
-        let icount = if valgrind {
-            let (ia, id, ic) = (
-                instructions("rx-anchor", burst),
-                instructions("rx-driver", burst),
-                instructions("rx-channelizer", burst),
-            );
-            format!("{ia:.1} | {id:.1} | {ic:.1} | {:.2}x | {:.2}x", id / ia, ic / ia)
-        } else {
-            "- | - | - | - | -".to_owned()
-        };
         println!(
-            "| {burst} | {a:.1} | {d:.1} | {c:.1} | {:.1} | {:.1} | {rd:.2}x | {rc:.2}x | {icount} |",
+            "| {burst} | {a:.1} | {d:.1} | {c:.1} | {:.1} | {:.1} | {rd:.2}x | {rc:.2}x |",
             1e3 / d,
             1e3 / c
         );
@@ -791,14 +700,12 @@ fn rx_tables(valgrind: bool) {
 }
 
 /// TX: anchor, driver per burst.
-fn tx_tables(valgrind: bool) {
+fn tx_tables() {
     let pd = pool(8192);
     let cd = pd.cache();
     println!("\n### TX per packet (ring {RING}, 60-byte frames, {TX_CYCLE} packets per model pass)\n");
-    println!(
-        "| burst | anchor ns | driver ns | driver Mpps | driver/anchor ns | anchor instr | driver instr | driver/anchor instr |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| burst | anchor ns | driver ns | driver Mpps | driver/anchor ns |");
+    println!("|---:|---:|---:|---:|---:|");
     for burst in BURSTS {
         let mut anchor = TxAnchor::new(burst);
         let mut drv = TxDriver::new(&pd, &cd, burst);
@@ -806,13 +713,7 @@ fn tx_tables(valgrind: bool) {
         drop((anchor, drv));
         let (a, d) = (median(&mut ns[0].clone()), median(&mut ns[1].clone()));
         let rd = paired(&ns[1], &ns[0]);
-        let icount = if valgrind {
-            let (ia, id) = (instructions("tx-anchor", burst), instructions("tx-driver", burst));
-            format!("{ia:.1} | {id:.1} | {:.2}x", id / ia)
-        } else {
-            "- | - | -".to_owned()
-        };
-        println!("| {burst} | {a:.1} | {d:.1} | {:.1} | {rd:.2}x | {icount} |", 1e3 / d);
+        println!("| {burst} | {a:.1} | {d:.1} | {:.1} | {rd:.2}x |", 1e3 / d);
     }
 }
 
@@ -906,30 +807,17 @@ fn bench_migrate(nic: &mut Ixgbe, group: FlowGroup, queue: u16) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--child") {
-        let kind = args.get(2).expect("kind");
-        let burst = args.get(3).and_then(|s| s.parse().ok()).expect("burst");
-        let cycles = args.get(4).and_then(|s| s.parse().ok()).expect("cycles");
-        assert!(KINDS.contains(&kind.as_str()), "unknown kind {kind}");
-        let _ = run_kind(kind, burst, cycles);
-        return;
-    }
-    // `cargo bench` passes `--bench`; anything else that is not a flag filters nothing here.
-    let valgrind = std::env::var_os("IXGBE_BENCH_NO_VALGRIND").is_none() && common::have_valgrind();
     println!("82599 driver data path on the model; load before: {}", loadavg());
     println!(
-        "target: >= {:.2} Mpps per core (<= {:.1} ns/packet), <= {TARGET_RATIO}x the anchor's instructions per packet",
+        "target: >= {:.2} Mpps per core (<= {:.1} ns/packet), <= {TARGET_RATIO}x the anchor's instructions per packet \
+         (instructions: scripts/icount.sh report, icount_driver)",
         LINE_RATE_PPS / 1e6,
         1e9 / LINE_RATE_PPS
     );
-    if !valgrind {
-        println!("(no callgrind: valgrind not installed or IXGBE_BENCH_NO_VALGRIND set)");
-    }
     let t = Instant::now();
-    bar_write_line(valgrind);
-    rx_tables(valgrind);
-    tx_tables(valgrind);
+    bar_write_line();
+    rx_tables();
+    tx_tables();
     migrate_table();
     println!("\nload after: {}; took {:.0} s", loadavg(), t.elapsed().as_secs_f64());
 }
