@@ -111,6 +111,11 @@ impl Connection {
             Some(ack) => {
                 self.sample_rtt(now, seg, ack);
                 self.snd.una = ack;
+                // A retransmission timeout may have rewound SND.NXT to the SYN, to resend it; the
+                // SYN is acknowledged now, so sending goes on after it.
+                if self.snd.nxt < ack {
+                    self.snd.nxt = ack;
+                }
                 self.snd.syn_acked = true;
                 self.snd.retries = 0;
                 self.timers.rto = None;

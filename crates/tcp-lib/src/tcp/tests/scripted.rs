@@ -84,6 +84,45 @@ fn active_open() {
     assert!(s.conn.stats().srtt.is_some(), "the SYN was timed");
 }
 
+/// The SYN's retransmission timer fires (which rewinds SND.NXT to resend the SYN), and the
+/// SYN-ACK arrives before the SYN goes out again: data must start after the SYN, not on it. (Seen
+/// under loss and reordering: the client sent its first byte at the SYN's sequence number, the
+/// server took it for the SYN's and dropped it, and the stream came out shifted by one byte.)
+#[test]
+fn syn_ack_between_the_syn_timeout_and_its_resend_keeps_data_after_the_syn() {
+    let mut s = Script::syn_sent();
+    let due = s.conn.poll_timeout().expect("the SYN is timed");
+    s.now = due;
+    s.conn.handle_timeout(due);
+    send!(s, TcpRepr { control: TcpControl::Syn, seq_number: REMOTE_SEQ, ..from_peer(0, 0) });
+    assert_eq!(s.conn.state(), State::Established);
+    assert_eq!(s.conn.send(b"hello"), 5);
+    let sent = s.drain();
+    let data: Vec<_> = sent.iter().filter(|t| !t.payload.is_empty()).collect();
+    assert_eq!(data.len(), 1, "{sent:?}");
+    assert_eq!(data[0].repr.seq_number, ours(0), "the first byte follows the SYN");
+    assert_eq!(data[0].payload, b"hello");
+    assert!(sent.iter().all(|t| t.repr.control != TcpControl::Syn), "no SYN once established: {sent:?}");
+}
+
+/// The same on the passive side: the SYN-ACK's timer fires, and the peer's ACK arrives before the
+/// SYN-ACK goes out again.
+#[test]
+fn ack_between_the_syn_ack_timeout_and_its_resend_keeps_data_after_the_syn() {
+    let mut s = Script::syn_received();
+    let due = s.conn.poll_timeout().expect("the SYN-ACK is timed");
+    s.now = due;
+    s.conn.handle_timeout(due);
+    send!(s, from_peer(0, 0));
+    assert_eq!(s.conn.state(), State::Established);
+    assert_eq!(s.conn.send(b"hello"), 5);
+    let sent = s.drain();
+    let data: Vec<_> = sent.iter().filter(|t| !t.payload.is_empty()).collect();
+    assert_eq!(data.len(), 1, "{sent:?}");
+    assert_eq!(data[0].repr.seq_number, ours(0), "the first byte follows the SYN");
+    assert!(sent.iter().all(|t| t.repr.control != TcpControl::Syn), "no SYN-ACK once established: {sent:?}");
+}
+
 #[test]
 fn accept_refuses_non_syn() {
     let now = Instant::now();
