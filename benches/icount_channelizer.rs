@@ -14,7 +14,12 @@
 //! counted. The rig is returned, so tearing it down is not counted either.
 #![allow(missing_docs, reason = "gungraun's macros generate undocumented public modules and functions")]
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+#[path = "common/flows.rs"]
+mod flows;
+
+use flows::{flow, tcp_frame};
+
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
@@ -31,28 +36,6 @@ const BURST: usize = 32;
 const ROUNDS: usize = 128;
 /// Consumers the signatures are spread over.
 const CONSUMERS: u32 = 4;
-
-/// The flow `i`: TCP 10.0.x.y:80 <- 10.1.x.y:(1024 + i % 50000).
-fn flow(i: u32) -> (SocketAddrV4, SocketAddrV4) {
-    let [_, _, a, b] = i.to_be_bytes();
-    let port = u16::try_from(1024 + i % 50_000).expect("fits");
-    (SocketAddrV4::new(Ipv4Addr::new(10, 0, a, b), 80), SocketAddrV4::new(Ipv4Addr::new(10, 1, a, b), port))
-}
-
-/// An Ethernet/IPv4/TCP frame of flow `i` with a 64-byte payload.
-fn frame(i: u32) -> Vec<u8> {
-    let (local, remote) = flow(i);
-    let mut f = vec![
-        0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00, 0x45, 0, 0, 104, 0, 0, 0x40, 0, 64, 6, 0, 0,
-    ];
-    f.extend_from_slice(&remote.ip().octets());
-    f.extend_from_slice(&local.ip().octets());
-    f.extend_from_slice(&remote.port().to_be_bytes());
-    f.extend_from_slice(&local.port().to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
-    f.extend_from_slice(&[0xab; 64]);
-    f
-}
 
 /// A channelizer with its wire filled, its consumers' channels and its registry's entries.
 struct Rig {
@@ -102,7 +85,7 @@ fn rig(entries: u32) -> Rig {
         .collect();
     // Frames of registered flows spread over the table, all on the wire before the run.
     let step = (entries / 256).max(1);
-    let frames: Vec<Vec<u8>> = (0..256).map(|k| frame((k * step) % entries)).collect();
+    let frames: Vec<Vec<u8>> = (0..256).map(|k| tcp_frame((k * step) % entries, 64)).collect();
     let peer = pool.cache();
     let mut batch = PacketBatch::with_capacity(BURST);
     for round in 0..ROUNDS {

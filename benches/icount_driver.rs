@@ -35,8 +35,13 @@
 
 #![allow(missing_docs, reason = "gungraun's macros generate undocumented modules, constants and functions")]
 
+#[path = "common/flows.rs"]
+mod flows;
+
+use flows::{flow, tcp_frame};
+
 use std::hint::black_box;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::time::Duration;
@@ -123,35 +128,11 @@ fn icount_model_bar_write(bar: &dyn Mmio, offset: u32, value: u32) {
 /// The callgrind option that keeps [`icount_model_bar_write`] out of the counts.
 const TOGGLE_MODEL_BAR_WRITE: &str = "--toggle-collect=*icount_model_bar_write*";
 
-/// The flow `i`: TCP 10.0.x.y:80 <- 10.1.x.y:(1024 + i % 50000) (as `icount_channelizer`).
-fn flow(i: u32) -> (SocketAddrV4, SocketAddrV4) {
-    let [_, _, a, b] = i.to_be_bytes();
-    let port = u16::try_from(1024 + i % 50_000).expect("fits");
-    (SocketAddrV4::new(Ipv4Addr::new(10, 0, a, b), 80), SocketAddrV4::new(Ipv4Addr::new(10, 1, a, b), port))
-}
-
-/// A 60-byte Ethernet/IPv4/TCP frame of flow `i` to the model's default MAC (as ixgbe_datapath).
-fn frame(i: u32) -> Vec<u8> {
-    let (local, remote) = flow(i);
-    let mut f = vec![
-        0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02, 0x08, 0x00, 0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 6, 0,
-        0,
-    ];
-    f.extend_from_slice(&remote.ip().octets());
-    f.extend_from_slice(&local.ip().octets());
-    f.extend_from_slice(&remote.port().to_be_bytes());
-    f.extend_from_slice(&local.port().to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
-    f.extend_from_slice(&[0xab; 6]);
-    assert_eq!(f.len(), 60);
-    f
-}
-
 /// A model whose wire replays 256 flows' frames (spread over the [`SIGNATURES`] registered ones) into
 /// every free RX descriptor.
 fn model(generate: bool) -> Model {
     let step = SIGNATURES / FLOWS;
-    let frames = if generate { (0..FLOWS).map(|k| frame(k * step)).collect() } else { Vec::new() };
+    let frames = if generate { (0..FLOWS).map(|k| tcp_frame(k * step, 6)).collect() } else { Vec::new() };
     Model::new(SimConfig { wire: Wire::Generator(frames), ..SimConfig::default() })
 }
 
@@ -213,7 +194,7 @@ impl Driver {
 
     /// Fills every batch with pre-built copies of a frame (TX).
     fn fill(&mut self) {
-        let f = frame(0);
+        let f = tcp_frame(0, 6);
         for batch in &mut self.batches {
             while batch.len() < batch.capacity() {
                 let mut p = self.cache.alloc().expect("a buffer");
@@ -556,7 +537,7 @@ fn setup_tx_anchor(burst: usize) -> TxAnchor {
     let (model, bar, dma) = bare_device(false);
     let ring = dma.alloc(RING * regs::DESC_LEN).expect("ring");
     let bufs = dma.alloc(ANCHOR_BUFFERS * ANCHOR_BUF).expect("buffers");
-    let f = frame(0);
+    let f = tcp_frame(0, 6);
     for b in 0..ANCHOR_BUFFERS {
         for (i, chunk) in f.chunks(8).enumerate() {
             let mut w = [0u8; 8];

@@ -28,7 +28,12 @@
 //! signatures and consumers) are `benches/icount_driver.rs`, counted by gungraun and checked against
 //! `benches/icount/baseline.tsv`: `scripts/icount.sh check`, tables by `scripts/icount.sh report`.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+#[path = "common/flows.rs"]
+mod flows;
+
+use flows::{flow, tcp_frame};
+
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
@@ -76,34 +81,10 @@ const MIGRATIONS: usize = 256;
 // Frames
 // ---------------------------------------------------------------------------------------------------
 
-/// The flow `i`: TCP 10.0.x.y:80 <- 10.1.x.y:(1024 + i % 50000) (as `icount_channelizer`).
-fn flow(i: u32) -> (SocketAddrV4, SocketAddrV4) {
-    let [_, _, a, b] = i.to_be_bytes();
-    let port = u16::try_from(1024 + i % 50_000).expect("fits");
-    (SocketAddrV4::new(Ipv4Addr::new(10, 0, a, b), 80), SocketAddrV4::new(Ipv4Addr::new(10, 1, a, b), port))
-}
-
-/// A 60-byte Ethernet/IPv4/TCP frame of flow `i` to the model's default MAC (64 bytes on the wire).
-fn frame(i: u32) -> Vec<u8> {
-    let (local, remote) = flow(i);
-    let mut f = vec![
-        0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02, 0x08, 0x00, 0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 6, 0,
-        0,
-    ];
-    f.extend_from_slice(&remote.ip().octets());
-    f.extend_from_slice(&local.ip().octets());
-    f.extend_from_slice(&remote.port().to_be_bytes());
-    f.extend_from_slice(&local.port().to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
-    f.extend_from_slice(&[0xab; 6]);
-    assert_eq!(f.len(), 60);
-    f
-}
-
 /// The generator's frames: 256 registered flows spread over the table.
 fn rx_frames() -> Vec<Vec<u8>> {
     let step = SIGNATURES / 256;
-    (0..256).map(|k| frame(k * step)).collect()
+    (0..256).map(|k| tcp_frame(k * step, 6)).collect()
 }
 
 /// A model whose wire replays `frames` into every free RX descriptor.
@@ -339,7 +320,7 @@ impl TxAnchor {
         let (model, bar, dma) = bare_device(Vec::new());
         let ring = dma.alloc(RING * regs::DESC_LEN).expect("ring");
         let bufs = dma.alloc(ANCHOR_BUFFERS * ANCHOR_BUF).expect("buffers");
-        let f = frame(0);
+        let f = tcp_frame(0, 6);
         for b in 0..ANCHOR_BUFFERS {
             for (i, chunk) in f.chunks(8).enumerate() {
                 let mut w = [0u8; 8];
@@ -570,7 +551,7 @@ impl<'c> TxDriver<'c> {
         let model = model(Vec::new());
         let (nic, queue) = driver(&model, pool);
         let batches = (0..TX_CYCLE / burst).map(|_| PacketBatch::with_capacity(burst)).collect();
-        Self { model, _nic: nic, queue, cache, batches, frame: frame(0), burst }
+        Self { model, _nic: nic, queue, cache, batches, frame: tcp_frame(0, 6), burst }
     }
 
     fn cycle(&mut self) -> (Duration, usize) {

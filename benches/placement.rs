@@ -24,8 +24,13 @@
 //! not used: the VM this was written on reports cycles and instructions as `<not supported>`.
 //! `PLACEMENT_BENCH_NO_VALGRIND=1` skips the callgrind runs.
 
+#[path = "common/flows.rs"]
+mod flows;
+
+use flows::{flow, tcp_frame};
+
 use std::hint::black_box;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -121,30 +126,6 @@ impl Placement {
 // Frames and the app's work
 // ---------------------------------------------------------------------------------------------------
 
-/// The flow `i`: TCP 10.0.x.y:80 <- 10.1.x.y:(1024 + i) (as `ixgbe_datapath`).
-fn flow(i: u32) -> (SocketAddrV4, SocketAddrV4) {
-    let [_, _, a, b] = i.to_be_bytes();
-    let port = u16::try_from(1024 + i % 50_000).expect("fits");
-    (SocketAddrV4::new(Ipv4Addr::new(10, 0, a, b), 80), SocketAddrV4::new(Ipv4Addr::new(10, 1, a, b), port))
-}
-
-/// A 60-byte Ethernet/IPv4/TCP frame of flow `i` to the model's default MAC.
-fn frame(i: u32) -> Vec<u8> {
-    let (local, remote) = flow(i);
-    let mut f = vec![
-        0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02, 0x08, 0x00, 0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 6, 0,
-        0,
-    ];
-    f.extend_from_slice(&remote.ip().octets());
-    f.extend_from_slice(&local.ip().octets());
-    f.extend_from_slice(&remote.port().to_be_bytes());
-    f.extend_from_slice(&local.port().to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
-    f.extend_from_slice(&[0xab; 6]);
-    assert_eq!(f.len(), 60);
-    f
-}
-
 /// The app's fixed per-packet work: the ones' complement sum of the frame (it reads every byte the
 /// NIC wrote), then `WORK_ROUNDS` rounds of an integer mix.
 #[inline(never)]
@@ -196,7 +177,7 @@ struct DriverSide<'c> {
 impl<'c> DriverSide<'c> {
     fn new(pool: &Pool, cache: &'c PoolCache, app: PacketTx) -> Self {
         let model = Model::new(SimConfig {
-            wire: Wire::Generator((0..FLOWS).map(frame).collect()),
+            wire: Wire::Generator((0..FLOWS).map(|i| tcp_frame(i, 6)).collect()),
             ..SimConfig::default()
         });
         let config = Config {
