@@ -19,8 +19,10 @@ pub trait CongestionControl: fmt::Debug + Send {
     /// The slow-start threshold (ssthresh), in bytes.
     fn ssthresh(&self) -> usize;
 
-    /// The handshake completed and the MSS is known: set the initial window.
-    fn on_established(&mut self, mss: usize);
+    /// The handshake completed and the MSS is known: the congestion window starts at
+    /// `initial_window` bytes (RFC 5681 §3.1's [`NewReno::initial_window`], or the larger one a
+    /// connection is configured with: RFC 6928's ten segments, as Linux).
+    fn on_established(&mut self, initial_window: usize);
 
     /// `acked` bytes of new data were acknowledged outside fast recovery, at `now`, with the
     /// smoothed RTT `srtt` (zero before the first sample).
@@ -120,8 +122,8 @@ impl CongestionControl for NewReno {
         self.ssthresh
     }
 
-    fn on_established(&mut self, mss: usize) {
-        self.cwnd = Self::initial_window(mss);
+    fn on_established(&mut self, initial_window: usize) {
+        self.cwnd = initial_window;
     }
 
     fn on_ack(&mut self, acked: usize, mss: usize, _now: Instant, _srtt: Duration) {
@@ -267,8 +269,8 @@ impl CongestionControl for Cubic {
         self.ssthresh
     }
 
-    fn on_established(&mut self, mss: usize) {
-        self.cwnd = NewReno::initial_window(mss) as f64;
+    fn on_established(&mut self, initial_window: usize) {
+        self.cwnd = initial_window as f64;
     }
 
     fn on_ack(&mut self, acked: usize, mss: usize, now: Instant, srtt: Duration) {
@@ -345,7 +347,7 @@ mod tests {
         let now = Instant::now();
         let rtt = Duration::from_millis(10);
         let mut c = CongestionAlgorithm::NewReno.build();
-        c.on_established(mss);
+        c.on_established(NewReno::initial_window(mss));
         assert_eq!(c.window(), 4000, "IW for SMSS <= 1095 is 4 segments");
         c.on_ack(3000, mss, now, rtt);
         assert_eq!(c.window(), 5000, "slow start: one SMSS per ACK at most");
@@ -387,7 +389,7 @@ mod tests {
     /// A CUBIC in congestion avoidance at `w` segments, just reduced by a loss at `w_max`.
     fn after_loss(w_max: usize, mss: usize) -> Cubic {
         let mut c = Cubic::new();
-        c.on_established(mss);
+        c.on_established(NewReno::initial_window(mss));
         c.cwnd = (w_max * mss) as f64;
         c.on_enter_recovery(w_max * mss, mss);
         c.on_exit_recovery(w_max * mss, mss);

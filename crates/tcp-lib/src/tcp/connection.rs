@@ -169,6 +169,10 @@ struct AckState {
     now: bool,
     /// Bytes received in order since our last ACK.
     unacked_bytes: usize,
+    /// In-order data segments still to acknowledge at once ([`Config::quick_acks`]).
+    quick: usize,
+    /// When the last in-order data segment arrived (`None`: none yet).
+    last_data: Option<Instant>,
 }
 
 /// Timestamps (RFC 7323).
@@ -273,7 +277,11 @@ fn distance(from: SeqNumber, to: SeqNumber) -> usize {
 
 impl Connection {
     fn new(config: Config, local: SocketAddrV4, remote: SocketAddrV4, iss: SeqNumber, now: Instant) -> Self {
-        let rcv_wscale = if config.window_scaling { wscale_for(config.recv_buffer) } else { 0 };
+        let rcv_wscale = match (config.window_scaling, config.rcv_wscale) {
+            (false, _) => 0,
+            (true, Some(shift)) => shift.min(MAX_WSCALE),
+            (true, None) => wscale_for(config.recv_buffer),
+        };
         Self {
             config,
             local,
@@ -316,7 +324,7 @@ impl Connection {
                 mss: usize::from(config.mss),
                 wscale: rcv_wscale,
             },
-            ack: AckState { pending: false, now: false, unacked_bytes: 0 },
+            ack: AckState { pending: false, now: false, unacked_bytes: 0, quick: 0, last_data: None },
             ts: Timestamps {
                 ok: false,
                 epoch: now,

@@ -257,6 +257,11 @@ pub struct Config {
     pub mss: u16,
     /// Offer window scaling (RFC 7323).
     pub window_scaling: bool,
+    /// The window scale shift to announce (RFC 7323 §2.3, at most 14); `None`: the smallest that
+    /// lets the whole [`recv_buffer`](Self::recv_buffer) be advertised. Linux announces the shift
+    /// for the largest buffer its receive autotuning may grow to (`tcp_rmem[2]`: 8 for its
+    /// default 6 MiB and more), so a peer modelling Linux sets it.
+    pub rcv_wscale: Option<u8>,
     /// Offer timestamps (RFC 7323).
     pub timestamps: bool,
     /// Offer SACK (RFC 2018).
@@ -273,6 +278,11 @@ pub struct Config {
     pub syn_retries: u32,
     /// Longest ACK delay (`None`: acknowledge every segment at once). RFC 1122 allows up to 500 ms.
     pub delayed_ack: Option<Duration>,
+    /// Acknowledge up to this many of the first in-order data segments of a connection at once
+    /// instead of delaying them, and again after the connection sat idle longer than the RTO
+    /// (Linux's quick-ACK mode, which allows 16): the sender is in slow start then and each ACK
+    /// grows its window. 0 (the default): delay from the first segment.
+    pub quick_acks: usize,
     /// Keepalive probing (`None`: off, the default).
     pub keepalive: Option<Keepalive>,
     /// Disable Nagle's algorithm from the start.
@@ -281,6 +291,9 @@ pub struct Config {
     pub max_ooo_ranges: usize,
     /// Congestion control (CUBIC by default).
     pub congestion: CongestionAlgorithm,
+    /// The initial congestion window in segments; `None` (the default): RFC 5681 §3.1's two to
+    /// four segments by SMSS. Linux starts with ten (RFC 6928).
+    pub initial_window: Option<usize>,
     /// Most RFC 5961 challenge ACKs (for an in-window RST or SYN, or an unacceptable ACK) one
     /// connection sends per second (RFC 5961 §7); more are suppressed and counted in
     /// [`Stats::challenge_acks_suppressed`]. A per-connection limit (the default, 1000, is Linux's
@@ -295,6 +308,7 @@ impl Default for Config {
             recv_buffer: 64 * 1024,
             mss: 1460,
             window_scaling: true,
+            rcv_wscale: None,
             timestamps: true,
             sack: true,
             msl: Duration::from_secs(30),
@@ -303,10 +317,12 @@ impl Default for Config {
             max_retransmits: 12,
             syn_retries: 6,
             delayed_ack: Some(Duration::from_millis(40)),
+            quick_acks: 0,
             keepalive: None,
             nodelay: false,
             max_ooo_ranges: 8,
             congestion: CongestionAlgorithm::Cubic,
+            initial_window: None,
             challenge_ack_limit: 1000,
         }
     }

@@ -7,6 +7,7 @@
 use std::time::Instant;
 
 use super::{Connection, DEFAULT_MSS, MAX_WSCALE, MIN_MSS, TS_OPTION_LEN, distance};
+use crate::tcp::congestion::NewReno;
 use crate::tcp::rules::{self, acceptable};
 use crate::tcp::{ConnectionError, State, reset_for};
 use crate::wire::{TcpControl, TcpRepr};
@@ -43,7 +44,11 @@ impl Connection {
         self.snd.wl1 = syn.seq_number;
         self.rcv.adv = self.rcv.nxt + self.rcv.buf.free().min(usize::from(u16::MAX));
         self.ts.last_ack_sent = self.rcv.nxt;
-        self.cc.on_established(self.snd.mss);
+        let initial_window = match self.config.initial_window {
+            Some(segments) => segments.saturating_mul(self.snd.mss),
+            None => NewReno::initial_window(self.snd.mss),
+        };
+        self.cc.on_established(initial_window);
     }
 
     /// Processes one segment that the caller demultiplexed to this connection (RFC 9293
@@ -335,7 +340,8 @@ impl Connection {
                 self.stats.bytes_in += reach as u64;
                 self.ack.unacked_bytes += reach;
                 self.ack.pending = true;
-                if filled_hole || self.ack.unacked_bytes >= 2 * self.rcv.mss {
+                let quick = self.quick_ack(now);
+                if filled_hole || quick || self.ack.unacked_bytes >= 2 * self.rcv.mss {
                     self.ack.now = true;
                 } else if let Some(delay) = self.config.delayed_ack {
                     self.timers.delayed_ack.get_or_insert(now + delay);
@@ -390,6 +396,29 @@ impl Connection {
             }
             State::FinWait2 => self.enter_time_wait(now),
             _ => {}
+        }
+    }
+
+    /// Whether this in-order data segment is acknowledged at once as one of the first of the
+    /// connection, or of a burst after the connection sat idle longer than the RTO
+    /// ([`Config::quick_acks`](crate::tcp::Config::quick_acks)): the sender is in slow start then,
+    /// and every ACK grows its window. At most half the receive window in segments, at least two.
+    fn quick_ack(&mut self, now: Instant) -> bool {
+        let limit = self.config.quick_acks;
+        if limit == 0 {
+            return false;
+        }
+        let idle = self.ack.last_data.is_some_and(|t| now.saturating_duration_since(t) > self.rtt.rto());
+        if self.ack.last_data.is_none() || idle {
+            let half_window = self.rcv.buf.free() / (2 * self.rcv.mss.max(1));
+            self.ack.quick = self.ack.quick.max(half_window.clamp(2, limit.max(2)).min(limit));
+        }
+        self.ack.last_data = Some(now);
+        if self.ack.quick > 0 {
+            self.ack.quick -= 1;
+            true
+        } else {
+            false
         }
     }
 }

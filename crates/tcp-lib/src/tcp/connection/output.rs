@@ -274,7 +274,9 @@ impl Connection {
         }
         let control = if fin { TcpControl::Fin } else { TcpControl::None };
         let mut repr = self.header(now, control, seq);
-        repr.push = n > 0;
+        // A resent segment carries PSH when it ends the data written so far, as the original
+        // last segment of a write did; a resent piece from the middle does not.
+        repr.push = n > 0 && offset + n == self.snd.stream.len();
         self.stats.retransmits += 1;
         if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
             self.snd.rtt_timing = None;

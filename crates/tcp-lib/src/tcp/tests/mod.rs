@@ -30,6 +30,7 @@ macro_rules! recv {
 }
 
 mod fuzz;
+mod linux_profile;
 mod pair;
 mod scripted;
 mod time_wait;

@@ -1,0 +1,190 @@
+//! The thread that owns the [`Host`], and the calls packetdrill's threads make to it.
+//!
+//! packetdrill calls the interface from two threads: its main thread (packets, time, non-blocking
+//! calls) and a system-call thread that makes the blocking calls and must *sleep* in them
+//! (packetdrill reads the thread's state from `/proc` to know it is blocked). The stack is owned
+//! by one thread, as everywhere in this workspace, so every call is a message to that thread:
+//!
+//! * a **socket call** is a closure run on the host; when it cannot finish (a blocking `accept`,
+//!   `read`, `write`, `connect`, `poll`), it is *parked* and its caller sleeps on its reply
+//!   channel;
+//! * a **clock or link call** (`usleep`, `gettimeofday`, `netdev_send`, `netdev_receive`) moves
+//!   time or feeds the stack, and retries the parked calls after every step.
+//!
+//! Parked calls are retried before the call that unblocked them returns, so a blocking `read`
+//! finishes at the virtual instant its data arrived, not whenever its thread next runs: the
+//! outcome of a script does not depend on thread scheduling.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+
+use crate::fds::Errno;
+use crate::host::Host;
+use crate::profile::Profile;
+use crate::socket::Outcome;
+
+/// A socket call: `true` once it has finished (and replied).
+type Job = Box<dyn FnMut(&mut Host) -> bool + Send>;
+/// A clock or link call.
+type Step = Box<dyn FnOnce(&mut Host, &mut Parked) + Send>;
+
+enum Msg {
+    Call(Job),
+    Step(Step),
+}
+
+/// The socket calls waiting for the stack to move.
+#[derive(Default)]
+pub struct Parked(Vec<Job>);
+
+impl std::fmt::Debug for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Parked({} calls)", self.0.len())
+    }
+}
+
+impl Parked {
+    /// Runs every parked call again, as long as one of them finishes (one finishing can unblock
+    /// another), flushing what each sends.
+    pub fn retry(&mut self, host: &mut Host) {
+        loop {
+            let before = self.0.len();
+            let jobs = std::mem::take(&mut self.0);
+            for mut job in jobs {
+                if job(host) {
+                    host.flush();
+                } else {
+                    self.0.push(job);
+                }
+            }
+            if self.0.len() == before {
+                break;
+            }
+        }
+    }
+
+    /// How many calls wait.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none waits.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The handle packetdrill's threads hold: a sender to the host's thread.
+#[derive(Debug)]
+pub struct Actor {
+    tx: Option<Sender<Msg>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Call(_) => "Call",
+            Self::Step(_) => "Step",
+        })
+    }
+}
+
+/// The host thread is gone (it panicked): every later call fails with `EIO`.
+const GONE: Errno = Errno(libc::EIO);
+
+impl Actor {
+    /// Starts the host's thread with a stack configured by `profile`.
+    ///
+    /// # Errors
+    /// Why the host could not be built (its buffer pool), or the thread not started.
+    pub fn spawn(profile: Profile) -> Result<Self, String> {
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), String>>(1);
+        let thread = std::thread::Builder::new()
+            .name("packetdrill-shim".into())
+            .spawn(move || match Host::new(profile) {
+                Ok(host) => {
+                    let _ = ready_tx.send(Ok(()));
+                    serve(host, &rx);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("the stack's buffer pool: {e}")));
+                }
+            })
+            .map_err(|e| format!("cannot start the host thread: {e}"))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Self { tx: Some(tx), thread: Some(thread) }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err("the host thread stopped while starting".into()),
+        }
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), Errno> {
+        self.tx.as_ref().ok_or(GONE)?.send(msg).map_err(|_| GONE)
+    }
+
+    /// Runs a socket call on the host, parking it while it is [`Outcome::Blocked`]; returns its
+    /// result once it finished. The calling thread sleeps meanwhile.
+    ///
+    /// # Errors
+    /// The call's errno, or `EIO` when the host thread is gone.
+    pub fn call<T: Send + 'static>(
+        &self,
+        mut f: impl FnMut(&mut Host) -> Outcome<T> + Send + 'static,
+    ) -> Result<T, Errno> {
+        let (reply, wait) = mpsc::sync_channel(1);
+        let job: Job = Box::new(move |host| match f(host) {
+            Outcome::Done(r) => {
+                let _ = reply.send(r);
+                true
+            }
+            Outcome::Blocked => false,
+        });
+        self.send(Msg::Call(job))?;
+        wait.recv().map_err(|_| GONE)?
+    }
+
+    /// Runs a clock or link step on the host and returns its value.
+    ///
+    /// # Errors
+    /// `EIO` when the host thread is gone.
+    pub fn step<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Host, &mut Parked) -> T + Send + 'static,
+    ) -> Result<T, Errno> {
+        let (reply, wait) = mpsc::sync_channel(1);
+        self.send(Msg::Step(Box::new(move |host, parked| {
+            let _ = reply.send(f(host, parked));
+        })))?;
+        wait.recv().map_err(|_| GONE)
+    }
+}
+
+impl Drop for Actor {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn serve(mut host: Host, rx: &Receiver<Msg>) {
+    let mut parked = Parked::default();
+    for msg in rx {
+        match msg {
+            Msg::Call(mut job) => {
+                let done = job(&mut host);
+                host.flush();
+                if !done {
+                    parked.0.push(job);
+                }
+            }
+            Msg::Step(step) => step(&mut host, &mut parked),
+        }
+        parked.retry(&mut host);
+    }
+}

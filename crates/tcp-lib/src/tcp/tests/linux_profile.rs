@@ -1,0 +1,114 @@
+//! The knobs a Linux-like configuration sets, each against the default that leaves it off:
+//! the announced window scale ([`Config::rcv_wscale`]), the initial window
+//! ([`Config::initial_window`], RFC 6928), quick ACKs at the start of a connection
+//! ([`Config::quick_acks`]), and PSH on resent segments.
+
+use std::time::Duration;
+
+use super::{LOCAL_SEQ, REMOTE_SEQ, SEND_TEMPL, Script, script_config, syn_from_peer};
+use crate::tcp::{Config, State};
+use crate::wire::TcpRepr;
+
+/// A passive open under `config`, completed: the SYN-ACK and the handshake's ACK consumed.
+fn established(config: Config) -> Script {
+    let mut s = Script::accept_with(config, syn_from_peer());
+    let synack = s.drain();
+    assert_eq!(synack.len(), 1);
+    s.send(&TcpRepr { ack_number: Some(LOCAL_SEQ + 1), window_len: 60_000, ..SEND_TEMPL });
+    assert_eq!(s.conn.state(), State::Established);
+    s.drain();
+    s
+}
+
+#[test]
+fn rcv_wscale_sets_the_announced_shift() {
+    let syn = TcpRepr { window_scale: Some(7), ..syn_from_peer() };
+    let config = Config { window_scaling: true, recv_buffer: 540_000, ..script_config() };
+    let mut s = Script::accept_with(config, syn);
+    assert_eq!(s.drain()[0].repr.window_scale, Some(4), "the smallest shift for 540 000 bytes");
+    let mut s = Script::accept_with(Config { rcv_wscale: Some(8), ..config }, syn);
+    assert_eq!(s.drain()[0].repr.window_scale, Some(8), "the configured shift");
+    let mut s = Script::accept_with(Config { rcv_wscale: Some(20), ..config }, syn);
+    assert_eq!(s.drain()[0].repr.window_scale, Some(14), "clamped to RFC 7323's 14");
+}
+
+/// Segments of new data the connection sends at once after the application queues plenty.
+fn first_flight(config: Config) -> usize {
+    let mut s = established(Config { send_buffer: 100_000, ..config });
+    assert_eq!(s.conn.send(&[7; 50_000]), 50_000);
+    s.drain().iter().filter(|t| !t.payload.is_empty()).count()
+}
+
+#[test]
+fn initial_window_sets_the_first_flight() {
+    // The peer's MSS is 1460: RFC 5681 allows three segments, RFC 6928 ten.
+    assert_eq!(first_flight(script_config()), 3);
+    assert_eq!(first_flight(Config { initial_window: Some(10), ..script_config() }), 10);
+}
+
+/// How many of `n` one-byte data segments, 1 ms apart, were acknowledged at once.
+fn acked_at_once(config: Config, n: usize) -> usize {
+    let mut s =
+        established(Config { delayed_ack: Some(Duration::from_millis(40)), recv_buffer: 64_000, ..config });
+    let mut at_once = 0;
+    for i in 0..n {
+        let seq = REMOTE_SEQ + 1 + i;
+        s.send(&TcpRepr { seq_number: seq, ack_number: Some(LOCAL_SEQ + 1), payload: b"x", ..SEND_TEMPL });
+        if !s.drain().is_empty() {
+            at_once += 1;
+        }
+        s.advance(Duration::from_millis(1));
+        // Whatever the delayed-ACK timer sends is not "at once".
+        s.drain();
+    }
+    at_once
+}
+
+#[test]
+fn quick_acks_acknowledge_the_first_segments_at_once() {
+    // Delayed ACKs alone: one-byte segments never add up to the two full segments that force an
+    // ACK, so each waits for the timer.
+    assert_eq!(acked_at_once(script_config(), 20), 0);
+    // Quick ACKs: the first 16, then delayed again.
+    assert_eq!(acked_at_once(Config { quick_acks: 16, ..script_config() }, 20), 16);
+    assert_eq!(acked_at_once(Config { quick_acks: 4, ..script_config() }, 20), 4);
+}
+
+#[test]
+fn quick_acks_return_after_an_idle_period() {
+    let config = Config { quick_acks: 2, delayed_ack: Some(Duration::from_millis(40)), ..script_config() };
+    let mut s = established(config);
+    let mut at_once = Vec::new();
+    for (i, gap) in [0, 1, 1, 1, 5000, 1, 1].into_iter().enumerate() {
+        s.advance(Duration::from_millis(gap));
+        s.drain();
+        let seq = REMOTE_SEQ + 1 + i;
+        s.send(&TcpRepr { seq_number: seq, ack_number: Some(LOCAL_SEQ + 1), payload: b"x", ..SEND_TEMPL });
+        at_once.push(!s.drain().is_empty());
+        s.advance(Duration::from_millis(50));
+        s.drain();
+    }
+    // Two quick ACKs, delayed ones, then after 5 s of silence (more than the RTO) two more.
+    assert_eq!(at_once, [true, true, false, false, true, true, false]);
+}
+
+#[test]
+fn a_resent_segment_carries_psh_only_when_it_ends_the_written_data() {
+    let mut s = established(Config { send_buffer: 10_000, initial_window: Some(10), ..script_config() });
+    assert_eq!(s.conn.send(&[1; 3 * 1460]), 3 * 1460);
+    let first: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
+    assert_eq!(first.iter().map(|t| t.repr.push).collect::<Vec<_>>(), [false, false, true]);
+    // The retransmission timer resends the first segment (not the end of the data): no PSH.
+    s.advance(Duration::from_millis(1100));
+    let resent: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
+    assert_eq!(resent[0].repr.seq_number, LOCAL_SEQ + 1);
+    assert!(!resent[0].repr.push, "{:?}", resent[0].repr);
+    // The peer acknowledges the first two segments; the third, resent, ends the data: PSH.
+    let acked = LOCAL_SEQ + 1 + 2 * first[0].payload.len();
+    s.send(&TcpRepr { ack_number: Some(acked), window_len: 60_000, ..SEND_TEMPL });
+    s.drain();
+    s.advance(Duration::from_secs(3));
+    let resent: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
+    assert_eq!(resent[0].repr.seq_number, acked);
+    assert!(resent[0].repr.push, "{:?}", resent[0].repr);
+}
