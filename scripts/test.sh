@@ -25,7 +25,7 @@ failed=0
 stage() { printf '\n==> [%4ds] %s\n' $((SECONDS - STARTED)) "$*"; }
 
 # Debian packages the tests and benchmarks use. Installed only when missing, and only as root.
-APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core iptables ethtool)
+APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core iptables ethtool bison flex)
 install_packages() {
   local missing=()
   for p in "${APT_PACKAGES[@]}"; do
@@ -99,6 +99,12 @@ else
   echo "tests: $passed passed, $((failed + 1)) failed"
   exit 1
 fi
+
+# packetdrill, built from ../shared/packetdrill, runs the Linux TCP developers' scripts against
+# tcp-lib through crates/packetdrill-shim (seconds: virtual time); fails when a script outside
+# crates/packetdrill-shim/expectations.txt fails, or a listed one starts passing.
+stage "packetdrill against tcp-lib (scripts/packetdrill.sh --check)"
+timeout 600 scripts/packetdrill.sh --check || { echo "tests: $passed passed, $((failed + 1)) failed"; exit 1; }
 
 if [ "$QUICK" != 1 ]; then
   stage "loom models"
