@@ -110,6 +110,9 @@ struct ConfigIn {
     max_ooo_ranges: u8,
     newreno: bool,
     challenge_ack_limit: u8,
+    rcv_wscale: Option<u8>,
+    initial_window: Option<u8>,
+    quick_acks: u8,
 }
 
 impl ConfigIn {
@@ -138,6 +141,9 @@ impl ConfigIn {
             max_ooo_ranges: usize::from(self.max_ooo_ranges % 17),
             congestion: if self.newreno { CongestionAlgorithm::NewReno } else { CongestionAlgorithm::Cubic },
             challenge_ack_limit: [0, 1, 10, 1000][usize::from(self.challenge_ack_limit % 4)],
+            rcv_wscale: self.rcv_wscale.map(|s| s % 16),
+            initial_window: self.initial_window.map(|n| usize::from(n % 65)),
+            quick_acks: usize::from(self.quick_acks % 33),
         }
     }
 }
