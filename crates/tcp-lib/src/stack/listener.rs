@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::hash;
 use super::{Error, ListenerConfig, ListenerId, Phase, Stack, StreamId};
-use crate::tcp::{Connection, ListenAction, State, listen_reply};
+use crate::tcp::{self, Connection, ListenAction, State, listen_reply};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
 /// Receives the connections a listener establishes, instead of the listener's own accept queue:
@@ -38,6 +38,8 @@ pub trait AcceptHook {
 pub(super) struct Listener {
     pub(super) port: u16,
     pub(super) config: ListenerConfig,
+    /// The configuration of the connections it accepts (`None`: the stack's).
+    pub(super) tcp: Option<tcp::Config>,
     pub(super) syn_queue: usize,
     pub(super) accept_queue: VecDeque<StreamId>,
     pub(super) last_overflow: Option<Instant>,
@@ -63,8 +65,14 @@ impl Stack {
         if self.listener_ports.contains_key(&port) {
             return Err(Error::AddrInUse);
         }
-        let listener =
-            Listener { port, config, syn_queue: 0, accept_queue: VecDeque::new(), last_overflow: None };
+        let listener = Listener {
+            port,
+            config,
+            tcp: None,
+            syn_queue: 0,
+            accept_queue: VecDeque::new(),
+            last_overflow: None,
+        };
         let index = self.listeners.insert(listener);
         self.listener_ports.insert(port, index);
         Ok(ListenerId { index, generation: self.listeners.generation(index).unwrap_or(0) })
@@ -76,6 +84,19 @@ impl Stack {
 
     pub(super) fn listener_mut(&mut self, id: ListenerId) -> Option<&mut Listener> {
         self.listeners.get_checked_mut(id.index, id.generation)
+    }
+
+    /// Sets the configuration of the connections `listener` accepts from now on (by default the
+    /// stack's [`Config::tcp`](super::Config::tcp)), as socket options set on a listening socket
+    /// carry over to the connections it accepts: buffer sizes, the MSS (clamped to the MTU's),
+    /// Nagle, keepalive. SYN cookies announce and decode its MSS too.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn set_listener_tcp(&mut self, listener: ListenerId, mut tcp: tcp::Config) -> Result<(), Error> {
+        tcp.mss = tcp.mss.min(self.mtu_mss());
+        self.listener_mut(listener).ok_or(Error::InvalidHandle)?.tcp = Some(tcp);
+        Ok(())
     }
 
     /// The next established connection of `listener`, oldest first.
@@ -130,6 +151,7 @@ impl Stack {
         let since = now - self.epoch;
         let Some(l) = self.listener(id) else { return };
         let lconfig = l.config;
+        let tcp = l.tcp.unwrap_or(self.config.tcp);
         let recent_overflow = l.last_overflow.is_some_and(|t| now - t < hash::COOKIE_PERIOD * 2);
         let syn_queue = l.syn_queue;
         match listen_reply(seg) {
@@ -158,7 +180,7 @@ impl Stack {
                 }
                 if syn_queue < lconfig.syn_queue {
                     let iss = hash::isn(&self.key, local, remote, since);
-                    let Some(conn) = Connection::accept(self.config.tcp, local, remote, seg, iss, now) else {
+                    let Some(conn) = Connection::accept(tcp, local, remote, seg, iss, now) else {
                         return;
                     };
                     if let Some(l) = self.listener_mut(id) {
@@ -173,7 +195,7 @@ impl Stack {
                     if let Some(l) = self.listener_mut(id) {
                         l.last_overflow = Some(now);
                     }
-                    let peer_mss = seg.max_seg_size.unwrap_or(536).min(self.config.tcp.mss);
+                    let peer_mss = seg.max_seg_size.unwrap_or(536).min(tcp.mss);
                     let index = hash::cookie_mss_index(peer_mss);
                     let count = hash::cookie_count(since);
                     let iss = hash::cookie(&self.key, local, remote, seg.seq_number, count, index);
@@ -183,8 +205,8 @@ impl Stack {
                         control: TcpControl::Syn,
                         seq_number: iss,
                         ack_number: Some(seg.seq_number + 1),
-                        window_len: u16::try_from(self.config.tcp.recv_buffer).unwrap_or(u16::MAX),
-                        max_seg_size: Some(self.config.tcp.mss),
+                        window_len: u16::try_from(tcp.recv_buffer).unwrap_or(u16::MAX),
+                        max_seg_size: Some(tcp.mss),
                         ..TcpRepr::default()
                     };
                     self.send_tcp_control(local, remote, &synack);
@@ -227,7 +249,8 @@ impl Stack {
             ..TcpRepr::default()
         };
         let now = self.now;
-        let Some(mut conn) = Connection::accept(self.config.tcp, local, remote, &syn, our_isn, now) else {
+        let tcp = self.listener(id).and_then(|l| l.tcp).unwrap_or(self.config.tcp);
+        let Some(mut conn) = Connection::accept(tcp, local, remote, &syn, our_isn, now) else {
             return;
         };
         // The SYN-ACK it would send went out already, as the cookie.

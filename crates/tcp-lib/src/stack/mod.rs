@@ -307,12 +307,21 @@ impl fmt::Debug for Stack {
     }
 }
 
+/// The largest MSS an MTU allows (IPv4 and TCP headers without options), at least 64.
+fn mtu_mss(mtu: usize) -> u16 {
+    u16::try_from(mtu.saturating_sub(IP_LEN + 20)).unwrap_or(u16::MAX).max(64)
+}
+
 impl Stack {
+    /// The largest MSS this interface's MTU allows.
+    pub(super) fn mtu_mss(&self) -> u16 {
+        mtu_mss(self.config.mtu)
+    }
+
     /// A stack for one interface, at time `now`. Queues a gratuitous ARP when configured.
     #[must_use]
     pub fn new(mut config: Config, now: Instant) -> Self {
-        let mss = u16::try_from(config.mtu.saturating_sub(IP_LEN + 20)).unwrap_or(u16::MAX).max(64);
-        config.tcp.mss = config.tcp.mss.min(mss);
+        config.tcp.mss = config.tcp.mss.min(mtu_mss(config.mtu));
         let key = config.secret_seed.map_or_else(Key::random, Key::from_seed);
         let port_key = Key([key.0[0] ^ 0x706f_7274, key.0[1].rotate_left(17)]);
         let tables = TableHash::new(&key);

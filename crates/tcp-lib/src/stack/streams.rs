@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::hash::{self, FlowKey};
 use super::{Error, Phase, PreparedSegments, Stack, StreamId};
-use crate::tcp::{Connection, ConnectionError, State, Stats};
+use crate::tcp::{self, Connection, ConnectionError, State, Stats};
 
 impl Stack {
     /// Opens a connection to `remote` from an ephemeral port (RFC 6056 algorithm 3, through the
@@ -16,6 +16,17 @@ impl Stack {
     /// # Errors
     /// [`Error::Unreachable`], [`Error::NoPorts`], [`Error::TooManyConnections`].
     pub fn connect(&mut self, remote: SocketAddrV4) -> Result<StreamId, Error> {
+        self.connect_with(remote, self.config.tcp)
+    }
+
+    /// [`connect`](Self::connect) with a configuration of its own instead of the stack's
+    /// [`Config::tcp`](super::Config::tcp) (socket options set before `connect`: buffer sizes,
+    /// the MSS, clamped to the MTU's, Nagle, keepalive).
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub fn connect_with(&mut self, remote: SocketAddrV4, mut tcp: tcp::Config) -> Result<StreamId, Error> {
+        tcp.mss = tcp.mss.min(self.mtu_mss());
         if remote.port() == 0 {
             return Err(Error::InvalidPort);
         }
@@ -36,7 +47,7 @@ impl Stack {
             .ok_or(Error::NoPorts)?;
         let local = SocketAddrV4::new(ip, port);
         let iss = hash::isn(&self.key, local, remote, self.now - self.epoch);
-        let conn = Connection::connect(self.config.tcp, local, remote, iss, self.now);
+        let conn = Connection::connect(tcp, local, remote, iss, self.now);
         let index = self.insert(conn, None, Phase::Open, true);
         self.stats.connections_opened += 1;
         Ok(self.stream_id(index))

@@ -259,8 +259,8 @@ pub struct Config {
     pub window_scaling: bool,
     /// The window scale shift to announce (RFC 7323 §2.3, at most 14); `None`: the smallest that
     /// lets the whole [`recv_buffer`](Self::recv_buffer) be advertised. Linux announces the shift
-    /// for the largest buffer its receive autotuning may grow to (`tcp_rmem[2]`: 8 for its
-    /// default 6 MiB and more), so a peer modelling Linux sets it.
+    /// for the largest buffer its receive autotuning may grow to (`tcp_rmem[2]`: 7 for its
+    /// default 6 MiB, 8 for 8 to 16 MiB), so a peer modelling Linux sets it.
     pub rcv_wscale: Option<u8>,
     /// Offer timestamps (RFC 7323).
     pub timestamps: bool,
