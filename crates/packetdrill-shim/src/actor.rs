@@ -12,11 +12,17 @@
 //!   time or feeds the stack, and retries the parked calls after every step.
 //!
 //! Parked calls are retried before the call that unblocked them returns, so a blocking `read`
-//! finishes at the virtual instant its data arrived, not whenever its thread next runs: the
-//! outcome of a script does not depend on thread scheduling.
+//! finishes at the virtual instant its data arrived. packetdrill then reads the clock on the
+//! system-call thread to check when the call returned; until that thread has made its next call
+//! (that reading), clock and link steps from the other thread wait (a *fence*), so the main
+//! thread cannot move time past the return before it is read. The outcome of a script does not
+//! depend on thread scheduling. A fence lasts at most [`FENCE`] of real time, in case the woken
+//! thread never calls again.
 
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::thread::JoinHandle;
+use std::collections::VecDeque;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::Duration;
 
 use crate::fds::Errno;
 use crate::host::Host;
@@ -28,18 +34,33 @@ type Job = Box<dyn FnMut(&mut Host) -> bool + Send>;
 /// A clock or link call.
 type Step = Box<dyn FnOnce(&mut Host, &mut Parked) + Send>;
 
+/// The longest a fence holds the other thread's steps back, in real time.
+pub const FENCE: Duration = Duration::from_millis(500);
+
 enum Msg {
-    Call(Job),
-    Step(Step),
+    Call(ThreadId, Job),
+    Step(ThreadId, Step),
 }
 
-/// The socket calls waiting for the stack to move.
+impl Msg {
+    fn thread(&self) -> ThreadId {
+        match self {
+            Self::Call(t, _) | Self::Step(t, _) => *t,
+        }
+    }
+}
+
+/// The socket calls waiting for the stack to move, and the threads whose parked call finished
+/// and that have not called again since (the fence).
 #[derive(Default)]
-pub struct Parked(Vec<Job>);
+pub struct Parked {
+    jobs: Vec<(ThreadId, Job)>,
+    woken: Vec<ThreadId>,
+}
 
 impl std::fmt::Debug for Parked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Parked({} calls)", self.0.len())
+        write!(f, "Parked({} calls, {} woken)", self.jobs.len(), self.woken.len())
     }
 }
 
@@ -48,16 +69,17 @@ impl Parked {
     /// another), flushing what each sends.
     pub fn retry(&mut self, host: &mut Host) {
         loop {
-            let before = self.0.len();
-            let jobs = std::mem::take(&mut self.0);
-            for mut job in jobs {
+            let before = self.jobs.len();
+            let jobs = std::mem::take(&mut self.jobs);
+            for (thread, mut job) in jobs {
                 if job(host) {
                     host.flush();
+                    self.woken.push(thread);
                 } else {
-                    self.0.push(job);
+                    self.jobs.push((thread, job));
                 }
             }
-            if self.0.len() == before {
+            if self.jobs.len() == before {
                 break;
             }
         }
@@ -66,13 +88,13 @@ impl Parked {
     /// How many calls wait.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.jobs.len()
     }
 
     /// Whether none waits.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.jobs.is_empty()
     }
 }
 
@@ -86,8 +108,8 @@ pub struct Actor {
 impl std::fmt::Debug for Msg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Self::Call(_) => "Call",
-            Self::Step(_) => "Step",
+            Self::Call(..) => "Call",
+            Self::Step(..) => "Step",
         })
     }
 }
@@ -143,7 +165,7 @@ impl Actor {
             }
             Outcome::Blocked => false,
         });
-        self.send(Msg::Call(job))?;
+        self.send(Msg::Call(std::thread::current().id(), job))?;
         wait.recv().map_err(|_| GONE)?
     }
 
@@ -156,9 +178,12 @@ impl Actor {
         f: impl FnOnce(&mut Host, &mut Parked) -> T + Send + 'static,
     ) -> Result<T, Errno> {
         let (reply, wait) = mpsc::sync_channel(1);
-        self.send(Msg::Step(Box::new(move |host, parked| {
-            let _ = reply.send(f(host, parked));
-        })))?;
+        self.send(Msg::Step(
+            std::thread::current().id(),
+            Box::new(move |host, parked| {
+                let _ = reply.send(f(host, parked));
+            }),
+        ))?;
         wait.recv().map_err(|_| GONE)
     }
 }
@@ -174,16 +199,42 @@ impl Drop for Actor {
 
 fn serve(mut host: Host, rx: &Receiver<Msg>) {
     let mut parked = Parked::default();
-    for msg in rx {
+    let mut deferred: VecDeque<Msg> = VecDeque::new();
+    loop {
+        let msg = if !parked.woken.is_empty() {
+            match rx.recv_timeout(FENCE) {
+                Ok(msg) => msg,
+                Err(RecvTimeoutError::Timeout) => {
+                    parked.woken.clear();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        } else if let Some(msg) = deferred.pop_front() {
+            msg
+        } else {
+            match rx.recv() {
+                Ok(msg) => msg,
+                Err(_) => break,
+            }
+        };
+        let from = msg.thread();
+        if let Some(i) = parked.woken.iter().position(|&t| t == from) {
+            parked.woken.swap_remove(i);
+        } else if !parked.woken.is_empty() && matches!(msg, Msg::Step(..)) {
+            // Time must not move until the woken thread has read the clock.
+            deferred.push_back(msg);
+            continue;
+        }
         match msg {
-            Msg::Call(mut job) => {
+            Msg::Call(thread, mut job) => {
                 let done = job(&mut host);
                 host.flush();
                 if !done {
-                    parked.0.push(job);
+                    parked.jobs.push((thread, job));
                 }
             }
-            Msg::Step(step) => step(&mut host, &mut parked),
+            Msg::Step(_, step) => step(&mut host, &mut parked),
         }
         parked.retry(&mut host);
     }

@@ -19,7 +19,8 @@
 //! * [`host`]: the stack on virtual time, and the link below it (Ethernet added and stripped, ARP
 //!   answered by the shim);
 //! * [`socket`]: the socket calls, with Linux's errno values, over the descriptor table in [`fds`];
-//! * [`profile`]: `--so_flags`, and the Linux-compatible configuration profile.
+//! * [`profile`]: `--so_flags`, and the Linux-compatible configuration profile;
+//! * [`sysctl`]: the namespace's `net.ipv4` sysctls, read as a script sets them.
 //!
 //! The shim implements IPv4 TCP sockets: `socket`, `bind`, `listen`, `accept`, `connect`, the
 //! read and write families (vectors and messages included), `close`, `shutdown`, `fcntl`
@@ -33,6 +34,7 @@ pub mod ffi;
 pub mod host;
 pub mod profile;
 pub mod socket;
+pub mod sysctl;
 
 pub use actor::Actor;
 pub use fds::Errno;

@@ -11,6 +11,7 @@
 //! | `mtu` | `1500` | the IP MTU |
 //! | `profile` | `linux` | `linux` ([`Defaults::Linux`], see [`Profile::tcp`]) or `tcp-lib` (the library's own defaults) |
 //! | `horizon` | `600` | seconds of virtual time `netdev_receive` waits for the stack to send |
+//! | `sysctls` | `on` | under `linux`, read the namespace's sysctls ([`crate::sysctl`]); `off`: the profile alone |
 //!
 //! An unknown key or a malformed value is an error that names the key: a misspelt flag must not
 //! silently test another configuration.
@@ -56,6 +57,8 @@ pub struct Profile {
     /// How far `netdev_receive` advances virtual time looking for a packet before it reports
     /// that the stack sent nothing.
     pub horizon: Duration,
+    /// Under [`Defaults::Linux`], read the namespace's sysctls as sockets are configured.
+    pub sysctls: bool,
 }
 
 impl Default for Profile {
@@ -67,6 +70,7 @@ impl Default for Profile {
             mtu: 1500,
             defaults: Defaults::Linux,
             horizon: Duration::from_secs(600),
+            sysctls: true,
         }
     }
 }
@@ -84,7 +88,7 @@ impl fmt::Display for FlagError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "--so_flags: `{}`: {} (keys: local_ip, prefix, gateway_ip, mtu, profile=linux|tcp-lib, horizon)",
+            "--so_flags: `{}`: {} (keys: local_ip, prefix, gateway_ip, mtu, profile=linux|tcp-lib, horizon, sysctls=on|off)",
             self.flag, self.why
         )
     }
@@ -124,6 +128,13 @@ impl Profile {
                         "linux" => Defaults::Linux,
                         "tcp-lib" => Defaults::TcpLib,
                         _ => return Err(err("profiles: linux, tcp-lib")),
+                    };
+                }
+                "sysctls" => {
+                    p.sysctls = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(err("sysctls: on, off")),
                     };
                 }
                 "horizon" => {

@@ -10,10 +10,12 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use tcp_lib::stack::{Error, ListenerConfig, StreamId};
-use tcp_lib::tcp::{ConnectionError, State};
+use tcp_lib::tcp::{self, ConnectionError, Keepalive, State};
 
 use crate::fds::{Errno, Kind, Options, Socket};
 use crate::host::Host;
+use crate::profile::Defaults;
+use crate::sysctl;
 
 /// What a socket call came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +81,39 @@ fn positive(v: i32) -> Result<u32, Errno> {
 }
 
 impl Host {
+    /// The configuration of a connection opened or accepted through a socket with `opts`: the
+    /// profile's, then (profile `linux`) the namespace's sysctls, then the socket's options.
+    fn tcp_config(&self, opts: &Options) -> tcp::Config {
+        let mut c = self.profile.tcp();
+        let linux = self.profile.defaults == Defaults::Linux;
+        let sysctls = linux && self.profile.sysctls;
+        if sysctls {
+            sysctl::apply(&mut c);
+        }
+        if let Some(mss) = opts.maxseg {
+            c.mss = c.mss.min(mss);
+        }
+        // Linux doubles SO_RCVBUF/SO_SNDBUF for its bookkeeping and sizes the window scale for the
+        // locked buffer.
+        if let Some(b) = opts.rcvbuf {
+            c.recv_buffer = 2 * b;
+            c.rcv_wscale = None;
+        }
+        if let Some(b) = opts.sndbuf {
+            c.send_buffer = 2 * b;
+        }
+        c.nodelay = opts.nodelay;
+        if opts.keepalive {
+            let (idle, interval, probes) = if sysctls { sysctl::keepalive() } else { (7200, 75, 9) };
+            c.keepalive = Some(Keepalive {
+                idle: Duration::from_secs(opts.keepidle.map_or(idle, u64::from)),
+                interval: Duration::from_secs(opts.keepintvl.map_or(interval, u64::from)),
+                probes: opts.keepcnt.unwrap_or(probes),
+            });
+        }
+        c
+    }
+
     fn socket_ref(&self, fd: i32) -> Result<&Socket, Errno> {
         self.sockets.fds.get(&fd).ok_or(Errno(libc::EBADF))
     }
@@ -145,6 +180,8 @@ impl Host {
                 let backlog = usize::try_from(backlog.max(0)).unwrap_or(0) + 1;
                 let config = ListenerConfig { backlog, ..ListenerConfig::default() };
                 let id = self.stack.listen_with(addr.port(), config).map_err(|e| Errno(stack_errno(e)))?;
+                let tcp = self.tcp_config(&socket.opts);
+                self.stack.set_listener_tcp(id, tcp).map_err(|e| Errno(stack_errno(e)))?;
                 self.socket_mut(fd)?.kind = Kind::Listener { id, addr };
                 Ok(())
             }
@@ -183,7 +220,7 @@ impl Host {
         match socket.kind {
             Kind::Listener { .. } => Outcome::err(libc::EISCONN),
             Kind::Fresh { .. } => {
-                let id = match self.stack.connect(remote) {
+                let id = match self.stack.connect_with(remote, self.tcp_config(&socket.opts)) {
                     Ok(id) => id,
                     Err(e) => return Outcome::err(stack_errno(e)),
                 };
@@ -377,6 +414,11 @@ impl Host {
             _ => return Err(Errno(libc::ENOPROTOOPT)),
         }
         self.socket_mut(fd)?.opts = opts;
+        // A listener's options reach the connections it accepts from now on.
+        if let Kind::Listener { id, .. } = socket.kind {
+            let tcp = self.tcp_config(&opts);
+            self.stack.set_listener_tcp(id, tcp).map_err(|e| Errno(stack_errno(e)))?;
+        }
         Ok(())
     }
 

@@ -72,6 +72,11 @@ fn segment(ip: &[u8]) -> TcpRepr<'_> {
     .expect("a valid TCP segment")
 }
 
+/// The Linux profile without the host's sysctls (the test does not run in a namespace of its own).
+fn profile() -> Profile {
+    Profile { sysctls: false, ..Profile::default() }
+}
+
 fn sniff(actor: &Actor) -> (Vec<u8>, i64) {
     let sent = actor
         .step(|h, parked| h.next_packet(&mut |h| parked.retry(h)))
@@ -115,7 +120,7 @@ fn accepted(actor: &Actor) -> (i32, SeqNumber) {
 
 #[test]
 fn a_handshake_then_data_out_then_a_retransmission_on_virtual_time() {
-    let actor = Actor::spawn(Profile::default()).unwrap();
+    let actor = Actor::spawn(profile()).unwrap();
     let (conn, iss) = accepted(&actor);
     let n = actor.call(move |h| h.write(conn, &[5; 1000], &mut 0, false)).unwrap();
     assert_eq!(n, 1000);
@@ -133,7 +138,7 @@ fn a_handshake_then_data_out_then_a_retransmission_on_virtual_time() {
 
 #[test]
 fn a_blocking_read_finishes_at_the_instant_its_data_arrives() {
-    let actor = std::sync::Arc::new(Actor::spawn(Profile::default()).unwrap());
+    let actor = std::sync::Arc::new(Actor::spawn(profile()).unwrap());
     let (conn, iss) = accepted(&actor);
     let reader = {
         let actor = std::sync::Arc::clone(&actor);
@@ -156,7 +161,7 @@ fn a_blocking_read_finishes_at_the_instant_its_data_arrives() {
 
 #[test]
 fn a_non_blocking_socket_says_eagain_and_unknown_calls_say_why() {
-    let actor = Actor::spawn(Profile::default()).unwrap();
+    let actor = Actor::spawn(profile()).unwrap();
     let fd =
         actor.call(|h| h.socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0).into()).unwrap();
     actor.call(move |h| h.bind(fd, SocketAddrV4::new(LOCAL, PORT)).into()).unwrap();
