@@ -170,6 +170,16 @@ impl Stack {
         Ok(())
     }
 
+    /// Resizes `stream`'s send buffer to `bytes` (never below what it holds now), as `SO_SNDBUF`
+    /// on an open socket.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`].
+    pub fn set_send_buffer(&mut self, stream: StreamId, bytes: usize) -> Result<(), Error> {
+        self.entry_mut(stream)?.conn.set_send_buffer(bytes);
+        Ok(())
+    }
+
     /// Disables (`true`) or enables Nagle's algorithm.
     ///
     /// # Errors

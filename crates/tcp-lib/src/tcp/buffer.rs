@@ -66,6 +66,21 @@ impl RingBuffer {
         self.cap - self.len
     }
 
+    /// Changes the capacity to `capacity` (at least the bytes stored), keeping the stored bytes in
+    /// order. Only for a buffer with nothing written past its end (the send ring): out-of-order
+    /// bytes are not kept. Copies the stored bytes once.
+    pub(crate) fn set_capacity(&mut self, capacity: usize) {
+        let cap = capacity.max(self.len);
+        if cap == self.cap {
+            return;
+        }
+        let mut bytes = vec![0; self.len];
+        let n = self.read_allocated(0, &mut bytes);
+        debug_assert_eq!(n, self.len, "every stored byte lies in allocated storage");
+        *self = Self::new(cap);
+        self.enqueue_slice(&bytes[..n]);
+    }
+
     /// Frees the storage of an empty buffer (a no-op with bytes stored). Only when nothing more
     /// will be written past the end: out-of-order bytes there are dropped too.
     pub(crate) fn release(&mut self) {
@@ -272,6 +287,26 @@ impl Assembler {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn set_capacity_keeps_the_bytes_in_order_and_never_drops_one() {
+        let mut r = RingBuffer::new(8);
+        assert_eq!(r.enqueue_slice(b"abcdef"), 6);
+        let mut out = [0; 4];
+        assert_eq!(r.dequeue_slice(&mut out), 4);
+        assert_eq!(r.enqueue_slice(b"ghijkl"), 6, "wrapped: ef|ghijkl");
+        r.set_capacity(20);
+        assert_eq!((r.capacity(), r.len(), r.free()), (20, 8, 12));
+        assert_eq!(r.enqueue_slice(b"mn"), 2);
+        let mut out = [0; 10];
+        assert_eq!(r.read_allocated(0, &mut out), 10);
+        assert_eq!(&out, b"efghijklmn");
+        r.set_capacity(4);
+        assert_eq!((r.capacity(), r.len(), r.free()), (10, 10, 0), "not below what it holds");
+        let mut out = [0; 10];
+        assert_eq!(r.dequeue_slice(&mut out), 10);
+        assert_eq!(&out, b"efghijklmn");
+    }
 
     #[test]
     fn ring_wraps() {

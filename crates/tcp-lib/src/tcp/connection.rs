@@ -440,6 +440,12 @@ impl Connection {
             rto: self.rtt.rto(),
             cwnd: self.cc.window(),
             ssthresh: self.cc.ssthresh(),
+            send_mss: self.send_mss(),
+            recv_mss: self.rcv.mss,
+            unacked_bytes: distance(self.snd.una, self.snd.max),
+            sacked_bytes: self.recovery.scoreboard.sacked_bytes(),
+            in_recovery: self.recovery.active,
+            dup_acks_now: self.recovery.dup_acks,
             ..self.stats
         }
     }
@@ -579,6 +585,13 @@ impl Connection {
     #[must_use]
     pub const fn send_window(&self) -> usize {
         self.snd.wnd
+    }
+
+    /// Resizes the send buffer ([`Config::send_buffer`]) to `bytes`, never below what it holds:
+    /// `SO_SNDBUF` on an open connection.
+    pub fn set_send_buffer(&mut self, bytes: usize) {
+        self.config.send_buffer = bytes;
+        self.snd.stream.set_capacity(bytes);
     }
 
     /// Disables (`true`) or enables Nagle's algorithm.

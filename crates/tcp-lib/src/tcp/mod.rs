@@ -361,6 +361,18 @@ pub struct Stats {
     pub challenge_acks: u64,
     /// Challenge ACKs not sent: over [`Config::challenge_ack_limit`] per second (RFC 5961 §7).
     pub challenge_acks_suppressed: u64,
+    /// Payload bytes per segment we send now (the peer's MSS, less the options we carry).
+    pub send_mss: usize,
+    /// The MSS we announced (what the peer sends us at most per segment).
+    pub recv_mss: usize,
+    /// Bytes sent and not yet cumulatively acknowledged (SND.MAX - SND.UNA, SYN and FIN included).
+    pub unacked_bytes: usize,
+    /// Of those, bytes the peer acknowledged selectively (SACK).
+    pub sacked_bytes: usize,
+    /// In fast recovery now.
+    pub in_recovery: bool,
+    /// Duplicate ACKs (or SACKs) seen since the last advance of SND.UNA.
+    pub dup_acks_now: u32,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

@@ -75,6 +75,11 @@ impl SendStream {
         }
     }
 
+    /// Lets the ring hold `capacity` bytes (never fewer than it holds now).
+    pub(super) fn set_capacity(&mut self, capacity: usize) {
+        self.buf.set_capacity(capacity);
+    }
+
     /// Free space in the ring: how many bytes [`push`](Self::push) accepts now.
     pub(super) fn free(&self) -> usize {
         self.buf.free()

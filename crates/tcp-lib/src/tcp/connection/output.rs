@@ -370,7 +370,16 @@ impl Connection {
         let n = self.snd.stream.read(sent, &mut buf[..size]);
         let control = if fin { TcpControl::Fin } else { TcpControl::None };
         let mut repr = self.header(now, control, seq);
-        repr.push = n > 0 && ends_data;
+        // PSH (RFC 9293 §3.9.1, RFC 1122 §4.2.2.2) on the segment that empties the send buffer,
+        // and, outside loss recovery, on the last one of a burst: the windows leave less than a
+        // segment after it, or Nagle holds back the short rest. The receiver delivers there, as
+        // Linux marks its bursts; segments sent in recovery (limited transmit, new data beside
+        // retransmissions) and resent ones (after a timeout) do not end a burst the sender chose.
+        let rest = unsent - size;
+        let burst_end = usable.saturating_sub(size) < mss
+            || (rest > 0 && rest < mss && !self.snd.nodelay && !self.snd.fin_queued);
+        let calm = !self.recovery.active && self.recovery.dup_acks == 0 && !sacked && seq >= self.snd.max;
+        repr.push = n > 0 && (ends_data || (calm && burst_end));
         let end = seq + n + usize::from(fin);
         if seq < self.snd.max {
             self.stats.retransmits += 1;

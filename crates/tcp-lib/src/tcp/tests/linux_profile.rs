@@ -112,3 +112,15 @@ fn a_resent_segment_carries_psh_only_when_it_ends_the_written_data() {
     assert_eq!(resent[0].repr.seq_number, acked);
     assert!(resent[0].repr.push, "{:?}", resent[0].repr);
 }
+
+#[test]
+fn the_last_segment_of_a_burst_carries_psh() {
+    // Ten segments' worth of window for far more data: only the tenth, where the burst ends,
+    // carries PSH (the receiver delivers there), though it does not empty the send buffer.
+    let mut s = established(Config { send_buffer: 100_000, initial_window: Some(10), ..script_config() });
+    assert_eq!(s.conn.send(&[3; 50_000]), 50_000);
+    let flight: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
+    assert_eq!(flight.len(), 10);
+    let push: Vec<bool> = flight.iter().map(|t| t.repr.push).collect();
+    assert_eq!(push, [false, false, false, false, false, false, false, false, false, true]);
+}
