@@ -29,13 +29,20 @@ use crate::host::Host;
 use crate::profile::Profile;
 use crate::socket::Outcome;
 
-/// A socket call: `true` once it has finished (and replied).
-type Job = Box<dyn FnMut(&mut Host) -> bool + Send>;
+/// A socket call: `true` once it has finished (and replied). With `give_up`, it replies
+/// `EDEADLK` instead of running (see [`STALL`]).
+type Job = Box<dyn FnMut(&mut Host, bool) -> bool + Send>;
 /// A clock or link call.
 type Step = Box<dyn FnOnce(&mut Host, &mut Parked) + Send>;
 
 /// The longest a fence holds the other thread's steps back, in real time.
 pub const FENCE: Duration = Duration::from_millis(500);
+
+/// How long calls may stay parked while nothing at all reaches the host, in real time, before
+/// they fail with `EDEADLK`. On virtual time nothing waits for the clock: a host that hears
+/// nothing for this long has a blocking call that cannot finish (packetdrill made it on the
+/// thread that would have to unblock it: Linux would block for ever there too).
+pub const STALL: Duration = Duration::from_secs(10);
 
 enum Msg {
     Call(ThreadId, Job),
@@ -72,7 +79,7 @@ impl Parked {
             let before = self.jobs.len();
             let jobs = std::mem::take(&mut self.jobs);
             for (thread, mut job) in jobs {
-                if job(host) {
+                if job(host, false) {
                     host.flush();
                     self.woken.push(thread);
                 } else {
@@ -82,6 +89,13 @@ impl Parked {
             if self.jobs.len() == before {
                 break;
             }
+        }
+    }
+
+    /// Fails every parked call with `EDEADLK` ([`STALL`]).
+    fn give_up(&mut self, host: &mut Host) {
+        for (_, mut job) in std::mem::take(&mut self.jobs) {
+            job(host, true);
         }
     }
 
@@ -158,12 +172,18 @@ impl Actor {
         mut f: impl FnMut(&mut Host) -> Outcome<T> + Send + 'static,
     ) -> Result<T, Errno> {
         let (reply, wait) = mpsc::sync_channel(1);
-        let job: Job = Box::new(move |host| match f(host) {
-            Outcome::Done(r) => {
-                let _ = reply.send(r);
-                true
+        let job: Job = Box::new(move |host, give_up| {
+            if give_up {
+                let _ = reply.send(Err(Errno(libc::EDEADLK)));
+                return true;
             }
-            Outcome::Blocked => false,
+            match f(host) {
+                Outcome::Done(r) => {
+                    let _ = reply.send(r);
+                    true
+                }
+                Outcome::Blocked => false,
+            }
         });
         self.send(Msg::Call(std::thread::current().id(), job))?;
         wait.recv().map_err(|_| GONE)?
@@ -212,6 +232,21 @@ fn serve(mut host: Host, rx: &Receiver<Msg>) {
             }
         } else if let Some(msg) = deferred.pop_front() {
             msg
+        } else if !parked.is_empty() {
+            match rx.recv_timeout(STALL) {
+                Ok(msg) => msg,
+                Err(RecvTimeoutError::Timeout) => {
+                    eprintln!(
+                        "packetdrill-shim: {} blocking call(s) waited {} s of real time with nothing else \
+                         happening; they cannot finish (failing them with EDEADLK)",
+                        parked.len(),
+                        STALL.as_secs()
+                    );
+                    parked.give_up(&mut host);
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
         } else {
             match rx.recv() {
                 Ok(msg) => msg,
@@ -228,7 +263,7 @@ fn serve(mut host: Host, rx: &Receiver<Msg>) {
         }
         match msg {
             Msg::Call(thread, mut job) => {
-                let done = job(&mut host);
+                let done = job(&mut host, false);
                 host.flush();
                 if !done {
                     parked.jobs.push((thread, job));

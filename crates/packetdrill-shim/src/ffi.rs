@@ -96,8 +96,11 @@ pub unsafe extern "C" fn packetdrill_interface_init(flags: *const c_char, ifc: *
             std::process::exit(2);
         }
     };
+    let actor = Box::into_raw(Box::new(actor));
+    // Release: pairs with the Acquire load in the interposed getsockopt.
+    crate::tcp_info::ACTOR.store(actor, std::sync::atomic::Ordering::Release);
     let filled = PacketdrillInterface {
-        userdata: Box::into_raw(Box::new(actor)).cast(),
+        userdata: actor.cast(),
         free: Some(free),
         socket: Some(socket),
         bind: Some(bind),
@@ -316,6 +319,14 @@ unsafe fn copy_out(buf: *mut c_void, data: &[u8]) {
 /// `ud` is ours and live (packetdrill calls `free` once, last).
 unsafe extern "C" fn free(ud: Ud) {
     if !ud.is_null() {
+        // Release: the interposed getsockopt stops using the actor before it is dropped (packetdrill
+        // calls free after its last event, when no getsockopt is in flight).
+        let _ = crate::tcp_info::ACTOR.compare_exchange(
+            ud.cast(),
+            std::ptr::null_mut(),
+            std::sync::atomic::Ordering::Release,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         // SAFETY: `ud` came from `Box::into_raw` in init and is freed once, here.
         drop(unsafe { Box::from_raw(ud.cast::<Actor>()) });
     }

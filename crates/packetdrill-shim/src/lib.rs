@@ -20,7 +20,9 @@
 //!   answered by the shim);
 //! * [`socket`]: the socket calls, with Linux's errno values, over the descriptor table in [`fds`];
 //! * [`profile`]: `--so_flags`, and the Linux-compatible configuration profile;
-//! * [`sysctl`]: the namespace's `net.ipv4` sysctls, read as a script sets them.
+//! * [`sysctl`]: the namespace's `net.ipv4` sysctls, read as a script sets them;
+//! * [`tcp_info`]: `TCP_INFO` for the scripts' Python assertions, through an interposed
+//!   `getsockopt` (the shim is also `LD_PRELOAD`ed).
 //!
 //! The shim implements IPv4 TCP sockets: `socket`, `bind`, `listen`, `accept`, `connect`, the
 //! read and write families (vectors and messages included), `close`, `shutdown`, `fcntl`
@@ -35,6 +37,7 @@ pub mod host;
 pub mod profile;
 pub mod socket;
 pub mod sysctl;
+pub mod tcp_info;
 
 pub use actor::Actor;
 pub use fds::Errno;

@@ -390,7 +390,14 @@ impl Host {
         match (level, name) {
             (libc::SOL_SOCKET, libc::SO_REUSEADDR) => opts.reuseaddr = int_value(optval)? != 0,
             (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => opts.keepalive = int_value(optval)? != 0,
-            (libc::SOL_SOCKET, libc::SO_SNDBUF) => opts.sndbuf = Some(positive(int_value(optval)?)? as usize),
+            (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
+                let b = positive(int_value(optval)?)? as usize;
+                opts.sndbuf = Some(b);
+                if let Some(id) = stream {
+                    // Linux doubles it for its bookkeeping, as at connect or listen.
+                    self.stack.set_send_buffer(id, 2 * b).map_err(|e| Errno(stack_errno(e)))?;
+                }
+            }
             (libc::SOL_SOCKET, libc::SO_RCVBUF) => opts.rcvbuf = Some(positive(int_value(optval)?)? as usize),
             (libc::SOL_SOCKET, libc::SO_LINGER) => {
                 let onoff = int_value(optval)?;
@@ -513,6 +520,13 @@ impl Host {
             return Outcome::Done(Ok(revents));
         }
         Outcome::Blocked
+    }
+
+    /// The state and statistics of `fd`'s connection, when it is a connected socket of this host
+    /// (what `TCP_INFO` reports).
+    pub fn connection_info(&self, fd: i32) -> Option<(State, tcp::Stats)> {
+        let id = self.stream(fd).ok()?;
+        Some((self.stack.state(id).ok()?, self.stack.connection_stats(id).ok()?))
     }
 
     /// The peer's address of a connected socket (for `accept`'s and `recvfrom`'s address).

@@ -200,3 +200,17 @@ fn a_non_blocking_socket_says_eagain_and_unknown_calls_say_why() {
     assert_eq!(polled, Ok(vec![0]));
     assert!(now_usecs(&actor) - start >= 500_000);
 }
+
+#[test]
+fn a_blocking_call_that_cannot_finish_fails_instead_of_hanging() {
+    let actor = Actor::spawn(profile()).unwrap();
+    let (conn, _) = accepted(&actor);
+    // Nobody will send data or move time: the read would block for ever.
+    let started = std::time::Instant::now();
+    assert_eq!(actor.call(move |h| h.read(conn, 10, false)), Err(Errno(libc::EDEADLK)));
+    let waited = started.elapsed();
+    assert!(
+        waited >= packetdrill_shim::actor::STALL && waited < 3 * packetdrill_shim::actor::STALL,
+        "{waited:?}"
+    );
+}
