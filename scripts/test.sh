@@ -97,7 +97,11 @@ summary() {
       fi
     done < <(sort -u "$NETCHANNEL_SKIP_LOG")
   fi
-  [ ${#stages[@]} -eq 0 ] || echo "stages: $(IFS=,; echo "${stages[*]}" | sed 's/,/, /g')"
+  if [ ${#stages[@]} -gt 0 ]; then
+    local joined="" s
+    for s in "${stages[@]}"; do joined+="${joined:+; }$s"; done
+    echo "stages: $joined"
+  fi
   if [ "$rc" -eq 0 ] && [ "$CI" = true ] && [ "$unallowed" -gt 0 ]; then
     echo "CI=true: $unallowed skip(s) not in $ALLOWED_SKIPS: a test that cannot run here is a failure in CI" >&2
     rc=1
@@ -274,7 +278,7 @@ if [ "$QUICK" != 1 ]; then
   fi
   scripts/fuzz.sh replay || { stages+=("fuzz replay FAILED"); exit 1; }
   scripts/fuzz.sh run -t "$FUZZ_SECONDS" || { stages+=("fuzz run FAILED"); exit 1; }
-  stages+=("fuzz: $fuzz_targets targets replayed and run ${FUZZ_SECONDS}s each, ok")
+  stages+=("fuzz: $fuzz_targets targets replayed and run ${FUZZ_SECONDS}s each ok")
 fi
 
 stage "done in $((SECONDS - STARTED)) s"
