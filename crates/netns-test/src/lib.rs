@@ -222,12 +222,18 @@ mod tests {
     fn a_skip_lands_in_the_log_with_the_test_name() {
         let path = std::env::temp_dir().join(format!("netns-test-skips-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
+        // The test command's own log, if it set one, is put back afterwards.
+        let outer = std::env::var_os(SKIP_LOG_ENV);
         // SAFETY: no other thread of this test binary reads or writes the environment: the
         // only other test here touches no variables.
         unsafe { std::env::set_var(SKIP_LOG_ENV, &path) };
         skip("no 82599\n here");
-        // SAFETY: as above.
-        unsafe { std::env::remove_var(SKIP_LOG_ENV) };
+        match outer {
+            // SAFETY: as above.
+            Some(outer) => unsafe { std::env::set_var(SKIP_LOG_ENV, outer) },
+            // SAFETY: as above.
+            None => unsafe { std::env::remove_var(SKIP_LOG_ENV) },
+        }
         let log = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(log, "netns_test::tests::a_skip_lands_in_the_log_with_the_test_name no 82599 here\n");
