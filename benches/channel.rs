@@ -20,9 +20,13 @@
 //!   both sides busy-poll; one iteration is one round trip. `bare-atomic` is two `AtomicUsize`s on
 //!   separate `CachePadded` lines, each thread spinning on the other's: the cost of moving the two cache
 //!   lines, the physical limit for any channel.
-//! * `wakeup/<contender>`: the worker sleeps until woken: `netchannel-park` and `netchannel-eventfd`
-//!   block in `Consumer::wait(None)` (futex, and `poll(2)` on the eventfd); the anchors block in
-//!   `std::thread::park` (a bare futex) and `mpsc::Receiver::recv`. Before each round trip the main
+//! * `wakeup/<contender>`: the worker sleeps until woken: `netchannel-park-spin20us` and
+//!   `netchannel-eventfd-spin20us` block in `Consumer::wait(None)` (futex, and `poll(2)` on the
+//!   eventfd) after the builder's default spin ([`SPIN`], 20 us of polling before arming the wakeup);
+//!   `netchannel-park-nospin` is Park with no spin. The anchors block in `std::thread::park` (a bare
+//!   futex) at once (`thread-park`) or after polling their mailbox for the same [`SPIN`]
+//!   (`thread-park-spin20us`), and in `mpsc::Receiver::recv`. Compare like with like: a spinning
+//!   contender with a spinning anchor, a non-spinning one with a non-spinning one. Before each round trip the main
 //!   thread waits (untimed) until `/proc` shows the worker in state `S` (asleep); then it times push ->
 //!   worker wakes -> worker pops and replies on a second, [`WakeMode::Poll`] net channel that the main
 //!   thread busy-polls. The reply path is the same for every contender.
@@ -585,10 +589,15 @@ fn wakeup_run<P: FnMut(u32)>(
     elapsed
 }
 
-/// A net channel whose consumer sleeps in `Consumer::wait(None)`.
-fn wakeup_netchannel(iters: u64, mode: WakeMode, asleep: bool) -> Duration {
+/// How long a spinning contender polls before it sleeps: the net channel's default
+/// (`Builder::spin`), given to the spinning `thread::park` anchor too.
+const SPIN: Duration = netchannel::channel::DEFAULT_SPIN;
+
+/// A net channel whose consumer sleeps in `Consumer::wait(None)` after polling for `spin`.
+fn wakeup_netchannel(iters: u64, mode: WakeMode, spin: Duration, asleep: bool) -> Duration {
     wakeup_run(iters, asleep, |mut reply, state| {
-        let (mut tx, mut rx) = netchannel(mode);
+        let (mut tx, mut rx) =
+            Channel::builder(CAPACITY).wake(mode).spin(spin).build().expect("build a net channel");
         let zeros = [0u32; CAPACITY];
         let mut out = [0u32; CAPACITY];
         assert_eq!(tx.push_burst(&zeros), CAPACITY);
@@ -605,8 +614,9 @@ fn wakeup_netchannel(iters: u64, mode: WakeMode, asleep: bool) -> Duration {
     })
 }
 
-/// Anchor: a bare futex wakeup via `std::thread::park` / `Thread::unpark`, with a one-word mailbox.
-fn wakeup_thread_park(iters: u64, asleep: bool) -> Duration {
+/// Anchor: a bare futex wakeup via `std::thread::park` / `Thread::unpark`, with a one-word mailbox;
+/// the worker polls the mailbox for `spin` before it parks (`Duration::ZERO`: parks at once).
+fn wakeup_thread_park(iters: u64, spin: Duration, asleep: bool) -> Duration {
     wakeup_run(iters, asleep, |mut reply, state| {
         const CLOSED: u32 = u32::MAX;
         let mailbox = Arc::new(CachePadded::new(AtomicU32::new(0)));
@@ -614,12 +624,24 @@ fn wakeup_thread_park(iters: u64, asleep: bool) -> Duration {
             let mailbox = Arc::clone(&mailbox);
             spawn_worker(move || {
                 state.send(ThreadState::of_current_thread()).expect("send thread state");
+                let mut idle_since: Option<Instant> = None;
                 loop {
                     // Acquire: pairs with the Release swap in `poke` and in the closer below.
                     match mailbox.swap(0, Ordering::Acquire) {
-                        0 => thread::park(),
+                        0 => {
+                            let since = *idle_since.get_or_insert_with(Instant::now);
+                            if since.elapsed() >= spin {
+                                thread::park();
+                                idle_since = None;
+                            } else {
+                                spin_loop();
+                            }
+                        }
                         CLOSED => return,
-                        item => reply.push(item).expect("reply channel has room"),
+                        item => {
+                            idle_since = None;
+                            reply.push(item).expect("reply channel has room");
+                        }
                     }
                 }
             })
@@ -742,13 +764,21 @@ fn cases() -> Vec<Case> {
     cases.push(Case::new("ping_pong", "rtrb", |iters| ping_pong_run(iters, rtrb_single(), rtrb_single())));
     cases.push(Case::new("ping_pong", "bare-atomic", bare_atomic_run));
     for (group, asleep) in [("wakeup", true), ("wakeup_back_to_back", false)] {
-        cases.push(Case::new(group, "netchannel-park", move |iters| {
-            wakeup_netchannel(iters, WakeMode::Park, asleep)
+        cases.push(Case::new(group, "netchannel-park-spin20us", move |iters| {
+            wakeup_netchannel(iters, WakeMode::Park, SPIN, asleep)
         }));
-        cases.push(Case::new(group, "netchannel-eventfd", move |iters| {
-            wakeup_netchannel(iters, WakeMode::EventFd, asleep)
+        cases.push(Case::new(group, "netchannel-eventfd-spin20us", move |iters| {
+            wakeup_netchannel(iters, WakeMode::EventFd, SPIN, asleep)
         }));
-        cases.push(Case::new(group, "thread-park", move |iters| wakeup_thread_park(iters, asleep)));
+        cases.push(Case::new(group, "netchannel-park-nospin", move |iters| {
+            wakeup_netchannel(iters, WakeMode::Park, Duration::ZERO, asleep)
+        }));
+        cases.push(Case::new(group, "thread-park", move |iters| {
+            wakeup_thread_park(iters, Duration::ZERO, asleep)
+        }));
+        cases.push(Case::new(group, "thread-park-spin20us", move |iters| {
+            wakeup_thread_park(iters, SPIN, asleep)
+        }));
         cases.push(Case::new(group, "std-sync-channel", move |iters| wakeup_std_sync(iters, asleep)));
     }
     cases

@@ -12,7 +12,10 @@
 //! client's end, 10.209.0.1/24). For nginx, a helper thread enters a second namespace B, `nchv0`
 //! moves there and gets 10.209.0.2, and nginx is started from that thread (so it lives in B):
 //! `worker_processes 1`, `master_process off`, `daemon off`, `sendfile on`, `tcp_nopush on`,
-//! `access_log off`, `keepalive_requests 1000000`, `root target/httpd-demo`. The files are the
+//! `access_log off`, `keepalive_requests 1000000`, `root target/httpd-demo`, and `open_file_cache
+//! max=64 inactive=60s; open_file_cache_valid 60s` (open descriptors and sizes cached across
+//! requests, as a static server is configured in production and as our httpd serves from memory;
+//! `NC_HTTPD_BENCH_NGINX_OPEN_FILE_CACHE=off` leaves it out, as this bench did before). The files are the
 //! httpd demo set (`Content::demo`, also written to `target/httpd-demo`), of which 1, 16, 64 and
 //! 256 KiB are fetched. nginx runs twice: with the veth's offloads as they come (TSO/GSO: the
 //! kernel hands veth 64 KiB super-segments) and with TX checksum offload (and so TSO) off on
@@ -241,11 +244,16 @@ fn nginx(root: &Path, offload: bool, client: Client) -> Result<Vec<Row>, String>
     let name = if offload { "nginx, veth" } else { "nginx, veth, TX csum/TSO off" };
     let dir = std::env::temp_dir().join(format!("nc-httpd-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let open_file_cache = if std::env::var("NC_HTTPD_BENCH_NGINX_OPEN_FILE_CACHE").is_ok_and(|v| v == "off") {
+        ""
+    } else {
+        "open_file_cache max=64 inactive=60s;\n  open_file_cache_valid 60s;\n  "
+    };
     let conf = format!(
         "worker_processes 1;\nmaster_process off;\ndaemon off;\npid {d}/nginx.pid;\n\
          error_log {d}/error.log warn;\nevents {{ worker_connections 1024; }}\n\
          http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_requests 1000000;\n  \
-         default_type application/octet-stream;\n  \
+         {open_file_cache}default_type application/octet-stream;\n  \
          server {{ listen {VETH_SERVER}:{PORT}; root {r}; }}\n}}\n",
         d = dir.display(),
         r = root.display()

@@ -91,4 +91,10 @@ print("### Busy-polling ping-pong (ns per round trip)\n")
 table("ping_pong", ["netchannel-park", "netchannel-poll"], ["rtrb", "bare-atomic"], unit="ns/rt")
 for group, title in [("wakeup", "consumer asleep"), ("wakeup_back_to_back", "back to back")]:
     print(f"### Wakeup round trip, {title} (ns per round trip)\n")
-    table(group, ["netchannel-park", "netchannel-eventfd"], ["thread-park", "std-sync-channel"], unit="ns/rt")
+    # Spinning contenders are named so (issue 25): compare a spinning one with the spinning anchor.
+    table(
+        group,
+        ["netchannel-park-spin20us", "netchannel-eventfd-spin20us", "netchannel-park-nospin"],
+        ["thread-park-spin20us", "thread-park", "std-sync-channel"],
+        unit="ns/rt",
+    )

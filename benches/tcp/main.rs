@@ -31,7 +31,8 @@
 //! sleeps until a frame arrives or its next timer (`Pair::wait` / `Tap::wait_readable`, at most
 //! 1 ms), as the kernel's blocking sockets do; `TCP_BENCH_POLL=busy` makes them spin instead.
 //! Each round runs every contender once (in a rotated order); the summary gives medians over the
-//! rounds and the median of the per-round ratios (paired).
+//! rounds and the median of the per-round ratios (paired: samples of the same round; a round in
+//! which either side failed gives no ratio).
 //!
 //! Buffers: 256 KiB send and receive buffers for tcp-lib and smoltcp (`TCP_BENCH_BUF`; window
 //! scaling on for both); the kernel keeps its defaults (autotuning). Applications write and read in
@@ -41,6 +42,7 @@
 //! `TCP_BENCH_TXN_BUFS` (`256K,16K`),
 //! `TCP_BENCH_TAP_BYTES` (32M), `TCP_BENCH_BUF` (256K), `TCP_BENCH_POLL` (`wait` | `busy`),
 //! `TCP_BENCH_CSUM` (`trust` | `verify`: checksums on the in-memory Pair, for both stacks),
+//! `TCP_BENCH_SMOLTCP_CC` (`cubic` | `none`: smoltcp's congestion control; tcp-lib runs CUBIC),
 //! `TCP_BENCH_ONLY` (comma list of `bulk`, `txn`, `tap`), `TCP_BENCH_ICOUNT=1` (also count
 //! instructions per byte of the in-memory bulk transfer under callgrind, both threads together).
 //!
@@ -180,7 +182,7 @@ fn main() {
                         })
                     }
                 };
-                record(&mut ser[i], r);
+                record(&mut ser[i], round, r);
             });
         }
         if let Some(why) = ns_missing {
@@ -225,7 +227,7 @@ fn main() {
                         1 => txn_stack(Kind::Smoltcp, &st, s.txns),
                         _ => txn_kernel(s.txns),
                     };
-                    record(&mut ser[i], r);
+                    record(&mut ser[i], round, r);
                 });
             }
             table(
@@ -264,7 +266,7 @@ fn main() {
                             3 => (Kind::Smoltcp, TapMode::Writer),
                             _ => (Kind::TcpLibInPlace, TapMode::Writer),
                         };
-                        record(&mut ser[i], tap_run(kind, mode, &settings));
+                        record(&mut ser[i], round, tap_run(kind, mode, &settings));
                     });
                 }
                 Ok(ser)

@@ -8,8 +8,18 @@ use crate::measure::Sample;
 #[derive(Debug, Default)]
 pub(crate) struct Series {
     pub(crate) name: String,
-    pub(crate) samples: Vec<Sample>,
+    /// The successful runs, each with the round it ran in (ratios pair samples of the same round).
+    pub(crate) samples: Vec<(usize, Sample)>,
     pub(crate) failures: Vec<String>,
+}
+
+/// `f(ours) / f(theirs)` for every round in which both ran: a failed round of either side drops
+/// that round's pair and shifts no other.
+fn paired_ratios(ours: &Series, theirs: &Series, f: fn(&Sample) -> f64) -> Vec<f64> {
+    ours.samples
+        .iter()
+        .filter_map(|(round, o)| theirs.samples.iter().find(|(r, _)| r == round).map(|(_, t)| f(o) / f(t)))
+        .collect()
 }
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
@@ -45,13 +55,13 @@ pub(crate) fn table(title: &str, unit: &str, scale: f64, series: &[Series]) {
     println!("|---|---:|---:|---|---:|---:|---:|---:|");
     let ours = &series[0];
     for s in series {
-        let wall: Vec<f64> = s.samples.iter().map(|x| x.per_sec() / scale).collect();
-        let cpu: Vec<f64> = s.samples.iter().map(|x| x.per_cpu_sec() / scale).collect();
-        let util: Vec<f64> = s.samples.iter().map(|x| x.cpu_total() / x.wall.as_secs_f64()).collect();
+        let wall: Vec<f64> = s.samples.iter().map(|(_, x)| x.per_sec() / scale).collect();
+        let cpu: Vec<f64> = s.samples.iter().map(|(_, x)| x.per_cpu_sec() / scale).collect();
+        let util: Vec<f64> = s.samples.iter().map(|(_, x)| x.cpu_total() / x.wall.as_secs_f64()).collect();
         let lo = wall.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = wall.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let paired = |f: fn(&Sample) -> f64| {
-            let r: Vec<f64> = ours.samples.iter().zip(&s.samples).map(|(o, t)| f(o) / f(t)).collect();
+            let r = paired_ratios(ours, s, f);
             if std::ptr::eq(s, ours) || r.is_empty() { String::new() } else { format!("{:.2}x", median(r)) }
         };
         let mut row = format!(
@@ -73,7 +83,8 @@ pub(crate) fn table(title: &str, unit: &str, scale: f64, series: &[Series]) {
     }
 }
 
-pub(crate) fn record(series: &mut Series, r: Result<Sample, String>) {
+/// Adds round `round`'s result to `series` (a failure is kept apart and reported with the table).
+pub(crate) fn record(series: &mut Series, round: usize, r: Result<Sample, String>) {
     match r {
         Ok(x) => {
             eprintln!(
@@ -85,7 +96,7 @@ pub(crate) fn record(series: &mut Series, r: Result<Sample, String>) {
                 x.cpu[1].as_secs_f64(),
                 x.wall.as_secs_f64()
             );
-            series.samples.push(x);
+            series.samples.push((round, x));
         }
         Err(e) => {
             eprintln!("  {:<22} FAILED: {e}", series.name);

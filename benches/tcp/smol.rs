@@ -54,6 +54,7 @@ impl<'c, D: Sleep> SmolEndpoint<'c, D> {
             stcp::SocketBuffer::new(vec![0; self.buf]),
         );
         s.set_nagle_enabled(false);
+        s.set_congestion_control(congestion_control());
         s
     }
 
@@ -182,5 +183,15 @@ impl<D: Sleep> Endpoint for SmolEndpoint<'_, D> {
 
     fn all_acked(&self, s: SocketHandle) -> bool {
         self.tcp(s).send_queue() == 0
+    }
+}
+
+/// smoltcp's congestion control: CUBIC (the `socket-tcp-cubic` feature, what its users enable and
+/// what tcp-lib runs), or none with `TCP_BENCH_SMOLTCP_CC=none` (how this bench ran before: the
+/// feature was off, so smoltcp sent as fast as the window allowed).
+fn congestion_control() -> stcp::CongestionControl {
+    match std::env::var("TCP_BENCH_SMOLTCP_CC").as_deref() {
+        Ok("none") => stcp::CongestionControl::None,
+        _ => stcp::CongestionControl::Cubic,
     }
 }

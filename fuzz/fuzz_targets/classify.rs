@@ -1,14 +1,17 @@
 //! The frame classifier on arbitrary bytes: it must never panic, and what it reports must agree with
 //! the bytes. A small, separately written reference walk finds where the IP header and the transport
 //! header start; a flow's addresses and ports must be the bytes found there, its flow group the low 12
-//! bits of the source port. Appending bytes to a frame may only change a `Truncated` verdict: everything
-//! else is bounded by the IP packet's own length.
+//! bits of the source port. A non-flow verdict must agree with the bytes too: the EtherType for ARP and
+//! other EtherTypes (and every frame with such an EtherType gets that verdict), the IPv4 protocol
+//! for ICMP and other transports, the flags/offset word for IPv4 fragments, the version nibble, IHL,
+//! total length and TCP data offset for the malformed ones. Appending bytes to a frame may only change
+//! a `Truncated` verdict: everything else is bounded by the IP packet's own length.
 #![no_main]
 
 use std::net::{IpAddr, SocketAddr};
 
 use libfuzzer_sys::fuzz_target;
-use netchannel::classify::{Classified, Malformed, classify};
+use netchannel::classify::{Classified, Malformed, Other, classify};
 use netchannel::registry::HashKey;
 use netchannel::signature::{FlowGroup, Proto};
 
@@ -41,8 +44,71 @@ fn reference_offsets(frame: &[u8]) -> Option<(usize, usize)> {
     }
 }
 
+/// The EtherType after at most one 802.1Q tag, and where the header it names starts.
+fn reference_ethertype(frame: &[u8]) -> Option<(u16, usize)> {
+    let outer = be16(frame, 12)?;
+    if outer == 0x8100 { Some((be16(frame, 16)?, 18)) } else { Some((outer, 14)) }
+}
+
+/// A non-flow verdict against the bytes, read by the reference walk.
+fn check_other(frame: &[u8], c: Classified) {
+    let eth = reference_ethertype(frame);
+    // ARP and any EtherType other than IP: the EtherType alone decides the verdict.
+    if let Some((t, _)) = eth.filter(|&(t, _)| t != 0x0800 && t != 0x86DD) {
+        let want = if t == 0x0806 { Other::Arp } else { Other::OtherEtherType(t) };
+        assert_eq!(c, Classified::Other(want), "EtherType {t:#06x}");
+        return;
+    }
+    let Some((ethertype, l3)) = eth else {
+        assert_eq!(c, Classified::Malformed(Malformed::Truncated), "no room for an EtherType");
+        return;
+    };
+    let v4 = ethertype == 0x0800;
+    let byte = |at: usize| *frame.get(at).expect("a header byte the verdict depends on is in the frame");
+    match c {
+        Classified::Flow { .. } | Classified::Malformed(Malformed::Truncated) => {}
+        Classified::Other(Other::Arp | Other::OtherEtherType(_)) => panic!("{c:?} for an IP EtherType"),
+        Classified::Other(Other::Icmp) => {
+            assert!(v4 && byte(l3) >> 4 == 4 && byte(l3 + 9) == 1, "ICMP: {c:?}");
+        }
+        Classified::Other(Other::Icmpv6 | Other::TooManyExtensionHeaders) => {
+            assert!(!v4 && byte(l3) >> 4 == 6, "{c:?} outside IPv6");
+        }
+        Classified::Other(Other::OtherL4(p)) => {
+            assert!(![6, 17].contains(&p), "TCP or UDP called another transport");
+            if v4 {
+                assert_eq!(byte(l3 + 9), p, "the IPv4 protocol field");
+                assert_ne!(p, 1, "ICMP called another transport");
+            } else {
+                assert_ne!(p, 58, "ICMPv6 called another transport");
+            }
+        }
+        Classified::Other(Other::Fragment) => {
+            if v4 {
+                let word = be16(frame, l3 + 6).expect("flags/offset in frame");
+                assert_ne!(word & 0x3fff, 0, "an IPv4 fragment without MF or an offset");
+            }
+        }
+        Classified::Malformed(Malformed::BadVersion) => {
+            assert_ne!(byte(l3) >> 4, if v4 { 4 } else { 6 }, "BadVersion with the right version");
+        }
+        Classified::Malformed(Malformed::BadHeaderLength) => {
+            assert!(v4 && byte(l3) & 0x0f < 5, "BadHeaderLength with IHL {}", byte(l3) & 0x0f);
+        }
+        Classified::Malformed(Malformed::BadTotalLength) => {
+            let total = usize::from(be16(frame, l3 + 2).expect("total length in frame"));
+            assert!(v4 && total < usize::from(byte(l3) & 0x0f) * 4, "BadTotalLength with {total}");
+        }
+        Classified::Malformed(Malformed::BadDataOffset) => {
+            let (_, l4) = reference_offsets(frame).expect("a TCP header was read");
+            assert!(byte(l4 + 12) >> 4 < 5, "BadDataOffset with data offset {}", byte(l4 + 12) >> 4);
+        }
+    }
+}
+
 fn check(frame: &[u8]) {
     let c = classify(frame);
+    check_other(frame, c);
     if let Classified::Flow { sig, flow_group } = c {
         let (l3, l4) = reference_offsets(frame).expect("a flow has IP and transport headers");
         let src_port = be16(frame, l4).expect("source port in frame");

@@ -21,7 +21,9 @@
 //! The model is serviced in the test's own loop, so nothing moves between the test's steps; when
 //! nothing moved, the loop waits in poll(2) on the TAP and the kernel's socket. Every wait has a
 //! deadline. Only addresses inside the test's own namespace (10.77.0.0/24) are used. Without root,
-//! `/dev/net/tun` or iproute2 it prints `skipped: <why>` and passes.
+//! `/dev/net/tun` or iproute2 it prints `skipped: <why>` (`netns_test::skip`).
+//! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
+//! those preconditions hold fails the test.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -473,7 +475,7 @@ fn sum(stats: &[ChannelizerStats], f: impl Fn(&ChannelizerStats) -> u64) -> u64 
 
 fn run() -> Result<(), String> {
     // The kernel's side of the TAP: 10.77.0.1/24, up.
-    let tap = Tap::open(IFACE).map_err(|e| format!("skip:{e}"))?;
+    let tap = Tap::open(IFACE).map_err(|e| format!("Tap::open({IFACE}): {e}"))?;
     ip(&["addr", "add", &format!("{KERNEL_IP}/24"), "dev", IFACE])?;
     ip(&["link", "set", IFACE, "up"])?;
     if !matches!(tap.link(), Link::Up { .. }) {

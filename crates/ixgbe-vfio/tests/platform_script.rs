@@ -19,7 +19,7 @@ fn script() -> PathBuf {
 fn have_bash() -> bool {
     let ok = Command::new("bash").arg("-c").arg("true").output().is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipping: bash is not available to run scripts/vfio-bind.sh");
+        netns_test::skip("bash is not available to run scripts/vfio-bind.sh");
     }
     ok
 }

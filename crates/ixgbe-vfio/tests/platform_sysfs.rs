@@ -217,7 +217,7 @@ fn pagemap_translates_this_process_memory() {
     let pagemap = Pagemap::open().unwrap();
     match pagemap.translate(base) {
         Err(PagemapError::NoPermission { .. }) => {
-            eprintln!("skipping: not root, pagemap hides page frame numbers (the error says so)");
+            netns_test::skip("not root, pagemap hides page frame numbers (the error says so)");
             return;
         }
         Err(e) => panic!("{e}"),
@@ -261,16 +261,16 @@ fn pagemap_without_privilege_reports_no_permission() {
     let out = match out {
         Ok(out) => out,
         Err(e) => {
-            eprintln!("skipping: cannot run setpriv to drop privileges: {e}");
+            netns_test::skip(&format!("cannot run setpriv to drop privileges: {e}"));
             return;
         }
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !stdout.contains("running 1 test") {
-        eprintln!(
-            "skipping: could not re-run this test as nobody: {}",
+        netns_test::skip(&format!(
+            "could not re-run this test as nobody: {}",
             String::from_utf8_lossy(&out.stderr).trim()
-        );
+        ));
         return;
     }
     assert!(
@@ -314,10 +314,11 @@ fn hugepage_dma_refuses_normal_pages() {
 fn hugepage_dma_on_real_hugepages() {
     let free = free_hugepages_here();
     if free < 2 {
-        eprintln!(
-            "skipping: {free} free 2 MiB hugepages on this machine (reserve some with `echo 8 > \
-             /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages` to run this test)"
-        );
+        netns_test::skip(&format!(
+            "{free} free 2 MiB hugepages on this machine (reserve some with `echo 8 > \
+             /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages` to run this test; \
+             scripts/test.sh does so as root)"
+        ));
         return;
     }
     if !pagemap_readable() {

@@ -183,7 +183,7 @@ fn assert_checks(scenario: &str, console: &str, expected: &[&str]) {
 #[test]
 fn vfio_layer_drives_edu_and_e1000e_in_a_guest_with_an_iommu() {
     if let Err(why) = image() {
-        println!("SKIPPED qemu_vfio: {why}");
+        netns_test::skip(&why);
         return;
     }
     let console = boot("main");
@@ -222,7 +222,7 @@ fn vfio_layer_drives_edu_and_e1000e_in_a_guest_with_an_iommu() {
 #[test]
 fn vfio_layer_reports_a_missing_iommu_in_a_guest_without_one() {
     if let Err(why) = image() {
-        println!("SKIPPED qemu_vfio: {why}");
+        netns_test::skip(&why);
         return;
     }
     let console = boot("noiommu");

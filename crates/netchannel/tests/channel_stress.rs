@@ -5,7 +5,14 @@
 
 use std::time::Duration;
 
-use netchannel::channel::{Channel, Consumer, Producer, WakeMode};
+use netchannel::channel::{Channel, Consumer, Producer, Wait, WakeMode};
+
+/// How long a consumer waits on an empty ring before it calls the wakeup lost. The producer pushes
+/// without pause until it is done and then closes the channel, so an empty ring is refilled or
+/// closed within microseconds; only a producer starved of CPU for this long (or a TSan run on a
+/// very loaded machine) could reach it honestly. A lost wakeup thus fails within this bound
+/// instead of showing as a slow run.
+const LOST_WAKEUP: Duration = Duration::from_secs(20);
 
 fn items() -> u32 {
     std::env::var("NETCHANNEL_STRESS_ITEMS").ok().and_then(|s| s.parse().ok()).unwrap_or(4_000_000)
@@ -35,8 +42,14 @@ fn run(mode: WakeMode, capacity: usize, n: u32) {
             }
             if got == 0 {
                 sleeps += 1;
-                if rx.wait(Some(Duration::from_secs(30))).is_closed() {
-                    break;
+                match rx.wait(Some(LOST_WAKEUP)) {
+                    Wait::Closed => break,
+                    Wait::Ready => {}
+                    Wait::TimedOut => panic!(
+                        "{mode:?}: the consumer waited {LOST_WAKEUP:?} on an empty ring after item {expect} \
+                         (ring empty now: {}): a lost wakeup",
+                        rx.is_empty()
+                    ),
                 }
             }
         }
@@ -106,7 +119,11 @@ fn every_item_needs_a_wakeup() {
         let rounds = 2_000u32;
         let consumer = std::thread::spawn(move || {
             for expect in 0..rounds {
-                assert_eq!(rx.wait(Some(Duration::from_secs(10))), netchannel::channel::Wait::Ready);
+                assert_eq!(
+                    rx.wait(Some(LOST_WAKEUP)),
+                    Wait::Ready,
+                    "{mode:?}: a lost wakeup at item {expect}"
+                );
                 assert_eq!(rx.pop(), Some(expect));
             }
             rx.stats()

@@ -1,10 +1,11 @@
 //! The kernel sends TCP and UDP to several of our addresses and ports through a TAP in a private
 //! namespace; the channelizer demultiplexes them into the registered consumers' channels, verified by
-//! signature, and what nobody registered reaches the default channel. The TAP is wrapped in a
-//! `PcapWriter` whose file is read back at the end.
+//! signature and by payload (each datagram's bytes, in order; the TCP frames are SYNs), and what
+//! nobody registered reaches the default channel. The TAP is wrapped in a `PcapWriter` whose file is
+//! read back at the end.
 //!
 //! Only addresses inside the test's own namespace (10.201.0.0/24) are used. Without root or
-//! `/dev/net/tun` it prints `skipped: <why>` and passes.
+//! `/dev/net/tun` it skips (`netns_test::skip`); once those hold, any error fails it.
 #![cfg(not(loom))]
 
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -29,18 +30,54 @@ fn addr(ip: &str, port: u16) -> SocketAddr {
     SocketAddr::new(ip.parse().unwrap(), port)
 }
 
-/// The signatures of the frames in `rx` (non-flows are `None`).
-fn drain_signatures(rx: &mut PacketRx, cache: &PoolCache, into: &mut Vec<Option<Signature>>) {
+/// A frame a consumer received: its signature (`None` for a non-flow) and its bytes.
+type Got = (Option<Signature>, Vec<u8>);
+
+/// The IPv4 transport header's offset in an untagged Ethernet frame, and the protocol number.
+fn l4(frame: &[u8]) -> Option<(usize, u8)> {
+    if frame.get(12..14)? != [0x08, 0x00] {
+        return None;
+    }
+    let ihl = usize::from(frame.get(14)? & 0x0f) * 4;
+    Some((14 + ihl, *frame.get(23)?))
+}
+
+/// The payload of an IPv4 UDP frame, as long as the UDP header says.
+fn udp_payload(frame: &[u8]) -> Option<&[u8]> {
+    let (at, proto) = l4(frame)?;
+    if proto != 17 {
+        return None;
+    }
+    let len = usize::from(u16::from_be_bytes([*frame.get(at + 4)?, *frame.get(at + 5)?]));
+    frame.get(at + 8..at + len.checked_sub(8)?.checked_add(8)?)
+}
+
+/// Whether an IPv4 frame is a TCP SYN (without ACK).
+fn is_syn(frame: &[u8]) -> bool {
+    l4(frame).is_some_and(|(at, proto)| proto == 6 && frame.get(at + 13).is_some_and(|f| f & 0x12 == 0x02))
+}
+
+/// The UDP payloads of `got`, as strings (a non-UDP frame shows as `<not UDP>`).
+fn payloads(got: &[Got]) -> Vec<String> {
+    got.iter()
+        .map(|(_, f)| {
+            udp_payload(f).map_or_else(|| "<not UDP>".into(), |p| String::from_utf8_lossy(p).into_owned())
+        })
+        .collect()
+}
+
+/// The signatures and bytes of the frames in `rx` (non-flows have no signature).
+fn drain_signatures(rx: &mut PacketRx, cache: &PoolCache, into: &mut Vec<Got>) {
     while let Some(p) = rx.pop(cache) {
         into.push(match classify(p.data()) {
-            Classified::Flow { sig, .. } => Some(sig),
-            _ => None,
+            Classified::Flow { sig, .. } => (Some(sig), p.data().to_vec()),
+            _ => (None, p.data().to_vec()),
         });
     }
 }
 
 fn run() -> Result<(), String> {
-    let tap = Tap::open(IFACE).map_err(|e| format!("skip:{e}"))?;
+    let tap = Tap::open(IFACE).map_err(|e| format!("Tap::open({IFACE}): {e}"))?;
     let mac = tap.info().mac.to_string();
     ip(&["addr", "add", &format!("{KERNEL}/24"), "dev", IFACE])?;
     ip(&["link", "set", IFACE, "up"])?;
@@ -94,15 +131,15 @@ fn run() -> Result<(), String> {
     let connector =
         std::thread::spawn(|| TcpStream::connect_timeout(&addr(US_A, 8080), Duration::from_millis(1500)));
 
-    let mut got: Vec<Vec<Option<Signature>>> = vec![Vec::new(); 4];
-    let mut default_got = Vec::new();
+    let mut got: Vec<Vec<Got>> = vec![Vec::new(); 4];
+    let mut default_got: Vec<Got> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
-    let done = |got: &[Vec<Option<Signature>>], default_got: &[Option<Signature>]| {
+    let done = |got: &[Vec<Got>], default_got: &[Got]| {
         got[0].len() >= 3
             && got[1].len() >= 2
             && !got[2].is_empty()
             && got[3].len() >= 2
-            && default_got.iter().flatten().filter(|s| s.proto() == Proto::Udp).count() >= 2
+            && default_got.iter().filter_map(|g| g.0).filter(|s| s.proto() == Proto::Udp).count() >= 2
     };
     while !done(&got, &default_got) {
         if Instant::now() > deadline {
@@ -119,20 +156,30 @@ fn run() -> Result<(), String> {
 
     // Verify by signature: each consumer got exactly its flows.
     let remote = sock.local_addr().unwrap();
-    assert!(got[0].iter().all(|s| *s == Some(Signature::new(Proto::Udp, addr(US_A, 7000), remote).unwrap())));
-    assert!(got[1].iter().all(|s| *s == Some(Signature::new(Proto::Udp, addr(US_B, 7000), remote).unwrap())));
-    assert!(got[2].iter().all(|s| s.is_some_and(|s| s.to_listener() == listen_tcp)), "{:?}", got[2]);
-    assert!(got[3].iter().all(|s| *s == Some(exact)));
+    assert!(
+        got[0].iter().all(|g| g.0 == Some(Signature::new(Proto::Udp, addr(US_A, 7000), remote).unwrap()))
+    );
+    assert!(
+        got[1].iter().all(|g| g.0 == Some(Signature::new(Proto::Udp, addr(US_B, 7000), remote).unwrap()))
+    );
+    assert!(got[2].iter().all(|g| g.0.is_some_and(|s| s.to_listener() == listen_tcp)), "{:?}", got[2]);
+    assert!(got[3].iter().all(|g| g.0 == Some(exact)));
     assert_eq!((got[0].len(), got[1].len(), got[3].len()), (3, 2, 2));
-    let default_udp: Vec<Signature> =
-        default_got.iter().flatten().filter(|s| s.proto() == Proto::Udp).copied().collect();
+    // ... and by payload: each consumer got the bytes the kernel sent it, whole and in order.
+    assert_eq!(payloads(&got[0]), ["datagram 0", "datagram 1", "datagram 2"]);
+    assert_eq!(payloads(&got[1]), ["datagram 0", "datagram 1"]);
+    assert_eq!(payloads(&got[3]), ["datagram 0", "datagram 1"]);
+    assert!(got[2].iter().all(|(_, f)| is_syn(f)), "consumer 2 got a frame that is not a SYN");
+    let default_udp: Vec<Got> =
+        default_got.iter().filter(|g| g.0.is_some_and(|s| s.proto() == Proto::Udp)).cloned().collect();
     assert_eq!(
-        default_udp,
+        default_udp.iter().map(|g| g.0.unwrap()).collect::<Vec<_>>(),
         [
             Signature::new(Proto::Udp, addr(US_A, 7001), remote).unwrap(),
             Signature::new(Proto::Udp, addr(US_A, 9999), remote).unwrap()
         ]
     );
+    assert_eq!(payloads(&default_udp), ["datagram 0", "datagram 0"]);
     let stats = ch.stats();
     assert_eq!(stats.dropped_full + stats.dropped_malformed, 0, "{stats:?}");
     let received = stats.rx;

@@ -4,7 +4,9 @@
 //! The test thread calls `unshare(CLONE_NEWNET)` (namespaces are per thread), so the TAP, the `ip`
 //! commands it spawns and its `UdpSocket` all live in a namespace that disappears with the thread.
 //! Only addresses inside it (10.200.0.0/24) are used. Without root or `/dev/net/tun` it prints
-//! `skipped: <why>` and passes.
+//! `skipped: <why>` (`netns_test::skip`).
+//! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
+//! those preconditions hold fails the test.
 #![cfg(not(loom))]
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -88,7 +90,7 @@ fn parse_udp_to_peer(frame: &[u8]) -> Option<(MacAddr, SocketAddrV4, &[u8])> {
 fn run_in_namespace() -> Result<(), String> {
     let mut tap = match Tap::open(IFACE) {
         Ok(t) => t,
-        Err(e) => return Err(format!("skip:{e}")),
+        Err(e) => return Err(format!("Tap::open({IFACE}): {e}")),
     };
     let mac = tap.info().mac;
     assert!(mac.is_local() && !mac.is_multicast());

@@ -10,7 +10,9 @@
 //! and ports swapped, UDP checksum recomputed) into a TX channel, and sent back through AF_XDP's TX
 //! ring to the kernel's socket, which checks every byte.
 //!
-//! Without root, or on a kernel without AF_XDP/BPF, it prints `skipped: <why>` and passes.
+//! Without root, or on a kernel without AF_XDP/BPF, it prints `skipped: <why>` (`netns_test::skip`).
+//! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
+//! those preconditions hold fails the test.
 #![cfg(not(loom))]
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};

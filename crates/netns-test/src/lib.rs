@@ -2,7 +2,12 @@
 //! dev-dependency only; not published).
 //!
 //! * The skip convention: a test that cannot run here (no root, no `/dev/net/tun`, no iproute2)
-//!   prints `skipped: <why>` and passes ([`skip`]).
+//!   calls [`skip`], which prints `skipped: <why>` and appends `<test> <why>` to the file named by
+//!   [`SKIP_LOG_ENV`] (`NETCHANNEL_SKIP_LOG`) when that is set. The test then passes as far as
+//!   `cargo test` is concerned; the test command (`scripts/test.sh`) reads the log, counts the test
+//!   as skipped rather than passed, prints every skip with its reason, and under `CI=true` fails
+//!   the run for a skip that `scripts/allowed-skips.txt` does not list. Only a missing
+//!   precondition is a skip: an error after the preconditions hold is a failure.
 //! * [`ip`] runs `ip(8)` with its error output in the error.
 //! * A private network namespace per thread: [`run_isolated`] runs a body on a new thread that
 //!   first `unshare(CLONE_NEWNET)`s, so the body, the threads it spawns after that, the TAP and
@@ -19,10 +24,56 @@ use std::process::Command;
 /// The prefix of an error that means "skip", not "fail" (see [`report`]).
 pub const SKIP: &str = "skip:";
 
-/// Prints a visible skip line (tests that cannot run here pass with this message).
+/// The environment variable that names the skip log: [`skip`] appends one line, `<test> <why>`,
+/// per skip to that file (the test command sets it; see `scripts/test.sh`).
+pub const SKIP_LOG_ENV: &str = "NETCHANNEL_SKIP_LOG";
+
+/// Records that the calling test (or a part of it) cannot run here: prints `skipped: <why>` and
+/// appends `<test> <why>` to the [`SKIP_LOG_ENV`] file, where `<test>` is [`test_name`].
+///
+/// Only for a missing precondition (not root, no `/dev/net/tun`, no iproute2, a kernel without
+/// AF_XDP, no 82599): an error once the preconditions hold must fail the test instead.
+///
+/// # Panics
+///
+/// When the skip log is named but cannot be written: a skip that the test command cannot see
+/// would pass as green.
 pub fn skip(why: &str) {
+    let why = why.split_whitespace().collect::<Vec<_>>().join(" ");
     println!("skipped: {why}");
     eprintln!("skipped: {why}");
+    if let Some(path) = std::env::var_os(SKIP_LOG_ENV) {
+        let line = format!("{} {why}\n", test_name());
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| io::Write::write_all(&mut f, line.as_bytes()));
+        if let Err(e) = written {
+            panic!("cannot append the skip to {} ({SKIP_LOG_ENV}): {e}", path.to_string_lossy());
+        }
+    }
+}
+
+/// The name the skip log and the test command's summary use for the running test:
+/// `<binary>::<test>`, the test binary's name without cargo's hash (`kernel_tap`, or the crate's
+/// name for unit tests) and the test's path as libtest names its thread (`lossy_client`).
+/// [`run_isolated`] names its thread after the caller's, so a skip from the body names the test.
+#[must_use]
+pub fn test_name() -> String {
+    let exe = std::env::current_exe().ok();
+    let stem = exe.as_deref().and_then(std::path::Path::file_stem).map(|s| s.to_string_lossy().into_owned());
+    let binary = stem.as_deref().map_or("?", binary_name).to_owned();
+    let thread = std::thread::current();
+    format!("{binary}::{}", thread.name().unwrap_or("?"))
+}
+
+/// A cargo-built executable's name without its `-<16 hex digits>` suffix.
+fn binary_name(stem: &str) -> &str {
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => name,
+        _ => stem,
+    }
 }
 
 /// Runs `ip ARGS...`, with its error output in the error.
@@ -60,19 +111,29 @@ pub fn namespace_unavailable() -> Option<&'static str> {
 ///
 /// # Errors
 ///
-/// The body's error; an `unshare` failure as a [`SKIP`] error; a panic of the thread.
+/// The body's error; an `unshare` failure, as a [`SKIP`] error when it is `EPERM` (root without
+/// `CAP_SYS_ADMIN`, as in some containers: a missing precondition) and a plain error otherwise; a
+/// panic of the thread.
 pub fn run_isolated<T: Send + 'static>(
     body: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
-    std::thread::spawn(move || {
+    let mut builder = std::thread::Builder::new();
+    if let Some(name) = std::thread::current().name() {
+        builder = builder.name(name.to_owned());
+    }
+    let thread = builder.spawn(move || {
         // SAFETY: unshare only changes this thread's namespace membership.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(format!("{SKIP}unshare(CLONE_NEWNET) failed: {}", io::Error::last_os_error()));
+            let e = io::Error::last_os_error();
+            let skip = if e.raw_os_error() == Some(libc::EPERM) { SKIP } else { "" };
+            return Err(format!("{skip}unshare(CLONE_NEWNET) failed: {e}"));
         }
         body()
-    })
-    .join()
-    .map_err(|_| "the namespace thread panicked".to_owned())?
+    });
+    thread
+        .map_err(|e| format!("cannot start the namespace thread: {e}"))?
+        .join()
+        .map_err(|_| "the namespace thread panicked".to_owned())?
 }
 
 /// The end of a namespace test: nothing on success, a visible [`skip`] for an error that starts
@@ -142,4 +203,39 @@ pub fn tx_checksum_off(iface: &str) -> Result<(), String> {
         return Err(format!("ethtool -K {iface} tx off: {err}"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_names_lose_only_cargos_hash() {
+        assert_eq!(binary_name("kernel_tap-0123456789abcdef"), "kernel_tap");
+        assert_eq!(binary_name("netns_test-fedcba9876543210"), "netns_test");
+        assert_eq!(binary_name("echo-tap"), "echo-tap");
+        assert_eq!(binary_name("x-0123456789abcdeg"), "x-0123456789abcdeg");
+        assert_eq!(binary_name("plain"), "plain");
+    }
+
+    #[test]
+    fn a_skip_lands_in_the_log_with_the_test_name() {
+        let path = std::env::temp_dir().join(format!("netns-test-skips-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        // The test command's own log, if it set one, is put back afterwards.
+        let outer = std::env::var_os(SKIP_LOG_ENV);
+        // SAFETY: no other thread of this test binary reads or writes the environment: the
+        // only other test here touches no variables.
+        unsafe { std::env::set_var(SKIP_LOG_ENV, &path) };
+        skip("no 82599\n here");
+        match outer {
+            // SAFETY: as above.
+            Some(outer) => unsafe { std::env::set_var(SKIP_LOG_ENV, outer) },
+            // SAFETY: as above.
+            None => unsafe { std::env::remove_var(SKIP_LOG_ENV) },
+        }
+        let log = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(log, "netns_test::tests::a_skip_lands_in_the_log_with_the_test_name no 82599 here\n");
+    }
 }

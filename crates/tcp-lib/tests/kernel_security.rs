@@ -40,7 +40,9 @@
 //! window (unless the window is nearly closed) but never exact, and `end ± (2^30 + r)` is far
 //! outside any window.
 //!
-//! Needs root and `/dev/net/tun`; otherwise each test prints `skipped: <why>` and passes.
+//! Needs root and `/dev/net/tun`; otherwise each test prints `skipped: <why>` (`netns_test::skip`).
+//! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
+//! those preconditions hold fails the test.
 #![cfg(not(loom))]
 
 mod kernel_support;

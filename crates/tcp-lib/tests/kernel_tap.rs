@@ -14,7 +14,9 @@
 //! * window scaling, SACK-permitted and timestamps negotiated, as a pcap shows.
 //!
 //! Addresses: the kernel 10.88.0.1/24 on `ktap0`, our stack 10.88.0.2 with the TAP's MAC. Needs root
-//! and `/dev/net/tun`; otherwise each test prints `skipped: <why>` and passes.
+//! and `/dev/net/tun`; otherwise each test prints `skipped: <why>` (`netns_test::skip`).
+//! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
+//! those preconditions hold fails the test.
 #![cfg(not(loom))]
 
 mod kernel_support;

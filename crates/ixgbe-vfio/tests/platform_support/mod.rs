@@ -128,7 +128,7 @@ pub fn pagemap_readable() -> bool {
     match ixgbe_vfio::platform::noiommu::probe_pagemap() {
         Ok(()) => true,
         Err(e) => {
-            eprintln!("skipping: physical addresses are not readable here: {e}");
+            netns_test::skip(&format!("physical addresses are not readable here: {e}"));
             false
         }
     }

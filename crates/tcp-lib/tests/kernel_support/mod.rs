@@ -13,7 +13,9 @@
 //!   resets) and can black-hole either direction.
 //! * [`Source`]/[`Sink`]: a deterministic byte stream, checked byte for byte where it arrives.
 //!
-//! Without root, `/dev/net/tun` or iproute2 a test prints `skipped: <why>` and passes.
+//! Without root, `/dev/net/tun` or iproute2 a test prints `skipped: <why>` (`netns_test::skip`).
+//! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
+//! those preconditions hold fails the test.
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs, reason = "each test uses its own subset")]
 
 use std::io::{self, Read, Write};
@@ -59,7 +61,7 @@ pub use netns_test::in_private_namespace;
 
 /// Creates the TAP, addresses the kernel's side and brings it up (and `lo`).
 pub fn open_tap() -> Result<Tap, String> {
-    let tap = Tap::open(IFACE).map_err(|e| format!("skip:{e}"))?;
+    let tap = Tap::open(IFACE).map_err(|e| format!("Tap::open({IFACE}): {e}"))?;
     ip(&["link", "set", "lo", "up"])?;
     ip(&["addr", "add", &format!("{KERNEL_IP}/24"), "dev", IFACE])?;
     ip(&["link", "set", IFACE, "up"])?;

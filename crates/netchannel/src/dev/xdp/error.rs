@@ -193,9 +193,39 @@ pub(super) fn classify(op: &'static str, e: io::Error) -> XdpError {
     }
 }
 
+/// Whether the running kernel has XDP links (`BPF_LINK_CREATE` with `BPF_XDP`, Linux 5.9 and
+/// later), from `/proc/sys/kernel/osrelease`; `true` when that cannot be read or parsed, so that
+/// an `EINVAL` from the attach is reported as the error it most likely is.
+pub(super) fn running_kernel_has_xdp_links() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or(true, |r| has_xdp_links(r.trim()))
+}
+
+/// Whether a kernel of this release (`uname -r`: `6.1.0-18-amd64`) has XDP links (5.9 and later);
+/// `true` for a release that does not parse.
+fn has_xdp_links(release: &str) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+    let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
+    match (major, minor) {
+        (Some(major), Some(minor)) => (major, minor) >= (5, 9),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xdp_links_arrived_in_5_9() {
+        assert!(!has_xdp_links("5.8.18-100.fc31.x86_64"));
+        assert!(!has_xdp_links("4.19.0-21-amd64"));
+        assert!(has_xdp_links("5.9.0"));
+        assert!(has_xdp_links("5.10.0-28-amd64"));
+        assert!(has_xdp_links("6.18.44-fc-v657"));
+        // A release we cannot read: an EINVAL is then reported as the error it most likely is.
+        assert!(has_xdp_links("weird"));
+    }
 
     #[test]
     fn errors_say_how_to_fix_them() {

@@ -400,7 +400,11 @@ impl AfXdpBuilder {
         let name = dev.name.clone();
         let attach_err = |e: io::Error| match e.raw_os_error() {
             Some(libc::EBUSY | libc::EEXIST) => XdpError::AlreadyAttached { name: name.clone(), source: e },
-            Some(libc::EINVAL) => XdpError::Unsupported { op: "bpf(BPF_LINK_CREATE, BPF_XDP)", source: e },
+            // Before Linux 5.9 the kernel knows no XDP links and answers EINVAL; on a kernel
+            // that has them, EINVAL means our attributes are wrong: a bug, not missing support.
+            Some(libc::EINVAL) if !super::error::running_kernel_has_xdp_links() => {
+                XdpError::Unsupported { op: "bpf(BPF_LINK_CREATE, BPF_XDP)", source: e }
+            }
             _ => classify("bpf(BPF_LINK_CREATE, BPF_XDP)", e),
         };
         let native_unsupported = |e: &io::Error| e.raw_os_error() == Some(libc::EOPNOTSUPP);
