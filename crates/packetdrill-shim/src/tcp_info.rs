@@ -10,7 +10,8 @@
 //!
 //! What tcp-lib has is reported in Linux's units: the state, the congestion state (Open,
 //! Disorder, Recovery; Loss is not tracked and reads as Open), the RTO and RTT estimates in µs,
-//! the MSS both ways, the window scales, unacknowledged and SACKed segments, the congestion
+//! the MSS both ways (`tcpi_rcv_mss` as Linux estimates it: the largest segment received) and
+//! the one announced, the window scales, unacknowledged and SACKed segments, the congestion
 //! window and slow-start threshold in segments (`0x7fffffff` before the first loss, as Linux),
 //! total retransmissions, bytes and segments in and out. The rest (the negotiated options and
 //! window scales, lost and retransmitted segments in flight, pacing, delivery rate, reordering
@@ -92,7 +93,7 @@ pub fn encode(info: &Info) -> [u8; TCP_INFO_LEN] {
     put32(&mut b, 72, usecs(s.rttvar));
     put32(&mut b, 76, if s.ssthresh >= 0x7fff_ffff { 0x7fff_ffff } else { s.ssthresh / mss });
     put32(&mut b, 80, s.cwnd / mss);
-    put32(&mut b, 84, s.recv_mss);
+    put32(&mut b, 84, s.announced_mss);
     put32(&mut b, 88, 3);
     put32(&mut b, 100, usize::try_from(s.retransmits).unwrap_or(usize::MAX));
     put64(&mut b, 120, s.bytes_out.saturating_sub(s.unacked_bytes as u64));
@@ -209,6 +210,7 @@ mod tests {
             retransmits: 2,
             send_mss: 1000,
             recv_mss: 1460,
+            announced_mss: 1100,
             unacked_bytes: 4500,
             sacked_bytes: 2000,
             in_recovery: true,
@@ -221,7 +223,11 @@ mod tests {
         assert_eq!((u32_at(&b, 24), u32_at(&b, 28)), (5, 2), "unacked, sacked in segments");
         assert_eq!((u32_at(&b, 68), u32_at(&b, 72)), (100_000, 50_000), "rtt, rttvar in µs");
         assert_eq!((u32_at(&b, 76), u32_at(&b, 80)), (0x7fff_ffff, 10), "ssthresh unset, cwnd in segments");
-        assert_eq!((u32_at(&b, 88), u32_at(&b, 100)), (3, 2), "reordering, total_retrans");
+        assert_eq!(
+            (u32_at(&b, 84), u32_at(&b, 88), u32_at(&b, 100)),
+            (1100, 3, 2),
+            "advmss, reordering, total_retrans"
+        );
         let open = encode(&Info {
             state: State::SynSent,
             stats: Stats { ssthresh: 5000, send_mss: 1000, ..Stats::default() },

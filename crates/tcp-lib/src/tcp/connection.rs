@@ -156,6 +156,8 @@ struct RecvSide {
     closed: bool,
     /// Payload bytes of a full-sized segment from the peer.
     mss: usize,
+    /// The largest payload received in one segment (at most `mss`; 0 before any).
+    largest: usize,
     /// Our window scale shift.
     wscale: u8,
 }
@@ -322,6 +324,7 @@ impl Connection {
                 fin_received: false,
                 closed: false,
                 mss: usize::from(config.mss),
+                largest: 0,
                 wscale: rcv_wscale,
             },
             ack: AckState { pending: false, now: false, unacked_bytes: 0, quick: 0, last_data: None },
@@ -441,7 +444,8 @@ impl Connection {
             cwnd: self.cc.window(),
             ssthresh: self.cc.ssthresh(),
             send_mss: self.send_mss(),
-            recv_mss: self.rcv.mss,
+            announced_mss: usize::from(self.config.mss),
+            recv_mss: if self.rcv.largest == 0 { self.rcv.mss.min(536) } else { self.rcv.largest },
             unacked_bytes: distance(self.snd.una, self.snd.max),
             sacked_bytes: self.recovery.scoreboard.sacked_bytes(),
             in_recovery: self.recovery.active,

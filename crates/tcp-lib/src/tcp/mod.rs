@@ -363,7 +363,10 @@ pub struct Stats {
     pub challenge_acks_suppressed: u64,
     /// Payload bytes per segment we send now (the peer's MSS, less the options we carry).
     pub send_mss: usize,
-    /// The MSS we announced (what the peer sends us at most per segment).
+    /// The MSS we announced.
+    pub announced_mss: usize,
+    /// The largest payload the peer sent in one segment, at most the MSS we announced (536, the
+    /// RFC 9293 default, before any): Linux's estimate of the peer's MSS (`tcpi_rcv_mss`).
     pub recv_mss: usize,
     /// Bytes sent and not yet cumulatively acknowledged (SND.MAX - SND.UNA, SYN and FIN included).
     pub unacked_bytes: usize,

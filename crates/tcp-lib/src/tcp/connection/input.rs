@@ -320,6 +320,7 @@ impl Connection {
         let offset = distance(self.rcv.nxt, seq);
         let mut written = 0;
         if !payload.is_empty() {
+            self.rcv.largest = self.rcv.largest.max(payload.len().min(self.rcv.mss));
             if offset == 0 {
                 // In place first, when nothing buffered has to be read before these bytes.
                 let delivered = if self.rcv.buf.is_empty() && self.rcv.ooo.is_empty() && !self.rcv.closed {
