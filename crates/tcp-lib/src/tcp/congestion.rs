@@ -1,5 +1,5 @@
 //! Congestion control behind a small trait, with two implementations: [`NewReno`] (RFC 5681 slow
-//! start and congestion avoidance, RFC 6582 fast recovery window arithmetic, RFC 3465 byte
+//! start and congestion avoidance, cwnd = ssthresh through fast recovery, RFC 3465 byte
 //! counting limited to one SMSS per ACK) and [`Cubic`] (RFC 9438).
 //!
 //! The connection owns the loss *detection* (duplicate ACK counting, the SACK scoreboard, the
@@ -30,19 +30,14 @@ pub trait CongestionControl: fmt::Debug + Send {
 
     /// Loss detected (the third duplicate ACK, or SACK loss detection): fast retransmit and
     /// enter recovery. The window is reduced: ssthresh is set and cwnd = ssthresh (RFC 6675 §5
-    /// step 4.2; NewReno's inflation by the three duplicate ACKs follows as three
-    /// [`on_recovery_dup_ack`](Self::on_recovery_dup_ack) calls, RFC 5681 §3.2 step 3).
+    /// step 4.2). During recovery the connection's Proportional Rate Reduction (RFC 9937)
+    /// decides what is sent, with or without SACK; the window does not move (no NewReno
+    /// inflation by duplicate ACKs, no deflation by partial ACKs).
     fn on_enter_recovery(&mut self, flight: usize, mss: usize);
 
-    /// Another duplicate ACK during NewReno fast recovery: one more segment has left the network
-    /// (not called in SACK recovery, where the pipe estimate accounts for it).
-    fn on_recovery_dup_ack(&mut self, mss: usize);
-
-    /// A partial ACK during NewReno fast recovery acknowledged `acked` bytes.
-    fn on_partial_ack(&mut self, acked: usize, mss: usize);
-
-    /// A full ACK ended fast recovery with `flight` bytes still in flight.
-    fn on_exit_recovery(&mut self, flight: usize, mss: usize);
+    /// A full ACK ended fast recovery: cwnd = ssthresh (RFC 9937 §4; PRR brought the flight
+    /// there, or as close as the application and the losses allowed).
+    fn on_exit_recovery(&mut self);
 
     /// The retransmission timer expired.
     fn on_rto(&mut self, flight: usize, mss: usize);
@@ -70,7 +65,8 @@ impl CongestionAlgorithm {
     }
 }
 
-/// NewReno: RFC 5681 with the RFC 6582 fast recovery window updates.
+/// NewReno: RFC 5681, with cwnd = ssthresh through fast recovery (the connection's PRR, RFC
+/// 9937, paces what recovery sends; the RFC 6582 inflation and deflation are not used).
 #[derive(Clone, Debug)]
 pub struct NewReno {
     cwnd: usize,
@@ -145,24 +141,8 @@ impl CongestionControl for NewReno {
         self.acked_in_ca = 0;
     }
 
-    fn on_recovery_dup_ack(&mut self, mss: usize) {
-        self.cwnd = self.cwnd.saturating_add(mss);
-    }
-
-    fn on_partial_ack(&mut self, acked: usize, mss: usize) {
-        // RFC 6582 §3.2 step 5: deflate by the amount acknowledged, add back one SMSS if at
-        // least one SMSS was acknowledged.
-        self.cwnd = self.cwnd.saturating_sub(acked);
-        if acked >= mss {
-            self.cwnd += mss;
-        }
-        self.cwnd = self.cwnd.max(mss);
-    }
-
-    fn on_exit_recovery(&mut self, flight: usize, mss: usize) {
-        // RFC 6582 §3.2 step 3, option (1) with the burst guard: min(ssthresh, max(FlightSize,
-        // SMSS) + SMSS).
-        self.cwnd = self.ssthresh.min(flight.max(mss) + mss);
+    fn on_exit_recovery(&mut self) {
+        self.cwnd = self.ssthresh;
     }
 
     fn on_rto(&mut self, flight: usize, mss: usize) {
@@ -179,9 +159,9 @@ impl CongestionControl for NewReno {
 /// window of the last congestion event `W_max` and convex past it, but never below the window a
 /// Reno flow with the same loss rate would reach (the Reno-friendly region, §4.3). A congestion
 /// event multiplies the window by β = 0.7 (§4.6); fast convergence (§4.7) lowers `W_max` when
-/// the window shrinks from one event to the next, to leave room to new flows. Slow start and the
-/// recovery arithmetic are RFC 5681/6582's, as the RFC prescribes. Time is the `now` the caller
-/// passes; HyStart is not implemented.
+/// the window shrinks from one event to the next, to leave room to new flows. Slow start is RFC
+/// 5681's, as the RFC prescribes, and recovery is paced by the connection's PRR (RFC 9937).
+/// Time is the `now` the caller passes; HyStart is not implemented.
 #[derive(Clone, Debug)]
 pub struct Cubic {
     /// cwnd in bytes (fractional: per-ACK increments can be below one byte).
@@ -311,21 +291,8 @@ impl CongestionControl for Cubic {
         self.cwnd = self.ssthresh as f64;
     }
 
-    fn on_recovery_dup_ack(&mut self, mss: usize) {
-        self.cwnd += mss as f64;
-    }
-
-    fn on_partial_ack(&mut self, acked: usize, mss: usize) {
-        // RFC 6582 §3.2 step 5, as NewReno.
-        let mut cwnd = self.window().saturating_sub(acked);
-        if acked >= mss {
-            cwnd += mss;
-        }
-        self.cwnd = cwnd.max(mss) as f64;
-    }
-
-    fn on_exit_recovery(&mut self, flight: usize, mss: usize) {
-        self.cwnd = self.ssthresh.min(flight.max(mss) + mss) as f64;
+    fn on_exit_recovery(&mut self) {
+        self.cwnd = self.ssthresh as f64;
     }
 
     fn on_rto(&mut self, flight: usize, mss: usize) {
@@ -353,21 +320,13 @@ mod tests {
         assert_eq!(c.window(), 5000, "slow start: one SMSS per ACK at most");
         c.on_enter_recovery(10_000, mss);
         assert_eq!((c.ssthresh(), c.window()), (5000, 5000), "cwnd = ssthresh (RFC 6675 4.2)");
-        for _ in 0..3 {
-            c.on_recovery_dup_ack(mss);
-        }
-        assert_eq!(c.window(), 8000, "NewReno: ssthresh + 3 SMSS (RFC 5681 3.2 step 3)");
-        c.on_recovery_dup_ack(mss);
-        assert_eq!(c.window(), 9000);
-        c.on_partial_ack(2500, mss);
-        assert_eq!(c.window(), 7500);
-        c.on_exit_recovery(3000, mss);
-        assert_eq!(c.window(), 4000, "min(ssthresh, flight + SMSS)");
-        c.on_ack(1000, mss, now, rtt);
-        assert_eq!(c.window(), 5000, "4000 < ssthresh 5000: still slow start");
-        for _ in 0..5 {
+        c.on_exit_recovery();
+        assert_eq!(c.window(), 5000, "cwnd = ssthresh (RFC 9937 4)");
+        for _ in 0..4 {
             c.on_ack(1000, mss, now, rtt);
         }
+        assert_eq!(c.window(), 5000, "at ssthresh: congestion avoidance");
+        c.on_ack(1000, mss, now, rtt);
         assert_eq!(c.window(), 6000, "congestion avoidance: one SMSS per window acked");
         c.on_rto(6000, mss);
         assert_eq!((c.ssthresh(), c.window()), (3000, 1000));
@@ -392,7 +351,7 @@ mod tests {
         c.on_established(NewReno::initial_window(mss));
         c.cwnd = (w_max * mss) as f64;
         c.on_enter_recovery(w_max * mss, mss);
-        c.on_exit_recovery(w_max * mss, mss);
+        c.on_exit_recovery();
         c
     }
 

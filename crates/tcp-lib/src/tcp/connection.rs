@@ -243,7 +243,7 @@ struct RateLimits {
 }
 
 /// Loss recovery: fast retransmit and recovery (RFC 5681, RFC 6582), SACK-based recovery (RFC
-/// 6675).
+/// 6675), and how much either may send: Proportional Rate Reduction (RFC 6937, RFC 9937).
 #[derive(Debug)]
 struct Recovery {
     dup_acks: u32,
@@ -261,6 +261,18 @@ struct Recovery {
     /// [`MAX_RXT_MARKS`], oldest first. SACKs of data sent after a retransmission while its hole
     /// at SND.UNA stays open say that the retransmission was lost too.
     rxt_marks: Vec<(SeqNumber, SeqNumber)>,
+    /// PRR RecoverFS (RFC 9937 §4): the pipe when this recovery began, in bytes.
+    recover_fs: usize,
+    /// PRR prr_delivered: bytes the peer received during this recovery (DeliveredData summed).
+    prr_delivered: usize,
+    /// PRR prr_out: bytes sent during this recovery (retransmissions and new data).
+    prr_out: usize,
+    /// PRR sndcnt: bytes the last ACK allows to send, less what was sent since.
+    sndcnt: usize,
+    /// Without SACK: bytes the duplicate ACKs of this recovery say were delivered (one SMSS
+    /// each, at most the flight), not yet matched by a cumulative ACK (RFC 6937 §3's estimate
+    /// of DeliveredData without SACK).
+    dup_delivered: usize,
 }
 
 /// The smallest shift that makes `buffer` fit the 16-bit window field, at most 14.
@@ -356,6 +368,11 @@ impl Connection {
                 scoreboard: Scoreboard::new(),
                 high_rxt: iss,
                 rxt_marks: Vec::with_capacity(MAX_RXT_MARKS),
+                recover_fs: 0,
+                prr_delivered: 0,
+                prr_out: 0,
+                sndcnt: 0,
+                dup_delivered: 0,
             },
             rtt: RttEstimator::new(config.initial_rto, config.min_rto),
             cc: config.congestion.build(),

@@ -96,6 +96,19 @@
 //!   5827 early retransmit for windows under four segments, and detection of a lost
 //!   retransmission of the hole at SND.UNA (data sent after it was SACKed). No rescue
 //!   retransmission, tail loss probe or RACK. Without SACK, NewReno recovery as below.
+//! * RFC 9937 ("Proportional Rate Reduction (PRR)", 2025, which obsoletes RFC 6937,
+//!   "Proportional Rate Reduction for TCP", 2013): how much every ACK in fast recovery lets the
+//!   sender send, retransmissions and new data alike, with SACK and without. cwnd = ssthresh
+//!   on entry and it does not move; on entry RecoverFS = pipe, and each ACK adds its
+//!   DeliveredData (the change in SND.UNA plus the change in SACKed bytes; without SACK, one
+//!   SMSS per duplicate ACK, bounded by the flight, and a cumulative ACK less what its duplicate
+//!   ACKs counted) to prr_delivered. While the pipe is above ssthresh, sndcnt =
+//!   ceil(prr_delivered · ssthresh / RecoverFS) − prr_out (the proportional part); at or below,
+//!   max(prr_delivered − prr_out, DeliveredData) (PRR-CRB), one SMSS more when the ACK advances
+//!   SND.UNA and shows no new loss (PRR-SSRB), at most ssthresh − pipe: RFC 9937 §4's choice,
+//!   and Linux's. The fast retransmission goes regardless (it counts in prr_out), as does the
+//!   NewReno retransmission on a partial ACK; recovery ends with cwnd = ssthresh. The pipe is RFC
+//!   6675's with SACK, the flight less the duplicate ACKs' estimate without.
 //! * RFC 6298: the retransmission timer (initial and minimum RTO configurable), Karn's algorithm
 //!   when timestamps are off, exponential backoff, a retry limit after which the connection fails
 //!   with [`ConnectionError::TimedOut`]; SYN retries.
@@ -106,7 +119,8 @@
 //!   fragmentation-needed report (checked against the segments in flight, RFC 5927 §4.1; the RFC
 //!   1191 plateaus when the router gives no MTU) and shrinks the send MSS.
 //! * RFC 5681 slow start and congestion avoidance, fast retransmit on the third duplicate ACK with
-//!   NewReno fast recovery (RFC 6582) and limited transmit (RFC 3042); the window arithmetic
+//!   NewReno fast recovery (RFC 6582: the recovery point and partial ACKs; PRR, not the window
+//!   inflation, paces what is sent) and limited transmit (RFC 3042); the window arithmetic
 //!   behind the [`CongestionControl`] trait, with [`Cubic`] (RFC 9438, the default) and
 //!   [`NewReno`] selectable in [`Config::congestion`].
 //!

@@ -168,6 +168,12 @@ impl Scoreboard {
         })
     }
 
+    /// The end of the highest hole of `una..max` that RFC 6675 IsLost deems lost (every hole
+    /// below it is lost too: it has more SACKed data above it), if any.
+    pub(crate) fn lost_end(&self, una: SeqNumber, max: SeqNumber, mss: usize) -> Option<SeqNumber> {
+        self.holes(una, max, mss).filter(|h| h.lost).last().map(|h| h.end)
+    }
+
     /// RFC 6675 IsLost(`seq`).
     #[cfg(test)]
     pub(crate) fn is_lost(&self, seq: SeqNumber, una: SeqNumber, max: SeqNumber, mss: usize) -> bool {

@@ -1,7 +1,9 @@
 //! ACK processing of a [`Connection`] (RFC 9293 §3.10.7.4 fifth): the RFC 5961 §5.2 bound, RTT
 //! samples, the send window update, and loss detection and recovery: duplicate ACKs, NewReno
 //! fast recovery (RFC 6582), the SACK scoreboard and RFC 6675 recovery, early retransmit (RFC
-//! 5827) and lost retransmissions.
+//! 5827) and lost retransmissions; and Proportional Rate Reduction (RFC 6937, "Proportional Rate
+//! Reduction for TCP", 2013, and RFC 9937, "Proportional Rate Reduction (PRR)", 2025, which
+//! obsoletes it), which decides how much every ACK in recovery lets the output send.
 
 use std::time::{Duration, Instant};
 
@@ -46,6 +48,16 @@ impl Connection {
         }
         let window = usize::from(seg.window_len) << self.snd.wscale;
         let mss = self.snd.mss;
+        // What PRR needs of the ACK (RFC 9937 §4): the SACKed bytes and SND.UNA before it gives
+        // DeliveredData, and the highest lost byte before it whether it shows a new loss.
+        let prior_una = self.snd.una;
+        let prior_sacked = self.recovery.scoreboard.sacked_bytes();
+        let prior_lost_end = (self.recovery.active && self.sack_ok && !seg.sack_blocks.is_empty())
+            .then(|| self.recovery.scoreboard.lost_end(prior_una, self.snd.max, mss))
+            .flatten();
+        let prior_rexmit = self.recovery.fast_rexmit;
+        // DeliveredData without SACK: estimated from duplicate ACKs (RFC 6937 §3).
+        let mut reno_delivered = 0;
         // RFC 6675 §5: the scoreboard takes the SACK blocks first. Blocks at or below the
         // cumulative ACK (D-SACKs, stale blocks) are ignored.
         let new_sack = self.sack_ok
@@ -70,11 +82,11 @@ impl Connection {
             if self.snd.nxt < ack {
                 self.snd.nxt = ack;
             }
-            let flight = distance(self.snd.una, self.snd.max);
             if self.recovery.active {
                 if ack >= self.recovery.recover {
-                    // RFC 6582 §3.2 step 3, RFC 6675 §5 (the recovery point is covered).
-                    self.cc.on_exit_recovery(flight, mss);
+                    // RFC 6582 §3.2 step 3, RFC 6675 §5 (the recovery point is covered); cwnd =
+                    // ssthresh (RFC 9937 §4: PRR brought the flight there).
+                    self.cc.on_exit_recovery();
                     self.recovery.active = false;
                     self.recovery.rxt_marks.clear();
                 } else if self.sack_ok {
@@ -87,8 +99,12 @@ impl Connection {
                         self.stats.fast_retransmits += 1;
                     }
                 } else {
-                    // A partial ACK: the next hole was lost too (RFC 6582 §3.2 step 5).
-                    self.cc.on_partial_ack(data_acked, mss);
+                    // A partial ACK: the next hole was lost too (RFC 6582 §3.2 step 5). What
+                    // the duplicate ACKs already counted as delivered is not counted again, but
+                    // the ACK delivers at least one SMSS (as Linux's tcp_remove_reno_sacks).
+                    let counted = self.recovery.dup_delivered.min(acked - acked.min(mss));
+                    self.recovery.dup_delivered -= counted;
+                    reno_delivered = acked - counted;
                     self.recovery.fast_rexmit = true;
                     self.stats.fast_retransmits += 1;
                 }
@@ -109,12 +125,18 @@ impl Connection {
             self.stats.dup_acks += 1;
             self.recovery.dup_acks = self.recovery.dup_acks.saturating_add(1);
             if self.recovery.active {
-                // NewReno inflates cwnd per duplicate ACK; SACK recovery counts the pipe instead.
+                // Without SACK a duplicate ACK says one SMSS left the network (RFC 6937 §3), as
+                // long as the duplicate ACKs do not add up to more than the flight (a peer
+                // cannot clock out data with duplicate ACKs alone). With SACK, the blocks say.
                 if !self.sack_ok {
-                    self.cc.on_recovery_dup_ack(mss);
+                    let flight = distance(self.snd.una, self.snd.max);
+                    let before = self.recovery.dup_delivered;
+                    self.recovery.dup_delivered = (before + mss).min(flight);
+                    reno_delivered = self.recovery.dup_delivered - before;
                 }
             } else if self.recovery.dup_acks == 3 && self.recover_passed(ack) {
                 self.enter_recovery();
+                reno_delivered = mss;
             }
         }
         // RFC 6675 §5 step (1.b): with SACK, loss is also detected when IsLost(HighACK + 1),
@@ -149,6 +171,24 @@ impl Connection {
             self.recovery.rxt_marks.retain(|&(s, _)| s != self.snd.una);
             self.recovery.fast_rexmit = true;
             self.stats.fast_retransmits += 1;
+        }
+        if self.recovery.active {
+            let delivered = if self.sack_ok {
+                // RFC 6937 §3: the change in SND.UNA plus the change in SACKed bytes.
+                (distance(prior_una, self.snd.una) + self.recovery.scoreboard.sacked_bytes())
+                    .saturating_sub(prior_sacked)
+            } else {
+                reno_delivered
+            };
+            // "Further losses" (RFC 9937 §4): a hole newly deemed lost, or a retransmission
+            // this ACK called for (a lost retransmission, a NewReno partial ACK).
+            let lost_end = (self.sack_ok && !seg.sack_blocks.is_empty())
+                .then(|| self.recovery.scoreboard.lost_end(self.snd.una, self.snd.max, mss))
+                .flatten();
+            let newly_lost = (self.recovery.fast_rexmit && !prior_rexmit)
+                || lost_end.is_some_and(|e| prior_lost_end.is_none_or(|p| e > p));
+            let safe_ack = self.snd.una > prior_una && !newly_lost;
+            self.prr_on_ack(delivered, safe_ack);
         }
         // Window update (SND.WL1/SND.WL2 rule), for ACKs that are not old.
         if ack >= self.snd.una
@@ -185,24 +225,54 @@ impl Connection {
             && self.recovery.scoreboard.sacked_bytes() + mss >= flight
     }
 
-    /// Fast retransmit and fast recovery: NewReno (RFC 6582 §3.2 step 2, with the RFC 5681 §3.2
-    /// step 3 inflation by the three duplicate ACKs) without SACK, RFC 6675 §5 step (4) with it
-    /// (cwnd = ssthresh; the pipe counts what left the network).
+    /// Fast retransmit and fast recovery: NewReno (RFC 6582 §3.2 step 2) without SACK, RFC 6675
+    /// §5 step (4) with it; cwnd = ssthresh, and PRR starts (RFC 9937 §4): RecoverFS = pipe,
+    /// prr_delivered = prr_out = 0. The fast retransmission goes whatever PRR says (RFC 9937 §4
+    /// forces it too) and counts in prr_out.
     fn enter_recovery(&mut self) {
         let mss = self.snd.mss;
+        let flight = distance(self.snd.una, self.snd.max);
         self.recovery.recover = self.snd.max;
         self.recovery.active = true;
-        self.cc.on_enter_recovery(distance(self.snd.una, self.snd.max), mss);
-        if !self.sack_ok {
-            for _ in 0..3 {
-                self.cc.on_recovery_dup_ack(mss);
-            }
-        }
+        self.cc.on_enter_recovery(flight, mss);
+        // Without SACK, the three duplicate ACKs were three segments delivered.
+        self.recovery.dup_delivered = if self.sack_ok { 0 } else { (3 * mss).min(flight) };
         self.recovery.high_rxt = self.snd.una;
+        self.recovery.recover_fs = self.recovery_pipe();
+        self.recovery.prr_delivered = 0;
+        self.recovery.prr_out = 0;
+        self.recovery.sndcnt = 0;
         self.recovery.rxt_marks.clear();
         self.recovery.fast_rexmit = true;
         self.stats.fast_retransmits += 1;
         self.snd.rtt_timing = None;
+    }
+
+    /// PRR on an ACK in recovery that reported `delivered` bytes delivered (DeliveredData): how
+    /// much the output may now send, `sndcnt` (RFC 6937 §3, RFC 9937 §4). While the pipe is
+    /// above ssthresh, the proportional part: sending keeps pace with delivery at the ratio
+    /// ssthresh / RecoverFS, so the flight comes down to ssthresh by the end of recovery. At or
+    /// below ssthresh, the reduction bound: the conservative bound (PRR-CRB, packet
+    /// conservation: what was delivered), plus one SMSS on a `safe_ack` (SND.UNA advanced and
+    /// no further loss: PRR-SSRB, a slow start back up to ssthresh), never past ssthresh. This
+    /// is RFC 9937's choice between the bounds, and Linux's `tcp_cwnd_reduction`. An ACK that
+    /// delivers nothing leaves what the previous one allowed (RFC 9937 §6.2).
+    fn prr_on_ack(&mut self, delivered: usize, safe_ack: bool) {
+        if delivered == 0 {
+            return;
+        }
+        let r = &mut self.recovery;
+        r.prr_delivered = r.prr_delivered.saturating_add(delivered);
+        let pipe = self.recovery_pipe();
+        let ssthresh = self.cc.ssthresh();
+        let r = &mut self.recovery;
+        r.sndcnt = if pipe > ssthresh {
+            r.prr_delivered.saturating_mul(ssthresh).div_ceil(r.recover_fs.max(1)).saturating_sub(r.prr_out)
+        } else {
+            let bound = r.prr_delivered.saturating_sub(r.prr_out).max(delivered);
+            let bound = if safe_ack { bound.saturating_add(self.snd.mss) } else { bound };
+            bound.min(ssthresh - pipe)
+        };
     }
 
     /// Whether `ack` is past the recovery point (RFC 6582 §3.2 step 2: "the cumulative

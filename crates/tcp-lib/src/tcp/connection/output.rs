@@ -88,6 +88,24 @@ impl Connection {
         )
     }
 
+    /// The pipe PRR compares with ssthresh: RFC 6675 SetPipe() with SACK; without it, the
+    /// flight less what the duplicate ACKs of this recovery say was delivered (RFC 6937 §3).
+    pub(super) fn recovery_pipe(&self) -> usize {
+        if self.sack_ok {
+            self.pipe()
+        } else {
+            distance(self.snd.una, self.snd.max).saturating_sub(self.recovery.dup_delivered)
+        }
+    }
+
+    /// A segment of `len` bytes sent in recovery: it counts in PRR's prr_out and uses up sndcnt.
+    fn prr_sent(&mut self, len: usize) {
+        if self.recovery.active {
+            self.recovery.prr_out = self.recovery.prr_out.saturating_add(len);
+            self.recovery.sndcnt = self.recovery.sndcnt.saturating_sub(len);
+        }
+    }
+
     fn transmit(&mut self, repr: TcpRepr<'static>, payload_len: usize) -> Transmit {
         self.stats.segments_out += 1;
         Transmit { src: self.local, dst: self.remote, repr, payload_len }
@@ -231,19 +249,20 @@ impl Connection {
         self.retransmit_at(now, buf, self.snd.una, len)
     }
 
-    /// RFC 6675 §5 step (C): while cwnd - pipe >= 1 SMSS, the segment NextSeg() picks (rule 1,
-    /// lost data, when `lost_only`; else rule 3).
+    /// RFC 6675 §5 step (C): the segment NextSeg() picks (rule 1, lost data, when `lost_only`;
+    /// else rule 3), when PRR's sndcnt holds it (RFC 9937 §4: cwnd = pipe + sndcnt, and a
+    /// segment goes while cwnd - pipe covers it).
     fn sack_retransmit(&mut self, now: Instant, buf: &mut [u8], lost_only: bool) -> Option<Transmit> {
-        if self.cc.window() < self.pipe().saturating_add(self.snd.mss) {
+        if self.recovery.sndcnt == 0 {
             return None;
         }
         let high_rxt = self.recovery.high_rxt.max(self.snd.una);
         let (seq, len, lost) =
             self.recovery.scoreboard.next_seg(self.snd.una, self.snd.max, high_rxt, self.snd.mss)?;
-        if lost_only && !lost {
+        let len = len.min(self.data_mss());
+        if (lost_only && !lost) || len > self.recovery.sndcnt {
             return None;
         }
-        let len = len.min(self.data_mss());
         self.retransmit_at(now, buf, seq, len)
     }
 
@@ -281,6 +300,7 @@ impl Connection {
         if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
             self.snd.rtt_timing = None;
         }
+        self.prr_sent(n);
         self.timers.rto.get_or_insert(now + self.rtt.rto());
         Some(self.transmit(repr, n))
     }
@@ -311,25 +331,19 @@ impl Connection {
         // Limited transmit (RFC 3042): up to two segments past cwnd on the first two duplicate
         // ACKs.
         // With SACK information, SACKed bytes have left the network: they do not count against
-        // cwnd (which makes limited transmit redundant), and in SACK recovery the congestion
-        // window limits the pipe (RFC 6675 §5 step (C)).
+        // cwnd (which makes limited transmit redundant). In recovery, with SACK or without, PRR
+        // says how much may go (RFC 9937 §4).
         let sacked = !self.recovery.scoreboard.is_empty();
-        let extra = if self.recovery.active || self.recovery.dup_acks > 2 || sacked {
-            0
+        let cc_room = if self.recovery.active {
+            self.recovery.sndcnt
         } else {
-            self.recovery.dup_acks as usize * mss
-        };
-        let cc_flight = if self.recovery.active && self.sack_ok {
-            self.pipe()
-        } else {
+            let extra =
+                if self.recovery.dup_acks > 2 || sacked { 0 } else { self.recovery.dup_acks as usize * mss };
             let (_, above) = self.recovery.scoreboard.sacked_above(self.snd.nxt);
-            in_flight.saturating_sub(self.recovery.scoreboard.sacked_bytes() - above)
+            let cc_flight = in_flight.saturating_sub(self.recovery.scoreboard.sacked_bytes() - above);
+            self.cc.window().saturating_add(extra).saturating_sub(cc_flight)
         };
-        let usable = self
-            .snd
-            .wnd
-            .saturating_sub(in_flight)
-            .min(self.cc.window().saturating_add(extra).saturating_sub(cc_flight));
+        let usable = self.snd.wnd.saturating_sub(in_flight).min(cc_room);
         let mut size = unsent.min(usable).min(mss).min(buf.len());
         // A resend stops at the next SACKed byte.
         let mut clipped = false;
@@ -395,6 +409,7 @@ impl Connection {
         if fin {
             self.snd.fin_seq = Some(seq + n);
         }
+        self.prr_sent(n);
         self.snd.nxt = end;
         self.snd.max = self.snd.max.max(end);
         self.timers.rto.get_or_insert(now + self.rtt.rto());

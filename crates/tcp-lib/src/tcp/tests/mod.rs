@@ -3,6 +3,7 @@
 //! * [`Script`] and the `send!`/`recv!` macros: inject exact segments into one connection and
 //!   assert exactly what it answers (in the spirit of smoltcp's socket tests), with virtual time.
 //! * `scripted`: every state transition and mechanism, segment by segment.
+//! * `prr`: what each ACK of fast recovery sends (Proportional Rate Reduction, RFC 9937).
 //! * `pair`: two connections over an in-memory link with seeded faults (drop, duplicate,
 //!   reorder, delay), every segment emitted and parsed through `wire` with checksums; bulk and
 //!   proptest transfers.
@@ -32,6 +33,7 @@ macro_rules! recv {
 mod fuzz;
 mod linux_profile;
 mod pair;
+mod prr;
 mod scripted;
 mod time_wait;
 

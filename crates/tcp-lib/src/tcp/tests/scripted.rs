@@ -1074,7 +1074,7 @@ fn fast_retransmit_after_three_dup_acks() {
     assert_eq!((out[0].repr.seq_number, out[0].payload.len()), (ours(0), 64));
     let stats = s.conn.stats();
     assert_eq!((stats.dup_acks, stats.fast_retransmits, stats.ssthresh), (3, 1, 128));
-    assert_eq!(stats.cwnd, 128 + 3 * 64);
+    assert_eq!(stats.cwnd, 128, "no inflation: PRR paces recovery (RFC 9937)");
     // A partial ACK retransmits the next hole (NewReno).
     send!(s, TcpRepr { window_len: 256, ..from_peer(0, 64) });
     let out = s.drain();
@@ -1082,7 +1082,7 @@ fn fast_retransmit_after_three_dup_acks() {
     assert_eq!(s.conn.stats().fast_retransmits, 2);
     // The full ACK ends recovery.
     send!(s, TcpRepr { window_len: 256, ..from_peer(0, 256) });
-    assert_eq!(s.conn.stats().cwnd, 128, "min(ssthresh, flight + SMSS)");
+    assert_eq!(s.conn.stats().cwnd, 128, "ssthresh (RFC 9937 4)");
     assert_eq!(s.conn.stats().timeouts, 0);
 }
 
@@ -1441,16 +1441,18 @@ fn sack_recovery_retransmits_holes_first_and_never_sacked_data() {
     assert_eq!(seqs(&s.drain()), [seg(8)]);
     send!(s, sacking(0, &[(3, 4), (1, 2)]));
     assert_eq!(seqs(&s.drain()), [seg(9)]);
-    // The third: S0 is lost (three segments SACKed above it). cwnd = ssthresh = 640 / 2; the pipe
-    // is S0 retransmitted (64), S2 not yet lost (64), S5..S9 (320): nothing more goes.
+    // The third: S0 is lost (three segments SACKed above it). ssthresh = 640 / 2; the pipe is S2
+    // not yet lost (64) and S5..S9 (320): PRR's proportional share of the 64 bytes delivered is
+    // less than the forced fast retransmission: nothing more goes.
     send!(s, sacking(0, &[(3, 5), (1, 2)]));
     assert_eq!(seqs(&s.drain()), [seg(0)]);
     let st = s.conn.stats();
     assert_eq!((st.cwnd, st.ssthresh, st.fast_retransmits), (320, 320, 1));
-    // S5 SACKed: S2 is now lost too, but the pipe (64 + 0 + 256) fills cwnd.
+    // S5 SACKed: S2 is now lost too, and the pipe (64 + 0 + 256) is at ssthresh: nothing goes.
     send!(s, sacking(0, &[(3, 6), (1, 2)]));
     assert_eq!(seqs(&s.drain()), []);
-    // S6 SACKed: room for one segment, and the lost hole S2 goes before any new data.
+    // S6 SACKed: the pipe is below ssthresh by one segment, and the lost hole S2 goes before any
+    // new data.
     send!(s, sacking(0, &[(3, 7), (1, 2)]));
     assert_eq!(seqs(&s.drain()), [seg(2)]);
     // S7 SACKed: no lost hole above HighRxt, so new data (NextSeg rule 2), never S1 or S3..S7.
@@ -1462,10 +1464,10 @@ fn sack_recovery_retransmits_holes_first_and_never_sacked_data() {
     // S2 arrives: the cumulative ACK passes the recovery point (S10), recovery ends.
     send!(s, sacking(10, &[]));
     let st = s.conn.stats();
-    assert_eq!(st.cwnd, 192, "min(ssthresh, FlightSize + SMSS)");
+    assert_eq!(st.cwnd, 320, "ssthresh (RFC 9937 4)");
     assert_eq!((st.retransmits, st.timeouts), (2, 0), "S0 and S2 only");
-    // Out of recovery: new data as cwnd allows (192 - 128 in flight).
-    assert_eq!(seqs(&s.drain()), [seg(12)]);
+    // Out of recovery: new data as cwnd allows (320 - 128 in flight).
+    assert_eq!(seqs(&s.drain()), [seg(12), seg(13), seg(14)]);
 }
 
 #[test]
