@@ -113,6 +113,7 @@ struct ConfigIn {
     rcv_wscale: Option<u8>,
     initial_window: Option<u8>,
     quick_acks: u8,
+    slow_start_per_ack: u8,
 }
 
 impl ConfigIn {
@@ -144,6 +145,8 @@ impl ConfigIn {
             rcv_wscale: self.rcv_wscale.map(|s| s % 16),
             initial_window: self.initial_window.map(|n| usize::from(n % 65)),
             quick_acks: usize::from(self.quick_acks % 33),
+            slow_start_segments_per_ack: 1 + usize::from(self.slow_start_per_ack % 64),
+            cwnd_validation: self.slow_start_per_ack & 0x80 != 0,
         }
     }
 }

@@ -122,6 +122,11 @@ struct SendSide {
     stream: SendStream,
     /// Nagle's algorithm is off.
     nodelay: bool,
+    /// Cwnd validation ([`Config::cwnd_validation`]): the window filled the congestion window
+    /// in the current window of data, the most bytes in flight in it, and where it ends.
+    cwnd_limited: bool,
+    max_flight: usize,
+    usage_end: SeqNumber,
     /// Payload bytes per segment we send (the peer's MSS, clamped, minus the timestamps option).
     mss: usize,
     /// The path MTU learned from ICMP fragmentation-needed messages (RFC 1191), if any; it caps
@@ -319,6 +324,9 @@ impl Connection {
                 fin_seq: None,
                 stream: SendStream::new(config.send_buffer),
                 nodelay: config.nodelay,
+                cwnd_limited: false,
+                max_flight: 0,
+                usage_end: iss,
                 mss: usize::from(DEFAULT_MSS),
                 path_mtu: None,
                 wscale: 0,

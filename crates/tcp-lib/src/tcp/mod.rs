@@ -305,8 +305,17 @@ pub struct Config {
     pub max_ooo_ranges: usize,
     /// Congestion control (CUBIC by default).
     pub congestion: CongestionAlgorithm,
-    /// The initial congestion window in segments; `None` (the default): RFC 5681 §3.1's two to
-    /// four segments by SMSS. Linux starts with ten (RFC 6928).
+    /// In slow start, how many SMSS one ACK may grow the congestion window by: 1 (the default) is
+    /// RFC 5681 §3.1's `cwnd += min(N, SMSS)`; RFC 3465 allows 2; Linux grows by every segment
+    /// an ACK covers (a large value models it).
+    pub slow_start_segments_per_ack: usize,
+    /// Grow the congestion window only while the sender uses it (RFC 7661 §4.3, as Linux's
+    /// `tcp_is_cwnd_limited`): in the current window of data the flight filled cwnd, or, in slow
+    /// start, reached half of it. `false` (the default): every ACK outside recovery grows it.
+    pub cwnd_validation: bool,
+    /// The initial congestion window in segments (at least one: a window of none would never
+    /// send, so no timer would ever end the connection); `None` (the default): RFC 5681 §3.1's
+    /// two to four segments by SMSS. Linux starts with ten (RFC 6928).
     pub initial_window: Option<usize>,
     /// Most RFC 5961 challenge ACKs (for an in-window RST or SYN, or an unacceptable ACK) one
     /// connection sends per second (RFC 5961 §7); more are suppressed and counted in
@@ -337,6 +346,8 @@ impl Default for Config {
             max_ooo_ranges: 8,
             congestion: CongestionAlgorithm::Cubic,
             initial_window: None,
+            slow_start_segments_per_ack: 1,
+            cwnd_validation: false,
             challenge_ack_limit: 1000,
         }
     }

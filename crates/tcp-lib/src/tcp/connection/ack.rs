@@ -77,7 +77,17 @@ impl Connection {
             self.sample_rtt(now, seg, ack);
             self.snd.retries = 0;
             self.snd.una = ack;
+            let sacked_before = self.recovery.scoreboard.sacked_bytes();
             self.recovery.scoreboard.prune(ack);
+            // Bytes SACKed before this ACK covered them were delivered already: only the rest is
+            // new to the congestion control (as Linux counts delivered segments). Without SACK,
+            // each duplicate ACK stood for one delivered segment (RFC 6937 §3's estimate); the ACK
+            // still delivers at least one.
+            let delivered_before = if self.sack_ok {
+                sacked_before - self.recovery.scoreboard.sacked_bytes().min(sacked_before)
+            } else {
+                (self.recovery.dup_acks as usize * mss).min(data_acked.saturating_sub(mss))
+            };
             self.recovery.rxt_marks.retain(|&(s, _)| s >= ack);
             if self.snd.nxt < ack {
                 self.snd.nxt = ack;
@@ -108,9 +118,8 @@ impl Connection {
                     self.recovery.fast_rexmit = true;
                     self.stats.fast_retransmits += 1;
                 }
-            } else if data_acked > 0 {
-                let srtt = self.rtt.srtt().unwrap_or_default();
-                self.cc.on_ack(data_acked, mss, now, srtt);
+            } else if data_acked > delivered_before {
+                self.grow_window(data_acked - delivered_before, mss, now);
             }
             self.recovery.dup_acks = 0;
             self.timers.rto = if self.snd.una == self.snd.max { None } else { Some(now + self.rtt.rto()) };
@@ -130,8 +139,10 @@ impl Connection {
                 // cannot clock out data with duplicate ACKs alone). With SACK, the blocks say.
                 if !self.sack_ok {
                     let flight = distance(self.snd.una, self.snd.max);
+                    // A partial ACK may have left the estimate above what is still in flight:
+                    // it never shrinks here, and this ACK then delivers nothing more.
                     let before = self.recovery.dup_delivered;
-                    self.recovery.dup_delivered = (before + mss).min(flight);
+                    self.recovery.dup_delivered = (before + mss).min(flight).max(before);
                     reno_delivered = self.recovery.dup_delivered - before;
                 }
             } else if self.recovery.dup_acks == 3 && self.recover_passed(ack) {
@@ -281,5 +292,41 @@ impl Connection {
     fn recover_passed(&self, ack: SeqNumber) -> bool {
         ack.partial_cmp(&self.recovery.recover) != Some(std::cmp::Ordering::Less)
             && ack != self.recovery.recover
+    }
+
+    /// Reports `acked` newly acknowledged bytes to the congestion control outside recovery. In
+    /// slow start an ACK grows the window by at most one SMSS (RFC 5681 §3.1) unless
+    /// [`Config::slow_start_segments_per_ack`](crate::tcp::Config::slow_start_segments_per_ack)
+    /// allows more: then each SMSS it covers, up to that many, counts as an ACK of its own. With
+    /// [`Config::cwnd_validation`](crate::tcp::Config::cwnd_validation) an application-limited
+    /// sender's window does not grow.
+    fn grow_window(&mut self, acked: usize, mss: usize, now: Instant) {
+        let srtt = self.rtt.srtt().unwrap_or_default();
+        let slow_start = self.cc.window() < self.cc.ssthresh();
+        if self.config.cwnd_validation
+            && !self.snd.cwnd_limited
+            && !(slow_start && self.cc.window() < 2 * self.snd.max_flight)
+        {
+            // Application-limited: the window was not used, so an ACK does not grow it.
+            return;
+        }
+        let limit = self.config.slow_start_segments_per_ack;
+        if limit <= 1 || self.cc.window() >= self.cc.ssthresh() {
+            self.cc.on_ack(acked, mss, now, srtt);
+            return;
+        }
+        let mut left = acked;
+        for _ in 0..limit {
+            if left == 0 || self.cc.window() >= self.cc.ssthresh() {
+                break;
+            }
+            let n = left.min(mss);
+            self.cc.on_ack(n, mss, now, srtt);
+            left -= n;
+        }
+        if left > 0 && self.cc.window() >= self.cc.ssthresh() {
+            // Slow start ended inside this ACK: the rest counts in congestion avoidance.
+            self.cc.on_ack(left, mss, now, srtt);
+        }
     }
 }

@@ -45,7 +45,7 @@ impl Connection {
         self.rcv.adv = self.rcv.nxt + self.rcv.buf.free().min(usize::from(u16::MAX));
         self.ts.last_ack_sent = self.rcv.nxt;
         let initial_window = match self.config.initial_window {
-            Some(segments) => segments.saturating_mul(self.snd.mss),
+            Some(segments) => segments.max(1).saturating_mul(self.snd.mss),
             None => NewReno::initial_window(self.snd.mss),
         };
         self.cc.on_established(initial_window);

@@ -392,9 +392,12 @@ impl Connection {
         let rest = unsent - size;
         let burst_end = usable.saturating_sub(size) < mss
             || (rest > 0 && rest < mss && !self.snd.nodelay && !self.snd.fin_queued);
-        let calm = !self.recovery.active && self.recovery.dup_acks == 0 && !sacked && seq >= self.snd.max;
+        let calm = !self.recovery.active && self.recovery.dup_acks == 0 && seq >= self.snd.max;
         repr.push = n > 0 && (ends_data || (calm && burst_end));
         let end = seq + n + usize::from(fin);
+        if n > 0 && seq >= self.snd.max {
+            self.track_cwnd_use(in_flight + n, usable.saturating_sub(size) < mss && rest > 0);
+        }
         if seq < self.snd.max {
             self.stats.retransmits += 1;
             if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
@@ -449,5 +452,17 @@ impl Connection {
             }
         }
         interval.min(MAX_RTO)
+    }
+
+    /// Records how much of the congestion window new data used (RFC 7661 §4.3, as Linux's
+    /// `tcp_cwnd_validate`): once per window of data, or whenever the window filled it or the
+    /// flight grew past the window's most.
+    fn track_cwnd_use(&mut self, flight: usize, limited: bool) {
+        let snd = &mut self.snd;
+        if snd.una >= snd.usage_end || limited || (!snd.cwnd_limited && flight > snd.max_flight) {
+            snd.cwnd_limited = limited;
+            snd.max_flight = flight;
+            snd.usage_end = snd.nxt.max(snd.max);
+        }
     }
 }

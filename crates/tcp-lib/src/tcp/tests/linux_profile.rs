@@ -44,6 +44,8 @@ fn initial_window_sets_the_first_flight() {
     // The peer's MSS is 1460: RFC 5681 allows three segments, RFC 6928 ten.
     assert_eq!(first_flight(script_config()), 3);
     assert_eq!(first_flight(Config { initial_window: Some(10), ..script_config() }), 10);
+    // A window of none would never send (the fuzzer found a FIN-WAIT-1 that never ended): one.
+    assert_eq!(first_flight(Config { initial_window: Some(0), ..script_config() }), 1);
 }
 
 /// How many of `n` one-byte data segments, 1 ms apart, were acknowledged at once.
@@ -123,4 +125,94 @@ fn the_last_segment_of_a_burst_carries_psh() {
     assert_eq!(flight.len(), 10);
     let push: Vec<bool> = flight.iter().map(|t| t.repr.push).collect();
     assert_eq!(push, [false, false, false, false, false, false, false, false, false, true]);
+}
+
+/// The congestion window after the peer acknowledges the first two segments of a ten-segment
+/// flight with one ACK.
+fn cwnd_after_one_ack_of_two(config: Config) -> usize {
+    let mut s = established(Config { send_buffer: 100_000, initial_window: Some(10), ..config });
+    assert_eq!(s.conn.send(&[3; 50_000]), 50_000);
+    let flight: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
+    let before = s.conn.stats().cwnd;
+    let acked = LOCAL_SEQ + 1 + 2 * flight[0].payload.len();
+    s.send(&TcpRepr { ack_number: Some(acked), window_len: 60_000, ..SEND_TEMPL });
+    s.conn.stats().cwnd - before
+}
+
+#[test]
+fn slow_start_grows_by_one_smss_per_ack_unless_configured() {
+    let mss = 1460;
+    assert_eq!(cwnd_after_one_ack_of_two(script_config()), mss, "RFC 5681 §3.1");
+    let linux = Config { slow_start_segments_per_ack: 64, ..script_config() };
+    assert_eq!(cwnd_after_one_ack_of_two(linux), 2 * mss, "every segment the ACK covers");
+}
+
+#[test]
+fn segments_sacked_before_the_cumulative_ack_do_not_grow_the_window_twice() {
+    let config = Config {
+        sack: true,
+        send_buffer: 100_000,
+        initial_window: Some(10),
+        slow_start_segments_per_ack: 64,
+        ..script_config()
+    };
+    let mut s = established_with_sack(config);
+    assert_eq!(s.conn.send(&[3; 50_000]), 50_000);
+    let flight: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
+    let seg = flight[0].payload.len();
+    let start = LOCAL_SEQ + 1;
+    // The first segment is late: two duplicate ACKs SACK the second and third (limited transmit,
+    // no growth), then the first arrives and one ACK covers all three.
+    let mut blocks = crate::wire::tcp::SackBlocks::new();
+    blocks.push(crate::wire::tcp::SackBlock { left: start + seg, right: start + 2 * seg });
+    s.send(&TcpRepr { sack_blocks: blocks, window_len: 60_000, ..SEND_TEMPL });
+    let mut blocks = crate::wire::tcp::SackBlocks::new();
+    blocks.push(crate::wire::tcp::SackBlock { left: start + seg, right: start + 3 * seg });
+    s.send(&TcpRepr { sack_blocks: blocks, window_len: 60_000, ..SEND_TEMPL });
+    s.drain();
+    let before = s.conn.stats().cwnd;
+    s.send(&TcpRepr { ack_number: Some(start + 3 * seg), window_len: 60_000, ..SEND_TEMPL });
+    // Only the first segment is newly delivered: one segment of growth, not three.
+    assert_eq!(s.conn.stats().cwnd - before, s.conn.send_mss());
+}
+
+/// A passive open with SACK permitted on both sides.
+fn established_with_sack(config: Config) -> Script {
+    let syn = TcpRepr { sack_permitted: true, ..syn_from_peer() };
+    let mut s = Script::accept_with(config, syn);
+    assert_eq!(s.drain().len(), 1);
+    s.send(&TcpRepr { ack_number: Some(LOCAL_SEQ + 1), window_len: 60_000, ..SEND_TEMPL });
+    assert_eq!(s.conn.state(), State::Established);
+    s.drain();
+    s
+}
+
+/// The congestion window after the application sends `segments` full segments (all that it
+/// has) and the peer acknowledges two of them.
+fn cwnd_growth_when_sending(segments: usize, validation: bool) -> usize {
+    let config = Config {
+        send_buffer: 100_000,
+        initial_window: Some(10),
+        slow_start_segments_per_ack: 64,
+        cwnd_validation: validation,
+        ..script_config()
+    };
+    let mut s = established(config);
+    assert_eq!(s.conn.send(&vec![3; segments * 1460]), segments * 1460);
+    let flight: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
+    assert_eq!(flight.len(), segments);
+    let before = s.conn.stats().cwnd;
+    let acked = LOCAL_SEQ + 1 + 2 * flight[0].payload.len();
+    s.send(&TcpRepr { ack_number: Some(acked), window_len: 60_000, ..SEND_TEMPL });
+    (s.conn.stats().cwnd - before) / s.conn.send_mss().max(1)
+}
+
+#[test]
+fn cwnd_validation_keeps_an_application_limited_window_from_growing() {
+    // Without validation every ACK in slow start grows the window.
+    assert_eq!(cwnd_growth_when_sending(5, false), 2);
+    // With it (RFC 7661 §4.3, as Linux): four segments in a window of ten is not using it in
+    // slow start (the flight must reach half of it), six is.
+    assert_eq!(cwnd_growth_when_sending(4, true), 0);
+    assert_eq!(cwnd_growth_when_sending(6, true), 2);
 }
