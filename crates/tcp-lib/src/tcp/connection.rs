@@ -90,6 +90,8 @@ pub struct Connection {
     cc: Box<dyn CongestionControl>,
     /// A reset to send before anything else.
     pending_rst: Option<TcpRepr<'static>>,
+    /// The pending reset is our abort's: it carries our timestamps (RFC 7323 §3.2: SHOULD).
+    rst_with_ts: bool,
 
     stats: Stats,
 }
@@ -385,6 +387,7 @@ impl Connection {
             rtt: RttEstimator::new(config.initial_rto, config.min_rto),
             cc: config.congestion.build(),
             pending_rst: None,
+            rst_with_ts: false,
             stats: Stats::default(),
         }
     }
@@ -740,13 +743,17 @@ impl Connection {
             | State::FinWait1
             | State::FinWait2
             | State::CloseWait => {
+                // <SEQ=SND.NXT><CTL=RST> (RFC 9293 §3.10.4), with the ACK of what was received
+                // and our timestamps (RFC 7323 §3.2), as Linux sends it.
                 self.pending_rst = Some(TcpRepr {
                     src_port: self.local.port(),
                     dst_port: self.remote.port(),
                     control: TcpControl::Rst,
                     seq_number: self.snd.nxt,
+                    ack_number: Some(self.rcv.nxt),
                     ..TcpRepr::default()
                 });
+                self.rst_with_ts = true;
             }
             _ => {}
         }

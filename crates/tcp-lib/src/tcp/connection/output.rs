@@ -116,7 +116,10 @@ impl Connection {
     /// after every input. `buf` should hold at least one MSS; a shorter one gives shorter
     /// segments.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some(rst) = self.pending_rst.take() {
+        if let Some(mut rst) = self.pending_rst.take() {
+            if std::mem::take(&mut self.rst_with_ts) && self.ts.ok {
+                rst.timestamp = Some(Timestamp { tsval: self.ts_now(now), tsecr: self.ts.recent });
+            }
             return Some(self.transmit(rst, 0));
         }
         match self.state {

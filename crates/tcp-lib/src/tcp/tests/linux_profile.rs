@@ -216,3 +216,31 @@ fn cwnd_validation_keeps_an_application_limited_window_from_growing() {
     assert_eq!(cwnd_growth_when_sending(4, true), 0);
     assert_eq!(cwnd_growth_when_sending(6, true), 2);
 }
+
+#[test]
+fn an_abort_resets_with_the_ack_and_our_timestamps() {
+    use crate::wire::TcpControl;
+    use crate::wire::tcp::Timestamp;
+    let syn = TcpRepr { timestamp: Some(Timestamp { tsval: 100, tsecr: 0 }), ..syn_from_peer() };
+    let mut s = Script::accept_with(Config { timestamps: true, ..script_config() }, syn);
+    let synack = s.drain();
+    let ours = synack[0].repr.timestamp.expect("timestamps negotiated").tsval;
+    let ack = TcpRepr {
+        ack_number: Some(LOCAL_SEQ + 1),
+        timestamp: Some(Timestamp { tsval: 200, tsecr: ours }),
+        ..SEND_TEMPL
+    };
+    s.send(&ack);
+    assert_eq!(s.conn.state(), State::Established);
+    s.drain();
+    s.conn.abort();
+    let rst = s.drain();
+    assert_eq!(rst.len(), 1);
+    let r = rst[0].repr;
+    assert_eq!(
+        (r.control, r.seq_number, r.ack_number),
+        (TcpControl::Rst, LOCAL_SEQ + 1, Some(REMOTE_SEQ + 1))
+    );
+    let ts = r.timestamp.expect("RFC 7323 §3.2: a reset SHOULD carry timestamps");
+    assert_eq!(ts.tsecr, 200, "echoes TS.Recent");
+}

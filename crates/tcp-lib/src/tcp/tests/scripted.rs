@@ -674,16 +674,7 @@ fn abort_sends_reset() {
     assert_eq!(s.conn.send(b"abc"), 3);
     recv!(s, [TcpRepr { push: true, payload: b"abc", ..ack(0, 0, 64) }]);
     s.conn.abort();
-    recv!(
-        s,
-        [TcpRepr {
-            control: TcpControl::Rst,
-            seq_number: ours(3),
-            ack_number: None,
-            window_len: 0,
-            ..RECV_TEMPL
-        }]
-    );
+    recv!(s, [TcpRepr { control: TcpControl::Rst, seq_number: ours(3), window_len: 0, ..RECV_TEMPL }]);
     assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::Aborted)));
     // Close with unread data is an abort too.
     let mut s = Script::established();
@@ -695,7 +686,7 @@ fn abort_sends_reset() {
         [TcpRepr {
             control: TcpControl::Rst,
             seq_number: ours(0),
-            ack_number: None,
+            ack_number: Some(peer(3)),
             window_len: 0,
             ..RECV_TEMPL
         }]
