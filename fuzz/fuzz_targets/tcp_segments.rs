@@ -147,6 +147,7 @@ impl ConfigIn {
             quick_acks: usize::from(self.quick_acks % 33),
             slow_start_segments_per_ack: 1 + usize::from(self.slow_start_per_ack % 64),
             cwnd_validation: self.slow_start_per_ack & 0x80 != 0,
+            tail_loss_probe: self.slow_start_per_ack & 0x40 != 0,
         }
     }
 }

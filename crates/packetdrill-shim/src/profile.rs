@@ -190,6 +190,7 @@ impl Profile {
             c.initial_window = Some(10);
             c.slow_start_segments_per_ack = 64;
             c.cwnd_validation = true;
+            c.tail_loss_probe = true;
             c.quick_acks = 16;
         }
         c

@@ -129,6 +129,8 @@ struct SendSide {
     cwnd_limited: bool,
     max_flight: usize,
     usage_end: SeqNumber,
+    /// Where the last segment of new data (or the FIN) we sent starts: a tail loss probe resends it.
+    last_seg: SeqNumber,
     /// Payload bytes per segment we send (the peer's MSS, clamped, minus the timestamps option).
     mss: usize,
     /// The path MTU learned from ICMP fragmentation-needed messages (RFC 1191), if any; it caps
@@ -213,6 +215,8 @@ struct Timers {
     keepalive: Option<Instant>,
     /// The end of TIME-WAIT (2·MSL).
     time_wait: Option<Instant>,
+    /// The tail loss probe (RFC 8985 §7).
+    tlp: Option<Instant>,
 }
 
 /// Zero-window probing (RFC 1122 §4.2.2.17).
@@ -274,6 +278,11 @@ struct Recovery {
     prr_delivered: usize,
     /// PRR prr_out: bytes sent during this recovery (retransmissions and new data).
     prr_out: usize,
+    /// A tail loss probe is due (RFC 8985 §7.3), and the SND.MAX after the one outstanding.
+    tlp_pending: bool,
+    tlp_out: Option<SeqNumber>,
+    /// Bytes a new-data probe may send past the congestion window.
+    tlp_budget: usize,
     /// PRR sndcnt: bytes the last ACK allows to send, less what was sent since.
     sndcnt: usize,
     /// Without SACK: bytes the duplicate ACKs of this recovery say were delivered (one SMSS
@@ -329,6 +338,7 @@ impl Connection {
                 cwnd_limited: false,
                 max_flight: 0,
                 usage_end: iss,
+                last_seg: iss,
                 mss: usize::from(DEFAULT_MSS),
                 path_mtu: None,
                 wscale: 0,
@@ -360,7 +370,14 @@ impl Connection {
                 recent_at: now,
                 last_ack_sent: SeqNumber::default(),
             },
-            timers: Timers { rto: None, delayed_ack: None, persist: None, keepalive: None, time_wait: None },
+            timers: Timers {
+                rto: None,
+                delayed_ack: None,
+                persist: None,
+                keepalive: None,
+                time_wait: None,
+                tlp: None,
+            },
             persist: Persist {
                 backoff: 0,
                 unanswered_probes: 0,
@@ -381,6 +398,9 @@ impl Connection {
                 recover_fs: 0,
                 prr_delivered: 0,
                 prr_out: 0,
+                tlp_pending: false,
+                tlp_out: None,
+                tlp_budget: 0,
                 sndcnt: 0,
                 dup_delivered: 0,
             },
@@ -770,6 +790,8 @@ impl Connection {
         self.timers.persist = None;
         self.timers.keepalive = None;
         self.timers.time_wait = None;
+        self.timers.tlp = None;
+        self.recovery.tlp_pending = false;
         self.ack.pending = false;
         self.ack.now = false;
         self.persist.probe_pending = false;
@@ -800,6 +822,8 @@ impl Connection {
         self.timers.rto = None;
         self.timers.persist = None;
         self.timers.keepalive = None;
+        self.timers.tlp = None;
+        self.recovery.tlp_pending = false;
         self.persist.probe_pending = false;
         self.keepalive.pending = false;
         self.recovery.fast_rexmit = false;

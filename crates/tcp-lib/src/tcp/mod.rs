@@ -309,6 +309,11 @@ pub struct Config {
     /// RFC 5681 §3.1's `cwnd += min(N, SMSS)`; RFC 3465 allows 2; Linux grows by every segment
     /// an ACK covers (a large value models it).
     pub slow_start_segments_per_ack: usize,
+    /// Tail loss probes (RFC 8985 §7): when data is outstanding and no ACK came for about two
+    /// round trips, send one segment (new data if the receive window allows, else the last one
+    /// sent again) instead of waiting for the RTO, so an ACK, SACK or duplicate ACK tells what was
+    /// lost. `false` (the default): only the RTO recovers a lost tail.
+    pub tail_loss_probe: bool,
     /// Grow the congestion window only while the sender uses it (RFC 7661 §4.3, as Linux's
     /// `tcp_is_cwnd_limited`): in the current window of data the flight filled cwnd, or, in slow
     /// start, reached half of it. `false` (the default): every ACK outside recovery grows it.
@@ -348,6 +353,7 @@ impl Default for Config {
             initial_window: None,
             slow_start_segments_per_ack: 1,
             cwnd_validation: false,
+            tail_loss_probe: false,
             challenge_ack_limit: 1000,
         }
     }
@@ -401,6 +407,8 @@ pub struct Stats {
     pub in_recovery: bool,
     /// Duplicate ACKs (or SACKs) seen since the last advance of SND.UNA.
     pub dup_acks_now: u32,
+    /// Tail loss probes sent ([`Config::tail_loss_probe`]).
+    pub tail_loss_probes: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

@@ -142,6 +142,11 @@ impl Connection {
                 return Some(t);
             }
         }
+        if std::mem::take(&mut self.recovery.tlp_pending)
+            && let Some(t) = self.send_probe_segment(now, buf)
+        {
+            return Some(t);
+        }
         let sack_recovery = self.recovery.active && self.sack_ok && self.state != State::TimeWait;
         // RFC 6675 §5 step (C), NextSeg() rule 1: lost holes first...
         if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, true) {
@@ -344,7 +349,7 @@ impl Connection {
                 if self.recovery.dup_acks > 2 || sacked { 0 } else { self.recovery.dup_acks as usize * mss };
             let (_, above) = self.recovery.scoreboard.sacked_above(self.snd.nxt);
             let cc_flight = in_flight.saturating_sub(self.recovery.scoreboard.sacked_bytes() - above);
-            self.cc.window().saturating_add(extra).saturating_sub(cc_flight)
+            self.cc.window().saturating_add(extra + self.recovery.tlp_budget).saturating_sub(cc_flight)
         };
         let usable = self.snd.wnd.saturating_sub(in_flight).min(cc_room);
         let mut size = unsent.min(usable).min(mss).min(buf.len());
@@ -401,6 +406,9 @@ impl Connection {
         if n > 0 && seq >= self.snd.max {
             self.track_cwnd_use(in_flight + n, usable.saturating_sub(size) < mss && rest > 0);
         }
+        if seq >= self.snd.max && (n > 0 || fin) {
+            self.snd.last_seg = seq;
+        }
         if seq < self.snd.max {
             self.stats.retransmits += 1;
             if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
@@ -420,6 +428,7 @@ impl Connection {
         self.snd.max = self.snd.max.max(end);
         self.timers.rto.get_or_insert(now + self.rtt.rto());
         self.timers.persist = None;
+        self.arm_tlp(now);
         Some(self.transmit(repr, n))
     }
 
@@ -467,5 +476,23 @@ impl Connection {
             snd.max_flight = flight;
             snd.usage_end = snd.nxt.max(snd.max);
         }
+    }
+
+    /// The tail loss probe (RFC 8985 §7.3): a new segment when there is unsent data and the
+    /// receive window lets one go (one segment past the congestion window), else the last segment
+    /// sent (or the FIN) again.
+    fn send_probe_segment(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let mss = self.data_mss();
+        self.recovery.tlp_budget = mss;
+        let probe = self.send_data(now, buf);
+        self.recovery.tlp_budget = 0;
+        let probe = probe.or_else(|| {
+            let data_end = self.send_base() + self.snd.stream.len();
+            let start = self.snd.last_seg.max(self.snd.una);
+            let len = distance(start, data_end).min(mss);
+            self.retransmit_at(now, buf, start, len)
+        })?;
+        self.recovery.tlp_out = Some(self.snd.max);
+        Some(probe)
     }
 }

@@ -3,7 +3,7 @@
 //! backoff and the retry limit, the delayed ACK, the persist timer, keepalive probes and the
 //! end of TIME-WAIT; and the timestamp clock.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Connection, distance};
 use crate::tcp::{ConnectionError, State};
@@ -18,6 +18,7 @@ impl Connection {
             self.timers.persist,
             self.timers.keepalive,
             self.timers.time_wait,
+            self.timers.tlp,
         ]
         .into_iter()
         .flatten()
@@ -32,8 +33,14 @@ impl Connection {
             self.enter_closed(None);
             return;
         }
+        if due(self.timers.tlp) {
+            self.timers.tlp = None;
+            self.on_pto(now);
+        }
         if due(self.timers.rto) {
             self.timers.rto = None;
+            self.timers.tlp = None;
+            self.recovery.tlp_out = None;
             self.on_rto();
             if self.state == State::Closed {
                 return;
@@ -106,6 +113,43 @@ impl Connection {
                 self.snd.nxt = self.snd.una;
             }
         }
+    }
+
+    /// The probe timeout (RFC 8985 §7.3): one probe goes at the next `poll_transmit`, and the
+    /// RTO restarts from now.
+    fn on_pto(&mut self, now: Instant) {
+        if self.snd.una < self.snd.max && !self.recovery.active && self.recovery.tlp_out.is_none() {
+            self.recovery.tlp_pending = true;
+            self.stats.tail_loss_probes += 1;
+            self.timers.rto = Some(now + self.rtt.rto());
+        }
+    }
+
+    /// Arms the probe timeout (RFC 8985 §7.2) when tail loss probes are on, data is outstanding,
+    /// no recovery or probe is under way and an RTT was measured: two SRTTs (plus the worst-case
+    /// delayed ACK, 200 ms, when one segment is in flight), at least 10 ms, and no later than the
+    /// RTO (the probe goes first then).
+    pub(super) fn arm_tlp(&mut self, now: Instant) {
+        self.timers.tlp = None;
+        let sending = matches!(
+            self.state,
+            State::Established | State::CloseWait | State::FinWait1 | State::Closing | State::LastAck
+        );
+        if !self.config.tail_loss_probe
+            || !sending
+            || self.recovery.active
+            || self.recovery.tlp_out.is_some()
+            || self.snd.una >= self.snd.max
+        {
+            return;
+        }
+        let Some(srtt) = self.rtt.srtt() else { return };
+        let mut pto = 2 * srtt;
+        if distance(self.snd.una, self.snd.max) <= self.snd.mss {
+            pto += Duration::from_millis(200);
+        }
+        let at = now + pto.max(Duration::from_millis(10));
+        self.timers.tlp = Some(self.timers.rto.map_or(at, |rto| at.min(rto)));
     }
 
     pub(super) fn arm_keepalive(&mut self, now: Instant) {

@@ -244,3 +244,32 @@ fn an_abort_resets_with_the_ack_and_our_timestamps() {
     let ts = r.timestamp.expect("RFC 7323 §3.2: a reset SHOULD carry timestamps");
     assert_eq!(ts.tsecr, 200, "echoes TS.Recent");
 }
+
+#[test]
+fn a_tail_loss_probe_resends_the_last_segment_before_the_rto() {
+    let probe = |tlp: bool| {
+        let config = Config {
+            send_buffer: 100_000,
+            initial_window: Some(10),
+            tail_loss_probe: tlp,
+            ..script_config()
+        };
+        let mut s = established(config);
+        assert_eq!(s.conn.send(&[5; 4 * 1460]), 4 * 1460);
+        let flight: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
+        assert_eq!(flight.len(), 4);
+        // No ACK comes. The handshake measured an RTT of about nothing: the probe is due after
+        // 10 ms (RFC 8985's floor), the RTO after 1 s.
+        s.advance(Duration::from_millis(100));
+        let sent: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
+        (flight[3].repr.seq_number, sent, s.conn.stats())
+    };
+    let (last, sent, stats) = probe(true);
+    assert_eq!(sent.len(), 1, "one probe");
+    assert_eq!(sent[0].repr.seq_number, last, "the last segment again");
+    assert!(sent[0].repr.push, "it ends the written data");
+    assert_eq!((stats.tail_loss_probes, stats.timeouts), (1, 0));
+    let (_, sent, stats) = probe(false);
+    assert!(sent.is_empty(), "without probes only the RTO resends");
+    assert_eq!(stats.tail_loss_probes, 0);
+}
