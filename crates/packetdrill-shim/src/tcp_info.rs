@@ -13,8 +13,8 @@
 //! the MSS both ways (`tcpi_rcv_mss` as Linux estimates it: the largest segment received) and
 //! the one announced, the window scales, unacknowledged and SACKed segments, the congestion
 //! window and slow-start threshold in segments (`0x7fffffff` before the first loss, as Linux),
-//! total retransmissions, bytes and segments in and out. The rest (the negotiated options and
-//! window scales, lost and retransmitted segments in flight, pacing, delivery rate, reordering
+//! total retransmissions, lost segments (RFC 6675's IsLost), bytes and segments in and out. The
+//! rest (the negotiated options and window scales, retransmitted segments in flight, pacing, delivery rate, reordering
 //! history, ECN counters) reads as zero, and
 //! `tcpi_reordering` as Linux's default 3: a script asserting one of those fails, as it should.
 
@@ -89,6 +89,7 @@ pub fn encode(info: &Info) -> [u8; TCP_INFO_LEN] {
     put32(&mut b, 20, s.recv_mss);
     put32(&mut b, 24, segments(s.unacked_bytes));
     put32(&mut b, 28, segments(s.sacked_bytes));
+    put32(&mut b, 32, segments(s.lost_bytes));
     put32(&mut b, 68, s.srtt.map_or(0, usecs));
     put32(&mut b, 72, usecs(s.rttvar));
     put32(&mut b, 76, if s.ssthresh >= 0x7fff_ffff { 0x7fff_ffff } else { s.ssthresh / mss });

@@ -496,6 +496,7 @@ impl Connection {
             recv_mss: if self.rcv.largest == 0 { self.rcv.mss.min(536) } else { self.rcv.largest },
             unacked_bytes: distance(self.snd.una, self.snd.max),
             sacked_bytes: self.recovery.scoreboard.sacked_bytes(),
+            lost_bytes: self.recovery.scoreboard.lost_bytes(self.snd.una, self.snd.max, self.snd.mss),
             in_recovery: self.recovery.active,
             dup_acks_now: self.recovery.dup_acks,
             ..self.stats

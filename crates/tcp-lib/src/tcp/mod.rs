@@ -95,7 +95,11 @@
 //!   against reneging) and resends from SND.UNA, skipping what is SACKed afterwards. Also: RFC
 //!   5827 early retransmit for windows under four segments, and detection of a lost
 //!   retransmission of the hole at SND.UNA (data sent after it was SACKed). No rescue
-//!   retransmission, tail loss probe or RACK. Without SACK, NewReno recovery as below.
+//!   retransmission and no RACK (time-based loss marking, RFC 8985 §6). Without SACK, NewReno
+//!   recovery as below.
+//! * RFC 8985 §7 tail loss probes ([`Config::tail_loss_probe`], off by default): after about two
+//!   SRTTs without an ACK, one new segment or the last one again, so that the peer's answer
+//!   shows a lost tail before the RTO would.
 //! * RFC 9937 ("Proportional Rate Reduction (PRR)", 2025, which obsoletes RFC 6937,
 //!   "Proportional Rate Reduction for TCP", 2013): how much every ACK in fast recovery lets the
 //!   sender send, retransmissions and new data alike, with SACK and without. cwnd = ssthresh
@@ -120,7 +124,11 @@
 //!   1191 plateaus when the router gives no MTU) and shrinks the send MSS.
 //! * RFC 5681 slow start and congestion avoidance, fast retransmit on the third duplicate ACK with
 //!   NewReno fast recovery (RFC 6582: the recovery point and partial ACKs; PRR, not the window
-//!   inflation, paces what is sent) and limited transmit (RFC 3042); the window arithmetic
+//!   inflation, paces what is sent) and limited transmit (RFC 3042); growth in slow start by one
+//!   SMSS per ACK, or by every segment an ACK covers ([`Config::slow_start_segments_per_ack`]),
+//!   never twice for what was SACKed first; an initial window of RFC 5681's two to four segments
+//!   or [`Config::initial_window`] (RFC 6928's ten); optionally no growth while
+//!   application-limited ([`Config::cwnd_validation`], RFC 7661 §4.3); the window arithmetic
 //!   behind the [`CongestionControl`] trait, with [`Cubic`] (RFC 9438, the default) and
 //!   [`NewReno`] selectable in [`Config::congestion`].
 //!
@@ -403,6 +411,8 @@ pub struct Stats {
     pub unacked_bytes: usize,
     /// Of those, bytes the peer acknowledged selectively (SACK).
     pub sacked_bytes: usize,
+    /// Of those, bytes the SACK scoreboard deems lost (RFC 6675 IsLost).
+    pub lost_bytes: usize,
     /// In fast recovery now.
     pub in_recovery: bool,
     /// Duplicate ACKs (or SACKs) seen since the last advance of SND.UNA.

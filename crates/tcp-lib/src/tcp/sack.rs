@@ -174,6 +174,12 @@ impl Scoreboard {
         self.holes(una, max, mss).filter(|h| h.lost).last().map(|h| h.end)
     }
 
+    /// Bytes of `una..max` that RFC 6675's IsLost() deems lost (the unSACKed holes with enough
+    /// SACKed above them).
+    pub(crate) fn lost_bytes(&self, una: SeqNumber, max: SeqNumber, mss: usize) -> usize {
+        self.holes(una, max, mss).filter(|h| h.lost).map(|h| len(h.start, h.end)).sum()
+    }
+
     /// RFC 6675 IsLost(`seq`).
     #[cfg(test)]
     pub(crate) fn is_lost(&self, seq: SeqNumber, una: SeqNumber, max: SeqNumber, mss: usize) -> bool {
@@ -342,6 +348,7 @@ mod tests {
         let mut sb = Scoreboard::new();
         // Segments of 100: 0 lost, 1 and 2 SACKed.
         sb.update(&blocks(&[(100, 300)]), una, max);
+        assert_eq!(sb.lost_bytes(una, max, mss), 0);
         assert!(!sb.is_lost(s(0), una, max, mss), "200 bytes above: not more than 2 SMSS");
         assert_eq!(sb.pipe(una, max, una, mss), 100 + 700, "everything unSACKed, nothing lost");
         assert_eq!(sb.next_seg(una, max, una, mss), Some((s(0), 100, false)), "rule 3: below HighSACK");
@@ -349,6 +356,7 @@ mod tests {
         sb.update(&blocks(&[(400, 500)]), una, max);
         assert!(sb.is_lost(s(0), una, max, mss));
         assert!(!sb.is_lost(s(300), una, max, mss), "one SACKed segment above");
+        assert_eq!(sb.lost_bytes(una, max, mss), 100, "only segment 0");
         assert_eq!(sb.pipe(una, max, una, mss), 100 + 500, "the lost segment leaves the pipe");
         assert_eq!(sb.next_seg(una, max, una, mss), Some((s(0), 100, true)), "rule 1");
         // Retransmitted: it counts again, and the next lost byte is searched above HighRxt.
