@@ -12,6 +12,16 @@ use tcp_lib::stack::{ListenerId, StreamId};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Errno(pub i32);
 
+impl Errno {
+    /// Sets the calling thread's `errno` to this value (what a failing C call leaves).
+    pub fn set(self) {
+        // SAFETY: `__errno_location` has no preconditions.
+        let errno = unsafe { libc::__errno_location() };
+        // SAFETY: it points to the calling thread's errno, valid and writable for the thread's life.
+        unsafe { *errno = self.0 };
+    }
+}
+
 /// Socket options as set by `setsockopt`, kept to answer `getsockopt` and applied where the
 /// stack has them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -148,10 +148,7 @@ unsafe fn actor<'a>(ud: Ud) -> &'a Actor {
 }
 
 fn set_errno(e: Errno) {
-    // SAFETY: `__errno_location` has no preconditions.
-    let errno = unsafe { libc::__errno_location() };
-    // SAFETY: it points to the calling thread's errno, valid and writable for the thread's life.
-    unsafe { *errno = e.0 };
+    e.set();
 }
 
 fn int_result(r: Result<i32, Errno>) -> c_int {

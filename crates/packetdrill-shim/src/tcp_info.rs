@@ -26,6 +26,7 @@ use libc::socklen_t;
 use tcp_lib::tcp::{State, Stats};
 
 use crate::actor::Actor;
+use crate::fds::Errno;
 use crate::socket::Outcome;
 
 /// What `TCP_INFO` reports for one connection, gathered on the host's thread.
@@ -181,10 +182,7 @@ pub unsafe extern "C" fn getsockopt(
         // SAFETY: the C library's getsockopt with the caller's arguments.
         Some(next) => unsafe { next(fd, level, name, optval, optlen) },
         None => {
-            // SAFETY: `__errno_location` has no preconditions.
-            let errno = unsafe { libc::__errno_location() };
-            // SAFETY: the calling thread's errno.
-            unsafe { *errno = libc::ENOSYS };
+            Errno(libc::ENOSYS).set();
             -1
         }
     }
