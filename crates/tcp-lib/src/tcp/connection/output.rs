@@ -400,7 +400,10 @@ impl Connection {
         let rest = unsent - size;
         let burst_end = usable.saturating_sub(size) < mss
             || (rest > 0 && rest < mss && !self.snd.nodelay && !self.snd.fin_queued);
-        let calm = !self.recovery.active && self.recovery.dup_acks == 0 && seq >= self.snd.max;
+        let calm = !self.recovery.active
+            && self.recovery.dup_acks == 0
+            && self.recovery.tlp_budget == 0
+            && seq >= self.snd.max;
         repr.push = n > 0 && (ends_data || (calm && burst_end));
         let end = seq + n + usize::from(fin);
         if n > 0 && seq >= self.snd.max {

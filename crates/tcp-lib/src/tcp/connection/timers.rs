@@ -126,9 +126,9 @@ impl Connection {
     }
 
     /// Arms the probe timeout (RFC 8985 §7.2) when tail loss probes are on, data is outstanding,
-    /// no recovery or probe is under way and an RTT was measured: two SRTTs (plus the worst-case
-    /// delayed ACK, 200 ms, when one segment is in flight), at least 10 ms, and no later than the
-    /// RTO (the probe goes first then).
+    /// no recovery or probe is under way and an RTT was measured: two SRTTs, plus the worst-case
+    /// delayed ACK (200 ms) when one segment is in flight or else 2 ms of timer slack (Linux's
+    /// choice), and no later than the RTO (the probe goes first then).
     pub(super) fn arm_tlp(&mut self, now: Instant) {
         self.timers.tlp = None;
         let sending = matches!(
@@ -144,11 +144,9 @@ impl Connection {
             return;
         }
         let Some(srtt) = self.rtt.srtt() else { return };
-        let mut pto = 2 * srtt;
-        if distance(self.snd.una, self.snd.max) <= self.snd.mss {
-            pto += Duration::from_millis(200);
-        }
-        let at = now + pto.max(Duration::from_millis(10));
+        let one_segment = distance(self.snd.una, self.snd.max) <= self.snd.mss;
+        let pto = 2 * srtt + Duration::from_millis(if one_segment { 200 } else { 2 });
+        let at = now + pto;
         self.timers.tlp = Some(self.timers.rto.map_or(at, |rto| at.min(rto)));
     }
 

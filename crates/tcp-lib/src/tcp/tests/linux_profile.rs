@@ -259,7 +259,7 @@ fn a_tail_loss_probe_resends_the_last_segment_before_the_rto() {
         let flight: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
         assert_eq!(flight.len(), 4);
         // No ACK comes. The handshake measured an RTT of about nothing: the probe is due after
-        // 10 ms (RFC 8985's floor), the RTO after 1 s.
+        // 2 ms (two SRTTs and the timer slack), the RTO after 1 s.
         s.advance(Duration::from_millis(100));
         let sent: Vec<_> = s.drain().into_iter().filter(|t| !t.payload.is_empty()).collect();
         (flight[3].repr.seq_number, sent, s.conn.stats())
