@@ -38,6 +38,10 @@ impl<T> From<Result<T, Errno>> for Outcome<T> {
     }
 }
 
+/// The most one read returns: more than any receive buffer holds, far less than a script's
+/// `read(fd, ..., SIZE)` could ask to allocate.
+const MAX_READ: usize = 1 << 24;
+
 /// Readiness bits of `poll` (`libc::POLL*`), as `i16`.
 const POLLIN: i16 = libc::POLLIN;
 const POLLOUT: i16 = libc::POLLOUT;
@@ -268,7 +272,8 @@ impl Host {
         };
         socket.nonblocking |= dontwait;
         let Kind::Stream { id, read_shut, .. } = socket.kind else { return Outcome::err(libc::ENOTCONN) };
-        let mut buf = vec![0u8; len];
+        // A read may return less than asked (POSIX): never allocate more than the stack can hold.
+        let mut buf = vec![0u8; len.min(MAX_READ)];
         match self.stack.recv(id, &mut buf) {
             Ok(n) => {
                 buf.truncate(n);

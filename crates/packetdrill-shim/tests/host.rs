@@ -214,3 +214,13 @@ fn a_blocking_call_that_cannot_finish_fails_instead_of_hanging() {
         "{waited:?}"
     );
 }
+
+#[test]
+fn a_huge_read_returns_what_there_is_without_allocating_what_was_asked() {
+    let actor = Actor::spawn(profile()).unwrap();
+    let (conn, iss) = accepted(&actor);
+    let ack = Some((iss + 1).get());
+    actor.step(move |h, _| h.inject(&packet(&from_peer(TcpControl::None, 1, ack, b"tiny")))).unwrap();
+    let data = actor.call(move |h| h.read(conn, usize::MAX / 2, false)).unwrap();
+    assert_eq!(data, b"tiny");
+}
