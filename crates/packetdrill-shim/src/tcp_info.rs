@@ -199,6 +199,29 @@ mod tests {
     }
 
     #[test]
+    fn other_descriptors_go_to_the_c_library() {
+        // SAFETY: socket takes no pointers.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+        assert!(fd >= 0, "a UDP socket");
+        let mut ty: c_int = 0;
+        let mut len = socklen_t::try_from(size_of::<c_int>()).unwrap();
+        // SAFETY: `ty` and `len` are a valid buffer and its length.
+        let r =
+            unsafe { getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&raw mut ty).cast(), &raw mut len) };
+        assert_eq!((r, ty), (0, libc::SOCK_DGRAM), "forwarded: the kernel's answer");
+        // TCP_INFO on a descriptor that is not the shim's (none is registered in this test)
+        // is the kernel's too: a UDP socket has none.
+        let mut info = [0u8; TCP_INFO_LEN];
+        let mut len = socklen_t::try_from(TCP_INFO_LEN).unwrap();
+        // SAFETY: `info` and `len` are a valid buffer and its length.
+        let r =
+            unsafe { getsockopt(fd, libc::SOL_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &raw mut len) };
+        assert_eq!(r, -1, "the kernel refuses TCP_INFO on UDP");
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+    }
+
+    #[test]
     fn fields_land_where_linux_puts_them_in_its_units() {
         let stats = Stats {
             srtt: Some(Duration::from_millis(100)),
