@@ -105,15 +105,18 @@ impl Scoreboard {
         self.ranges.drain(first + 1..last);
     }
 
-    /// Forgets everything the cumulative ACK `una` covers.
-    pub(crate) fn prune(&mut self, una: SeqNumber) {
+    /// Forgets everything the cumulative ACK `una` covers; returns how many SACKed bytes that
+    /// was (delivered before the cumulative ACK reached them).
+    pub(crate) fn prune(&mut self, una: SeqNumber) -> usize {
         let gone = self.ranges.iter().take_while(|&&(_, r)| r <= una).count();
-        self.ranges.drain(..gone);
+        let mut forgotten: usize = self.ranges.drain(..gone).map(|(l, r)| len(l, r)).sum();
         if let Some(first) = self.ranges.first_mut()
             && first.0 < una
         {
+            forgotten += len(first.0, una);
             first.0 = una;
         }
+        forgotten
     }
 
     /// The SACKed ranges and bytes at or above `seq`.
@@ -321,10 +324,11 @@ mod tests {
         assert_eq!(sb.len(), 1);
         assert_eq!(sb.sacked_bytes(), 300);
         assert_eq!(sb.high_sack(), Some(s(400)));
-        sb.prune(s(150));
+        assert_eq!(sb.prune(s(150)), 50, "the part of the range the ACK covers");
         assert_eq!(sb.sacked_bytes(), 250);
-        sb.prune(s(400));
+        assert_eq!(sb.prune(s(400)), 250);
         assert!(sb.is_empty());
+        assert_eq!(sb.prune(s(500)), 0);
     }
 
     #[test]

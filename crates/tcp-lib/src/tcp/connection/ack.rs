@@ -77,14 +77,13 @@ impl Connection {
             self.sample_rtt(now, seg, ack);
             self.snd.retries = 0;
             self.snd.una = ack;
-            let sacked_before = self.recovery.scoreboard.sacked_bytes();
-            self.recovery.scoreboard.prune(ack);
+            let pruned = self.recovery.scoreboard.prune(ack);
             // Bytes SACKed before this ACK covered them were delivered already: only the rest is
             // new to the congestion control (as Linux counts delivered segments). Without SACK,
             // each duplicate ACK stood for one delivered segment (RFC 6937 §3's estimate); the ACK
             // still delivers at least one.
             let delivered_before = if self.sack_ok {
-                sacked_before - self.recovery.scoreboard.sacked_bytes().min(sacked_before)
+                pruned
             } else {
                 (self.recovery.dup_acks as usize * mss).min(data_acked.saturating_sub(mss))
             };

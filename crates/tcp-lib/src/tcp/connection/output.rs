@@ -406,7 +406,7 @@ impl Connection {
             && seq >= self.snd.max;
         repr.push = n > 0 && (ends_data || (calm && burst_end));
         let end = seq + n + usize::from(fin);
-        if n > 0 && seq >= self.snd.max {
+        if self.config.cwnd_validation && n > 0 && seq >= self.snd.max {
             self.track_cwnd_use(in_flight + n, usable.saturating_sub(size) < mss && rest > 0);
         }
         if seq >= self.snd.max && (n > 0 || fin) {

@@ -131,15 +131,14 @@ impl Connection {
     /// choice), and no later than the RTO (the probe goes first then).
     pub(super) fn arm_tlp(&mut self, now: Instant) {
         self.timers.tlp = None;
+        if !self.config.tail_loss_probe {
+            return;
+        }
         let sending = matches!(
             self.state,
             State::Established | State::CloseWait | State::FinWait1 | State::Closing | State::LastAck
         );
-        if !self.config.tail_loss_probe
-            || !sending
-            || self.recovery.active
-            || self.recovery.tlp_out.is_some()
-            || self.snd.una >= self.snd.max
+        if !sending || self.recovery.active || self.recovery.tlp_out.is_some() || self.snd.una >= self.snd.max
         {
             return;
         }
