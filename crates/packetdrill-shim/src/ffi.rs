@@ -147,13 +147,9 @@ unsafe fn actor<'a>(ud: Ud) -> &'a Actor {
     unsafe { &*ud.cast::<Actor>() }
 }
 
-fn set_errno(e: Errno) {
-    e.set();
-}
-
 fn int_result(r: Result<i32, Errno>) -> c_int {
     r.unwrap_or_else(|e| {
-        set_errno(e);
+        e.set();
         -1
     })
 }
@@ -162,7 +158,7 @@ fn len_result(r: Result<usize, Errno>) -> ssize_t {
     match r {
         Ok(n) => ssize_t::try_from(n).unwrap_or(ssize_t::MAX),
         Err(e) => {
-            set_errno(e);
+            e.set();
             -1
         }
     }

@@ -235,10 +235,4 @@ impl Host {
             }
         }
     }
-
-    /// Packets queued for `netdev_receive`.
-    #[must_use]
-    pub fn queued(&self) -> usize {
-        self.sent.len()
-    }
 }
