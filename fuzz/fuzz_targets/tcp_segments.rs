@@ -39,7 +39,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use tcp_lib::stack::PreparedSegments;
 use tcp_lib::tcp::{
-    Config, CongestionAlgorithm, Connection, ConnectionError, Keepalive, ListenAction, State, Transmit,
+    BufferBudget, Config, CongestionAlgorithm, Connection, ConnectionError, Keepalive, ListenAction, State, Transmit,
     listen_reply, reset_for,
 };
 use tcp_lib::wire::tcp::{SackBlock, SackBlocks, Timestamp};
@@ -117,6 +117,13 @@ struct ConfigIn {
 }
 
 impl ConfigIn {
+    /// A buffer budget of 0 to 31 KiB for the connection, from bits `challenge_ack_limit` does not
+    /// use (its value is the low two bits), so that older inputs keep their configuration.
+    fn budget(&self) -> Option<Arc<BufferBudget>> {
+        (self.challenge_ack_limit & 0x80 != 0)
+            .then(|| Arc::new(BufferBudget::new(usize::from((self.challenge_ack_limit >> 2) & 0x1f) * 1024)))
+    }
+
     fn config(&self) -> Config {
         Config {
             send_buffer: self.send_buffer.bytes(),
@@ -482,6 +489,8 @@ struct Harness {
     app_read: u64,
     shutdown: bool,
     closed: bool,
+    /// The connection's rings are charged to a budget (`send` may take less than fits).
+    budget: bool,
 
     // The peer.
     /// The peer's ISS, once the connection took a SYN.
@@ -511,6 +520,7 @@ impl Harness {
             state: conn.state(),
             conn,
             config,
+            budget: setup.config.challenge_ack_limit & 0x80 != 0,
             base,
             now: base,
             buf: vec![0; BUF_LEN],
@@ -925,8 +935,13 @@ impl Harness {
                     );
                 if !may_send {
                     assert_eq!(k, 0, "send accepted data in {state:?} (shut down: {})", self.shutdown);
-                } else if self.prepared == 0 {
+                } else if self.prepared == 0 && !self.budget {
                     assert_eq!(k, n.min(self.config.send_buffer - before), "send takes what fits");
+                } else if self.prepared == 0 {
+                    // A budget may hold the ring to its storage, never below the guaranteed size.
+                    let fits = n.min(self.config.send_buffer - before);
+                    let floor = BufferBudget::GUARANTEED.min(self.config.send_buffer);
+                    assert!(k <= fits && k >= fits.min(floor.saturating_sub(before)), "send took {k} of {fits}");
                 }
                 self.app_sent += k as u64;
                 self.drain();
@@ -1053,11 +1068,15 @@ fn peer_syn(setup: &Setup, ack: Option<SeqNumber>, tsecr: u32) -> TcpRepr<'stati
 
 fn start(setup: &Setup) -> Harness {
     let config = setup.config.config();
+    let budget = setup.config.budget();
     let base = Instant::now();
     let iss = SeqNumber::new(setup.iss);
     let active = matches!(setup.start, Start::SynSent | Start::SimultaneousOpen | Start::EstablishedActive);
     let mut h = if active {
-        let conn = Connection::connect(config, LOCAL, REMOTE, iss, base);
+        let mut conn = Connection::connect(config, LOCAL, REMOTE, iss, base);
+        if let Some(budget) = &budget {
+            conn.set_budget(budget);
+        }
         let mut h = Harness::new(conn, config, setup, base);
         assert_eq!(h.drain(), 1, "the SYN");
         h.after(0);
@@ -1066,7 +1085,10 @@ fn start(setup: &Setup) -> Harness {
     } else {
         let syn = peer_syn(setup, None, 0);
         assert_eq!(listen_reply(&syn), ListenAction::Accept);
-        let conn = Connection::accept(config, LOCAL, REMOTE, &syn, iss, base).expect("a SYN");
+        let mut conn = Connection::accept(config, LOCAL, REMOTE, &syn, iss, base).expect("a SYN");
+        if let Some(budget) = &budget {
+            conn.set_budget(budget);
+        }
         let mut h = Harness::new(conn, config, setup, base);
         h.irs = Some(syn.seq_number);
         h.peer_tsvals.extend(setup.syn.tsval);

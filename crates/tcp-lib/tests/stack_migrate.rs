@@ -14,27 +14,18 @@ mod common;
 use std::net::SocketAddrV4;
 use std::time::Instant;
 
-use common::{A_IP, B_IP, Rng, TICK, config};
+use common::{A_IP, B_IP, Rng, TICK, config, tcp_in};
 use netchannel::dev::{NetDevice, PacketBatch, Pair};
 use netchannel::pool::{HugePages, Pool, PoolCache};
 use tcp_lib::stack::{Detached, Error, ListenerId, Stack, StreamId};
 use tcp_lib::tcp::State;
-use tcp_lib::wire::{EtherType, EthernetFrame, Ipv4Packet, Protocol, TcpPacket};
 
 const PORT: u16 = 80;
 
 /// The server-side `(local, remote)` of a TCP frame from the client, if it is one.
 fn tcp_tuple(frame: &[u8]) -> Option<(SocketAddrV4, SocketAddrV4)> {
-    let eth = EthernetFrame::new_checked(frame).ok()?;
-    if eth.ethertype() != EtherType::Ipv4 {
-        return None;
-    }
-    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-    if ip.protocol() != Protocol::Tcp {
-        return None;
-    }
-    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
-    Some((SocketAddrV4::new(ip.dst_addr(), tcp.dst_port()), SocketAddrV4::new(ip.src_addr(), tcp.src_port())))
+    let (src, dst, tcp) = tcp_in(frame)?;
+    Some((SocketAddrV4::new(dst, tcp.dst_port()), SocketAddrV4::new(src, tcp.src_port())))
 }
 
 struct Net {

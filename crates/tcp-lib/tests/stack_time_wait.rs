@@ -8,13 +8,11 @@ use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use common::{Net, TICK};
+use common::{Net, TICK, tcp_in};
 use netchannel::dev::{NetDevice, PacketBatch};
 use tcp_lib::stack::StreamId;
 use tcp_lib::tcp::State;
-use tcp_lib::wire::{
-    ChecksumPolicy, EtherType, EthernetFrame, Ipv4Packet, Protocol, SeqNumber, TcpControl, TcpPacket, TcpRepr,
-};
+use tcp_lib::wire::{ChecksumPolicy, SeqNumber, TcpControl, TcpRepr};
 
 const N: usize = 8;
 
@@ -22,19 +20,11 @@ const N: usize = 8;
 type Seg = (SocketAddrV4, SocketAddrV4, TcpControl, SeqNumber, Option<SeqNumber>, usize);
 
 fn parse(frame: &[u8]) -> Option<Seg> {
-    let eth = EthernetFrame::new_checked(frame).ok()?;
-    if eth.ethertype() != EtherType::Ipv4 {
-        return None;
-    }
-    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-    if ip.protocol() != Protocol::Tcp {
-        return None;
-    }
-    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
-    let repr = TcpRepr::parse(&tcp, ip.src_addr(), ip.dst_addr(), ChecksumPolicy::Verify).ok()?;
+    let (src, dst, tcp) = tcp_in(frame)?;
+    let repr = TcpRepr::parse(&tcp, src, dst, ChecksumPolicy::Verify).ok()?;
     Some((
-        SocketAddrV4::new(ip.src_addr(), repr.src_port),
-        SocketAddrV4::new(ip.dst_addr(), repr.dst_port),
+        SocketAddrV4::new(src, repr.src_port),
+        SocketAddrV4::new(dst, repr.dst_port),
         repr.control,
         repr.seq_number,
         repr.ack_number,

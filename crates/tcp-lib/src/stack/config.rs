@@ -5,7 +5,9 @@ use std::net::Ipv4Addr;
 
 use super::ArpConfig;
 #[cfg(doc)]
-use super::{Detached, Stack};
+use super::{Detached, Stack, StackStats};
+#[cfg(doc)]
+use crate::tcp::BufferBudget;
 use crate::tcp::{self, ConnectionError};
 use crate::wire::ipv4::reassembly::Config as ReassemblyConfig;
 use crate::wire::{ChecksumPolicy, EthernetAddress, Ipv4Cidr};
@@ -31,6 +33,15 @@ pub struct Config {
     pub gratuitous_arp: bool,
     /// Most connections at once (half-open, open, closing and TIME-WAIT together).
     pub max_connections: usize,
+    /// Bytes the send and receive rings of all connections may hold together, beyond the
+    /// [`BufferBudget::GUARANTEED`] bytes every ring may always hold (so that each connection
+    /// still makes progress). A ring refused growth works on with the storage it has: `send`
+    /// takes less, the window shrinks to what the ring can take. So connections whose readers do
+    /// not read, or whose peers never acknowledge, hold at most this plus
+    /// `2 × GUARANTEED × max_connections` bytes, however large their buffers
+    /// ([`tcp::Config::send_buffer`], [`tcp::Config::recv_buffer`]) are. [`StackStats`]
+    /// counts what it refused.
+    pub buffer_memory: usize,
     /// Most released connections in TIME-WAIT (compact records, see [Connection lifetime and
     /// TIME-WAIT](crate::stack#connection-lifetime-and-time-wait)); the one that expires first
     /// is evicted beyond it.
@@ -60,7 +71,9 @@ pub struct Config {
 
 impl Config {
     /// Defaults for an interface with `mac` and `ip`: MTU 1500, no gateway, 64k connections,
-    /// 4096 TIME-WAIT, a random secret, checksums verified and filled.
+    /// 64 MiB of connection buffers (a thousand connections with full default send and receive
+    /// rings, or 1 KiB for each of the 64k connections), 4096 TIME-WAIT, a random secret,
+    /// checksums verified and filled.
     #[must_use]
     pub fn new(mac: EthernetAddress, ip: Ipv4Cidr) -> Self {
         Self {
@@ -73,6 +86,7 @@ impl Config {
             reassembly: ReassemblyConfig::default(),
             gratuitous_arp: true,
             max_connections: 65_536,
+            buffer_memory: 64 << 20,
             max_time_wait: 4096,
             max_queued_frames: 4096,
             ephemeral_ports: (49_152, 65_535),

@@ -28,11 +28,12 @@ impl Stack {
 
     pub(super) fn insert(
         &mut self,
-        conn: Connection,
+        mut conn: Connection,
         listener: Option<ListenerId>,
         phase: Phase,
         app_owned: bool,
     ) -> u32 {
+        conn.set_budget(&self.budget);
         let key = FlowKey::new(conn.local(), conn.remote());
         let entry = Entry {
             conn,

@@ -138,6 +138,53 @@
 //! * Every table is bounded: connections ([`Config::max_connections`]), SYN queues and backlogs,
 //!   TIME-WAIT, the ARP cache and its pending packets, fragment reassembly, queued control frames.
 //!   No frame makes the stack panic.
+//! * Connection memory is bounded as a whole, not only per connection; see [Memory](#memory).
+//!
+//! # Memory
+//!
+//! What the stack holds, and for how long:
+//!
+//! * **Pool buffers: never past the call that was given them.** [`receive`](Stack::receive) and
+//!   [`receive_with`](Stack::receive_with) read a received frame where it lies, and zero-copy
+//!   delivery ([`poll_with`](Stack::poll_with)) lends the payload to the application *during* that
+//!   call only; what it does not consume is copied into the connection's receive ring.
+//!   [`transmit`](Stack::transmit) fills pool buffers and hands them to the caller's batch at once.
+//!   So a stack holds no pool buffer between calls, however its peers or its application behave:
+//!   the buffers in use are the ones in the device's rings and the channels in between, which are
+//!   of fixed capacity (the runtime sizes its pool from them).
+//! * **Heap, per connection:** the send and receive rings (up to [`tcp::Config::send_buffer`] and
+//!   [`tcp::Config::recv_buffer`], grown on demand, freed in TIME-WAIT and CLOSED), the
+//!   out-of-order ranges ([`tcp::Config::max_ooo_ranges`], whose bytes live in the receive ring)
+//!   and the SACK scoreboard (bounded), about 1.1 KB of state; prepared content is the
+//!   application's, shared by [`Arc`], at most 64 runs a connection.
+//! * **Heap, per stack:** the tables above, bounded by their limits; packets waiting for ARP are
+//!   copies (`Vec<u8>`), bounded by [`ArpConfig`]; fragments being reassembled are copies, bounded
+//!   by [`Config::reassembly`]; queued control frames by
+//!   [`Config::max_queued_frames`].
+//!
+//! The rings are the part that peers and applications control: a thousand connections whose
+//! readers never read, each with a 64 KiB receive buffer, or peers that never acknowledge what
+//! fills 64 KiB send buffers, would hold their whole buffers for as long as they last. So every
+//! ring's growth is charged to one [`BufferBudget`] of [`Config::buffer_memory`] bytes (64 MiB
+//! by default). Each ring may always hold [`BufferBudget::GUARANTEED`] bytes (4 KiB: a full
+//! segment, so every connection still makes progress; Linux's `tcp_rmem[0]`); beyond that a ring
+//! grows only within the budget. A ring the budget refuses is *clamped* to the storage it has and
+//! works on as a smaller ring until it drains empty: a receive ring's window offers only what it
+//! can take (under pressure, the ring is clamped before the window is advertised; the right edge
+//! never moves left, so bytes a window advertised earlier promised are dropped and counted, as
+//! Linux does under `tcp_mem` pressure, and the peer retransmits them), and
+//! [`send`](Stack::send) takes what fits ([`Error::WouldBlock`] when nothing does). The bound:
+//!
+//! ```text
+//! ring storage <= Config::buffer_memory + 2 x BufferBudget::GUARANTEED x connections
+//! ```
+//!
+//! (`connections` at most [`Config::max_connections`]). [`StackStats::buffer_memory`] is the
+//! storage held now; `rx_buffer_clamps`, `tx_buffer_clamps`, `rx_memory_dropped` and
+//! `tx_memory_refused` count what the budget refused. A connection moved to another stack
+//! ([`adopt`](Stack::adopt)) moves its charge to that stack's budget. The test
+//! `tests/stack_starve.rs` holds 2,000 connections whose server never reads and 300 peers that
+//! stop acknowledging against an 8 MiB budget while other clients are echoed byte-exact.
 //!
 //! # Prepared content (the Sandstorm send path)
 //!
@@ -170,6 +217,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::Instant;
 
 #[cfg(doc)]
@@ -178,7 +226,9 @@ use netchannel::dev::{NetDevice, PacketBatch};
 use netchannel::pool::PoolCache;
 use netchannel::signature::FlowGroup;
 
-use crate::tcp::{Connection, TimeWait};
+#[cfg(doc)]
+use crate::tcp;
+use crate::tcp::{BufferBudget, Connection, TimeWait};
 use crate::wire::{ArpOperation, EthernetAddress, FragmentReassembler};
 
 // Where things live (each file's own doc says more).
@@ -293,6 +343,8 @@ pub struct Stack {
     ping_replies: VecDeque<PingReply>,
     ident: u16,
     stats: StackStats,
+    /// What the connections' rings hold together ([`Config::buffer_memory`]).
+    budget: Arc<BufferBudget>,
 }
 
 impl fmt::Debug for Stack {
@@ -348,6 +400,7 @@ impl Stack {
             ping_replies: VecDeque::new(),
             ident: 0,
             stats: StackStats::default(),
+            budget: Arc::new(BufferBudget::new(config.buffer_memory)),
         };
         if config.gratuitous_arp {
             let ip = stack.ip();
@@ -370,8 +423,17 @@ impl Stack {
 
     /// Counters.
     #[must_use]
-    pub const fn stats(&self) -> &StackStats {
-        &self.stats
+    pub fn stats(&self) -> StackStats {
+        let budget = self.budget.stats();
+        StackStats {
+            buffer_memory: budget.used as u64,
+            buffer_memory_peak: budget.peak as u64,
+            rx_buffer_clamps: budget.rx_clamps,
+            tx_buffer_clamps: budget.tx_clamps,
+            rx_memory_dropped: budget.rx_dropped,
+            tx_memory_refused: budget.tx_refused,
+            ..self.stats
+        }
     }
 
     /// Connections held (any state, TIME-WAIT included: the application's and the TIME-WAIT

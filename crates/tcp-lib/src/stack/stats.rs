@@ -67,6 +67,23 @@ pub struct StackStats {
     pub tx_prepared: u64,
     /// Of those, segments whose payload sum was precomputed (a prepared cut).
     pub tx_prepared_sums: u64,
+    /// Bytes of send and receive ring storage the connections hold now (a gauge, not a
+    /// counter): at most [`Config::buffer_memory`] plus
+    /// [`BufferBudget::GUARANTEED`](crate::tcp::BufferBudget::GUARANTEED) a ring.
+    pub buffer_memory: u64,
+    /// The most bytes of ring storage held at once.
+    pub buffer_memory_peak: u64,
+    /// Receive rings refused growth by [`Config::buffer_memory`] and held to their storage.
+    pub rx_buffer_clamps: u64,
+    /// Send rings refused growth by [`Config::buffer_memory`] and held to their storage.
+    pub tx_buffer_clamps: u64,
+    /// Received segments dropped, whole or in part, because [`Config::buffer_memory`] held a
+    /// receive ring below its configured size (bytes a window advertised before had promised;
+    /// the peer retransmits them).
+    pub rx_memory_dropped: u64,
+    /// [`Stack::send`] calls cut short (a short write or [`Error::WouldBlock`](super::Error::WouldBlock))
+    /// because [`Config::buffer_memory`] held a send ring below its configured size.
+    pub tx_memory_refused: u64,
 }
 
 /// What one [`Stack::poll`] did.

@@ -7,6 +7,16 @@
 //! from `RCV.NXT` (the advertised window never exceeds that free space, so they always fit); the
 //! assembler only remembers the ranges. When the hole before them fills, the ranges become in-order
 //! data without a copy.
+//!
+//! A ring attached to a [`BufferBudget`] charges every growth of its storage to it. When the
+//! budget refuses growth, the ring is *clamped*: its capacity drops to the storage it has (which
+//! moves no byte: storage that does not cover the whole capacity has never wrapped), so it goes on
+//! as a smaller ring, and it takes its configured capacity back once it is empty
+//! ([`unclamp`](RingBuffer::unclamp)).
+
+use std::sync::Arc;
+
+use super::budget::{BufferBudget, Side};
 
 /// A bounded ring buffer of bytes whose storage is allocated on demand.
 ///
@@ -21,26 +31,59 @@
 /// (out-of-order data) is zero-filled. A short-lived connection that moves a few bytes so touches a
 /// few hundred bytes of memory instead of its whole buffers. [`release`](Self::release) frees the
 /// storage of an empty buffer that will not be written again.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct RingBuffer {
     /// The bytes written so far at storage indices `0..storage.len()` (`storage.len() <= cap`);
     /// every stored byte (and every out-of-order byte past them) lies below `storage.len()`.
     storage: Vec<u8>,
-    /// The capacity limit.
+    /// The capacity now: `limit`, or less while the ring is clamped to its storage.
     cap: usize,
+    /// The configured capacity.
+    limit: usize,
     /// Index of the first byte.
     head: usize,
     /// Number of bytes stored.
     len: usize,
+    /// The budget growth is charged to, and which ring this is, if attached.
+    budget: Option<(Arc<BufferBudget>, Side)>,
+    /// Bytes charged to `budget` (the storage's capacity when attached).
+    charged: usize,
 }
 
 /// The first allocation of a buffer's storage, in bytes (less if the capacity is smaller).
 const MIN_ALLOCATION: usize = 512;
 
+impl Drop for RingBuffer {
+    fn drop(&mut self) {
+        if let Some((budget, _)) = &self.budget {
+            budget.refund(self.charged);
+        }
+    }
+}
+
 impl RingBuffer {
     /// A buffer of at most `capacity` bytes; nothing is allocated until bytes are written.
     pub(crate) fn new(capacity: usize) -> Self {
-        Self { storage: Vec::new(), cap: capacity, head: 0, len: 0 }
+        Self {
+            storage: Vec::new(),
+            cap: capacity,
+            limit: capacity,
+            head: 0,
+            len: 0,
+            budget: None,
+            charged: 0,
+        }
+    }
+
+    /// Charges the storage's growth to `budget` from now on (moving what is held now from the
+    /// budget it was charged to, if any).
+    pub(crate) fn set_budget(&mut self, budget: &Arc<BufferBudget>, side: Side) {
+        if let Some((old, _)) = &self.budget {
+            old.refund(self.charged);
+        }
+        self.charged = self.storage.capacity();
+        budget.charge(self.charged);
+        self.budget = Some((Arc::clone(budget), side));
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -66,18 +109,42 @@ impl RingBuffer {
         self.cap - self.len
     }
 
+    /// Whether the budget refused growth and the ring is held to its storage.
+    pub(crate) fn is_clamped(&self) -> bool {
+        self.cap < self.limit
+    }
+
+    /// Gives a clamped ring its configured capacity back, if it is empty and its budget has room
+    /// for the growth to it now (so that the window does not open only to drop what comes).
+    /// Only when nothing is written past its end (no out-of-order bytes): the next byte goes to
+    /// the start of the storage. Its growth still asks the budget.
+    pub(crate) fn unclamp(&mut self) {
+        let room = self.budget.as_ref().is_none_or(|(b, _)| b.has_room(self.limit - self.storage.capacity()));
+        if self.len == 0 && room {
+            self.head = 0;
+            self.cap = self.limit;
+        }
+    }
+
     /// Changes the capacity to `capacity` (at least the bytes stored), keeping the stored bytes in
     /// order. Only for a buffer with nothing written past its end (the send ring): out-of-order
     /// bytes are not kept. Copies the stored bytes once.
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         let cap = capacity.max(self.len);
-        if cap == self.cap {
+        if cap == self.limit {
             return;
         }
         let mut bytes = vec![0; self.len];
         let n = self.read_allocated(0, &mut bytes);
         debug_assert_eq!(n, self.len, "every stored byte lies in allocated storage");
+        let budget = self.budget.take();
+        if let Some((b, _)) = &budget {
+            b.refund(self.charged);
+        }
         *self = Self::new(cap);
+        if let Some((b, side)) = &budget {
+            self.set_budget(b, *side);
+        }
         self.enqueue_slice(&bytes[..n]);
     }
 
@@ -87,6 +154,11 @@ impl RingBuffer {
         if self.len == 0 {
             self.storage = Vec::new();
             self.head = 0;
+            self.cap = self.limit;
+            if let Some((budget, _)) = &self.budget {
+                budget.refund(self.charged);
+            }
+            self.charged = 0;
         }
     }
 
@@ -143,20 +215,72 @@ impl RingBuffer {
         buf[first..].copy_from_slice(&self.storage[..rest]);
     }
 
-    /// Writes `data` at storage index `start` (`start + data.len() <= cap`), growing the storage
-    /// to cover it.
+    /// Makes the storage's capacity cover indices `..reach` (`reach <= cap`), charging the growth
+    /// to the budget. When the budget refuses, grows to the guaranteed size at most, clamps the
+    /// ring to its storage and returns false.
+    #[cold]
+    fn grow(&mut self, reach: usize) -> bool {
+        let have = self.storage.capacity();
+        let target = reach.max(2 * have).max(MIN_ALLOCATION).min(self.cap);
+        let Some((budget, _)) = &self.budget else {
+            self.storage.reserve_exact(target - self.storage.len());
+            return true;
+        };
+        debug_assert_eq!(self.charged, have, "an attached ring has its whole storage charged");
+        let floor = BufferBudget::GUARANTEED.min(self.cap);
+        // The doubling, or at least what this write needs, within the budget; the guaranteed
+        // storage whatever it says.
+        let Some(want) =
+            [target, reach].into_iter().find(|&want| want <= floor || budget.try_charge(want - have))
+        else {
+            self.hold();
+            return false;
+        };
+        let charged = if want > floor { want - have } else { 0 };
+        self.storage.reserve_exact(want - self.storage.len());
+        // Settle the charge with the capacity the allocator gave (at least what was asked).
+        let capacity = self.storage.capacity();
+        budget.charge(capacity - have - charged);
+        self.charged = capacity;
+        true
+    }
+
+    /// Clamps the ring now, before its free space is promised to the peer, when its budget has
+    /// no room left for it to grow to its capacity (the window then offers what the ring can
+    /// take). Costs a compare for a ring whose storage covers its capacity, or a clamped one.
+    pub(crate) fn hold_if_pressed(&mut self) {
+        let have = self.storage.capacity();
+        if self.cap > have
+            && let Some((budget, _)) = &self.budget
+            && !budget.has_room(self.cap - have)
+        {
+            self.hold();
+        }
+    }
+
+    #[cold]
+    fn hold(&mut self) {
+        let Some((budget, side)) = &self.budget else { return };
+        let have = self.storage.capacity();
+        let want = BufferBudget::GUARANTEED.min(self.cap).max(have);
+        if want > have {
+            self.storage.reserve_exact(want - self.storage.len());
+        }
+        let capacity = self.storage.capacity();
+        budget.charge(capacity - have);
+        self.charged = capacity;
+        budget.clamped(*side);
+        self.cap = capacity.min(self.cap);
+    }
+
+    /// Writes `data` at storage index `start` (`start + data.len() <= storage.capacity()`).
     fn put(&mut self, start: usize, data: &[u8]) {
         let end = start + data.len();
         let have = self.storage.len();
+        debug_assert!(end <= self.storage.capacity(), "grown first");
         if end <= have {
             self.storage[start..end].copy_from_slice(data);
-            return;
-        }
-        if end > self.storage.capacity() {
-            let target = end.max(2 * self.storage.capacity()).max(MIN_ALLOCATION).min(self.cap);
-            self.storage.reserve_exact(target - have);
-        }
-        if start >= have {
+        } else if start >= have {
             // A gap (free space skipped by an out-of-order write) is zero-filled.
             self.storage.resize(start, 0);
             self.storage.extend_from_slice(data);
@@ -169,7 +293,26 @@ impl RingBuffer {
 
     /// Writes `data` into the free space starting `offset` bytes after the stored bytes, without
     /// committing it; returns how many bytes were written (those that fit in the free space).
+    /// A write cut short only because the ring is clamped is counted in the budget.
     pub(crate) fn write_unallocated(&mut self, offset: usize, data: &[u8]) -> usize {
+        let n = self.write_within(offset, data);
+        if self.cap < self.limit {
+            self.count_refused(offset, data.len(), n);
+        }
+        n
+    }
+
+    #[cold]
+    fn count_refused(&self, offset: usize, len: usize, written: usize) {
+        let would = len.min((self.limit - self.len).saturating_sub(offset));
+        if would > written
+            && let Some((budget, side)) = &self.budget
+        {
+            budget.refused(*side);
+        }
+    }
+
+    fn write_within(&mut self, offset: usize, data: &[u8]) -> usize {
         let free = self.free();
         if offset >= free {
             return 0;
@@ -178,8 +321,13 @@ impl RingBuffer {
         let cap = self.cap;
         let start = self.index(self.len + offset);
         let first = n.min(cap - start);
-        self.put(start, &data[..first]);
         let rest = n - first;
+        let reach = if rest > 0 { cap } else { start + first };
+        if reach > self.storage.capacity() && !self.grow(reach) {
+            // Clamped to the storage it has: the capacity shrank, try again within it.
+            return self.write_within(offset, data);
+        }
+        self.put(start, &data[..first]);
         if rest > 0 {
             self.put(0, &data[first..n]);
         }
@@ -354,6 +502,77 @@ mod tests {
         assert_eq!(a.len(), 1);
         assert_eq!(a.advance(10), 20, "50..60, rebased to 10..20, joins");
         assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_ring_refused_growth_clamps_to_its_storage_and_keeps_every_byte() {
+        let budget = Arc::new(BufferBudget::new(6000));
+        let mut r = RingBuffer::new(64 * 1024);
+        r.set_budget(&budget, Side::Rx);
+        let data: Vec<u8> = (0..20_000u32).map(|i| i.to_le_bytes()[0]).collect();
+        // Within the budget: the ring grows to what the write needs.
+        assert_eq!(r.enqueue_slice(&data[..5000]), 5000);
+        assert_eq!((r.allocated(), budget.stats().used), (5000, 5000));
+        // A second ring takes its guaranteed storage whatever the budget says...
+        let mut other = RingBuffer::new(64 * 1024);
+        other.set_budget(&budget, Side::Tx);
+        assert_eq!(other.enqueue_slice(&data[..4096]), 4096);
+        assert_eq!(budget.stats().used, 5000 + 4096);
+        // ... and no more: it is clamped to it and the write is cut short, and counted.
+        assert_eq!(other.enqueue_slice(&data[..100]), 0);
+        assert!(other.is_clamped());
+        assert_eq!((other.capacity(), other.free()), (4096, 0));
+        // The first ring is refused growth too: it goes on as a 5000-byte ring, wrapping.
+        assert_eq!(r.enqueue_slice(&data[5000..]), 0);
+        assert!(r.is_clamped());
+        let stats = budget.stats();
+        assert_eq!((stats.rx_clamps, stats.tx_clamps, stats.rx_dropped, stats.tx_refused), (1, 1, 1, 1));
+        let mut out = vec![0; 3000];
+        assert_eq!(r.dequeue_slice(&mut out), 3000);
+        assert_eq!(out, data[..3000]);
+        assert_eq!(r.enqueue_slice(&data[5000..9000]), 3000, "wrapped within the storage");
+        let mut out = vec![0; 8000];
+        assert_eq!(r.dequeue_slice(&mut out), 5000);
+        assert_eq!(out[..5000], data[3000..8000]);
+        assert_eq!(budget.stats().used, 5000 + 4096, "no storage beyond the two");
+        // Empty, but the budget still has no room for 64 KiB: it stays clamped.
+        r.unclamp();
+        assert!(r.is_clamped());
+        drop(other);
+        assert_eq!(budget.stats().used, 5000, "a dropped ring gives its storage back");
+        let big = Arc::new(BufferBudget::new(1 << 20));
+        r.set_budget(&big, Side::Rx);
+        assert_eq!((budget.stats().used, big.stats().used), (0, 5000), "moved to the new budget");
+        r.unclamp();
+        assert!(!r.is_clamped(), "room again: the configured capacity is back");
+        assert_eq!(r.enqueue_slice(&data), 20_000);
+        let mut out = vec![0; 20_000];
+        assert_eq!(r.dequeue_slice(&mut out), 20_000);
+        assert_eq!(out, data);
+        r.release();
+        assert_eq!((big.stats().used, big.stats().peak), (0, 20_000));
+    }
+
+    #[test]
+    fn a_pressed_ring_is_held_before_its_window_is_promised() {
+        let budget = Arc::new(BufferBudget::new(15_000));
+        let mut r = RingBuffer::new(64 * 1024);
+        r.set_budget(&budget, Side::Rx);
+        r.hold_if_pressed();
+        assert!(r.is_clamped(), "no room for 64 KiB");
+        assert_eq!(budget.stats().rx_clamps, 1);
+        assert_eq!((r.free(), r.allocated()), (4096, 4096), "the guaranteed storage, all of it offered");
+        assert_eq!(r.write_unallocated(4000, &[1; 96]), 96, "out of order at the far end");
+        let mut small = RingBuffer::new(8000);
+        small.set_budget(&budget, Side::Rx);
+        small.hold_if_pressed();
+        assert!(!small.is_clamped(), "room for 8000 more");
+        let mut third = RingBuffer::new(8000);
+        third.set_budget(&budget, Side::Rx);
+        assert_eq!(third.enqueue_slice(&[2; 7000]), 7000);
+        small.hold_if_pressed();
+        assert!(small.is_clamped(), "4096 + 7000 held: no room for 8000 more");
+        assert_eq!(small.free(), 4096);
     }
 
     #[test]

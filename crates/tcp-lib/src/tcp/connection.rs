@@ -13,6 +13,7 @@ use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::budget::{BufferBudget, Side};
 use super::buffer::{Assembler, RingBuffer};
 use super::congestion::CongestionControl;
 use super::prepared::PreparedSegments;
@@ -647,6 +648,17 @@ impl Connection {
         self.snd.stream.set_capacity(bytes);
     }
 
+    /// Charges the storage of the send and receive rings to `budget` from now on (moving what
+    /// they hold from the budget they were charged to before, if any). A ring the budget refuses
+    /// growth works on with the storage it has: [`send`](Self::send) accepts less, and the window
+    /// advertised shrinks to what that storage can take (never moving its right edge left: bytes
+    /// already promised beyond it are dropped and counted, as Linux does under `tcp_mem`
+    /// pressure). See [`BufferBudget`].
+    pub fn set_budget(&mut self, budget: &Arc<BufferBudget>) {
+        self.snd.stream.set_budget(budget);
+        self.rcv.buf.set_budget(budget, Side::Rx);
+    }
+
     /// Disables (`true`) or enables Nagle's algorithm.
     pub fn set_nodelay(&mut self, nodelay: bool) {
         self.snd.nodelay = nodelay;
@@ -705,6 +717,10 @@ impl Connection {
     /// schedule a window update.
     pub fn recv(&mut self, buf: &mut [u8]) -> usize {
         let n = self.rcv.buf.dequeue_slice(buf);
+        if self.rcv.buf.is_clamped() && self.rcv.ooo.is_empty() {
+            // Read empty (a no-op otherwise): the ring may ask its budget for storage again.
+            self.rcv.buf.unclamp();
+        }
         if matches!(self.state, State::TimeWait | State::Closed) {
             // Read to the end after the last byte arrived: free the ring.
             self.rcv.buf.release();

@@ -59,8 +59,12 @@
 //! limited to the configured sizes (their storage grows on demand up to that limit and is freed in
 //! TIME-WAIT and CLOSED), out-of-order data is stored in the free part of the receive ring (the
 //! advertised window never exceeds it) with at most [`Config::max_ooo_ranges`] ranges, and the
-//! SACK scoreboard is bounded too; beyond that growth of the rings, no segment allocates. Nothing a
-//! peer sends can make the connection panic; sequence numbers are compared only through the
+//! SACK scoreboard is bounded too; beyond that growth of the rings, no segment allocates. Many
+//! connections can share a [`BufferBudget`] ([`Connection::set_budget`]; a stack attaches its own):
+//! ring growth is charged to it, and a ring it refuses works on with the storage it has (every
+//! ring may always hold [`BufferBudget::GUARANTEED`] bytes), so that connections whose readers do
+//! not read or whose peers never acknowledge hold at most the budget plus that floor each. Nothing
+//! a peer sends can make the connection panic; sequence numbers are compared only through the
 //! wrapping [`SeqNumber`].
 //!
 //! # What it implements
@@ -156,7 +160,7 @@
 //! receiving, ACK processing and loss recovery, sending, and timers. `send_stream.rs` is the send
 //! stream (copied bytes and prepared content), `buffer.rs` the rings and the out-of-order
 //! assembler, `sack.rs` the SACK scoreboard and our SACK blocks, `rtt.rs` the RTO estimator,
-//! `congestion.rs` the congestion controllers, `prepared.rs` prepared content with its checksums,
+//! `budget.rs` the budget the rings are charged to, `congestion.rs` the congestion controllers, `prepared.rs` prepared content with its checksums,
 //! `rules.rs` the segment rules shared with `time_wait.rs`.
 
 use std::fmt;
@@ -165,6 +169,7 @@ use std::time::Duration;
 
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
+mod budget;
 mod buffer;
 mod congestion;
 mod connection;
@@ -178,6 +183,7 @@ mod time_wait;
 #[cfg(test)]
 mod tests;
 
+pub use budget::{BudgetStats, BufferBudget};
 pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
 pub use connection::Connection;
 pub use prepared::{PreparedSegments, PreparedSlice};

@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
+use super::budget::{BufferBudget, Side};
 use super::buffer::RingBuffer;
 use super::prepared::{PreparedSegments, PreparedSlice};
 
@@ -96,8 +97,18 @@ impl SendStream {
         !self.pieces.is_empty()
     }
 
-    /// Copies bytes into the ring at the end of the stream; returns how many fit.
+    /// Charges the ring's storage to `budget`.
+    pub(super) fn set_budget(&mut self, budget: &Arc<BufferBudget>) {
+        self.buf.set_budget(budget, Side::Tx);
+    }
+
+    /// Copies bytes into the ring at the end of the stream; returns how many fit (fewer than the
+    /// free space when the ring's budget refuses it storage).
     pub(super) fn push(&mut self, data: &[u8]) -> usize {
+        if self.buf.is_clamped() {
+            // Everything sent was acknowledged: the ring may ask the budget again.
+            self.buf.unclamp();
+        }
         let n = self.buf.enqueue_slice(data);
         if n > 0 && !self.pieces.is_empty() {
             match self.pieces.back_mut() {

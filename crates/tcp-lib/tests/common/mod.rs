@@ -107,6 +107,23 @@ impl Net {
     }
 }
 
+/// The source and destination addresses and the TCP segment of an Ethernet/IPv4/TCP frame, if it
+/// is one (checksums not verified).
+pub fn tcp_in(frame: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, TcpPacket<&[u8]>)> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EtherType::Ipv4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    if ip.protocol() != Protocol::Tcp {
+        return None;
+    }
+    let (src, dst, payload) = (ip.src_addr(), ip.dst_addr(), ip.payload());
+    // The same bytes, borrowed from `frame` rather than from the views.
+    let start = payload.as_ptr().addr() - frame.as_ptr().addr();
+    Some((src, dst, TcpPacket::new_checked(&frame[start..start + payload.len()]).ok()?))
+}
+
 /// An Ethernet/IPv4/TCP frame carrying `seg` from `src` to `dst`.
 pub fn tcp_frame(
     src_mac: EthernetAddress,

@@ -29,6 +29,8 @@ impl Connection {
 
     /// The window field for an ACK-carrying segment, and the advertised edge it implies.
     fn advertise(&mut self) -> u16 {
+        // Under memory pressure, offer only what the ring can take.
+        self.rcv.buf.hold_if_pressed();
         let wnd = self.window_to_advertise();
         let field = u16::try_from(wnd >> self.rcv.wscale).unwrap_or(u16::MAX);
         let edge = self.rcv.nxt + (usize::from(field) << self.rcv.wscale);
