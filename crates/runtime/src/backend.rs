@@ -5,10 +5,17 @@
 //!
 //! | backend | ports (one per core) | pool | steering | peer |
 //! |---|---|---|---|---|
-//! | [`Backend::Model`] | the 82599 model's queues, `cores` of them (1 by default) | 4096 × (cores + 1), hugepages preferred | Flow Director | the other end of the model's wire |
-//! | [`Backend::Tap`] | the TAP interface (exactly one core) | 4096, no hugepages | - | - |
-//! | [`Backend::Xdp`] | one AF_XDP queue each ([`AfXdp::into_queues`]) | 8192 per queue, no hugepages | - | - |
-//! | [`Backend::Pci`] | the card's queues, `cores` of them (1 by default) | 4096 × (cores + 1), hugepages preferred | Flow Director | - |
+//! | [`Backend::Model`] | the 82599 model's queues, `cores` of them (1 by default) | sized, hugepages preferred | Flow Director | the other end of the model's wire |
+//! | [`Backend::Tap`] | the TAP interface (exactly one core) | sized, no hugepages | - | - |
+//! | [`Backend::Xdp`] | one AF_XDP queue each ([`AfXdp::into_queues`]) | sized, no hugepages | - | - |
+//! | [`Backend::Pci`] | the card's queues, `cores` of them (1 by default) | sized, hugepages preferred | Flow Director | - |
+//!
+//! "Sized": every pool is as large as its device's rings, the runtime's channels, the per-thread
+//! caches and the bursts in flight can hold at once, plus a reserve for the driver's RX refill
+//! (`sizing.rs` has the audit and the formula: 4,768 buffers for one core of the model, 31,360 for
+//! four), so that no peer and no service can run it dry; a pool below that is refused with
+//! [`OpenError::PoolTooSmall`]. The model's wire pool (8192: its two directions of 2048 frames,
+//! the peer's stack and caches) is the peer's, not the server's.
 //!
 //! With a pcap file, the model's peer end is recorded (the server's side of the wire is the same
 //! traffic); TAP and AF_XDP record their port (several ports: one file each, `PATH.qN`), and the PCI
@@ -32,6 +39,7 @@ use tcp_lib::wire::EthernetAddress;
 
 use crate::device::Port;
 use crate::peer::Peer;
+use crate::sizing::{PoolDemand, Rings};
 
 /// Which network the runtime serves.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -147,6 +155,22 @@ pub enum OpenError {
         /// What the pool said.
         #[source]
         source: PoolError,
+    },
+    /// A pool is smaller than what can hold its buffers at once (see the runtime's pool sizing):
+    /// it could run dry and the driver could not refill its RX ring.
+    #[error(
+        "the {what} has {buffers} buffers, but its rings, channels, caches and bursts can hold {needed} at once \
+         ({breakdown}): build it with at least {needed} buffers, or serve fewer cores (--cores)"
+    )]
+    PoolTooSmall {
+        /// Which pool.
+        what: &'static str,
+        /// Its buffers.
+        buffers: usize,
+        /// The buffers its holders can have at once, with the RX refill reserve.
+        needed: usize,
+        /// Each holder's share.
+        breakdown: String,
     },
     /// The model's wire could not be built.
     #[error(
@@ -304,6 +328,30 @@ fn pool(what: &'static str, buffers: usize, hugepages: HugePages) -> Result<Pool
     })
 }
 
+/// The pool of `cores` queues with `rings` each: as large as everything that can hold its buffers
+/// at once ([`PoolDemand`]), checked once built.
+fn sized_pool(
+    what: &'static str,
+    cores: usize,
+    rings: Rings,
+    hugepages: HugePages,
+) -> Result<Pool, OpenError> {
+    checked(pool(what, PoolDemand::new(cores, rings).total(), hugepages)?, what, cores, rings)
+}
+
+/// `pool`, if nothing that can hold its buffers at once can exhaust it.
+fn checked(pool: Pool, what: &'static str, cores: usize, rings: Rings) -> Result<Pool, OpenError> {
+    match PoolDemand::check(cores, rings, &pool) {
+        Ok(()) => Ok(pool),
+        Err(demand) => Err(OpenError::PoolTooSmall {
+            what,
+            buffers: pool.buffers() as usize,
+            needed: demand.total(),
+            breakdown: demand.to_string(),
+        }),
+    }
+}
+
 fn pcap_port(port: Port, path: &Path) -> Result<Port, OpenError> {
     let w =
         PcapWriter::create(port, path).map_err(|source| OpenError::Pcap { path: path.to_owned(), source })?;
@@ -352,8 +400,9 @@ fn open_model(options: &OpenOptions<'_>) -> Result<Opened, OpenError> {
     if !sim.is_running() {
         return Err(OpenError::ModelThread);
     }
-    let pool = pool("driver pool", 4096 * (usize::from(queues) + 1), HugePages::Prefer)?;
     let config = NicConfig { queues, rx_ring: 512, tx_ring: 512, ..NicConfig::default() };
+    let rings = Rings::Ixgbe { rx: config.rx_ring.into(), tx: config.tx_ring.into() };
+    let pool = sized_pool("driver pool", queues.into(), rings, HugePages::Prefer)?;
     let (nic, nic_queues) = Ixgbe::init("sim0", model.mmio(), model.dma(), &pool, config)
         .map_err(|source| OpenError::Init { device: "the 82599 model (sim0)".into(), source })?;
     let mut description = format!("the 82599 model (sim0), {queues} queue{}", plural(queues.into()));
@@ -401,17 +450,13 @@ fn open_tap(backend: &Backend, name: &str, options: &OpenOptions<'_>) -> Result<
     let mac = EthernetAddress(tap.info().mac.0);
     let mut description = format!("TAP {}", tap.name());
     tracing::info!(iface = tap.name(), mac = %tap.info().mac, link = ?tap.link(), "opened the TAP interface");
-    let pool = pool("pool", 4096, HugePages::Never)?;
+    let pool = sized_pool("pool", 1, Rings::Tap, HugePages::Never)?;
     let (ports, pcap) = record(vec![Port::Tap(tap)], options.pcap)?;
     if let Some(path) = options.pcap {
         description.push_str(&format!(", recorded to {}", path.display()));
     }
     Ok(Opened::kernel(ports, pool, mac, description, pcap))
 }
-
-/// Buffers per AF_XDP queue: its fill ring (1024), RX ring (the same buffers), TX and completion
-/// rings (1024 each) and what waits in the runtime's channels.
-const XDP_BUFFERS_PER_QUEUE: usize = 8192;
 
 fn open_xdp(
     backend: &Backend,
@@ -449,7 +494,8 @@ fn open_xdp(
         )));
     }
     let range = if n == 1 { ", queue 0".to_owned() } else { format!(", queues 0..{n}") };
-    let pool = pool("pool", XDP_BUFFERS_PER_QUEUE * usize::from(n), HugePages::Never)?;
+    let ring = xdp::DEFAULT_RING_SIZE as usize;
+    let pool = sized_pool("pool", n.into(), Rings::Xdp { fill: ring, ring }, HugePages::Never)?;
     let dev = AfXdp::builder(iface).queues(0, n).mode(mode).open(&pool).map_err(xdp_err(range.clone()))?;
     let mac = EthernetAddress(dev.info().mac.0);
     let copy = if dev.is_zero_copy() { "zero-copy" } else { "copy mode" };
@@ -476,8 +522,9 @@ fn open_pci(backend: &Backend, addr: &str, options: &OpenOptions<'_>) -> Result<
             "no IOMMU protects memory from this NIC: it can DMA anywhere (unsafe for production)"
         ),
     }
-    let pool = pool("driver pool", 4096 * (usize::from(queues) + 1), HugePages::Prefer)?;
     let config = NicConfig { queues, ..NicConfig::default() };
+    let rings = Rings::Ixgbe { rx: config.rx_ring.into(), tx: config.tx_ring.into() };
+    let pool = sized_pool("driver pool", queues.into(), rings, HugePages::Prefer)?;
     let (nic, nic_queues) = Ixgbe::init(addr, device.bar0(), device.dma(), &pool, config)
         .map_err(|source| OpenError::Init { device: format!("the 82599 at {addr}"), source })?;
     let mac = EthernetAddress(nic.mac().0);
@@ -631,6 +678,20 @@ mod tests {
             assert_eq!(audit.outstanding, 0, "{name}: {audit:?}");
         }
         finished
+    }
+
+    #[test]
+    fn a_pool_too_small_for_its_holders_is_refused_with_the_fix() {
+        let rings = Rings::Ixgbe { rx: 512, tx: 512 };
+        let small = Pool::builder(20_480).hugepages(HugePages::Never).build().unwrap();
+        let err = checked(small, "driver pool", 4, rings).unwrap_err().to_string();
+        assert!(err.starts_with("the driver pool has 20480 buffers"), "{err}");
+        assert!(err.contains("24576 in channels"), "{err}");
+        assert!(
+            err.contains("build it with at least 31360 buffers, or serve fewer cores (--cores)"),
+            "{err}"
+        );
+        assert!(sized_pool("driver pool", 4, rings, HugePages::Never).is_ok());
     }
 
     #[test]

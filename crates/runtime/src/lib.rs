@@ -28,6 +28,16 @@
 //!   is accounted for in the [`Report`].
 //! * **Counters.** [`Control::snapshot`] while it runs, [`Report::snapshot`] after: every core's
 //!   stack, handoffs and channels, every queue's device and channelizer, every port's accepts.
+//! * **Nothing runs it dry.** Pool buffers are held only by the device's rings, the channels (a
+//!   full one refuses and counts: `channelizer_dropped_full`), per-thread caches and the bursts in
+//!   flight, all of fixed size: the stacks hold none between calls, whatever their peers or
+//!   services do. So each backend's pool is sized to their sum plus a reserve for the driver's RX
+//!   refill (`sizing.rs`: the audit and the formula), and a queue that finds the pool empty counts
+//!   it in `rx_no_buffer` ([`Snapshot::rx_no_buffer`](stats::Snapshot::rx_no_buffer), 0 by
+//!   construction). What peers and services *can* grow is heap: connection buffers, bounded per
+//!   stack by tcp-lib's `Config::buffer_memory` (set it with [`Builder::configure`]; its refusals
+//!   are in each core's stack counters). `tests/starve.rs` holds 1,000 connections that the
+//!   service never reads while echo clients are served byte-exact.
 //!
 //! # Why a crate of its own
 //!
@@ -96,6 +106,7 @@ mod peer;
 mod placement;
 mod runtime;
 mod shared;
+mod sizing; // how large the pool must be: every holder of pool buffers, bounded
 pub mod stats;
 mod wiring;
 

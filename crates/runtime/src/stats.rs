@@ -176,6 +176,20 @@ impl Snapshot {
         self.cores.iter().map(|c| c.handoff.accepted_local + c.handoff.accepted_stolen).sum()
     }
 
+    /// Times a queue's receive path found the pool empty (`rx_no_buffer`, summed over the queues):
+    /// 0 with a pool sized for everything that can hold its buffers.
+    #[must_use]
+    pub fn rx_no_buffer(&self) -> u64 {
+        self.queues.iter().map(|q| q.device.rx_no_buffer).sum()
+    }
+
+    /// Frames dropped because a channel was full (`channelizer_dropped_full`, summed over the
+    /// queues): a consumer that fell behind, never one that blocks a driver.
+    #[must_use]
+    pub fn dropped_channel_full(&self) -> u64 {
+        self.queues.iter().map(|q| q.channelizer.dropped_full).sum()
+    }
+
     /// Frames dropped in the data path: full channels, refused TX, malformed frames at the
     /// channelizers, and the devices' own drops.
     #[must_use]
@@ -202,6 +216,7 @@ impl fmt::Display for Snapshot {
                 ("rx_bytes", d.rx_bytes),
                 ("rx_dropped", d.rx_dropped),
                 ("rx_errors", d.rx_errors),
+                ("rx_no_buffer", d.rx_no_buffer),
                 ("tx_packets", d.tx_packets),
                 ("tx_bytes", d.tx_bytes),
                 ("tx_dropped", d.tx_dropped),
@@ -228,6 +243,12 @@ impl fmt::Display for Snapshot {
                 ("tcp_segments_in", s.tcp_segments_in),
                 ("tcp_no_socket", s.tcp_no_socket),
                 ("rst_sent", s.rst_sent),
+                ("buffer_memory", s.buffer_memory),
+                ("buffer_memory_peak", s.buffer_memory_peak),
+                ("rx_buffer_clamps", s.rx_buffer_clamps),
+                ("tx_buffer_clamps", s.tx_buffer_clamps),
+                ("rx_memory_dropped", s.rx_memory_dropped),
+                ("tx_memory_refused", s.tx_memory_refused),
                 ("connections", c.connections as u64),
                 ("time_wait", c.time_wait as u64),
                 ("registered", c.registered as u64),

@@ -473,6 +473,7 @@ impl NetDevice for IxgbeQueue {
                 let Some((fresh, addr)) = self.fresh_rx_buffer(cache) else {
                     // No replacement: leave the frame in the ring for the next burst.
                     self.extra.rx_no_buffer += 1;
+                    self.stats.rx_no_buffer += 1;
                     break;
                 };
                 // The slot takes `fresh`; its old buffer, holding the frame, moves to `rx_frames`.

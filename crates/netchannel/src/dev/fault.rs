@@ -552,6 +552,7 @@ impl<D: NetDevice, C: Clock> NetDevice for FaultInjector<D, C> {
             rx_bytes: self.rx_out.1,
             rx_dropped: inner.rx_dropped + self.rx.stats.dropped,
             rx_errors: inner.rx_errors,
+            rx_no_buffer: inner.rx_no_buffer,
             tx_packets: self.tx_in.0,
             tx_bytes: self.tx_in.1,
             tx_dropped: inner.tx_dropped + self.tx.stats.dropped,

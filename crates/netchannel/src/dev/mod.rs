@@ -142,6 +142,11 @@ pub struct DeviceStats {
     /// Frames that arrived damaged or that the device reported as bad (for the 82599 model: bogus
     /// descriptors).
     pub rx_errors: u64,
+    /// Times the receive path wanted a fresh buffer and the pool had none: an RX ring left without
+    /// a replacement (the 82599: the frame waits in the ring), a frame left in the kernel (TAP).
+    /// With a pool sized for everything that can hold its buffers, it stays 0. (AF_XDP's fill ring
+    /// running dry is the kernel's `rx_fill_ring_empty_descs` in `XdpStats`.)
+    pub rx_no_buffer: u64,
     /// Frames handed to the device for transmission and accepted.
     pub tx_packets: u64,
     /// Bytes in those frames.

@@ -299,7 +299,10 @@ impl NetDevice for Tap {
         let mut received = 0;
         let mut overflow = [0u8; 1];
         while !batch.is_full() {
-            let Some(mut packet) = cache.alloc() else { break };
+            let Some(mut packet) = cache.alloc() else {
+                self.stats.rx_no_buffer += 1;
+                break;
+            };
             let room = packet.tailroom();
             if packet.set_len(room).is_err() {
                 break; // unreachable: the tailroom always fits

@@ -663,6 +663,7 @@ impl NetDevice for AfXdp {
             t.rx_bytes += s.rx_bytes;
             t.rx_dropped += s.rx_dropped;
             t.rx_errors += s.rx_errors;
+            t.rx_no_buffer += s.rx_no_buffer;
             t.tx_packets += s.tx_packets;
             t.tx_bytes += s.tx_bytes;
             t.tx_dropped += s.tx_dropped;

@@ -41,7 +41,7 @@ pub type Interface<'c> = tcp_lib::socket::Interface<CoreDevice<'c>>;
 pub type Stream<'c> = tcp_lib::socket::Stream<CoreDevice<'c>>;
 
 /// Frames per burst.
-const BURST: usize = 32;
+pub(crate) const BURST: usize = 32;
 /// How long a blocked `accept` waits on the device before it looks at the accept queue again
 /// (other cores queue connections there, and a steal completes through the handoff channel).
 const ACCEPT_RECHECK: Duration = Duration::from_millis(1);
