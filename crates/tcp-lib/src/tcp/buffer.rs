@@ -142,10 +142,13 @@ impl RingBuffer {
             b.refund(self.charged);
         }
         *self = Self::new(cap);
+        // Without the budget while the bytes go back in: none of them may be refused (the storage
+        // is charged again below, whatever the budget says: the bytes were held already).
+        let stored = self.enqueue_slice(&bytes[..n]);
+        debug_assert_eq!(stored, n, "the new capacity holds every stored byte");
         if let Some((b, side)) = &budget {
             self.set_budget(b, *side);
         }
-        self.enqueue_slice(&bytes[..n]);
     }
 
     /// Frees the storage of an empty buffer (a no-op with bytes stored). Only when nothing more
@@ -451,6 +454,17 @@ mod tests {
         assert_eq!(&out, b"efghijklmn");
         r.set_capacity(4);
         assert_eq!((r.capacity(), r.len(), r.free()), (10, 10, 0), "not below what it holds");
+        // Attached to a budget with no room at all: resizing keeps every byte all the same.
+        let data: Vec<u8> = (0..6000u32).map(|i| i.to_le_bytes()[0]).collect();
+        let mut big = RingBuffer::new(8000);
+        assert_eq!(big.enqueue_slice(&data), 6000);
+        let budget = Arc::new(BufferBudget::new(0));
+        big.set_budget(&budget, Side::Tx);
+        big.set_capacity(100_000);
+        assert_eq!((big.len(), budget.stats().used), (6000, big.allocated()));
+        let mut out = vec![0; 6000];
+        assert_eq!(big.dequeue_slice(&mut out), 6000);
+        assert_eq!(out, data);
         let mut out = [0; 10];
         assert_eq!(r.dequeue_slice(&mut out), 10);
         assert_eq!(&out, b"efghijklmn");
