@@ -117,6 +117,7 @@ impl BufferBudget {
     }
 
     /// Whether `bytes` more would be within the limit now.
+    #[inline]
     pub(crate) fn has_room(&self, bytes: usize) -> bool {
         self.used.load(Ordering::Relaxed).saturating_add(bytes) <= self.limit
     }

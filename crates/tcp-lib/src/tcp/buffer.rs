@@ -251,6 +251,7 @@ impl RingBuffer {
     /// Clamps the ring now, before its free space is promised to the peer, when its budget has
     /// no room left for it to grow to its capacity (the window then offers what the ring can
     /// take). Costs a compare for a ring whose storage covers its capacity, or a clamped one.
+    #[inline]
     pub(crate) fn hold_if_pressed(&mut self) {
         let have = self.storage.capacity();
         if self.cap > have
@@ -277,6 +278,7 @@ impl RingBuffer {
     }
 
     /// Writes `data` at storage index `start` (`start + data.len() <= storage.capacity()`).
+    #[inline]
     fn put(&mut self, start: usize, data: &[u8]) {
         let end = start + data.len();
         let have = self.storage.len();
@@ -298,8 +300,29 @@ impl RingBuffer {
     /// committing it; returns how many bytes were written (those that fit in the free space).
     /// A write cut short only because the ring is clamped is counted in the budget.
     pub(crate) fn write_unallocated(&mut self, offset: usize, data: &[u8]) -> usize {
-        let n = self.write_within(offset, data);
-        if self.cap < self.limit {
+        // At most twice: a growth the budget refuses clamps the ring, and the write is placed again
+        // within the storage it has.
+        let n = loop {
+            let free = self.free();
+            if offset >= free {
+                break 0;
+            }
+            let n = data.len().min(free - offset);
+            let cap = self.cap;
+            let start = self.index(self.len + offset);
+            let first = n.min(cap - start);
+            let rest = n - first;
+            let reach = if rest > 0 { cap } else { start + first };
+            if reach > self.storage.capacity() && !self.grow(reach) {
+                continue;
+            }
+            self.put(start, &data[..first]);
+            if rest > 0 {
+                self.put(0, &data[first..n]);
+            }
+            break n;
+        };
+        if n < data.len() && self.cap < self.limit {
             self.count_refused(offset, data.len(), n);
         }
         n
@@ -313,28 +336,6 @@ impl RingBuffer {
         {
             budget.refused(*side);
         }
-    }
-
-    fn write_within(&mut self, offset: usize, data: &[u8]) -> usize {
-        let free = self.free();
-        if offset >= free {
-            return 0;
-        }
-        let n = data.len().min(free - offset);
-        let cap = self.cap;
-        let start = self.index(self.len + offset);
-        let first = n.min(cap - start);
-        let rest = n - first;
-        let reach = if rest > 0 { cap } else { start + first };
-        if reach > self.storage.capacity() && !self.grow(reach) {
-            // Clamped to the storage it has: the capacity shrank, try again within it.
-            return self.write_within(offset, data);
-        }
-        self.put(start, &data[..first]);
-        if rest > 0 {
-            self.put(0, &data[first..n]);
-        }
-        n
     }
 
     /// Commits `n` bytes previously written with [`write_unallocated`](Self::write_unallocated)
