@@ -239,6 +239,10 @@ fn silent_readers_and_mute_peers_do_not_starve_other_clients() {
     // The budget refused, and said so.
     assert!(st.rx_buffer_clamps > 0 && st.tx_buffer_clamps > 0, "{st:?}");
     assert!(st.tx_memory_refused > 0, "{st:?}");
+    // Under pressure a window offers only what its ring can take (a SYN-ACK included): what the
+    // attack's first windows promised was dropped then, and nothing since.
+    assert!(attacked.rx_memory_dropped > 0, "{attacked:?}");
+    assert_eq!(st.rx_memory_dropped, attacked.rx_memory_dropped, "the good clients were promised too much");
     assert!(run.dropped > 0, "the mute peers' frames were dropped");
     // The pool never ran short: between polls only the two wires hold buffers.
     assert!(run.max_outstanding <= 2 * PAIR_CAPACITY, "{} outstanding", run.max_outstanding);

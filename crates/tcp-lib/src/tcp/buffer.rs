@@ -250,16 +250,17 @@ impl RingBuffer {
 
     /// Clamps the ring now, before its free space is promised to the peer, when its budget has
     /// no room left for it to grow to its capacity (the window then offers what the ring can
-    /// take). Costs a compare for a ring whose storage covers its capacity, or a clamped one.
+    /// take); returns whether it did. Costs a compare for a ring whose storage covers its
+    /// capacity, or a clamped one.
     #[inline]
-    pub(crate) fn hold_if_pressed(&mut self) {
+    pub(crate) fn hold_if_pressed(&mut self) -> bool {
         let have = self.storage.capacity();
-        if self.cap > have
-            && let Some((budget, _)) = &self.budget
-            && !budget.has_room(self.cap - have)
-        {
+        let pressed = self.cap > have
+            && self.budget.as_ref().is_some_and(|(budget, _)| !budget.has_room(self.cap - have));
+        if pressed {
             self.hold();
         }
+        pressed
     }
 
     #[cold]
@@ -573,19 +574,19 @@ mod tests {
         let budget = Arc::new(BufferBudget::new(15_000));
         let mut r = RingBuffer::new(64 * 1024);
         r.set_budget(&budget, Side::Rx);
-        r.hold_if_pressed();
+        assert!(r.hold_if_pressed());
         assert!(r.is_clamped(), "no room for 64 KiB");
         assert_eq!(budget.stats().rx_clamps, 1);
         assert_eq!((r.free(), r.allocated()), (4096, 4096), "the guaranteed storage, all of it offered");
         assert_eq!(r.write_unallocated(4000, &[1; 96]), 96, "out of order at the far end");
         let mut small = RingBuffer::new(8000);
         small.set_budget(&budget, Side::Rx);
-        small.hold_if_pressed();
+        assert!(!small.hold_if_pressed());
         assert!(!small.is_clamped(), "room for 8000 more");
         let mut third = RingBuffer::new(8000);
         third.set_budget(&budget, Side::Rx);
         assert_eq!(third.enqueue_slice(&[2; 7000]), 7000);
-        small.hold_if_pressed();
+        assert!(small.hold_if_pressed());
         assert!(small.is_clamped(), "4096 + 7000 held: no room for 8000 more");
         assert_eq!(small.free(), 4096);
     }

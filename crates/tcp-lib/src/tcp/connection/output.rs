@@ -29,9 +29,11 @@ impl Connection {
 
     /// The window field for an ACK-carrying segment, and the advertised edge it implies.
     fn advertise(&mut self) -> u16 {
-        // Under memory pressure, offer only what the ring can take.
-        self.rcv.buf.hold_if_pressed();
-        let wnd = self.window_to_advertise();
+        let mut wnd = self.window_to_advertise();
+        if self.rcv.nxt + wnd > self.rcv.adv && self.rcv.buf.hold_if_pressed() {
+            // The edge would move, but the budget is short: offer only what the ring can take.
+            wnd = self.window_to_advertise();
+        }
         let field = u16::try_from(wnd >> self.rcv.wscale).unwrap_or(u16::MAX);
         let edge = self.rcv.nxt + (usize::from(field) << self.rcv.wscale);
         self.rcv.adv = self.rcv.adv.max(edge);
@@ -209,13 +211,21 @@ impl Connection {
         let active = self.state == State::SynSent;
         let ack_number = (!active).then_some(self.rcv.nxt);
         let tsval = self.ts_now(now);
+        // Under memory pressure, the first window offers only what the ring can take; the edge
+        // the SYN-ACK advertises is the one later segments must not move left.
+        self.rcv.buf.hold_if_pressed();
+        let window = self.rcv.buf.free().min(usize::from(u16::MAX));
+        if !active {
+            let edge = self.rcv.nxt + window;
+            self.rcv.adv = if self.snd.max == self.snd.iss { edge } else { self.rcv.adv.max(edge) };
+        }
         let repr = TcpRepr {
             src_port: self.local.port(),
             dst_port: self.remote.port(),
             control: TcpControl::Syn,
             seq_number: self.snd.iss,
             ack_number,
-            window_len: u16::try_from(self.rcv.buf.free()).unwrap_or(u16::MAX),
+            window_len: u16::try_from(window).unwrap_or(u16::MAX),
             max_seg_size: Some(self.config.mss),
             window_scale: (if active { self.config.window_scaling } else { self.ws_ok })
                 .then_some(self.rcv.wscale),
