@@ -186,6 +186,40 @@ impl RingBuffer {
         n
     }
 
+    /// [`write_unallocated`](Self::write_unallocated) that leaves the bytes of `held` alone:
+    /// sorted, disjoint ranges of offsets (from the end of the stored bytes, as `offset` is) that
+    /// already hold bytes. Only the parts of `offset..offset + n` outside them are written; returns
+    /// `n`, how many bytes of `data` fit in the free space, as `write_unallocated` does.
+    pub(crate) fn write_unallocated_around(
+        &mut self,
+        offset: usize,
+        data: &[u8],
+        held: impl Iterator<Item = (usize, usize)>,
+    ) -> usize {
+        let n = data.len().min(self.free().saturating_sub(offset));
+        let end = offset + n;
+        let mut at = offset;
+        for (s, e) in held {
+            if e <= at {
+                continue;
+            }
+            if s >= end {
+                break;
+            }
+            if s > at {
+                self.write_unallocated(at, &data[at - offset..s - offset]);
+            }
+            at = e;
+            if at >= end {
+                return n;
+            }
+        }
+        if at < end {
+            self.write_unallocated(at, &data[at - offset..n]);
+        }
+        n
+    }
+
     /// Commits `n` bytes previously written with [`write_unallocated`](Self::write_unallocated)
     /// at the end (at most the free space).
     pub(crate) fn enqueue_unallocated(&mut self, n: usize) {
@@ -337,6 +371,30 @@ mod tests {
         let mut out = [0; 6];
         assert_eq!(r.dequeue_slice(&mut out), 6);
         assert_eq!(&out, b"ablate");
+    }
+
+    #[test]
+    fn writes_around_held_ranges_keep_the_first_bytes() {
+        let mut r = RingBuffer::new(16);
+        // Wrap the free space: 10 bytes in, 10 out.
+        r.enqueue_slice(&[0; 10]);
+        r.dequeue_allocated(10);
+        assert_eq!(r.write_unallocated(2, b"AA"), 2);
+        assert_eq!(r.write_unallocated(8, b"BBB"), 3);
+        let held = [(2, 4), (8, 11)];
+        assert_eq!(r.write_unallocated_around(0, b"xxxxxxxxxxxxxxxxxxxx", held.iter().copied()), 16);
+        r.enqueue_unallocated(16);
+        let mut out = [0; 16];
+        assert_eq!(r.dequeue_slice(&mut out), 16);
+        assert_eq!(&out, b"xxAAxxxxBBBxxxxx");
+        // A write inside one held range writes nothing but still says what fit.
+        assert_eq!(r.write_unallocated(4, b"CCCC"), 4);
+        assert_eq!(r.write_unallocated_around(5, b"zz", [(4, 8)].into_iter()), 2);
+        assert_eq!(r.write_unallocated_around(3, b"zzzzzzz", [(4, 8)].into_iter()), 7);
+        r.enqueue_unallocated(10);
+        let mut out = [0; 10];
+        assert_eq!(r.dequeue_slice(&mut out), 10);
+        assert_eq!(&out[3..], b"zCCCCzz");
     }
 
     #[test]

@@ -765,6 +765,25 @@ fn out_of_order_segments_are_reassembled() {
     assert_eq!(s.conn.stats().bytes_in, 9);
 }
 
+/// Overlapping copies with different bytes: the first copy received wins, whether the later one
+/// is out of order too or the in-order segment that fills the hole.
+#[test]
+fn overlapping_segments_keep_the_first_copy() {
+    let mut s = Script::established();
+    send!(s, TcpRepr { payload: b"DEF", ..from_peer(3, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    send!(s, TcpRepr { payload: b"xyz", ..from_peer(3, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    send!(s, TcpRepr { payload: b"zzzz", ..from_peer(4, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    assert_eq!(s.conn.ooo_held(), (1, 5));
+    send!(s, TcpRepr { payload: b"abcxx", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 8, 56)]);
+    let mut buf = [0; 64];
+    assert_eq!(s.conn.recv(&mut buf), 8);
+    assert_eq!(&buf[..8], b"abcDEFzz");
+}
+
 #[test]
 fn out_of_order_store_is_bounded() {
     let config = Config { max_ooo_ranges: 2, ..script_config() };
