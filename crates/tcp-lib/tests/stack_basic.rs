@@ -412,15 +412,6 @@ fn trusted_checksums_on_an_in_memory_pair() {
     assert!(net.b.stats().rx_malformed > 0);
 }
 
-/// A's next frames, taken off the wire before B sees them.
-fn frames_from_a(net: &mut Net) -> Vec<Vec<u8>> {
-    use netchannel::dev::{NetDevice as _, PacketBatch};
-    net.a.poll(net.now, &mut net.dev_a, &net.cache).unwrap();
-    let mut batch = PacketBatch::with_capacity(64);
-    net.dev_b.rx_burst(0, &net.cache, &mut batch).unwrap();
-    batch.drain().map(|p| p.data().to_vec()).collect()
-}
-
 /// RFC 1122 §3.3.6: a unicast datagram that arrives as a link-layer broadcast is discarded (and
 /// one for a multicast MAC was never ours): the data in it is not delivered, nothing answers it,
 /// and the same bytes sent unicast afterwards are.
@@ -429,7 +420,7 @@ fn tcp_data_sent_to_the_broadcast_or_a_multicast_mac_is_discarded() {
     let mut net = Net::new();
     let (c, s) = open(&mut net, 80);
     net.a.send(c, b"not for everyone").unwrap();
-    let frames = frames_from_a(&mut net);
+    let frames = net.frames_from_a();
     assert_eq!(frames.len(), 1, "one data segment");
     let before = *net.b.stats();
     for dst in [[0xff; 6], [0x01, 0x00, 0x5e, 0x00, 0x00, 0x01], [0x33, 0x33, 0, 0, 0, 1]] {

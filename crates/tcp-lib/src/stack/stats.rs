@@ -51,7 +51,8 @@ pub struct StackStats {
     pub syn_cookies_sent: u64,
     /// Connections established from a valid cookie.
     pub syn_cookies_accepted: u64,
-    /// ACKs that failed the cookie check.
+    /// ACKs that failed the cookie check, dropped without a reset (see the listener module's
+    /// "Cookies and resets").
     pub syn_cookies_rejected: u64,
     /// SYNs and handshake ACKs dropped: SYN queue full without cookies, backlog full, or
     /// [`Config::max_connections`] reached.
