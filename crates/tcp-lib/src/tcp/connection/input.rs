@@ -285,14 +285,22 @@ impl Connection {
             return;
         }
 
-        // TS.Recent (RFC 7323 §4.3).
-        if self.ts.ok
-            && let Some(ts) = seg.timestamp
-            && rules::ts_recent_updates(seg.seq_number, self.ts.last_ack_sent, ts.tsval, self.ts.recent)
-        {
-            self.ts.recent = ts.tsval;
-            self.ts.recent_at = now;
-        }
+        // TS.Recent (RFC 7323 §4.3), taken only from a segment whose ACK is acceptable: a
+        // segment dropped for its ACK (of data never sent, or too old: RFC 5961 §5.2) must not
+        // move it, or one forged segment with a high TSval would make PAWS drop everything the
+        // peer sends after it (Linux's tcp_ack updates it only past the same checks).
+        let ts_recent = seg
+            .timestamp
+            .filter(|ts| {
+                self.ts.ok
+                    && rules::ts_recent_updates(
+                        seg.seq_number,
+                        self.ts.last_ack_sent,
+                        ts.tsval,
+                        self.ts.recent,
+                    )
+            })
+            .map(|ts| ts.tsval);
 
         let Some(ack) = seg.ack_number else { return };
         if self.state == State::SynReceived {
@@ -310,6 +318,10 @@ impl Connection {
         }
         if !self.handle_ack(now, seg, ack) {
             return;
+        }
+        if let Some(tsval) = ts_recent {
+            self.ts.recent = tsval;
+            self.ts.recent_at = now;
         }
         if self.timers.keepalive.is_some() {
             self.arm_keepalive(now);

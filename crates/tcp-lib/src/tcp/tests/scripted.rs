@@ -1000,6 +1000,33 @@ fn timestamps_rtt_and_paws() {
     assert_eq!(s.conn.recv_queue(), 4);
 }
 
+/// A segment dropped for its ACK (of data never sent) does not move TS.Recent: its high TSval
+/// would otherwise make PAWS drop the peer's next segments (packetdrill's
+/// ts_recent/invalid_ack.pkt).
+#[test]
+fn a_segment_with_an_unacceptable_ack_does_not_update_ts_recent() {
+    let config = Config { timestamps: true, ..script_config() };
+    let syn = TcpRepr { timestamp: Some(Timestamp { tsval: 100, tsecr: 0 }), ..syn_from_peer() };
+    let mut s = Script::accept_with(config, syn);
+    let ts0 = s.drain()[0].repr.timestamp.expect("timestamps negotiated");
+    let ts = |tsval, tsecr| Some(Timestamp { tsval, tsecr });
+    send!(s, TcpRepr { timestamp: ts(200, ts0.tsval), ..from_peer(0, 0) });
+    assert_eq!(s.conn.state(), State::Established);
+    // FIN with an ACK of 9999 bytes never sent: dropped (and answered with an ACK).
+    send!(s, fin(TcpRepr { timestamp: ts(200_000, ts0.tsval), ..from_peer(0, 9999) }));
+    let out = s.drain();
+    assert!(out.iter().all(|o| o.repr.timestamp.is_some_and(|t| t.tsecr == 200)), "{out:?}");
+    assert_eq!(s.conn.state(), State::Established);
+    // The peer's next segment, TSval 201, is taken.
+    send!(s, TcpRepr { payload: b"hi", timestamp: ts(201, ts0.tsval), ..from_peer(0, 0) });
+    let out = s.drain();
+    assert_eq!(
+        out.last().map(|o| (o.repr.ack_number, o.repr.timestamp.map(|t| t.tsecr))),
+        Some((Some(peer(2)), Some(201)))
+    );
+    assert_eq!(s.conn.recv_queue(), 2);
+}
+
 #[test]
 fn retransmission_backoff_and_failure() {
     let config = Config { max_retransmits: 3, ..script_config() };
