@@ -238,6 +238,7 @@ impl fmt::Display for Snapshot {
             for (name, v) in [
                 ("rx_frames", s.rx_frames),
                 ("rx_not_for_us", s.rx_not_for_us),
+                ("rx_link_broadcast", s.rx_link_broadcast),
                 ("rx_malformed", s.rx_malformed),
                 ("rx_unhandled", s.rx_unhandled),
                 ("tcp_segments_in", s.tcp_segments_in),

@@ -411,3 +411,33 @@ fn trusted_checksums_on_an_in_memory_pair() {
     assert_ne!(net.a.state(c), Ok(State::Established));
     assert!(net.b.stats().rx_malformed > 0);
 }
+
+/// RFC 1122 §3.3.6: a unicast datagram that arrives as a link-layer broadcast is discarded (and
+/// one for a multicast MAC was never ours): the data in it is not delivered, nothing answers it,
+/// and the same bytes sent unicast afterwards are.
+#[test]
+fn tcp_data_sent_to_the_broadcast_or_a_multicast_mac_is_discarded() {
+    let mut net = Net::new();
+    let (c, s) = open(&mut net, 80);
+    net.a.send(c, b"not for everyone").unwrap();
+    let frames = net.frames_from_a();
+    assert_eq!(frames.len(), 1, "one data segment");
+    let before = net.b.stats();
+    for dst in [[0xff; 6], [0x01, 0x00, 0x5e, 0x00, 0x00, 0x01], [0x33, 0x33, 0, 0, 0, 1]] {
+        let mut f = frames[0].clone();
+        f[..6].copy_from_slice(&dst);
+        let now = net.now;
+        net.b.receive(now, &f);
+    }
+    let after = net.b.stats();
+    assert_eq!(after.rx_link_broadcast, before.rx_link_broadcast + 1, "{after:?}");
+    assert_eq!(after.rx_not_for_us, before.rx_not_for_us + 2, "{after:?}");
+    assert_eq!(after.tcp_segments_in, before.tcp_segments_in, "no segment reached TCP");
+    let mut buf = [0u8; 64];
+    assert_eq!(net.b.recv(s, &mut buf), Err(Error::WouldBlock));
+    // The unicast original is delivered.
+    let now = net.now;
+    net.b.receive(now, &frames[0]);
+    assert_eq!(net.b.recv(s, &mut buf), Ok(16));
+    assert_eq!(&buf[..16], b"not for everyone");
+}

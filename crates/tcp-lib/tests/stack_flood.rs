@@ -146,3 +146,67 @@ fn without_cookies_a_full_syn_queue_drops() {
     assert!(net.run_until(200_000, |n| n.b.syn_queue_len(l) == Some(0)));
     assert_eq!(net.b.connection_count(), 0);
 }
+
+/// The reset probing found under a SYN flood spoofed from the client's own address: the client's
+/// handshake ACK and first data are lost, a spoofed SYN on its four-tuple draws a new cookie
+/// SYN-ACK, and the client's answer (an ACK past its data) fails the cookie check. The listener
+/// must not reset the client for it (its reset would be exactly in the client's window): the
+/// client's retransmission checks and establishes the connection, and its data arrives.
+#[test]
+fn a_spoofed_syn_does_not_get_a_client_with_a_lost_handshake_ack_reset() {
+    let mut net = Net::new();
+    let l = net.b.listen_with(80, ListenerConfig { syn_queue: 1, backlog: 16, syn_cookies: true }).unwrap();
+    let (mac_a, mac_b) = (net.mac_a(), net.mac_b());
+    let mut rng = Rng(9);
+    for _ in 0..4 {
+        flood_syn(&mut net, &mut rng, mac_b);
+    }
+    let c = net.a.connect(Net::b_addr(80)).unwrap();
+    // The SYN reaches B (cookie SYN-ACK); the handshake ACK and the data are lost.
+    for _ in 0..100 {
+        let frames = net.frames_from_a();
+        if net.a.state(c) == Ok(State::Established) {
+            break;
+        }
+        for f in frames {
+            let now = net.now;
+            net.b.receive(now, &f);
+        }
+        net.b.poll(net.now, &mut net.dev_b, &net.cache).unwrap();
+        net.now += common::TICK;
+    }
+    assert_eq!(net.a.state(c), Ok(State::Established));
+    assert_eq!(net.a.send(c, b"hello"), Ok(5));
+    let lost = net.frames_from_a();
+    assert!(!lost.is_empty(), "A sent its data");
+    assert_eq!(net.b.stats().syn_cookies_sent, 4, "3 flood SYNs and A's got cookies");
+    let (local, remote) = net.a.addrs(c).unwrap();
+    let spoofed = TcpRepr {
+        src_port: local.port(),
+        dst_port: remote.port(),
+        control: TcpControl::Syn,
+        seq_number: SeqNumber::new(0x5eed_0000),
+        window_len: 65535,
+        ..TcpRepr::default()
+    };
+    let now = net.now;
+    net.b.receive(now, &tcp_frame(mac_a, mac_b, local, remote, &spoofed));
+    let rst_before = net.b.stats().rst_sent;
+    let mut got = Vec::new();
+    let mut s = None;
+    assert!(net.run_until(2000, |n| {
+        s = s.or_else(|| n.b.accept(l));
+        if let Some(s) = s {
+            let mut buf = [0; 16];
+            if let Ok(k) = n.b.recv(s, &mut buf) {
+                got.extend_from_slice(&buf[..k]);
+            }
+        }
+        got.len() == 5 || n.a.state(c) != Ok(State::Established)
+    }));
+    assert_eq!(net.a.state(c), Ok(State::Established), "the client was not reset");
+    assert_eq!(got, b"hello");
+    assert_eq!(net.b.stats().rst_sent, rst_before);
+    assert!(net.b.stats().syn_cookies_rejected >= 1, "{:?}", net.b.stats());
+    assert_eq!(net.b.stats().syn_cookies_accepted, 1);
+}

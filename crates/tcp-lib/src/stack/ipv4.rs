@@ -82,6 +82,10 @@ impl Stack {
         }
         match eth.ethertype() {
             EtherType::Arp => self.receive_arp(eth.payload()),
+            // RFC 1122 §3.3.6: a datagram that came as a link-layer broadcast but is not an IP
+            // broadcast or multicast is discarded, and this stack takes only datagrams for its
+            // unicast address: on the broadcast MAC only ARP is ours.
+            EtherType::Ipv4 if dst.is_broadcast() => self.stats.rx_link_broadcast += 1,
             EtherType::Ipv4 => self.receive_ipv4(eth.payload(), deliver),
             _ => self.stats.rx_unhandled += 1,
         }

@@ -1,6 +1,25 @@
 //! Listeners: [`Stack::listen`] and [`Stack::accept`], the SYN queue of half-open connections,
 //! SYN cookies when it overflows, the accept backlog, and the [`AcceptHook`] that can take the
 //! established connections instead.
+//!
+//! # Cookies and resets
+//!
+//! RFC 9293 §3.10.7.2 has a listener answer any ACK with a reset (`<SEQ=SEG.ACK><CTL=RST>`), and
+//! Linux does so for an ACK whose SYN cookie does not check. Under a SYN flood spoofed from a
+//! client's own address that rule resets live connections: the client's handshake ACK and first
+//! data are lost at the saturated link, so the listener has no state for it; a spoofed SYN on
+//! the same four-tuple draws a new cookie SYN-ACK; the client, established, answers it with an
+//! ACK whose sequence number is past its data, so the cookie (which encodes the client's ISN as
+//! `SEG.SEQ - 1`) does not check; and the reset, with `SEQ = SEG.ACK = RCV.NXT` of the client, is
+//! exactly in its window. Probing over TAP reset 1 connection attempt in 5 that way.
+//!
+//! So while a listener is in cookie mode (its SYN queue overflowed in the last two cookie
+//! periods), an ACK that fails the cookie check is dropped without a reset and counted in
+//! `syn_cookies_rejected`. This is safe: a peer with a real connection we lost retransmits its
+//! data from `ISN + 1`, which checks while the cookie is valid and establishes the connection;
+//! a peer whose cookie expired times out instead of being reset, only during a flood; and it
+//! keeps a spoofed ACK flood from being reflected as resets to the spoofed addresses (the
+//! backscatter RFC 4987 §3 describes). Outside cookie mode the RFC's reset is sent as before.
 
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
@@ -169,7 +188,9 @@ impl Stack {
                         self.accept_cookie(id, local, remote, seg, peer, ours, i);
                         return;
                     }
+                    // No reset while cookies are in use: see "Cookies and resets" above.
                     self.stats.syn_cookies_rejected += 1;
+                    return;
                 }
                 self.send_tcp_control(local, remote, &rst);
             }

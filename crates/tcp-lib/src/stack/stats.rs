@@ -10,6 +10,10 @@ pub struct StackStats {
     pub rx_frames: u64,
     /// Frames for another MAC or IPv4 address.
     pub rx_not_for_us: u64,
+    /// IPv4 frames sent to the broadcast MAC, discarded: the stack takes only datagrams for its
+    /// unicast address, and one of those that came as a link-layer broadcast is discarded
+    /// (RFC 1122 §3.3.6). (A multicast MAC is counted in `rx_not_for_us`.)
+    pub rx_link_broadcast: u64,
     /// Frames that did not parse (truncated, bad checksum, malformed headers).
     pub rx_malformed: u64,
     /// Frames of an EtherType, IP protocol or ICMP message the stack does not handle.
@@ -47,7 +51,8 @@ pub struct StackStats {
     pub syn_cookies_sent: u64,
     /// Connections established from a valid cookie.
     pub syn_cookies_accepted: u64,
-    /// ACKs that failed the cookie check.
+    /// ACKs that failed the cookie check, dropped without a reset (see the listener module's
+    /// "Cookies and resets").
     pub syn_cookies_rejected: u64,
     /// SYNs and handshake ACKs dropped: SYN queue full without cookies, backlog full, or
     /// [`Config::max_connections`] reached.

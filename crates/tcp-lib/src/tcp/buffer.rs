@@ -297,34 +297,26 @@ impl RingBuffer {
         }
     }
 
-    /// Writes `data` into the free space starting `offset` bytes after the stored bytes, without
-    /// committing it; returns how many bytes were written (those that fit in the free space).
-    /// A write cut short only because the ring is clamped is counted in the budget.
-    pub(crate) fn write_unallocated(&mut self, offset: usize, data: &[u8]) -> usize {
-        // At most twice: a growth the budget refuses clamps the ring, and the write is placed again
-        // within the storage it has.
+    /// How many of `len` bytes fit in the free space starting `offset` bytes after the stored
+    /// bytes, with the storage grown to cover them first (or, when the budget refuses the growth,
+    /// the ring clamped to its storage and the fit taken again within it: at most twice). A fit
+    /// cut short only because the ring is clamped is counted in the budget.
+    #[inline]
+    fn room(&mut self, offset: usize, len: usize) -> usize {
         let n = loop {
             let free = self.free();
             if offset >= free {
                 break 0;
             }
-            let n = data.len().min(free - offset);
-            let cap = self.cap;
+            let n = len.min(free - offset);
             let start = self.index(self.len + offset);
-            let first = n.min(cap - start);
-            let rest = n - first;
-            let reach = if rest > 0 { cap } else { start + first };
-            if reach > self.storage.capacity() && !self.grow(reach) {
-                continue;
+            let reach = if n > self.cap - start { self.cap } else { start + n };
+            if reach <= self.storage.capacity() || self.grow(reach) {
+                break n;
             }
-            self.put(start, &data[..first]);
-            if rest > 0 {
-                self.put(0, &data[first..n]);
-            }
-            break n;
         };
-        if n < data.len() && self.cap < self.limit {
-            self.count_refused(offset, data.len(), n);
+        if n < len && self.cap < self.limit {
+            self.count_refused(offset, len, n);
         }
         n
     }
@@ -337,6 +329,61 @@ impl RingBuffer {
         {
             budget.refused(*side);
         }
+    }
+
+    /// Writes `data` into the free space starting `offset` bytes after the stored bytes, without
+    /// committing it; returns how many bytes were written (those that fit in the free space).
+    pub(crate) fn write_unallocated(&mut self, offset: usize, data: &[u8]) -> usize {
+        let n = self.room(offset, data.len());
+        if n > 0 {
+            let start = self.index(self.len + offset);
+            let first = n.min(self.cap - start);
+            self.put(start, &data[..first]);
+            if n > first {
+                self.put(0, &data[first..n]);
+            }
+        }
+        n
+    }
+
+    /// [`write_unallocated`](Self::write_unallocated) that leaves the bytes of `held` alone:
+    /// sorted, disjoint ranges of offsets (from the end of the stored bytes, as `offset` is) that
+    /// already hold bytes. Only the parts of `offset..offset + n` outside them are written; returns
+    /// `n`, how many bytes of `data` fit in the free space, as `write_unallocated` does.
+    pub(crate) fn write_unallocated_around(
+        &mut self,
+        offset: usize,
+        data: &[u8],
+        held: impl Iterator<Item = (usize, usize)>,
+    ) -> usize {
+        let mut held = held.peekable();
+        if held.peek().is_none() {
+            return self.write_unallocated(offset, data);
+        }
+        // The storage covers the whole range (or the ring is clamped) before any piece is written,
+        // so that every piece below fits whole.
+        let n = self.room(offset, data.len());
+        let end = offset + n;
+        let mut at = offset;
+        for (s, e) in held {
+            if e <= at {
+                continue;
+            }
+            if s >= end {
+                break;
+            }
+            if s > at {
+                self.write_unallocated(at, &data[at - offset..s - offset]);
+            }
+            at = e;
+            if at >= end {
+                return n;
+            }
+        }
+        if at < end {
+            self.write_unallocated(at, &data[at - offset..n]);
+        }
+        n
     }
 
     /// Commits `n` bytes previously written with [`write_unallocated`](Self::write_unallocated)
@@ -504,6 +551,30 @@ mod tests {
     }
 
     #[test]
+    fn writes_around_held_ranges_keep_the_first_bytes() {
+        let mut r = RingBuffer::new(16);
+        // Wrap the free space: 10 bytes in, 10 out.
+        r.enqueue_slice(&[0; 10]);
+        r.dequeue_allocated(10);
+        assert_eq!(r.write_unallocated(2, b"AA"), 2);
+        assert_eq!(r.write_unallocated(8, b"BBB"), 3);
+        let held = [(2, 4), (8, 11)];
+        assert_eq!(r.write_unallocated_around(0, b"xxxxxxxxxxxxxxxxxxxx", held.iter().copied()), 16);
+        r.enqueue_unallocated(16);
+        let mut out = [0; 16];
+        assert_eq!(r.dequeue_slice(&mut out), 16);
+        assert_eq!(&out, b"xxAAxxxxBBBxxxxx");
+        // A write inside one held range writes nothing but still says what fit.
+        assert_eq!(r.write_unallocated(4, b"CCCC"), 4);
+        assert_eq!(r.write_unallocated_around(5, b"zz", [(4, 8)].into_iter()), 2);
+        assert_eq!(r.write_unallocated_around(3, b"zzzzzzz", [(4, 8)].into_iter()), 7);
+        r.enqueue_unallocated(10);
+        let mut out = [0; 10];
+        assert_eq!(r.dequeue_slice(&mut out), 10);
+        assert_eq!(&out[3..], b"zCCCCzz");
+    }
+
+    #[test]
     fn assembler_merges() {
         let mut a = Assembler::new(2);
         assert!(a.add(10, 20));
@@ -567,6 +638,25 @@ mod tests {
         assert_eq!(out, data);
         r.release();
         assert_eq!((big.stats().used, big.stats().peak), (0, 20_000));
+    }
+
+    #[test]
+    fn a_write_around_held_bytes_says_what_a_clamped_ring_took() {
+        let budget = Arc::new(BufferBudget::new(0));
+        let mut r = RingBuffer::new(64 * 1024);
+        r.set_budget(&budget, Side::Rx);
+        assert_eq!(r.write_unallocated(100, &[7; 100]), 100, "out of order, within the guaranteed 4 KiB");
+        let data = vec![1; 8000];
+        // The in-order segment that fills the hole reaches past what the budget allows: the ring is
+        // clamped to its 4 KiB and the write says so, never the 8000 the free space promised.
+        assert_eq!(r.write_unallocated_around(0, &data, [(100, 200)].into_iter()), 4096);
+        assert!(r.is_clamped());
+        r.enqueue_unallocated(4096);
+        let mut out = vec![0; 8000];
+        assert_eq!(r.dequeue_slice(&mut out), 4096);
+        assert!(out[..100].iter().chain(&out[200..4096]).all(|&b| b == 1));
+        assert!(out[100..200].iter().all(|&b| b == 7), "the bytes held first stay");
+        assert_eq!(budget.stats().rx_dropped, 1);
     }
 
     #[test]

@@ -261,20 +261,20 @@ impl TimeWait {
             return self.challenge(config, now);
         }
 
-        // TS.Recent (RFC 7323 §4.3); our last ACK acknowledged RCV.NXT.
+        // ACK processing (RFC 5961 §5.2): everything we sent was acknowledged.
+        let Some(a) = seg.ack_number else { return ack };
+        let max_snd_wnd = usize::try_from(self.max_snd_wnd).unwrap_or(0);
+        if rules::ack_out_of_range(a, self.snd_max, self.snd_max, max_snd_wnd) {
+            return self.challenge(config, now) || ack;
+        }
+        // TS.Recent (RFC 7323 §4.3), from a segment whose ACK is acceptable, as the connection
+        // takes it; our last ACK acknowledged RCV.NXT.
         if self.ts_ok()
             && let Some(ts) = seg.timestamp
             && rules::ts_recent_updates(seg.seq_number, self.rcv_nxt, ts.tsval, self.ts_recent)
         {
             self.ts_recent = ts.tsval;
             self.ts_recent_at = now;
-        }
-
-        // ACK processing (RFC 5961 §5.2): everything we sent was acknowledged.
-        let Some(a) = seg.ack_number else { return ack };
-        let max_snd_wnd = usize::try_from(self.max_snd_wnd).unwrap_or(0);
-        if rules::ack_out_of_range(a, self.snd_max, self.snd_max, max_snd_wnd) {
-            return self.challenge(config, now) || ack;
         }
         // The window update (SND.WL1/SND.WL2 rule) still raises the largest window seen.
         if a == self.snd_max && self.snd_wl1 <= seg.seq_number {

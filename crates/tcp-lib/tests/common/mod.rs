@@ -4,7 +4,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use netchannel::dev::{NetDevice, Pair};
+use netchannel::dev::{NetDevice, PacketBatch, Pair};
 use netchannel::pool::{HugePages, Pool, PoolCache};
 use tcp_lib::stack::{Config, Stack};
 use tcp_lib::wire::{
@@ -96,6 +96,14 @@ impl Net {
             self.step();
         }
         done(self)
+    }
+
+    /// Polls A once and takes the frames it sent off the wire before B sees them.
+    pub fn frames_from_a(&mut self) -> Vec<Vec<u8>> {
+        self.a.poll(self.now, &mut self.dev_a, &self.cache).unwrap();
+        let mut batch = PacketBatch::with_capacity(64);
+        self.dev_b.rx_burst(0, &self.cache, &mut batch).unwrap();
+        batch.drain().map(|p| p.data().to_vec()).collect()
     }
 
     pub fn mac_a(&self) -> EthernetAddress {

@@ -3,6 +3,17 @@
 //! synchronized connection (PAWS, acceptability, RST and SYN with RFC 5961 challenge ACKs,
 //! TS.Recent, in-order and out-of-order data, the peer's FIN). ACK processing proper lives in
 //! `ack.rs`.
+//!
+//! # Overlapping data
+//!
+//! RFC 9293 leaves open which copy of a byte wins when segments overlap with different contents;
+//! a monitor that models the receiver (an intrusion-detection system) must guess, and a guess
+//! wrong either way lets an attacker show it one stream and the application another (Ptacek and
+//! Newsham, "Insertion, Evasion, and Denial of Service: Eluding Network Intrusion Detection",
+//! 1998). Here the first copy received wins, always: a byte held out of order is never
+//! overwritten, neither by a later out-of-order copy nor by the in-order segment that fills the
+//! hole before it (bytes already delivered are never rewritten either). Linux keeps the first of
+//! two out-of-order copies that start at different points, too.
 
 use std::time::Instant;
 
@@ -274,14 +285,22 @@ impl Connection {
             return;
         }
 
-        // TS.Recent (RFC 7323 §4.3).
-        if self.ts.ok
-            && let Some(ts) = seg.timestamp
-            && rules::ts_recent_updates(seg.seq_number, self.ts.last_ack_sent, ts.tsval, self.ts.recent)
-        {
-            self.ts.recent = ts.tsval;
-            self.ts.recent_at = now;
-        }
+        // TS.Recent (RFC 7323 §4.3), taken only from a segment whose ACK is acceptable: a
+        // segment dropped for its ACK (of data never sent, or too old: RFC 5961 §5.2) must not
+        // move it, or one forged segment with a high TSval would make PAWS drop everything the
+        // peer sends after it (Linux's tcp_ack updates it only past the same checks).
+        let ts_recent = seg
+            .timestamp
+            .filter(|ts| {
+                self.ts.ok
+                    && rules::ts_recent_updates(
+                        seg.seq_number,
+                        self.ts.last_ack_sent,
+                        ts.tsval,
+                        self.ts.recent,
+                    )
+            })
+            .map(|ts| ts.tsval);
 
         let Some(ack) = seg.ack_number else { return };
         if self.state == State::SynReceived {
@@ -299,6 +318,10 @@ impl Connection {
         }
         if !self.handle_ack(now, seg, ack) {
             return;
+        }
+        if let Some(tsval) = ts_recent {
+            self.ts.recent = tsval;
+            self.ts.recent_at = now;
         }
         if self.timers.keepalive.is_some() {
             self.arm_keepalive(now);
@@ -328,7 +351,8 @@ impl Connection {
                 } else {
                     0
                 };
-                let copied = self.rcv.buf.write_unallocated(0, &payload[delivered..]);
+                let copied =
+                    self.rcv.buf.write_unallocated_around(0, &payload[delivered..], self.rcv.ooo.ranges());
                 written = delivered + copied;
                 let filled_hole = !self.rcv.ooo.is_empty();
                 let buffered = self.rcv.ooo.advance(copied);
@@ -351,8 +375,8 @@ impl Connection {
                 }
             } else {
                 // Out of order: keep it if the range fits, and send a duplicate ACK at once
-                // (RFC 5681 §4.2).
-                written = self.rcv.buf.write_unallocated(offset, payload);
+                // (RFC 5681 §4.2). Bytes already held are not overwritten (see the module docs).
+                written = self.rcv.buf.write_unallocated_around(offset, payload, self.rcv.ooo.ranges());
                 if written > 0 {
                     if self.rcv.ooo.add(offset, offset + written) {
                         self.rcv.sack_recent.record(seq);

@@ -765,6 +765,25 @@ fn out_of_order_segments_are_reassembled() {
     assert_eq!(s.conn.stats().bytes_in, 9);
 }
 
+/// Overlapping copies with different bytes: the first copy received wins, whether the later one
+/// is out of order too or the in-order segment that fills the hole.
+#[test]
+fn overlapping_segments_keep_the_first_copy() {
+    let mut s = Script::established();
+    send!(s, TcpRepr { payload: b"DEF", ..from_peer(3, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    send!(s, TcpRepr { payload: b"xyz", ..from_peer(3, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    send!(s, TcpRepr { payload: b"zzzz", ..from_peer(4, 0) });
+    recv!(s, [ack(0, 0, 64)]);
+    assert_eq!(s.conn.ooo_held(), (1, 5));
+    send!(s, TcpRepr { payload: b"abcxx", ..from_peer(0, 0) });
+    recv!(s, [ack(0, 8, 56)]);
+    let mut buf = [0; 64];
+    assert_eq!(s.conn.recv(&mut buf), 8);
+    assert_eq!(&buf[..8], b"abcDEFzz");
+}
+
 #[test]
 fn out_of_order_store_is_bounded() {
     let config = Config { max_ooo_ranges: 2, ..script_config() };
@@ -979,6 +998,33 @@ fn timestamps_rtt_and_paws() {
     send!(s, TcpRepr { payload: b"cd", timestamp: ts(104, 0), ..from_peer(2, 1) });
     s.drain();
     assert_eq!(s.conn.recv_queue(), 4);
+}
+
+/// A segment dropped for its ACK (of data never sent) does not move TS.Recent: its high TSval
+/// would otherwise make PAWS drop the peer's next segments (packetdrill's
+/// ts_recent/invalid_ack.pkt).
+#[test]
+fn a_segment_with_an_unacceptable_ack_does_not_update_ts_recent() {
+    let config = Config { timestamps: true, ..script_config() };
+    let syn = TcpRepr { timestamp: Some(Timestamp { tsval: 100, tsecr: 0 }), ..syn_from_peer() };
+    let mut s = Script::accept_with(config, syn);
+    let ts0 = s.drain()[0].repr.timestamp.expect("timestamps negotiated");
+    let ts = |tsval, tsecr| Some(Timestamp { tsval, tsecr });
+    send!(s, TcpRepr { timestamp: ts(200, ts0.tsval), ..from_peer(0, 0) });
+    assert_eq!(s.conn.state(), State::Established);
+    // FIN with an ACK of 9999 bytes never sent: dropped (and answered with an ACK).
+    send!(s, fin(TcpRepr { timestamp: ts(200_000, ts0.tsval), ..from_peer(0, 9999) }));
+    let out = s.drain();
+    assert!(out.iter().all(|o| o.repr.timestamp.is_some_and(|t| t.tsecr == 200)), "{out:?}");
+    assert_eq!(s.conn.state(), State::Established);
+    // The peer's next segment, TSval 201, is taken.
+    send!(s, TcpRepr { payload: b"hi", timestamp: ts(201, ts0.tsval), ..from_peer(0, 0) });
+    let out = s.drain();
+    assert_eq!(
+        out.last().map(|o| (o.repr.ack_number, o.repr.timestamp.map(|t| t.tsecr))),
+        Some((Some(peer(2)), Some(201)))
+    );
+    assert_eq!(s.conn.recv_queue(), 2);
 }
 
 #[test]
