@@ -222,6 +222,7 @@ impl RingBuffer {
     /// to the budget. When the budget refuses, grows to the guaranteed size at most, clamps the
     /// ring to its storage and returns false.
     #[cold]
+    #[inline(never)]
     fn grow(&mut self, reach: usize) -> bool {
         let have = self.storage.capacity();
         let target = reach.max(2 * have).max(MIN_ALLOCATION).min(self.cap);
@@ -301,7 +302,7 @@ impl RingBuffer {
     /// bytes, with the storage grown to cover them first (or, when the budget refuses the growth,
     /// the ring clamped to its storage and the fit taken again within it: at most twice). A fit
     /// cut short only because the ring is clamped is counted in the budget.
-    #[inline]
+    #[inline(always)]
     fn room(&mut self, offset: usize, len: usize) -> usize {
         let n = loop {
             let free = self.free();
@@ -333,6 +334,7 @@ impl RingBuffer {
 
     /// Writes `data` into the free space starting `offset` bytes after the stored bytes, without
     /// committing it; returns how many bytes were written (those that fit in the free space).
+    #[inline(always)]
     pub(crate) fn write_unallocated(&mut self, offset: usize, data: &[u8]) -> usize {
         let n = self.room(offset, data.len());
         if n > 0 {
