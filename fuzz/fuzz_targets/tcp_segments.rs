@@ -151,6 +151,8 @@ impl ConfigIn {
             // Bits 4 and 5 of the challenge-ACK byte (bits 0 and 1 choose the limit).
             ecn: [Ecn::Passive, Ecn::Off, Ecn::On, Ecn::Passive]
                 [usize::from((self.challenge_ack_limit >> 4) & 3)],
+            // Bit 6 of the same byte.
+            rack: self.challenge_ack_limit & 0x40 != 0,
         }
     }
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::buffer::{Assembler, RingBuffer};
 use super::congestion::CongestionControl;
 use super::prepared::PreparedSegments;
+use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::sack::{RecentBlocks, Scoreboard};
 use super::send_stream::SendStream;
@@ -235,6 +236,8 @@ struct Timers {
     time_wait: Option<Instant>,
     /// The tail loss probe (RFC 8985 §7).
     tlp: Option<Instant>,
+    /// RACK's reordering timer (RFC 8985 §6.3).
+    rack: Option<Instant>,
 }
 
 /// Zero-window probing (RFC 1122 §4.2.2.17).
@@ -307,6 +310,9 @@ struct Recovery {
     /// each, at most the flight), not yet matched by a cumulative ACK (RFC 6937 §3's estimate
     /// of DeliveredData without SACK).
     dup_delivered: usize,
+    /// RACK (RFC 8985 §6) when [`Config::rack`] is on: the transmissions in flight and the
+    /// clock of the latest delivered one.
+    rack: Rack,
 }
 
 /// The smallest shift that makes `buffer` fit the 16-bit window field, at most 14.
@@ -395,6 +401,7 @@ impl Connection {
                 keepalive: None,
                 time_wait: None,
                 tlp: None,
+                rack: None,
             },
             persist: Persist {
                 backoff: 0,
@@ -421,6 +428,7 @@ impl Connection {
                 tlp_budget: 0,
                 sndcnt: 0,
                 dup_delivered: 0,
+                rack: Rack::default(),
             },
             ecn: EcnState { ok: false, echo: false, cwr_pending: false, reduced_until: iss },
             rtt: RttEstimator::new(config.initial_rto, config.min_rto),
@@ -519,6 +527,8 @@ impl Connection {
             in_recovery: self.recovery.active,
             dup_acks_now: self.recovery.dup_acks,
             ecn: self.ecn.ok,
+            reordering: self.recovery.rack.reordering(),
+            reordering_events: self.recovery.rack.reordering_events(),
             ..self.stats
         }
     }
@@ -812,6 +822,7 @@ impl Connection {
         self.timers.keepalive = None;
         self.timers.time_wait = None;
         self.timers.tlp = None;
+        self.timers.rack = None;
         self.recovery.tlp_pending = false;
         self.ack.pending = false;
         self.ack.now = false;
@@ -834,6 +845,7 @@ impl Connection {
         self.rcv.ooo.release();
         self.recovery.scoreboard = Scoreboard::default();
         self.recovery.rxt_marks = Vec::new();
+        self.recovery.rack.release();
         self.rcv.buf.release();
     }
 
@@ -844,6 +856,7 @@ impl Connection {
         self.timers.persist = None;
         self.timers.keepalive = None;
         self.timers.tlp = None;
+        self.timers.rack = None;
         self.recovery.tlp_pending = false;
         self.persist.probe_pending = false;
         self.keepalive.pending = false;

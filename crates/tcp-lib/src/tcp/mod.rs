@@ -95,8 +95,14 @@
 //!   against reneging) and resends from SND.UNA, skipping what is SACKed afterwards. Also: RFC
 //!   5827 early retransmit for windows under four segments, and detection of a lost
 //!   retransmission of the hole at SND.UNA (data sent after it was SACKed). No rescue
-//!   retransmission and no RACK (time-based loss marking, RFC 8985 §6). Without SACK, NewReno
-//!   recovery as below.
+//!   retransmission. Without SACK, NewReno recovery as below.
+//! * RFC 8985 §6 RACK ([`Config::rack`], off by default): time-based loss marking beside IsLost.
+//!   Every transmission is logged with the time it left; the most recently sent one the peer
+//!   delivered (cumulatively or by SACK) sets RACK's clock, and the original transmissions sent
+//!   before it are lost once an RTT plus a reordering window (a quarter of the minimum RTT,
+//!   none once the loss is plain) has passed since they left, on an ACK or by the reordering
+//!   timer. Its marks join the scoreboard's (`rack.rs`); [`Stats::reordering`] and
+//!   [`Stats::reordering_events`] report the reordering it saw.
 //! * RFC 8985 §7 tail loss probes ([`Config::tail_loss_probe`], off by default): after about two
 //!   SRTTs without an ACK, one new segment or the last one again, so that the peer's answer
 //!   shows a lost tail before the RTO would.
@@ -176,6 +182,7 @@ mod buffer;
 mod congestion;
 mod connection;
 mod prepared;
+mod rack;
 mod rtt;
 mod rules;
 mod sack;
@@ -329,6 +336,12 @@ pub struct Config {
     /// sent again) instead of waiting for the RTO, so an ACK, SACK or duplicate ACK tells what was
     /// lost. `false` (the default): only the RTO recovers a lost tail.
     pub tail_loss_probe: bool,
+    /// RACK time-based loss detection with SACK (RFC 8985 §6): a segment sent before one the
+    /// peer has SACKed is deemed lost once an RTT plus a reordering window (a quarter of the
+    /// minimum RTT while reordering is seen or the loss is not plain) has passed since it left,
+    /// checked on every ACK and by a reordering timer, besides RFC 6675's IsLost. `false` (the
+    /// default): IsLost alone, and the RTO.
+    pub rack: bool,
     /// Grow the congestion window only while the sender uses it (RFC 7661 §4.3, as Linux's
     /// `tcp_is_cwnd_limited`): in the current window of data the flight filled cwnd, or, in slow
     /// start, reached half of it. `false` (the default): every ACK outside recovery grows it.
@@ -392,6 +405,7 @@ impl Default for Config {
             slow_start_segments_per_ack: 1,
             cwnd_validation: false,
             tail_loss_probe: false,
+            rack: false,
             challenge_ack_limit: 1000,
             ecn: Ecn::Passive,
         }
@@ -450,6 +464,13 @@ pub struct Stats {
     pub dup_acks_now: u32,
     /// Tail loss probes sent ([`Config::tail_loss_probe`]).
     pub tail_loss_probes: u64,
+    /// The largest reordering seen, in segments, at least DupThresh (3): how far below the
+    /// highest delivered byte a delivered segment began (measured with [`Config::rack`];
+    /// Linux's `tcpi_reordering`).
+    pub reordering: usize,
+    /// ACKs that delivered data below the highest byte delivered before them (measured with
+    /// [`Config::rack`]; Linux's `tcpi_reord_seen`).
+    pub reordering_events: u64,
     /// Both sides agreed to use ECN (RFC 3168; [`Config::ecn`]).
     pub ecn: bool,
     /// Data segments received marked CE (Congestion Experienced), on an ECN connection.

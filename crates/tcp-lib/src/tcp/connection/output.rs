@@ -320,6 +320,9 @@ impl Connection {
             self.snd.rtt_timing = None;
         }
         self.prr_sent(n);
+        if self.config.rack {
+            self.recovery.rack.on_sent(seq, end, now, true);
+        }
         self.timers.rto.get_or_insert(now + self.rtt.rto());
         Some(self.transmit(repr, n))
     }
@@ -440,6 +443,9 @@ impl Connection {
         }
         if fin {
             self.snd.fin_seq = Some(seq + n);
+        }
+        if self.config.rack {
+            self.recovery.rack.on_sent(seq, end, now, seq < self.snd.max);
         }
         self.prr_sent(n);
         self.snd.nxt = end;
