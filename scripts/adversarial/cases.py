@@ -402,14 +402,17 @@ class Cases:
 
     def fragments(self, name, pieces, arrives):
         """TCP data "fragmented-data!" (16 bytes + the 20-byte header) in the IP fragments that
-        pieces(segment bytes) lists as (offset, bytes, more fragments); `arrives`: whether the
-        datagram should be reassembled (then the case waits for its echo)."""
+        pieces(segment, other) lists as (offset, bytes, more fragments); `other` is the segment
+        with "fragedntme-data!" instead, two 16-bit words of the data swapped, so that its checksum
+        is the same and any mix of the two checks. `arrives`: whether the datagram should be
+        reassembled (then the case waits for its echo)."""
         c = self.established()
         data = b"fragmented-data!"
         tcp_bytes = bytes(IP(bytes(c.frame("PA", data=data)[IP]))[TCP])
+        other = bytes(IP(bytes(c.frame("PA", data=b"fragedntme-data!")[IP]))[TCP])
         ident = 0x4242 + self.next_port
         frames = []
-        for offset, chunk, more in pieces(tcp_bytes):
+        for offset, chunk, more in pieces(tcp_bytes, other):
             frames.append(Ether(src=US_MAC, dst=c.w.server_mac) / IP(
                 src=c.w.us_ip, dst=c.w.server_ip, proto=6, id=ident, flags="MF" if more else 0,
                 frag=offset // 8) / Raw(chunk))
@@ -505,13 +508,15 @@ def run(cases, only):
             "mac_broadcast_data", lambda c: c.frame("PA", data=b"bb", dst_mac=BROADCAST_MAC))),
         ("mac_multicast_data", lambda: cases.broken(
             "mac_multicast_data", lambda c: c.frame("PA", data=b"mm", dst_mac=MULTICAST_MAC))),
-        ("frag_ok", lambda: cases.fragments("frag_ok", lambda b: [(0, b[:16], True), (16, b[16:32], True),
+        ("frag_ok", lambda: cases.fragments("frag_ok", lambda b, _: [(0, b[:16], True), (16, b[16:32], True),
                                                                    (32, b[32:], False)], True)),
-        ("frag_dup", lambda: cases.fragments("frag_dup", lambda b: [(0, b[:16], True), (0, b[:16], True),
+        ("frag_dup", lambda: cases.fragments("frag_dup", lambda b, _: [(0, b[:16], True), (0, b[:16], True),
                                                                      (16, b[16:], False)], True)),
-        ("frag_overlap", lambda: cases.fragments("frag_overlap", lambda b: [
-            (0, b[:24], True), (16, b"Z" * 8 + b[24:32], True), (32, b[32:], False)], False)),
-        ("frag_too_long", lambda: cases.fragments("frag_too_long", lambda b: [
+        # The second fragment overlaps the first's last 8 bytes (the TCP checksum and "frag")
+        # and brings the other segment's bytes: whichever copy won, the datagram would check.
+        ("frag_overlap", lambda: cases.fragments("frag_overlap", lambda b, o: [
+            (0, b[:24], True), (16, o[16:32], True), (32, b[32:], False)], False)),
+        ("frag_too_long", lambda: cases.fragments("frag_too_long", lambda b, _: [
             (0, b[:16], True), (65528, b[16:32], False)], False)),
         ("land", cases.land),
         ("src_broadcast", lambda: cases.src_martian("src_broadcast", "10.210.0.255")),
