@@ -127,12 +127,14 @@ const CASES: &[Case] = &[
       datagram"),
     ("frag_too_long", &[("replies", Is("-"))], true,
      "RFC 791: a fragment reaching past 65535 bytes is dropped (the ping of death)"),
-    ("land", &[("replies", Is("-"))], false,
-     "a SYN from our own address and port to itself (the land attack): no segment to ourselves on the wire"),
-    ("src_broadcast", &[("replies", Is("-"))], false,
-     "RFC 1122 §3.2.1.3: a broadcast source address is invalid: no answer"),
-    ("src_multicast", &[("replies", Is("-"))], false,
-     "RFC 1122 §3.2.1.3, RFC 9293 §3.10.7.2: a multicast source: no answer"),
+    ("land", &[("replies", Is("-")), ("arp", Is("-"))], false,
+     "RFC 1122 §4.2.3.10: a SYN from our own address and port (the land attack) is ignored: no segment, and no \
+      ARP request for our own address to send one"),
+    ("src_broadcast", &[("replies", Is("-")), ("arp", Is("-"))], false,
+     "RFC 1122 §4.2.3.10 and §3.2.1.3: a SYN from the subnet's broadcast address is ignored: no answer, no ARP \
+      request for the broadcast address"),
+    ("src_multicast", &[("replies", Is("-")), ("arp", Is("-"))], false,
+     "RFC 1122 §4.2.3.10 and §3.2.1.3: a SYN from a multicast address is ignored"),
 ];
 
 /// Parses `CASE name key=value ...` lines.
@@ -229,6 +231,11 @@ pub(crate) fn run() -> Result<(), String> {
         + snapshot.queues.iter().map(|q| q.channelizer.dropped_malformed).sum::<u64>();
     if malformed < 9 {
         return Err(format!("only {malformed} frames counted as malformed, 9 expected:\n{report}"));
+    }
+    // And the three SYNs from impossible sources (land, broadcast, multicast) as such.
+    let bad_source = snapshot.cores[0].stack.tcp_bad_source;
+    if bad_source != 3 {
+        return Err(format!("{bad_source} segments counted as from a bad source, 3 expected:\n{report}"));
     }
     Ok(())
 }
