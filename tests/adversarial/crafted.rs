@@ -155,7 +155,11 @@ fn parse(stdout: &str) -> BTreeMap<String, BTreeMap<String, String>> {
 
 /// Every way `got` differs from the table.
 fn check(cases: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<String> {
-    let mut failures = Vec::new();
+    let mut failures: Vec<String> = cases
+        .keys()
+        .filter(|name| !CASES.iter().any(|c| c.0 == name.as_str()))
+        .map(|name| format!("{name}: the script ran it but the table says nothing about it"))
+        .collect();
     for &(name, wants, survives, rule) in CASES {
         let Some(got) = cases.get(name) else {
             failures.push(format!("{name}: no result from the script"));
