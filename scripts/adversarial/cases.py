@@ -4,7 +4,9 @@
 Run by tests/adversarial (the `crafted_cases` test) inside the test's network namespace, with
 /usr/bin/python3 (Debian's python3-scapy):
 
-    cases.py --iface IF --server 10.210.0.2 --port 7 [--only NAME[,NAME...]]
+    cases.py --iface IF --server 10.210.0.2 [--us 10.210.0.3] [--port 7] [--only NAME[,NAME...]]
+
+(the server's subnet is taken to be a /24; --us is an address in it that nothing else has)
 
 It speaks as a host that is not the kernel (an address and a MAC of its own, taught to the server
 with an ARP request) so that the kernel never answers the server's segments with resets of its own.
@@ -467,6 +469,8 @@ class Cases:
 
 def run(cases, only):
     w = cases.w
+    # The server's subnet is a /24 (as the test gives it).
+    subnet_broadcast = w.server_ip.rsplit(".", 1)[0] + ".255"
     table = [
         ("handshake", cases.handshake),
         ("syn_fin", lambda: cases.bare("syn_fin", "SF")),
@@ -501,7 +505,7 @@ def run(cases, only):
         ("ip_ihl_small", lambda: cases.broken("ip_ihl_small", lambda c: with_ihl(c, 4))),
         ("ip_len_short", cases.ip_len_short),
         ("ip_options", cases.ip_options),
-        ("ip_dst_broadcast", lambda: cases.broken("ip_dst_broadcast", lambda c: to_ip(c, "10.210.0.255"))),
+        ("ip_dst_broadcast", lambda: cases.broken("ip_dst_broadcast", lambda c: to_ip(c, subnet_broadcast))),
         ("mac_broadcast_syn", lambda: cases.bare("mac_broadcast_syn", "S", dst_mac=BROADCAST_MAC)),
         ("mac_multicast_syn", lambda: cases.bare("mac_multicast_syn", "S", dst_mac=MULTICAST_MAC)),
         ("mac_broadcast_data", lambda: cases.broken(
@@ -519,7 +523,7 @@ def run(cases, only):
         ("frag_too_long", lambda: cases.fragments("frag_too_long", lambda b, _: [
             (0, b[:16], True), (65528, b[16:32], False)], False)),
         ("land", cases.land),
-        ("src_broadcast", lambda: cases.src_martian("src_broadcast", "10.210.0.255")),
+        ("src_broadcast", lambda: cases.src_martian("src_broadcast", subnet_broadcast)),
         ("src_multicast", lambda: cases.src_martian("src_multicast", "224.0.0.1")),
     ]
     names = [n for n, _ in table]
@@ -583,7 +587,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iface", required=True)
     ap.add_argument("--server", required=True)
-    ap.add_argument("--us", default="10.210.0.3")
+    ap.add_argument("--us", default="10.210.0.3", help="our address: one in the server's /24 nothing else has")
     ap.add_argument("--port", type=int, default=7)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
