@@ -60,11 +60,15 @@ pub(crate) struct ArpCache {
     config: ArpConfig,
     entries: HashMap<Ipv4Addr, (EthernetAddress, Instant), TableHash>,
     pending: HashMap<Ipv4Addr, Pending, TableHash>,
+    /// The entry found last, kept beside the table: every segment of a connection looks up the
+    /// same next hop, and comparing one address is cheaper than hashing it. Always a copy of an
+    /// entry of `entries` (updated or cleared wherever that entry changes).
+    last: Option<(Ipv4Addr, EthernetAddress, Instant)>,
 }
 
 impl ArpCache {
     pub(crate) fn new(config: ArpConfig, hash: TableHash) -> Self {
-        Self { config, entries: HashMap::with_hasher(hash), pending: HashMap::with_hasher(hash) }
+        Self { config, entries: HashMap::with_hasher(hash), pending: HashMap::with_hasher(hash), last: None }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -73,13 +77,29 @@ impl ArpCache {
 
     /// The hardware address of `ip`, if resolved and fresh.
     pub(crate) fn lookup(&mut self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
+        if let Some((last, mac, expires)) = self.last
+            && last == ip
+            && expires > now
+        {
+            return Some(mac);
+        }
         match self.entries.get(&ip) {
-            Some(&(mac, expires)) if expires > now => Some(mac),
+            Some(&(mac, expires)) if expires > now => {
+                self.last = Some((ip, mac, expires));
+                Some(mac)
+            }
             Some(_) => {
                 self.entries.remove(&ip);
+                self.forget_last(ip);
                 None
             }
             None => None,
+        }
+    }
+
+    fn forget_last(&mut self, ip: Ipv4Addr) {
+        if self.last.is_some_and(|(last, _, _)| last == ip) {
+            self.last = None;
         }
     }
 
@@ -89,8 +109,10 @@ impl ArpCache {
             let victim = self.entries.iter().min_by_key(|(_, (_, exp))| *exp).map(|(ip, _)| *ip);
             if let Some(victim) = victim {
                 self.entries.remove(&victim);
+                self.forget_last(victim);
             }
         }
+        self.forget_last(ip);
         if self.config.max_entries > 0 {
             self.entries.insert(ip, (mac, now + self.config.entry_ttl));
         }
@@ -202,5 +224,28 @@ mod tests {
         }
         assert_eq!(arp.len(), 3);
         assert!(arp.contains(Ipv4Addr::new(10, 0, 0, 9)));
+    }
+
+    /// The last-hit copy never answers for an entry the table changed or dropped.
+    #[test]
+    fn the_last_hit_follows_the_table() {
+        let mut arp = ArpCache::new(ArpConfig { max_entries: 2, ..ArpConfig::default() }, test_hash());
+        let t0 = Instant::now();
+        let (a, b, c) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 3));
+        let mac = |i| EthernetAddress([2, 0, 0, 0, 0, i]);
+        let _ = arp.insert(a, mac(1), t0);
+        assert_eq!(arp.lookup(a, t0), Some(mac(1)));
+        // Updated: the new address.
+        let _ = arp.insert(a, mac(7), t0);
+        assert_eq!(arp.lookup(a, t0), Some(mac(7)));
+        // Evicted (the entry closest to expiry goes when the table is full): not found.
+        let _ = arp.insert(b, mac(2), t0 + Duration::from_secs(1));
+        let _ = arp.insert(c, mac(3), t0 + Duration::from_secs(2));
+        assert!(!arp.contains(a));
+        assert_eq!(arp.lookup(a, t0), None);
+        // Expired: not found, from the copy either.
+        assert_eq!(arp.lookup(c, t0), Some(mac(3)));
+        assert_eq!(arp.lookup(c, t0 + Duration::from_secs(3600)), None);
+        assert!(!arp.contains(c));
     }
 }

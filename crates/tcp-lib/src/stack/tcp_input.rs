@@ -10,9 +10,11 @@ use crate::tcp::{TimeWaitAction, reset_for};
 use crate::wire::{TcpPacket, TcpRepr};
 
 impl Stack {
+    /// A TCP segment from `src`; `ce` when its IP header said Congestion Experienced.
     pub(super) fn receive_tcp<F: FnMut(StreamId, &[u8]) -> usize>(
         &mut self,
         src: Ipv4Addr,
+        ce: bool,
         bytes: &[u8],
         deliver: &mut F,
     ) {
@@ -47,9 +49,9 @@ impl Stack {
             let id = self.stream_id(index);
             if let Some(e) = self.slot_entry(index) {
                 if e.app_owned {
-                    e.conn.handle_segment_with(now, &seg, |data| deliver(id, data));
+                    e.conn.handle_segment_ecn(now, &seg, ce, |data| deliver(id, data));
                 } else {
-                    e.conn.handle_segment(now, &seg);
+                    e.conn.handle_segment_ecn(now, &seg, ce, |_| 0);
                 }
             }
             self.settle(index);

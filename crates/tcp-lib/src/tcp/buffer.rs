@@ -196,6 +196,10 @@ impl RingBuffer {
         data: &[u8],
         held: impl Iterator<Item = (usize, usize)>,
     ) -> usize {
+        let mut held = held.peekable();
+        if held.peek().is_none() {
+            return self.write_unallocated(offset, data);
+        }
         let n = data.len().min(self.free().saturating_sub(offset));
         let end = offset + n;
         let mut at = offset;

@@ -83,6 +83,8 @@ pub struct Connection {
     limits: RateLimits,
     /// Loss recovery: duplicate ACKs, fast recovery, the SACK scoreboard.
     recovery: Recovery,
+    /// Explicit Congestion Notification (RFC 3168).
+    ecn: EcnState,
 
     /// The RTT estimate and the RTO (RFC 6298).
     rtt: RttEstimator,
@@ -94,6 +96,22 @@ pub struct Connection {
     rst_with_ts: bool,
 
     stats: Stats,
+}
+
+/// Explicit Congestion Notification (RFC 3168) on a connection: negotiated or not, the ECE we
+/// echo as the receiver, the reduction and CWR we owe as the sender.
+#[derive(Debug, Clone, Copy)]
+struct EcnState {
+    /// Both SYNs agreed (RFC 3168 §6.1.1).
+    ok: bool,
+    /// Receiver: a CE mark arrived and the peer has not yet answered with CWR; our ACKs carry
+    /// ECE (RFC 3168 §6.1.3).
+    echo: bool,
+    /// Sender: the next new data segment carries CWR (RFC 3168 §6.1.2).
+    cwr_pending: bool,
+    /// Sender: SND.MAX at our last reduction; ECEs until SND.UNA passes it belong to the same
+    /// window of data and reduce nothing more (RFC 3168 §6.1.2: once per window).
+    reduced_until: SeqNumber,
 }
 
 /// The send side of a connection: the send sequence space (RFC 9293 §3.3.1), the send stream,
@@ -404,6 +422,7 @@ impl Connection {
                 sndcnt: 0,
                 dup_delivered: 0,
             },
+            ecn: EcnState { ok: false, echo: false, cwr_pending: false, reduced_until: iss },
             rtt: RttEstimator::new(config.initial_rto, config.min_rto),
             cc: config.congestion.build(),
             pending_rst: None,
@@ -499,6 +518,7 @@ impl Connection {
             lost_bytes: self.recovery.scoreboard.lost_bytes(self.snd.una, self.snd.max, self.snd.mss),
             in_recovery: self.recovery.active,
             dup_acks_now: self.recovery.dup_acks,
+            ecn: self.ecn.ok,
             ..self.stats
         }
     }

@@ -131,6 +131,13 @@
 //!   application-limited ([`Config::cwnd_validation`], RFC 7661 §4.3); the window arithmetic
 //!   behind the [`CongestionControl`] trait, with [`Cubic`] (RFC 9438, the default) and
 //!   [`NewReno`] selectable in [`Config::congestion`].
+//! * RFC 3168 Explicit Congestion Notification ([`Config::ecn`]: accepted when a peer asks, by
+//!   default, as Linux does): ECT(0) on new data ([`Transmit::ect`], for the caller's IP header),
+//!   ECE on our ACKs from a CE-marked data segment ([`Connection::handle_segment_ecn`]) until the
+//!   peer's CWR, and a window reduction (cwnd = ssthresh, once per window of data, no
+//!   retransmission) for an ECE, with CWR on the next new data. Linux reduces in a CWR state paced
+//!   by PRR instead; here the reduction is RFC 3168's, at once.
+//! * Overlapping data: the first copy of a byte received wins (see `connection/input.rs`).
 //!
 //! Urgent data is not supported: the urgent pointer is ignored and urgent bytes are ordinary data.
 //!
@@ -335,6 +342,29 @@ pub struct Config {
     /// [`Stats::challenge_acks_suppressed`]. A per-connection limit (the default, 1000, is Linux's
     /// `tcp_challenge_ack_limit`, which Linux applies per host); 0 sends none.
     pub challenge_ack_limit: u32,
+    /// Explicit Congestion Notification (RFC 3168): whether this side asks for it in its SYN
+    /// and accepts it in a peer's. [`Ecn::Passive`] (the default, as Linux's `tcp_ecn = 2`):
+    /// accepted when a peer asks, never asked for.
+    pub ecn: Ecn,
+}
+
+/// Whether a connection uses Explicit Congestion Notification (RFC 3168, [`Config::ecn`]).
+///
+/// On a connection that negotiated it, new data goes out as ECT(0); a data segment that arrives
+/// marked CE (Congestion Experienced) is echoed with ECE on every ACK until the peer's CWR says
+/// it reduced its window; and an ACK with ECE reduces our window as a loss would, at most once per
+/// window of data, without retransmitting anything, and the next new segment carries CWR.
+/// Retransmissions, pure ACKs, window probes, SYNs and FINs without data are sent Not-ECT (RFC
+/// 3168 §6.1.4 to §6.1.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Ecn {
+    /// Neither asked for nor accepted.
+    Off,
+    /// Accepted when the peer's SYN asks (ECE and CWR set), not asked for.
+    #[default]
+    Passive,
+    /// Asked for in our SYN, and accepted.
+    On,
 }
 
 impl Default for Config {
@@ -363,6 +393,7 @@ impl Default for Config {
             cwnd_validation: false,
             tail_loss_probe: false,
             challenge_ack_limit: 1000,
+            ecn: Ecn::Passive,
         }
     }
 }
@@ -419,6 +450,12 @@ pub struct Stats {
     pub dup_acks_now: u32,
     /// Tail loss probes sent ([`Config::tail_loss_probe`]).
     pub tail_loss_probes: u64,
+    /// Both sides agreed to use ECN (RFC 3168; [`Config::ecn`]).
+    pub ecn: bool,
+    /// Data segments received marked CE (Congestion Experienced), on an ECN connection.
+    pub ce_received: u64,
+    /// Window reductions for an ECE from the peer (at most one per window of data).
+    pub ecn_reductions: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].
@@ -437,6 +474,9 @@ pub struct Transmit {
     pub repr: TcpRepr<'static>,
     /// Payload bytes at the start of the caller's buffer.
     pub payload_len: usize,
+    /// Send the segment as ECN-Capable Transport, ECT(0) in the IP header (RFC 3168 §5): new data
+    /// on a connection that negotiated ECN. `false`: Not-ECT.
+    pub ect: bool,
 }
 
 impl Transmit {

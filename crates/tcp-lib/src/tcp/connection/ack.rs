@@ -182,6 +182,16 @@ impl Connection {
             self.recovery.fast_rexmit = true;
             self.stats.fast_retransmits += 1;
         }
+        // ECN (RFC 3168 §6.1.2): an echo of congestion reduces the window as a loss would,
+        // without a retransmission, once per window of data (the ACK must cover data sent after
+        // the last reduction, which carried our CWR) and not inside loss recovery (which reduced
+        // it already).
+        if self.ecn.ok && seg.ece && !self.recovery.active && self.snd.una > self.ecn.reduced_until {
+            self.cc.on_enter_recovery(distance(self.snd.una, self.snd.max), mss);
+            self.ecn.reduced_until = self.snd.max;
+            self.ecn.cwr_pending = true;
+            self.stats.ecn_reductions += 1;
+        }
         if self.recovery.active {
             let delivered = if self.sack_ok {
                 // RFC 6937 §3: the change in SND.UNA plus the change in SACKed bytes.
