@@ -228,6 +228,7 @@ impl fmt::Display for Snapshot {
                 ("rx_unhandled", s.rx_unhandled),
                 ("tcp_segments_in", s.tcp_segments_in),
                 ("tcp_no_socket", s.tcp_no_socket),
+                ("tcp_bad_source", s.tcp_bad_source),
                 ("rst_sent", s.rst_sent),
                 ("connections", c.connections as u64),
                 ("time_wait", c.time_wait as u64),

@@ -26,6 +26,9 @@ pub struct StackStats {
     pub tcp_segments_in: u64,
     /// TCP segments for no connection and no listener.
     pub tcp_no_socket: u64,
+    /// TCP segments from a source address no peer can have (unspecified, loopback, multicast,
+    /// broadcast, or our own: RFC 1122 §3.2.1.3 and §4.2.3.10), dropped unanswered.
+    pub tcp_bad_source: u64,
     /// Resets sent by the stack (for segments no one wants).
     pub rst_sent: u64,
     /// ARP requests sent.

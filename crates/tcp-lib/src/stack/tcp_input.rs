@@ -1,5 +1,6 @@
 //! TCP input: a received segment goes to its connection, to its TIME-WAIT record, to a listener,
-//! or draws a reset.
+//! or draws a reset; a segment from a source address no peer can have is dropped first
+//! ([`Stack::invalid_source`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -18,6 +19,10 @@ impl Stack {
         deliver: &mut F,
     ) {
         let ip = self.ip();
+        if self.invalid_source(src) {
+            self.stats.tcp_bad_source += 1;
+            return;
+        }
         let Ok(packet) = TcpPacket::new_checked(bytes) else {
             self.stats.rx_malformed += 1;
             return;
@@ -83,5 +88,20 @@ impl Stack {
         if let Some(rst) = reset_for(&seg) {
             self.send_tcp_control(local, remote, &rst);
         }
+    }
+
+    /// Whether `src` is an address no TCP peer can have: unspecified, loopback, multicast, the
+    /// limited broadcast or our subnet's, or our own. RFC 1122 §4.2.3.10 has TCP (or IP) ignore a
+    /// SYN with such a source (§3.2.1.3 lists them); a connection to it could never be answered
+    /// (a broadcast one would only draw ARP requests for the broadcast address, one from our own
+    /// address, the land attack, a connection to ourselves), and a reset to it must not be sent
+    /// either, so every segment from one is dropped.
+    fn invalid_source(&self, src: Ipv4Addr) -> bool {
+        src.is_unspecified()
+            || src.is_loopback()
+            || src.is_multicast()
+            || src.is_broadcast()
+            || src == self.ip()
+            || self.config.ip.broadcast() == Some(src)
     }
 }
