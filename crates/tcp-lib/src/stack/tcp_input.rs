@@ -1,6 +1,6 @@
 //! TCP input: a received segment goes to its connection, to its TIME-WAIT record, to a listener,
-//! or draws a reset; a segment from a source address no peer can have is dropped first
-//! ([`Stack::invalid_source`]).
+//! or draws a reset; a segment for no connection from a source address no peer can have is
+//! dropped instead ([`Stack::invalid_source`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -19,10 +19,6 @@ impl Stack {
         deliver: &mut F,
     ) {
         let ip = self.ip();
-        if self.invalid_source(src) {
-            self.stats.tcp_bad_source += 1;
-            return;
-        }
         let Ok(packet) = TcpPacket::new_checked(bytes) else {
             self.stats.rx_malformed += 1;
             return;
@@ -76,6 +72,12 @@ impl Stack {
                 self.time_wait_queue(after, key);
             }
             self.time_wait_trim();
+            return;
+        }
+        // Checked only for segments no connection wants (a connection's own segments come from
+        // the address its SYN came from, checked then): the per-segment path pays nothing.
+        if self.invalid_source(src) {
+            self.stats.tcp_bad_source += 1;
             return;
         }
         if let Some(&li) = self.listener_ports.get(&seg.dst_port) {
