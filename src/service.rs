@@ -18,6 +18,9 @@ use crate::util::{add, runtime_lines};
 
 /// How long a core's event loop waits for something to happen.
 const POLL_WAIT: Duration = Duration::from_millis(1);
+/// How often the event loop asks whether a quiet connection's deadline passed ([`Handler::expired`]):
+/// a deadline fires up to this late, and between sweeps no quiet connection is looked at.
+pub(crate) const SWEEP: Duration = Duration::from_millis(100);
 
 /// A service on the runtime, as [`serve`] runs it: what it says, what each core runs, and the
 /// model client's protocol.
@@ -206,12 +209,20 @@ pub(crate) trait Handler {
         let _ = conn;
         false
     }
+
+    /// Whether a quiet connection's deadline passed by `now`: the loop asks once every [`SWEEP`]
+    /// and steps those that say yes. The default: no deadline.
+    fn expired(&self, conn: &Self::Conn, now: Instant) -> bool {
+        let _ = (conn, now);
+        false
+    }
 }
 
 /// A core's event loop over its listener on `port` and its connections, until the runtime stops:
 /// [`Core::poll_wait`] (1 ms at most; it returns at once when the poll moved frames), accept every
 /// connection ready (this core's first, then stolen ones) while the handler takes them, then step
-/// every connection, dropping the closed and aborting the failed.
+/// every connection that is not quiet, has input, or (once every [`SWEEP`]) whose deadline passed,
+/// dropping the closed and aborting the failed.
 ///
 /// # Errors
 ///
@@ -226,6 +237,7 @@ pub(crate) fn event_loop<H: Handler>(
     listener.set_nonblocking(true);
     let mut conns: Vec<(Stream<'_>, H::Conn)> = Vec::new();
     let mut readable: Vec<bool> = Vec::new();
+    let mut next_sweep = Instant::now() + SWEEP;
     let result = 'serve: loop {
         match core.poll_wait(Some(POLL_WAIT)) {
             Ok(()) => {}
@@ -248,6 +260,10 @@ pub(crate) fn event_loop<H: Handler>(
             }
         }
         let now = Instant::now();
+        let sweep = now >= next_sweep;
+        if sweep {
+            next_sweep = now + SWEEP;
+        }
         // Which streams have input (data, end of stream or an error), asked of the stack in one
         // go: a quiet connection without any is not stepped (a read that would only say
         // `WouldBlock` costs more than the question).
@@ -261,7 +277,7 @@ pub(crate) fn event_loop<H: Handler>(
         let mut i = 0;
         while i < conns.len() {
             let (stream, conn) = &mut conns[i];
-            if !readable[i] && handler.is_quiet(conn) {
+            if !readable[i] && handler.is_quiet(conn) && !(sweep && handler.expired(conn, now)) {
                 i += 1;
                 continue;
             }
