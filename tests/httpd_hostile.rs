@@ -112,6 +112,9 @@ fn header_and_idle_timeouts_close_connections() {
     const IDLE: Duration = Duration::from_millis(1500);
     // A deadline fires up to one sweep (100 ms) late; the rest is the round trip and scheduling.
     const SLACK: Duration = Duration::from_millis(700);
+    // The idle timer starts when the server queues the response, a round trip before the client
+    // has it: the close may come that much before the idle timeout counted from there.
+    const EARLY: Duration = Duration::from_millis(50);
     netns_test::in_private_namespace(|| {
         let content = demo();
         let options = Options { header_timeout: HEADER, idle_timeout: IDLE, ..Options::default() };
@@ -157,9 +160,9 @@ fn header_and_idle_timeouts_close_connections() {
         for (what, took, bound) in
             [("partial", partial, HEADER), ("silent", silent, HEADER), ("idle", idle, IDLE)]
         {
-            if took < bound || took > bound + SLACK {
+            if took + EARLY < bound || took > bound + SLACK {
                 return Err(format!(
-                    "the {what} connection closed after {took:?}, not within {bound:?} + {SLACK:?}"
+                    "the {what} connection closed after {took:?}, not within {bound:?} - {EARLY:?} .. + {SLACK:?}"
                 ));
             }
         }

@@ -1,12 +1,12 @@
 //! Slowloris against httpd's `--tap` mode: in a private network namespace, 10,000 kernel
 //! connections each send part of a request head and wait. While they are held a new client is
-//! served at once (three in a row, measured: the fastest under 1 s, every one under 3 s), the process's resident memory grows by less than a
-//! stated bound, and every one of them is cut off by `--header-timeout` (408, then the server's
-//! FIN) no earlier than the timeout after its connect began and no later than the timeout plus
-//! one second after the server acknowledged its partial head (`SIOCOUTQ` at 0: the server had
-//! accepted it; a debug build takes a second or two to catch up with the burst of handshakes, so
-//! the connect's end would understate when its timer started). The server counts 10,000 header
-//! timeouts.
+//! served at once (three in a row, each measured under 1 s), the process's resident memory grows
+//! by less than a stated bound, and every one of them is cut off by `--header-timeout` (408, then
+//! the server's FIN) no earlier than the timeout after its connect began and no later than the
+//! timeout plus one second after the server acknowledged its partial head (`SIOCOUTQ` at 0: the
+//! server's stack has the connection, and the service accepts it in the next rounds; a debug build
+//! takes a moment to catch up with the burst of handshakes, so the connect's end would understate
+//! when its timer started). The server counts 10,000 header timeouts.
 //!
 //! A test binary of its own: the memory it measures is this process's, with no other test's
 //! server beside it. It raises `RLIMIT_NOFILE` to hold the connections and the TAP's transmit
@@ -30,21 +30,17 @@ const CONNS: usize = 10_000;
 const THREADS: usize = 50;
 /// The server's `--header-timeout`: long enough that every slow client is connected before the
 /// first is cut off.
-const HEADER: Duration = Duration::from_secs(8);
+const HEADER: Duration = Duration::from_secs(6);
 /// How late past the header timeout, counted from the server's acknowledgment of the partial head,
 /// a connection may be cut off: the server's own bound is its accept plus the timeout plus one
-/// sweep (100 ms), but the client sees the accept only through the acknowledgment, and right
-/// after the burst of 10,000 handshakes a debug build hands connections to the service up to about
-/// 2 s after its stack acknowledged their data (measured: the server's deadlines fired at most
-/// 110 ms late, the clients saw the 408s 1.6 to 2.1 s past the timeout after the acknowledgment).
-const LATE: Duration = Duration::from_secs(3);
+/// sweep (100 ms); the client sees the accept only through the acknowledgment, which the accept
+/// follows within a few rounds since the event loop accepts in batches (before, one a round, it
+/// lagged 1 to 2 s behind after the burst), and the client polls its sockets every 20 ms.
+const LATE: Duration = Duration::from_secs(1);
 /// New clients measured while the slow ones are held, one after another.
 const NEW_CLIENTS: usize = 3;
-/// How long the fastest of them may wait for its response ("at once").
+/// How long each of them may wait for its response ("at once"; measured 2 to 8 ms in a debug build).
 const FRESH: Duration = Duration::from_secs(1);
-/// How long any of them may wait: the first new connection after the burst has been seen to wait
-/// 0.5 to 1.8 s in a debug build on a loaded machine, the next ones 2 to 8 ms.
-const FRESH_FIRST: Duration = Duration::from_secs(3);
 /// How much the process's resident memory may grow while the slow clients are held: 4 KiB per
 /// connection (the server's stack connection, its read-ahead and the event loop's entry; the
 /// clients' `TcpStream`s are file descriptors).
@@ -239,12 +235,9 @@ fn slowloris() -> Result<(), String> {
         m.earliest,
         m.latest
     );
-    let fastest = m.fresh.iter().min().copied().unwrap_or_default();
-    let slowest = m.fresh.iter().max().copied().unwrap_or_default();
-    if fastest > FRESH || slowest > FRESH_FIRST {
+    if m.fresh.iter().any(|&f| f > FRESH) {
         return Err(format!(
-            "new clients waited {:?} while the slow ones were held (the fastest may take {FRESH:?}, any \
-             {FRESH_FIRST:?})",
+            "new clients waited {:?} while the slow ones were held (each may take {FRESH:?})",
             m.fresh
         ));
     }
