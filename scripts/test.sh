@@ -113,7 +113,8 @@ summary() {
 trap 'summary $?' EXIT
 
 # Debian packages the tests and benchmarks use. Installed only when missing, and only as root.
-APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core iptables ethtool bison flex python3-scapy)
+# hping3 and nmap: tests/adversarial (floods beside kernel clients, port scans); python3-scapy: its crafted frames too.
+APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core iptables ethtool bison flex python3-scapy hping3 nmap)
 install_packages() {
   local missing=()
   for p in "${APT_PACKAGES[@]}"; do

@@ -156,7 +156,7 @@ fn backlog(text: &str) -> Result<usize, String> {
 }
 
 /// A positive number of seconds, fractions allowed.
-fn seconds(text: &str) -> Result<Duration, String> {
+pub(crate) fn seconds(text: &str) -> Result<Duration, String> {
     text.parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)

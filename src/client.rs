@@ -398,6 +398,6 @@ pub(crate) fn run<P: Protocol>(
         percentile(&sorted, 990),
         sorted.last().copied().unwrap_or_default(),
     ];
-    run.totals.stack = stack.stats();
+    run.totals.stack = *stack.stats();
     Ok(run.totals)
 }

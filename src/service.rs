@@ -18,6 +18,13 @@ use crate::util::{add, runtime_lines};
 
 /// How long a core's event loop waits for something to happen.
 const POLL_WAIT: Duration = Duration::from_millis(1);
+/// Most connections one round accepts: the runtime queues one established connection for
+/// `accept` per poll, so after one is taken the loop polls again (without waiting) for the next,
+/// up to this many, before it serves the connections it has.
+const ACCEPT_BATCH: usize = 64;
+/// How often the event loop asks whether a quiet connection's deadline passed ([`Handler::expired`]):
+/// a deadline fires up to this late, and between sweeps no quiet connection is looked at.
+pub(crate) const SWEEP: Duration = Duration::from_millis(100);
 
 /// A service on the runtime, as [`serve`] runs it: what it says, what each core runs, and the
 /// model client's protocol.
@@ -206,12 +213,21 @@ pub(crate) trait Handler {
         let _ = conn;
         false
     }
+
+    /// Whether a quiet connection's deadline passed by `now`: the loop asks once every [`SWEEP`]
+    /// and steps those that say yes. The default: no deadline.
+    fn expired(&self, conn: &Self::Conn, now: Instant) -> bool {
+        let _ = (conn, now);
+        false
+    }
 }
 
 /// A core's event loop over its listener on `port` and its connections, until the runtime stops:
 /// [`Core::poll_wait`] (1 ms at most; it returns at once when the poll moved frames), accept every
-/// connection ready (this core's first, then stolen ones) while the handler takes them, then step
-/// every connection, dropping the closed and aborting the failed.
+/// connection ready (this core's first, then stolen ones; polling again while they come, up to
+/// [`ACCEPT_BATCH`]) while the handler takes them, then step
+/// every connection that is not quiet, has input, or (once every [`SWEEP`]) whose deadline passed,
+/// dropping the closed and aborting the failed.
 ///
 /// # Errors
 ///
@@ -226,12 +242,18 @@ pub(crate) fn event_loop<H: Handler>(
     listener.set_nonblocking(true);
     let mut conns: Vec<(Stream<'_>, H::Conn)> = Vec::new();
     let mut readable: Vec<bool> = Vec::new();
+    let mut next_sweep = Instant::now() + SWEEP;
+    // The stack's count of TCP segments received when the streams were last asked which are
+    // readable.
+    let mut asked_at: Option<u64> = None;
     let result = 'serve: loop {
         match core.poll_wait(Some(POLL_WAIT)) {
             Ok(()) => {}
             Err(e) if Stopping::is(&e) => break Ok(()),
             Err(e) => break Err(e),
         }
+        let known = conns.len();
+        let mut polled_at = known;
         while handler.may_accept() {
             match listener.accept() {
                 Ok((stream, _peer)) => {
@@ -242,26 +264,54 @@ pub(crate) fn event_loop<H: Handler>(
                     add(counters.accepted, 1);
                     conns.push((stream, conn));
                 }
+                // One came since the last poll, and another may be queued by the next.
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        && conns.len() > polled_at
+                        && conns.len() - known < ACCEPT_BATCH =>
+                {
+                    polled_at = conns.len();
+                    match core.poll_wait(Some(Duration::ZERO)) {
+                        Ok(()) => {}
+                        Err(e) if Stopping::is(&e) => break 'serve Ok(()),
+                        Err(e) => break 'serve Err(e),
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if Stopping::is(&e) => break 'serve Ok(()),
                 Err(e) => break 'serve Err(e),
             }
         }
         let now = Instant::now();
+        let sweep = now >= next_sweep;
+        if sweep {
+            next_sweep = now + SWEEP;
+        }
         // Which streams have input (data, end of stream or an error), asked of the stack in one
         // go: a quiet connection without any is not stepped (a read that would only say
-        // `WouldBlock` costs more than the question).
+        // `WouldBlock` costs more than the question). Asked only when a TCP segment arrived since
+        // the last time (or once a sweep, for a connection a timer failed): with thousands of
+        // quiet connections the question costs more than a round that has nothing to do, and
+        // rounds are what move established connections to the accept queue (one a poll).
         readable.clear();
-        if let Err(e) = core
-            .interface()
-            .with_stack(|s| readable.extend(conns.iter().map(|(st, _)| s.is_readable(st.id()))))
-        {
-            break 'serve Err(e);
+        let asked = core.interface().with_stack(|s| {
+            let segments = s.stats().tcp_segments_in;
+            let ask = sweep || asked_at != Some(segments);
+            if ask {
+                readable.extend(conns.iter().map(|(st, _)| s.is_readable(st.id())));
+            }
+            ask.then_some(segments)
+        });
+        match asked {
+            Ok(Some(segments)) => asked_at = Some(segments),
+            // Nothing arrived: only the connections just accepted may have input (from before).
+            Ok(None) => readable.extend((0..conns.len()).map(|i| i >= known)),
+            Err(e) => break 'serve Err(e),
         }
         let mut i = 0;
         while i < conns.len() {
             let (stream, conn) = &mut conns[i];
-            if !readable[i] && handler.is_quiet(conn) {
+            if !readable[i] && handler.is_quiet(conn) && !(sweep && handler.expired(conn, now)) {
                 i += 1;
                 continue;
             }

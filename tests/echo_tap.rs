@@ -9,12 +9,9 @@
 //! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
 //! those preconditions hold fails the test.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use netchannels::cli::ServeArgs;
 use netchannels::echo::{Options, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
 use netns_test::ip;
@@ -30,54 +27,14 @@ const MAX_SIZE: usize = 20_000;
 /// One kernel client: `MESSAGES` messages of random size, each written whole and read back whole,
 /// then a half-close and the server's FIN.
 fn kernel_client(index: usize) -> Result<u64, String> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| format!("client {index}: {what}: {e}");
-    let mut s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
-        .map_err(|e| fail("connect", &e))?;
-    s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| fail("timeout", &e))?;
-    s.set_nodelay(true).map_err(|e| fail("nodelay", &e))?;
-    let mut state = (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    let mut total = 0;
-    let mut back = vec![0u8; MAX_SIZE];
-    for m in 0..MESSAGES {
-        let len = 1 + usize::try_from(next() % MAX_SIZE as u64).expect("small");
-        let msg: Vec<u8> = (0..len).map(|_| next().to_le_bytes()[3]).collect();
-        s.write_all(&msg).map_err(|e| fail(&format!("write message {m}"), &e))?;
-        s.read_exact(&mut back[..len]).map_err(|e| fail(&format!("read message {m} ({len} bytes)"), &e))?;
-        if let Some(at) = msg.iter().zip(&back[..len]).position(|(a, b)| a != b) {
-            return Err(format!("client {index}: message {m}: byte {at} of {len} came back changed"));
-        }
-        total += len as u64;
-    }
-    s.shutdown(std::net::Shutdown::Write).map_err(|e| fail("shutdown", &e))?;
-    let mut rest = Vec::new();
-    s.read_to_end(&mut rest).map_err(|e| fail("waiting for the server's FIN", &e))?;
-    if !rest.is_empty() {
-        return Err(format!("client {index}: {} unexpected bytes after the last echo", rest.len()));
-    }
-    Ok(total)
+    netns_test::echo_client(SocketAddrV4::new(SERVER, PORT), index as u64, MESSAGES, MAX_SIZE)
 }
 
 fn in_namespace() -> Result<(), String> {
     ip(&["tuntap", "add", "dev", IFACE, "mode", "tap"])?;
     ip(&["addr", "add", KERNEL, "dev", IFACE])?;
     ip(&["link", "set", IFACE, "up"])?;
-    let options = Options {
-        serve: ServeArgs {
-            tap: Some(IFACE.into()),
-            ip: Ipv4Cidr::new(SERVER, 24).expect("a /24"),
-            cores: Some(1),
-            ..ServeArgs::default()
-        },
-        progress: false,
-        port: PORT,
-        ..Options::default()
-    };
+    let options = Options::tap(IFACE, Ipv4Cidr::new(SERVER, 24).expect("a /24"), PORT);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let server = s.spawn(|| run(&options, &stop));

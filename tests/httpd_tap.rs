@@ -8,64 +8,19 @@
 //! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
 //! those preconditions hold fails the test.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+mod httpd_common;
+
+use std::io::{BufReader, Read, Write};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use netchannels::cli::ServeArgs;
-use netchannels::httpd::{Content, Options, run};
-use netchannels::tcp_lib::wire::Ipv4Cidr;
-use netns_test::{ip, skip};
+use httpd_common::{SERVER, header, read_response, serve};
+use netchannels::httpd::{Content, Options};
+use netns_test::skip;
 
-const KERNEL: &str = "10.202.0.1/24";
-const SERVER: Ipv4Addr = Ipv4Addr::new(10, 202, 0, 2);
-const PORT: u16 = 80;
-
-fn connect() -> Result<TcpStream, String> {
-    let s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
-        .map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
-    Ok(s)
-}
-
-/// A response: status, headers (lower-case names), body.
-type Response = (u16, Vec<(String, String)>, Vec<u8>);
-
-/// One response: status, headers (lower-case names), body (none for HEAD).
-fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> Result<Response, String> {
-    let mut line = String::new();
-    r.read_line(&mut line).map_err(|e| format!("status line: {e}"))?;
-    let status = line
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|l| l.get(..3))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line {line:?}"))?;
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        r.read_line(&mut line).map_err(|e| format!("header: {e}"))?;
-        let l = line.trim_end_matches("\r\n");
-        if l.is_empty() {
-            break;
-        }
-        let (n, v) = l.split_once(':').ok_or_else(|| format!("bad header {l:?}"))?;
-        headers.push((n.to_ascii_lowercase(), v.trim().to_owned()));
-    }
-    let length: usize = headers
-        .iter()
-        .find(|(n, _)| n == "content-length")
-        .and_then(|(_, v)| v.parse().ok())
-        .ok_or("no Content-Length")?;
-    let mut body = vec![0; if head { 0 } else { length }];
-    r.read_exact(&mut body).map_err(|e| format!("body of {length}: {e}"))?;
-    Ok((status, headers, body))
-}
-
-fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    h.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+fn connect() -> Result<std::net::TcpStream, String> {
+    httpd_common::connect(Duration::from_secs(20))
 }
 
 /// Keep-alive, pipelining, HEAD, 404, 405, Connection: close, 400.
@@ -223,44 +178,24 @@ print('python ok', len(sys.argv) - 2)
 }
 
 fn in_namespace(iface: &str, copy: bool) -> Result<(), String> {
-    ip(&["tuntap", "add", "dev", iface, "mode", "tap"])?;
-    ip(&["addr", "add", KERNEL, "dev", iface])?;
-    ip(&["link", "set", iface, "up"])?;
-    let options = Options {
-        serve: ServeArgs {
-            tap: Some(iface.into()),
-            ip: Ipv4Cidr::new(SERVER, 24).expect("a /24"),
-            ..ServeArgs::default()
-        },
-        copy,
-        progress: false,
-        port: PORT,
-        ..Options::default()
-    };
     let content = Arc::new(Content::demo(None));
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let server = s.spawn(|| run(&options, Arc::clone(&content), &stop));
-        let fetched = std_clients(&content).and_then(|n| python_client(&content).map(|()| n));
-        // Relaxed: a plain flag; the join orders the rest.
-        stop.store(true, Ordering::Relaxed);
-        let report = server.join().map_err(|_| "the server panicked".to_owned())??;
-        println!("{report}");
-        let fetched = fetched?;
-        println!("std::net clients fetched {fetched} body bytes, all checked");
-        let core = &report.cores[0];
-        if core.failed != 0 || core.responses[1] != 3 || core.responses[2] == 0 || core.responses[3] == 0 {
-            return Err(format!("unexpected counts: {report}"));
-        }
-        let (prepared, sums) = report.prepared_segments();
-        if !copy && (prepared == 0 || sums == 0) {
-            return Err(format!("the prepared path was not used: {report}"));
-        }
-        if copy && prepared != 0 {
-            return Err(format!("--copy used the prepared path: {report}"));
-        }
-        Ok(())
-    })
+    let options = Options { copy, ..Options::default() };
+    let (fetched, report) = serve(iface, options, &content, || {
+        std_clients(&content).and_then(|n| python_client(&content).map(|()| n))
+    })?;
+    println!("std::net clients fetched {fetched} body bytes, all checked");
+    let core = &report.cores[0];
+    if core.failed != 0 || core.responses[1] != 3 || core.responses[2] == 0 || core.responses[3] == 0 {
+        return Err(format!("unexpected counts: {report}"));
+    }
+    let (prepared, sums) = report.prepared_segments();
+    if !copy && (prepared == 0 || sums == 0) {
+        return Err(format!("the prepared path was not used: {report}"));
+    }
+    if copy && prepared != 0 {
+        return Err(format!("--copy used the prepared path: {report}"));
+    }
+    Ok(())
 }
 
 fn tap_test(iface: &'static str, copy: bool) {

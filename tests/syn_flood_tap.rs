@@ -20,7 +20,6 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use netchannels::cli::ServeArgs;
 use netchannels::echo::{Options, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
 use netns_test::{SKIP, ip};
@@ -60,17 +59,7 @@ fn in_namespace() -> Result<(), String> {
     ip(&["tuntap", "add", "dev", IFACE, "mode", "tap"])?;
     ip(&["addr", "add", &format!("{KERNEL_IP}/24"), "dev", IFACE])?;
     ip(&["link", "set", IFACE, "up"])?;
-    let options = Options {
-        serve: ServeArgs {
-            tap: Some(IFACE.into()),
-            ip: Ipv4Cidr::new(SERVER, 24).expect("a /24"),
-            cores: Some(1),
-            ..ServeArgs::default()
-        },
-        progress: false,
-        port: PORT,
-        ..Options::default()
-    };
+    let options = Options::tap(IFACE, Ipv4Cidr::new(SERVER, 24).expect("a /24"), PORT);
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let server = scope.spawn(|| run(&options, &stop));

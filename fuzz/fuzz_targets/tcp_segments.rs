@@ -39,7 +39,8 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use tcp_lib::stack::PreparedSegments;
 use tcp_lib::tcp::{
-    BufferBudget, Config, CongestionAlgorithm, Connection, ConnectionError, Keepalive, ListenAction, State, Transmit,
+    BufferBudget, Config, CongestionAlgorithm, Connection, ConnectionError, Ecn, Keepalive, ListenAction, State,
+    Transmit,
     listen_reply, reset_for,
 };
 use tcp_lib::wire::tcp::{SackBlock, SackBlocks, Timestamp};
@@ -117,11 +118,13 @@ struct ConfigIn {
 }
 
 impl ConfigIn {
-    /// A buffer budget of 0 to 31 KiB for the connection, from bits `challenge_ack_limit` does not
-    /// use (its value is the low two bits), so that older inputs keep their configuration.
+    /// A buffer budget of 0, 2, 8 or 32 KiB for the connection (bit 7 on; the size from bits 2
+    /// and 3), from bits of `challenge_ack_limit` nothing else reads (its value takes bits 0 and
+    /// 1, ECN bits 4 and 5, RACK bit 6), so that older inputs keep their configuration.
     fn budget(&self) -> Option<Arc<BufferBudget>> {
-        (self.challenge_ack_limit & 0x80 != 0)
-            .then(|| Arc::new(BufferBudget::new(usize::from((self.challenge_ack_limit >> 2) & 0x1f) * 1024)))
+        (self.challenge_ack_limit & 0x80 != 0).then(|| {
+            Arc::new(BufferBudget::new([0, 2048, 8192, 32_768][usize::from((self.challenge_ack_limit >> 2) & 3)]))
+        })
     }
 
     fn config(&self) -> Config {
@@ -155,6 +158,11 @@ impl ConfigIn {
             slow_start_segments_per_ack: 1 + usize::from(self.slow_start_per_ack % 64),
             cwnd_validation: self.slow_start_per_ack & 0x80 != 0,
             tail_loss_probe: self.slow_start_per_ack & 0x40 != 0,
+            // Bits 4 and 5 of the challenge-ACK byte (bits 0 and 1 choose the limit).
+            ecn: [Ecn::Passive, Ecn::Off, Ecn::On, Ecn::Passive]
+                [usize::from((self.challenge_ack_limit >> 4) & 3)],
+            // Bit 6 of the same byte.
+            rack: self.challenge_ack_limit & 0x40 != 0,
         }
     }
 }
@@ -510,6 +518,8 @@ struct Harness {
     peer_data: Ranges,
     /// The last segment delivered, on the wire (payload included).
     last: Option<Vec<u8>>,
+    /// The segment being delivered came in an IP header marked CE (congestion experienced).
+    ce: bool,
 }
 
 impl Harness {
@@ -546,6 +556,7 @@ impl Harness {
             peer_fins: HashSet::new(),
             peer_data: Ranges::default(),
             last: None,
+            ce: false,
         }
     }
 
@@ -603,6 +614,18 @@ impl Harness {
         let repr = t.segment(payload);
         assert_eq!(repr.payload.len(), t.payload_len);
         assert_eq!((repr.src_port, repr.dst_port), (LOCAL.port(), REMOTE.port()));
+        assert!(
+            !t.ect || (t.payload_len > 0 && self.conn.stats().ecn),
+            "ECT only on data of an ECN connection"
+        );
+        assert!(
+            !repr.cwr || t.ect || repr.control == TcpControl::Syn,
+            "CWR only on new data (or an ECN-setup SYN)"
+        );
+        assert!(
+            !repr.ece || self.conn.stats().ecn || repr.control == TcpControl::Syn,
+            "ECE only on an ECN connection"
+        );
         assert_eq!(repr.sack_blocks_emitted(), repr.sack_blocks.len(), "SACK blocks that do not fit");
         round_trip(&repr, *LOCAL.ip(), *REMOTE.ip());
         let state = self.conn.state();
@@ -743,7 +766,7 @@ impl Harness {
     fn deliver(&mut self, seg: &TcpRepr<'_>) {
         check_helpers(seg);
         let before = self.conn.state();
-        self.conn.handle_segment(self.now, seg);
+        self.conn.handle_segment_ecn(self.now, seg, self.ce, |_| 0);
         let after = self.conn.state();
         if before == State::SynSent && !matches!(after, State::SynSent | State::Closed) {
             assert!(seg.control == TcpControl::Syn, "SYN-SENT left without a SYN");
@@ -851,9 +874,12 @@ impl Harness {
             timestamp,
             payload: &payload,
         };
-        // Through the wire, as a stack would receive it.
+        // Through the wire, as a stack would receive it; a CE mark in the IP header when the
+        // urgent pointer's top bit is set.
         let bytes = round_trip(&repr, *REMOTE.ip(), *LOCAL.ip());
+        self.ce = s.urgent.is_some_and(|u| u & 0x8000 != 0);
         self.deliver_bytes(&bytes);
+        self.ce = false;
         self.last = Some(bytes);
     }
 
@@ -1062,6 +1088,9 @@ fn peer_syn(setup: &Setup, ack: Option<SeqNumber>, tsecr: u32) -> TcpRepr<'stati
         window_scale: setup.syn.window_scale,
         sack_permitted: setup.syn.sack_permitted,
         timestamp: setup.syn.tsval.map(|tsval| Timestamp { tsval, tsecr }),
+        // An odd window asks for ECN (a SYN: ECE and CWR) or accepts it (a SYN-ACK: ECE).
+        ece: setup.syn.window & 1 == 1,
+        cwr: setup.syn.window & 1 == 1 && ack.is_none(),
         ..TcpRepr::default()
     }
 }

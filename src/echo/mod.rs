@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use clap::builder::TypedValueParser as _;
 use netchannel_runtime::{Backend, Core, Snapshot, Stream};
+use tcp_lib::wire::Ipv4Cidr;
 
 pub use client::ClientReport;
 
@@ -118,6 +119,20 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self::parse_from(["echo"])
+    }
+}
+
+impl Options {
+    /// Echo on `port` on the TAP `iface` as `ip`, one core, no progress line: what the tests that
+    /// use the kernel as the client run (`--tap IFACE --ip IP --cores 1 --port P --quiet`).
+    #[must_use]
+    pub fn tap(iface: &str, ip: Ipv4Cidr, port: u16) -> Self {
+        Self {
+            serve: ServeArgs { tap: Some(iface.into()), ip, cores: Some(1), ..ServeArgs::default() },
+            progress: false,
+            port,
+            ..Self::default()
+        }
     }
 }
 

@@ -1,12 +1,20 @@
 //! The content served, prepared at start ([`Content`]): every file's whole response (status line,
-//! headers, body), for GET and for HEAD, with and without `Connection: close`, built once and cut
-//! into TCP payload segments for [`SEGMENT_SIZES`] with the one's-complement sum of every segment
-//! precomputed ([`PreparedSegments`]); the error responses (400, 404, 405) the same way. Serving a
-//! request is picking one ([`Content::respond`]) and queueing it by reference.
+//! headers, body), for GET and for HEAD, in three variants (persistent without a `Connection`
+//! header, for HTTP/1.1; `Connection: close`; `Connection: keep-alive`, for an HTTP/1.0 request
+//! that asked for it), built once and cut into TCP payload segments for [`SEGMENT_SIZES`] with the
+//! one's-complement sum of every segment precomputed ([`PreparedSegments`]); the error responses
+//! (400, 404, 405, and the closing 408 and 503) the same way. Serving a request is picking one
+//! ([`Content::respond`]) and queueing it by reference. The three variants hold a file's body three
+//! times: a `--dir` of 1 GiB (the most [`Content::load`] takes) prepares about 3 GiB.
+//!
+//! The generated demo set is written, for other servers to serve the same files, to a directory
+//! the caller names or to a fresh temporary one that is removed when the [`Content`] is dropped
+//! ([`Content::demo_written`]).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tcp_lib::stack::PreparedSegments;
 
@@ -22,21 +30,25 @@ pub const DEMO_SIZES: [usize; 9] =
 /// The most bytes loaded from a directory.
 const MAX_CONTENT: u64 = 1 << 30;
 
-/// One resource's responses, prepared: `[keep-alive, close]` for GET and for HEAD.
+/// How a response says the connection goes on: [`Responses`]' variants, in their order.
+const PERSISTENCE: [&str; 3] = ["", "Connection: close\r\n", "Connection: keep-alive\r\n"];
+
+/// One resource's responses, prepared for GET and for HEAD, each in the variants of
+/// [`PERSISTENCE`]: persistent (HTTP/1.1, no header), closing, persistent saying `keep-alive`
+/// (HTTP/1.0).
 #[derive(Debug)]
 struct Responses {
-    get: [Arc<PreparedSegments>; 2],
-    head: [Arc<PreparedSegments>; 2],
+    get: [Arc<PreparedSegments>; 3],
+    head: [Arc<PreparedSegments>; 3],
 }
 
 impl Responses {
     fn new(status: &str, content_type: &str, body: &[u8], extra: &str) -> Self {
-        let make = |with_body: bool, close: bool| {
+        let make = |with_body: bool, persistence: &str| {
             let mut r = format!(
                 "HTTP/1.1 {status}\r\nServer: netchannels-httpd\r\nContent-Type: {content_type}\r\nContent-Length: \
-                 {}\r\n{extra}{}\r\n",
+                 {}\r\n{extra}{persistence}\r\n",
                 body.len(),
-                if close { "Connection: close\r\n" } else { "" }
             )
             .into_bytes();
             if with_body {
@@ -44,12 +56,33 @@ impl Responses {
             }
             Arc::new(PreparedSegments::new(r, &SEGMENT_SIZES))
         };
-        Self { get: [make(true, false), make(true, true)], head: [make(false, false), make(false, true)] }
+        Self { get: PERSISTENCE.map(|p| make(true, p)), head: PERSISTENCE.map(|p| make(false, p)) }
     }
 
-    fn pick(&self, method: Method, close: bool) -> &Arc<PreparedSegments> {
-        let i = usize::from(close);
+    /// The closing GET response (the errors that end a connection: 400, 408, 503).
+    fn closing(status: &str, body: &[u8], extra: &str) -> Arc<PreparedSegments> {
+        Self::new(status, "text/plain", body, extra).get[1].clone()
+    }
+
+    fn pick(&self, method: Method, request: &Request<'_>) -> &Arc<PreparedSegments> {
+        let i = if request.close {
+            1
+        } else if request.keep_alive_header {
+            2
+        } else {
+            0
+        };
         if method == Method::Head { &self.head[i] } else { &self.get[i] }
+    }
+}
+
+/// A directory removed (with what is in it) when dropped: the demo set's temporary one.
+#[derive(Debug)]
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -60,6 +93,10 @@ pub struct Content {
     not_found: Responses,
     not_allowed: Responses,
     bad_request: Arc<PreparedSegments>,
+    request_timeout: Arc<PreparedSegments>,
+    unavailable: Arc<PreparedSegments>,
+    /// The demo set's temporary directory, removed with the content.
+    temporary: Option<RemovedOnDrop>,
     /// Where the files came from, in words.
     pub source: String,
 }
@@ -91,6 +128,32 @@ pub fn demo_bytes(size: usize) -> Vec<u8> {
     (0..size).map(|_| rng.next().to_le_bytes()[5]).collect()
 }
 
+/// What the demo set is, in words.
+const DEMO_SOURCE: &str = "a generated demo set (1 KiB .. 256 KiB)";
+
+/// The demo set's files: [`DEMO_SIZES`] as `/1k.bin` .. `/256k.bin` and an `/index.html`.
+fn demo_files() -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> =
+        DEMO_SIZES.iter().map(|&s| (format!("/{}", demo_name(s)), demo_bytes(s))).collect();
+    let mut index = String::from("<html><body><h1>netchannels httpd</h1><ul>\n");
+    for &s in &DEMO_SIZES {
+        index.push_str(&format!("<li><a href=\"/{0}\">{0}</a></li>\n", demo_name(s)));
+    }
+    index.push_str("</ul></body></html>\n");
+    files.push(("/index.html".into(), index.into_bytes()));
+    files
+}
+
+/// Writes `files` (paths start with `/`) into `dir`, creating it if missing.
+fn write_files(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for (p, b) in files {
+        let path = dir.join(&p[1..]);
+        std::fs::write(&path, b).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
 impl Content {
     /// The content from `files` (path, bytes); paths start with `/`.
     #[must_use]
@@ -111,8 +174,14 @@ impl Content {
                 b"405 method not allowed\n",
                 "Allow: GET, HEAD\r\n",
             ),
-            bad_request: Responses::new("400 Bad Request", "text/plain", b"400 bad request\n", "").get[1]
-                .clone(),
+            bad_request: Responses::closing("400 Bad Request", b"400 bad request\n", ""),
+            request_timeout: Responses::closing("408 Request Timeout", b"408 request timeout\n", ""),
+            unavailable: Responses::closing(
+                "503 Service Unavailable",
+                b"503 service unavailable: too many connections\n",
+                "Retry-After: 1\r\n",
+            ),
+            temporary: None,
             source,
         }
     }
@@ -122,22 +191,42 @@ impl Content {
     /// files.
     #[must_use]
     pub fn demo(dir: Option<&Path>) -> Self {
-        let mut files: Vec<(String, Vec<u8>)> =
-            DEMO_SIZES.iter().map(|&s| (format!("/{}", demo_name(s)), demo_bytes(s))).collect();
-        let mut index = String::from("<html><body><h1>netchannels httpd</h1><ul>\n");
-        for &s in &DEMO_SIZES {
-            index.push_str(&format!("<li><a href=\"/{0}\">{0}</a></li>\n", demo_name(s)));
-        }
-        index.push_str("</ul></body></html>\n");
-        files.push(("/index.html".into(), index.into_bytes()));
-        let mut source = String::from("a generated demo set (1 KiB .. 256 KiB)");
+        let files = demo_files();
+        let mut source = String::from(DEMO_SOURCE);
         if let Some(dir) = dir
-            && std::fs::create_dir_all(dir).is_ok()
-            && files.iter().all(|(p, b)| std::fs::write(dir.join(&p[1..]), b).is_ok())
+            && write_files(dir, &files).is_ok()
         {
             source.push_str(&format!(", also written to {}", dir.display()));
         }
         Self::new(files, source)
+    }
+
+    /// The demo set ([`demo`](Self::demo)), written to `dir` (created if missing, kept), or with
+    /// `None` to a new directory under [`std::env::temp_dir`] that is removed when the content is
+    /// dropped. Returns the content and the directory.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the directory when it cannot be created or a file cannot be written.
+    pub fn demo_written(dir: Option<&Path>) -> Result<(Self, PathBuf), String> {
+        let files = demo_files();
+        let (path, temporary) = match dir {
+            Some(dir) => (dir.to_path_buf(), None),
+            None => {
+                let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+                let path =
+                    std::env::temp_dir().join(format!("netchannels-httpd-{}-{nanos}", std::process::id()));
+                // create_dir, not create_dir_all: a directory already there is not ours to remove.
+                std::fs::create_dir(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+                (path.clone(), Some(RemovedOnDrop(path)))
+            }
+        };
+        // On an error the temporary directory (if any) is removed as `temporary` drops.
+        write_files(&path, &files)?;
+        let kept = if temporary.is_some() { "removed at exit" } else { "kept" };
+        let mut content = Self::new(files, format!("{DEMO_SOURCE}, written to {} ({kept})", path.display()));
+        content.temporary = temporary;
+        Ok((content, path))
     }
 
     /// Every regular file under `dir` (recursively; symbolic links are not followed).
@@ -183,6 +272,20 @@ impl Content {
         &self.bad_request
     }
 
+    /// The prepared 408 response (it closes the connection), for a request head not complete in
+    /// time.
+    #[must_use]
+    pub fn request_timeout(&self) -> &Arc<PreparedSegments> {
+        &self.request_timeout
+    }
+
+    /// The prepared 503 response (`Retry-After: 1`; it closes the connection), for a connection
+    /// over the cap.
+    #[must_use]
+    pub fn unavailable(&self) -> &Arc<PreparedSegments> {
+        &self.unavailable
+    }
+
     /// The files' paths.
     pub fn paths(&self) -> impl Iterator<Item = &str> {
         self.files.keys().map(String::as_str)
@@ -214,9 +317,9 @@ impl Content {
             Method::Get | Method::Head => {
                 let path = request.path.split(['?', '#']).next().unwrap_or("");
                 let path = if path == "/" { "/index.html" } else { path };
-                self.files.get(path).map_or(&self.not_found, |(_, r)| r).pick(request.method, request.close)
+                self.files.get(path).map_or(&self.not_found, |(_, r)| r).pick(request.method, request)
             }
-            Method::Other => self.not_allowed.pick(Method::Get, request.close),
+            Method::Other => self.not_allowed.pick(Method::Get, request),
         }
     }
 }
@@ -228,7 +331,8 @@ mod tests {
     #[test]
     fn responses_are_prepared_per_file() {
         let content = Content::new(vec![("/a.txt".into(), b"hello".to_vec())], "test".into());
-        let get = Request { method: Method::Get, path: "/a.txt", close: false, len: 0 };
+        let get =
+            Request { method: Method::Get, path: "/a.txt", close: false, keep_alive_header: false, len: 0 };
         let r = content.respond(&get);
         let text = String::from_utf8_lossy(r.data()).into_owned();
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n") && text.ends_with("\r\n\r\nhello"), "{text}");
@@ -241,5 +345,35 @@ mod tests {
         let post = content.respond(&Request { method: Method::Other, ..get });
         assert!(post.data().starts_with(b"HTTP/1.1 405 "));
         assert!(SEGMENT_SIZES.iter().all(|&m| r.is_cut_for(m)));
+        // HTTP/1.0 keep-alive: the response says so.
+        let kept = content.respond(&Request { keep_alive_header: true, ..get });
+        let text = String::from_utf8_lossy(kept.data()).into_owned();
+        assert!(text.ends_with("Connection: keep-alive\r\n\r\nhello"), "{text}");
+        assert!(!String::from_utf8_lossy(r.data()).contains("Connection:"));
+        for (r, status) in [(content.request_timeout(), "408"), (content.unavailable(), "503")] {
+            let text = String::from_utf8_lossy(r.data()).into_owned();
+            assert!(
+                text.starts_with(&format!("HTTP/1.1 {status} ")) && text.contains("Connection: close\r\n")
+            );
+        }
+        assert!(String::from_utf8_lossy(content.unavailable().data()).contains("Retry-After: 1\r\n"));
+    }
+
+    #[test]
+    fn demo_files_go_to_a_temporary_directory_removed_with_the_content() {
+        let (content, dir) = Content::demo_written(None).unwrap();
+        assert!(dir.starts_with(std::env::temp_dir()), "{}", dir.display());
+        assert_eq!(std::fs::read(dir.join("1k.bin")).unwrap(), content.get("/1k.bin").unwrap());
+        assert!(content.source.contains(&dir.display().to_string()), "{}", content.source);
+        drop(content);
+        assert!(!dir.exists(), "{} is still there", dir.display());
+        // A directory given is kept.
+        let given = std::env::temp_dir().join(format!("netchannels-httpd-test-{}", std::process::id()));
+        let (content, dir) = Content::demo_written(Some(&given)).unwrap();
+        drop(content);
+        assert!(dir.join("index.html").exists());
+        std::fs::remove_dir_all(&given).unwrap();
+        let e = Content::demo_written(Some(Path::new("/proc/no/such/dir"))).unwrap_err();
+        assert!(e.contains("/proc/no/such/dir"), "{e}");
     }
 }

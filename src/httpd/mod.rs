@@ -10,8 +10,9 @@
 //!
 //! # Pre-segmented content
 //!
-//! At start every file's whole response (status line, headers, body), for GET and for HEAD, with
-//! and without `Connection: close`, is built once and cut into TCP payload segments for the
+//! At start every file's whole response (status line, headers, body), for GET and for HEAD, in
+//! three variants (no `Connection` header, `Connection: close`, `Connection: keep-alive` for
+//! HTTP/1.0), is built once and cut into TCP payload segments for the
 //! segment sizes connections will use ([`SEGMENT_SIZES`]: 1448 bytes, an MSS of 1460 less the
 //! timestamps option; and 1460), with the one's-complement sum of every segment precomputed
 //! ([`PreparedSegments`]). Serving a request queues the prepared response on the connection by
@@ -29,20 +30,57 @@
 //! GET and HEAD; other methods get 405. A request (line, headers and any `Content-Length` body)
 //! is at most [`MAX_REQUEST`] bytes; longer, or malformed (a bad request line, a header line
 //! without a colon, `Transfer-Encoding`, a bad `Content-Length`, a version other than HTTP/1.0 or
-//! 1.1), it gets 400 and the connection is closed. Unknown paths get 404. Connections are kept
-//! alive (HTTP/1.1) unless the request says `Connection: close` or is HTTP/1.0; pipelined
-//! requests are answered in order. `/` serves `/index.html` when there is one. No `Date` header.
-//! A connection closes lingering (as nginx does): our FIN follows the last response, and what the
-//! peer still sends is read and dropped until its FIN (at most 5 s), so that closing with unread
-//! input does not reset the connection before the peer has read the response.
+//! 1.1, a bare CR), it gets 400 and the connection is closed. Lines end in CRLF or a lone LF (RFC
+//! 9112 §2.2). Unknown paths get 404. Connections persist (RFC 9112 §9.3): HTTP/1.1 unless the
+//! request says `Connection: close`, HTTP/1.0 when it says `Connection: keep-alive` (the response
+//! then says so too); pipelined requests are answered in order. `/` serves `/index.html` when
+//! there is one. No `Date` header. A connection closes lingering (as nginx does): our FIN follows
+//! the last response, and what the peer still sends is read and dropped until its FIN (at most
+//! 5 s; 1 s for a connection cut off or refused), so that closing with unread input does not reset
+//! the connection before the peer has read the response.
+//!
+//! # Hostile clients: timeouts and the connection cap
+//!
+//! A connection that holds resources without finishing a request is cut off (nginx's
+//! `client_header_timeout` and `keepalive_timeout`, whose defaults are 60 s and 75 s; ours are
+//! shorter, as a static server's requests are one small segment):
+//!
+//! * `--header-timeout` (default 10 s): from accept, or on a kept-alive connection from the end of
+//!   the previous response when part of the next request was already there, else from its first
+//!   byte, to a complete request head. Then a connection that sent part of a request gets
+//!   `408 Request Timeout` and is closed; one that sent nothing is closed.
+//! * `--idle-timeout` (default 60 s): a kept-alive connection that sent no byte of its next request
+//!   this long after the previous response is closed. A response still being sent (bytes in the
+//!   stack's send buffer, or `--copy`'s queue) is activity: the wait starts again.
+//!
+//! Deadlines cost nothing per connection per round: a connection waiting for input is quiet (not
+//! stepped until the stack says it is readable, which the loop asks only in rounds where a segment
+//! arrived), and every 100 ms the event loop compares the quiet connections' deadlines with the
+//! time (one comparison each), so a deadline fires at most 100 ms late. A slowloris holding
+//! 10,000 partial heads costs the core 10,000 comparisons every 100 ms and, while it sends
+//! nothing, nothing per round.
+//!
+//! `--max-conns` (default 10,000 per core) caps the connections a core serves at once. One
+//! accepted over it gets `503 Service Unavailable` with `Retry-After: 1` and `Connection: close`
+//! (a prepared response) at once, and is closed after a 1 s linger in which what it sends is read
+//! and dropped (no input kept for it; beyond 1024 such at once, closed at once). What a served
+//! connection can hold is bounded: its read-ahead (at most [`MAX_REQUEST`] + 1 bytes, given back
+//! when it goes idle) and the stack's receive and send buffers (64 KiB each at most; a slowloris
+//! with a partial head grows the process by about 3.4 KiB, measured in a debug build). Not bounded in time: a client that pipelines
+//! requests and never reads the responses (the stack's zero-window probes keep it alive); nginx's
+//! `send_timeout` would be the next step.
+//!
+//! Counters: [`CoreReport::header_timeouts`], [`CoreReport::idle_timeouts`] and
+//! [`CoreReport::refused`], in the summary's core lines and the progress line.
 //!
 //! # The service
 //!
 //! Every core listens on [`Options::port`] and serves its connections from one non-blocking event
 //! loop: [`Core::poll_wait`] (1 ms at most), accept until `WouldBlock` (Affinity-Accept: this
-//! core's connections first, stolen ones when it has none), then for each connection send what
-//! waits (`--copy`), answer every complete request buffered, read more; it returns when the
-//! runtime stops. With `--copy` at most 64 responses wait per connection before it stops reading
+//! core's connections first, stolen ones when it has none; over `--max-conns` refused), then for
+//! each connection that has input or work waiting (or, every 100 ms, whose deadline passed) send
+//! what waits (`--copy`), answer every complete request buffered, read more, cut it off when its
+//! deadline passed; it returns when the runtime stops. With `--copy` at most 64 responses wait per connection before it stops reading
 //! requests; prepared responses wait in the stack.
 //!
 //! # Backends
@@ -61,7 +99,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -89,6 +127,18 @@ const CHUNK: usize = 16 * 1024;
 const MAX_PENDING: usize = 64;
 /// How long a closing connection reads and drops the peer's input, waiting for its FIN.
 const LINGER: Duration = Duration::from_secs(5);
+/// The same for a connection refused over the cap or cut off by a timeout: its peer is slow or
+/// hostile, and what it holds is bounded by how briefly it is held.
+const SHORT_LINGER: Duration = Duration::from_secs(1);
+/// Refused connections (503) one core holds at once, lingering; one refused beyond it is closed as
+/// soon as its 503 is queued and what it sent so far is read.
+const MAX_REFUSING: usize = 1024;
+/// Connections each core serves at once by default (`--max-conns`).
+pub const DEFAULT_MAX_CONNS: usize = 10_000;
+/// The default `--header-timeout`.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default `--idle-timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 // -----------------------------------------------------------------------------------------------
 // Options.
@@ -111,9 +161,30 @@ pub struct Options {
     pub serve: ServeArgs,
 
     /// Serve the files under PATH (default: a generated set of 1 KiB .. 256 KiB files, also
-    /// written to target/httpd-demo)
+    /// written to a temporary directory removed at exit, or to --demo-dir; the directory is
+    /// printed on stderr at start)
     #[arg(long, value_name = "PATH")]
     pub dir: Option<PathBuf>,
+
+    /// Write the generated demo files to PATH (created if missing, kept at exit) instead of a
+    /// temporary directory
+    #[arg(long, value_name = "PATH", conflicts_with = "dir")]
+    pub demo_dir: Option<PathBuf>,
+
+    /// Seconds from accept, or on a kept-alive connection from the next request's first byte, to
+    /// a complete request head; then 408 Request Timeout (nothing if no byte came) and close
+    #[arg(long, value_name = "S", default_value = "10", value_parser = cli::seconds)]
+    pub header_timeout: Duration,
+
+    /// Seconds a kept-alive connection may wait for the first byte of its next request (from the
+    /// end of the previous response); then it is closed
+    #[arg(long, value_name = "S", default_value = "60", value_parser = cli::seconds)]
+    pub idle_timeout: Duration,
+
+    /// Connections each core serves at once; one accepted over it gets 503 Service Unavailable
+    /// (Retry-After: 1, Connection: close) and is closed
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNS, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
+    pub max_conns: usize,
 
     /// Send responses through the stream's write (Stack::send: copied) instead of by reference
     /// (Stack::send_prepared)
@@ -158,15 +229,24 @@ impl Validate for Options {
     }
 }
 
-/// The content `options` name: `--dir`, or the demo set (written to `target/httpd-demo`).
+/// The content `options` name: `--dir`, or the demo set, written to `--demo-dir` or to a
+/// temporary directory removed when the content is dropped ([`Content::demo_written`]); where is
+/// printed on stderr (one line, `--quiet` or not).
 ///
 /// # Errors
 ///
-/// When the directory cannot be read, or holds more than 1 GiB.
+/// When the directory cannot be read, or holds more than 1 GiB; when the demo files cannot be
+/// written.
 pub fn content(options: &Options) -> Result<Content, String> {
     match &options.dir {
         Some(dir) => Content::load(dir),
-        None => Ok(Content::demo(Some(&Path::new(env!("CARGO_MANIFEST_DIR")).join("target/httpd-demo")))),
+        None => {
+            let (content, dir) = Content::demo_written(options.demo_dir.as_deref())
+                .map_err(|e| format!("the demo files: {e} (--demo-dir PATH names another directory)"))?;
+            let fate = if options.demo_dir.is_some() { "kept at exit" } else { "removed at exit" };
+            eprintln!("httpd: demo files in {} ({fate})", dir.display());
+            Ok(content)
+        }
     }
 }
 
@@ -189,6 +269,12 @@ pub struct CoreReport {
     pub failed: u64,
     /// Connections open when the server stopped.
     pub open_at_exit: u64,
+    /// Connections cut off by `--header-timeout` (a 408 to those that sent part of a request).
+    pub header_timeouts: u64,
+    /// Kept-alive connections closed by `--idle-timeout`.
+    pub idle_timeouts: u64,
+    /// Connections refused over `--max-conns` (503).
+    pub refused: u64,
     /// CPU time of the core's thread while it served (Linux schedstat), when known; with the
     /// `split` placement its channelizer's thread is not counted.
     pub cpu: Option<Duration>,
@@ -232,6 +318,14 @@ impl Report {
     #[must_use]
     pub fn failed(&self) -> u64 {
         self.cores.iter().map(|c| c.failed).sum()
+    }
+
+    /// Connections cut off by the header timeout, closed by the idle timeout, and refused over the
+    /// cap, over every core.
+    #[must_use]
+    pub fn cut_off(&self) -> (u64, u64, u64) {
+        let sum = |f: fn(&CoreReport) -> u64| self.cores.iter().map(f).sum();
+        (sum(|c| c.header_timeouts), sum(|c| c.idle_timeouts), sum(|c| c.refused))
     }
 
     /// Segments the server's stacks sent from prepared content, and how many of them had their
@@ -315,8 +409,9 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "  core {}: {} conns ({} stolen, {} failed, {} open at exit), responses 200 {} / 400 {} / 404 {} / \
-                 405 {}, {:.1} MiB; segments from prepared content {prepared} ({sums} with precomputed sums); \
-                 {rx} frames in, {tx} out; {resets} resets, {dropped} drops, {malformed} malformed",
+                 405 {}, {:.1} MiB; {} header timeouts (408), {} idle timeouts, {} refused over the cap (503); \
+                 segments from prepared content {prepared} ({sums} with precomputed sums); {rx} frames in, {tx} out; \
+                 {resets} resets, {dropped} drops, {malformed} malformed",
                 c.core,
                 c.conns,
                 stolen,
@@ -327,6 +422,9 @@ impl fmt::Display for Report {
                 c.responses[2],
                 c.responses[3],
                 mib(c.bytes),
+                c.header_timeouts,
+                c.idle_timeouts,
+                c.refused,
             )?;
         }
         self.write_runtime(f)
@@ -344,6 +442,9 @@ struct Live {
     bytes: AtomicU64,
     failed: AtomicU64,
     open_at_exit: AtomicU64,
+    header_timeouts: AtomicU64,
+    idle_timeouts: AtomicU64,
+    refused: AtomicU64,
     cpu: OnceLock<Duration>,
 }
 
@@ -360,6 +461,9 @@ impl Live {
             bytes: get(&self.bytes),
             failed: get(&self.failed),
             open_at_exit: get(&self.open_at_exit),
+            header_timeouts: get(&self.header_timeouts),
+            idle_timeouts: get(&self.idle_timeouts),
+            refused: get(&self.refused),
             cpu: self.cpu.get().copied(),
         }
     }
@@ -371,8 +475,21 @@ struct Service<'a> {
     content: &'a Content,
 }
 
+/// What a connection's deadline is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// A complete request head (`--header-timeout`): from accept, or on a kept-alive connection
+    /// from the end of the previous response when bytes of the next request were already there,
+    /// else from its first byte.
+    Head,
+    /// The first byte of the next request on a kept-alive connection (`--idle-timeout`), from the
+    /// end of the previous response.
+    Idle,
+    /// The peer's FIN after ours (lingering close).
+    Linger,
+}
+
 /// A connection being served.
-#[derive(Default)]
 struct Conn {
     /// Received bytes not yet answered (at most one request's worth is read ahead).
     input: Vec<u8>,
@@ -381,8 +498,35 @@ struct Conn {
     out_sent: usize,
     /// Respond no more; close once `out` is sent.
     closing: bool,
-    /// Lingering after our FIN until the peer's, at most until then.
-    linger: Option<Instant>,
+    /// What `deadline` is for.
+    wait: Wait,
+    /// When the connection is cut off (or, lingering, closed) unless something happens first.
+    deadline: Instant,
+    /// Responses wait for room in the stack (or `MAX_PENDING` in `--copy` mode): step it every
+    /// round.
+    blocked: bool,
+    /// Refused over the cap (503): not counted among the connections served.
+    refused: bool,
+}
+
+impl Conn {
+    /// A connection accepted `now`: a request head is due within `header`.
+    fn new(now: Instant, header: Duration) -> Self {
+        Self {
+            input: Vec::new(),
+            out: VecDeque::new(),
+            out_sent: 0,
+            closing: false,
+            wait: Wait::Head,
+            deadline: now + header,
+            blocked: false,
+            refused: false,
+        }
+    }
+
+    fn is_lingering(&self) -> bool {
+        self.wait == Wait::Linger
+    }
 }
 
 /// The response to the request at the start of `input`: the prepared response, the bytes the
@@ -404,8 +548,37 @@ fn answer<'a>(content: &'a Content, input: &[u8]) -> Option<(&'a Arc<PreparedSeg
     }
 }
 
+/// What [`queue`] did with a response.
+enum Queued {
+    /// Queued (in the stack, or on `out` for `--copy`).
+    Yes,
+    /// No room in the stack now.
+    WouldBlock,
+    /// The connection failed.
+    Failed,
+}
+
+/// Queues `response` on the connection: by reference in the stack, or on `out` with `--copy`.
+fn queue(
+    iface: &Interface<'_>,
+    stream: &Stream<'_>,
+    c: &mut Conn,
+    response: &Arc<PreparedSegments>,
+    copy: bool,
+) -> Queued {
+    if copy {
+        c.out.push_back(Arc::clone(response));
+        return Queued::Yes;
+    }
+    match iface.with_stack(|s| s.send_prepared(stream.id(), response)) {
+        Ok(Ok(())) => Queued::Yes,
+        Ok(Err(StackError::WouldBlock)) => Queued::WouldBlock,
+        _ => Queued::Failed,
+    }
+}
+
 /// Serves connection `c`: sends what waits (`--copy`), answers the complete requests buffered,
-/// reads more, and closes it lingering once it is done.
+/// reads more, cuts it off when its deadline passed, and closes it lingering once it is done.
 fn serve_conn(
     iface: &Interface<'_>,
     stream: &Stream<'_>,
@@ -416,6 +589,7 @@ fn serve_conn(
     now: Instant,
 ) -> Step {
     let would_block = |e: &io::Error| e.kind() == io::ErrorKind::WouldBlock;
+    let options = svc.options;
     loop {
         // --copy: push waiting responses into the send ring.
         while let Some(r) = c.out.front() {
@@ -436,18 +610,21 @@ fn serve_conn(
                 return Step::Open;
             }
             // Lingering close: our FIN follows the last response; what the peer still sends is
-            // read and dropped until its FIN (or LINGER).
-            let until = match c.linger {
-                Some(until) => until,
-                None => {
-                    let _ = stream.shutdown(Shutdown::Write);
-                    *c.linger.insert(now + LINGER)
-                }
-            };
+            // read and dropped until its FIN (or the deadline).
+            if !c.is_lingering() {
+                let _ = stream.shutdown(Shutdown::Write);
+                c.input = Vec::new();
+                c.deadline = match c.wait {
+                    _ if c.refused => c.deadline, // set when it was refused
+                    Wait::Head | Wait::Idle if now >= c.deadline => now + SHORT_LINGER, // cut off
+                    _ => now + LINGER,
+                };
+                c.wait = Wait::Linger;
+            }
             loop {
                 match (&*stream).read(buf) {
                     Ok(n) if n > 0 => {}
-                    Err(e) if would_block(&e) && now < until => return Step::Open,
+                    Err(e) if would_block(&e) && now < c.deadline => return Step::Open,
                     _ => return Step::Closed,
                 }
             }
@@ -461,24 +638,29 @@ fn serve_conn(
                 break;
             }
             let Some((response, len, close, status)) = answer(svc.content, &c.input) else { break };
-            if svc.options.copy {
-                c.out.push_back(Arc::clone(response));
-                copied = true;
-            } else {
-                match iface.with_stack(|s| s.send_prepared(stream.id(), response)) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(StackError::WouldBlock)) => {
-                        blocked = true;
-                        break;
-                    }
-                    _ => return Step::Failed,
+            match queue(iface, stream, c, response, options.copy) {
+                Queued::Yes => copied |= options.copy,
+                Queued::WouldBlock => {
+                    blocked = true;
+                    break;
                 }
+                Queued::Failed => return Step::Failed,
             }
             add(&live.responses[status], 1);
             add(&live.bytes, response.len() as u64);
             c.input.drain(..len);
             c.closing = close;
+            // The next request's head is due from now if part of it is here, else its first byte.
+            (c.wait, c.deadline) = if c.input.is_empty() {
+                if c.input.capacity() > 1024 {
+                    c.input = Vec::new(); // an idle connection holds no buffer
+                }
+                (Wait::Idle, now + options.idle_timeout)
+            } else {
+                (Wait::Head, now + options.header_timeout)
+            };
         }
+        c.blocked = blocked;
         if c.closing || copied {
             continue; // --copy: into the send ring now; then close, or read on
         }
@@ -497,11 +679,61 @@ fn serve_conn(
                 c.input.clear();
             }
             Ok(n) => {
+                if c.wait == Wait::Idle {
+                    (c.wait, c.deadline) = (Wait::Head, now + options.header_timeout);
+                }
                 c.input.extend_from_slice(&buf[..n]);
             }
-            Err(e) if would_block(&e) => return Step::Open,
+            Err(e) if would_block(&e) => {
+                if now < c.deadline {
+                    return Step::Open;
+                }
+                if let Some(step) = expire(iface, stream, c, svc, live, now) {
+                    return step;
+                }
+                // 408 queued: close after it.
+            }
             Err(_) => return Step::Failed,
         }
+    }
+}
+
+/// Connection `c`'s deadline passed with nothing to read: a response still on its way starts the
+/// wait again (`Some(Open)`); a partial request head gets 408 and closes (`None`: the caller
+/// sends it and lingers); a connection that sent nothing of its next request closes
+/// (`Some(Closed)`).
+fn expire(
+    iface: &Interface<'_>,
+    stream: &Stream<'_>,
+    c: &mut Conn,
+    svc: &Service<'_>,
+    live: &Live,
+    now: Instant,
+) -> Option<Step> {
+    let options = svc.options;
+    let unsent = iface.with_stack(|s| s.queues(stream.id()).map_or(0, |(_, send)| send)).unwrap_or(0);
+    let timeout = if c.wait == Wait::Idle { options.idle_timeout } else { options.header_timeout };
+    if unsent > 0 || !c.out.is_empty() {
+        c.deadline = now + timeout;
+        return Some(Step::Open);
+    }
+    if c.wait == Wait::Idle {
+        add(&live.idle_timeouts, 1);
+        return Some(Step::Closed);
+    }
+    add(&live.header_timeouts, 1);
+    if c.input.is_empty() {
+        return Some(Step::Closed);
+    }
+    let response = svc.content.request_timeout();
+    match queue(iface, stream, c, response, options.copy) {
+        Queued::Yes => {
+            add(&live.bytes, response.len() as u64);
+            c.closing = true;
+            None
+        }
+        Queued::WouldBlock => Some(Step::Closed),
+        Queued::Failed => Some(Step::Failed),
     }
 }
 
@@ -522,7 +754,8 @@ fn serve(core: &Core<'_>, svc: &Service<'_>, live: &Live) -> io::Result<()> {
         failed: &live.failed,
         open_at_exit: &live.open_at_exit,
     };
-    let mut serving = Serving { iface: core.interface(), svc, live, buf: vec![0u8; CHUNK] };
+    let mut serving =
+        Serving { iface: core.interface(), svc, live, buf: vec![0u8; CHUNK], served: 0, refusing: 0 };
     let result = event_loop(core, svc.options.port, &counters, &mut serving);
     if let Some(cpu) = thread_cpu().zip(cpu_start).map(|(end, start)| end.saturating_sub(start)) {
         let _ = live.cpu.set(cpu);
@@ -536,22 +769,58 @@ struct Serving<'a, 'c> {
     svc: &'a Service<'a>,
     live: &'a Live,
     buf: Vec<u8>,
+    /// Connections held that count against `--max-conns` (all but the refused).
+    served: usize,
+    /// Refused connections held (lingering after their 503), at most [`MAX_REFUSING`].
+    refusing: usize,
 }
 
 impl Handler for Serving<'_, '_> {
     type Conn = Conn;
 
+    /// Over `--max-conns`: the connection gets 503 at once and is closed after a short linger (at
+    /// once beyond [`MAX_REFUSING`]); no input is kept for it.
     fn accept(&mut self, stream: &Stream<'_>) -> io::Result<Conn> {
         stream.set_nonblocking(true)?;
-        Ok(Conn::default())
+        let now = Instant::now();
+        let options = self.svc.options;
+        let mut c = Conn::new(now, options.header_timeout);
+        if self.served < options.max_conns {
+            self.served += 1;
+            return Ok(c);
+        }
+        add(&self.live.refused, 1);
+        let response = self.svc.content.unavailable();
+        if let Queued::Yes = queue(self.iface, stream, &mut c, response, options.copy) {
+            add(&self.live.bytes, response.len() as u64);
+        }
+        c.refused = true;
+        c.closing = true;
+        c.deadline = if self.refusing < MAX_REFUSING { now + SHORT_LINGER } else { now };
+        self.refusing += 1;
+        Ok(c)
     }
 
+    /// Nothing to do until input comes or the deadline passes: waiting for a request (a partial
+    /// head included), or lingering.
     fn is_quiet(&self, c: &Conn) -> bool {
-        c.input.is_empty() && c.out.is_empty() && !c.closing && c.linger.is_none()
+        !c.blocked && c.out.is_empty() && (!c.closing || c.is_lingering())
+    }
+
+    fn expired(&self, c: &Conn, now: Instant) -> bool {
+        now >= c.deadline
     }
 
     fn step(&mut self, stream: &mut Stream<'_>, c: &mut Conn, now: Instant) -> Step {
-        serve_conn(self.iface, stream, c, &mut self.buf, self.svc, self.live, now)
+        let step = serve_conn(self.iface, stream, c, &mut self.buf, self.svc, self.live, now);
+        if !matches!(step, Step::Open) {
+            if c.refused {
+                self.refusing -= 1;
+            } else {
+                self.served -= 1;
+            }
+        }
+        step
     }
 }
 
@@ -582,10 +851,12 @@ impl<'a> service::Service for Service<'a> {
     fn every_second(&self, _elapsed: Duration, snapshot: &Snapshot, live: &[Live]) {
         if self.options.progress {
             println!(
-                "[{:6.1} s] {} requests, {} connections, {} frames in, {} dropped",
+                "[{:6.1} s] {} requests, {} connections ({} timed out, {} refused), {} frames in, {} dropped",
                 snapshot.elapsed.as_secs_f64(),
                 live.iter().map(Live::requests).sum::<u64>(),
                 live.iter().map(|l| get(&l.conns)).sum::<u64>(),
+                live.iter().map(|l| get(&l.header_timeouts) + get(&l.idle_timeouts)).sum::<u64>(),
+                live.iter().map(|l| get(&l.refused)).sum::<u64>(),
                 snapshot.rx_frames(),
                 snapshot.dropped()
             );
@@ -630,16 +901,31 @@ mod tests {
         let o = parse(&["--dir=/srv", "--requests=7", "--port=8080", "--seed=9", "--quiet"]).unwrap();
         assert_eq!(o.dir, Some(PathBuf::from("/srv")));
         assert_eq!((o.requests, o.port, o.seed, o.progress), (7, 8080, 9, false));
+        let t =
+            parse(&["--header-timeout=0.5", "--idle-timeout", "2", "--max-conns", "3", "--demo-dir", "/d"])
+                .unwrap();
+        assert_eq!(
+            (t.header_timeout, t.idle_timeout, t.max_conns, t.demo_dir),
+            (Duration::from_millis(500), Duration::from_secs(2), 3, Some(PathBuf::from("/d")))
+        );
         let d = Options::default();
         assert_eq!(
             (d.port, d.conns, d.requests, d.size, d.copy, d.progress),
             (80, 32, 200, None, false, true)
         );
         assert!(d.serve.is_model() && d.serve.cores.is_none());
+        assert_eq!(
+            (d.header_timeout, d.idle_timeout, d.max_conns, d.demo_dir),
+            (DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNS, None)
+        );
         for (args, option) in [
             (&["--conns", "0"][..], "--conns"),
             (&["--requests", "0"], "--requests"),
             (&["--port", "0"], "--port"),
+            (&["--header-timeout", "0"], "--header-timeout"),
+            (&["--idle-timeout", "x"], "--idle-timeout"),
+            (&["--max-conns", "0"], "--max-conns"),
+            (&["--dir", "a", "--demo-dir", "b"], "--demo-dir"),
             (&["--tap", "a", "--pci", "b"], "--pci"),
         ] {
             let e = parse(args).unwrap_err().to_string();

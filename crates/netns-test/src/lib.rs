@@ -17,6 +17,11 @@
 //!   failure ([`report`]).
 //! * [`tx_checksum_off`]: `ethtool -K IFACE tx off`, for veth peers whose partial checksums a
 //!   userspace stack would otherwise reject.
+//! * [`echo_client`]: a kernel client of a TCP echo service that checks every echoed byte.
+
+mod echo;
+
+pub use echo::echo_client;
 
 use std::io;
 use std::process::Command;

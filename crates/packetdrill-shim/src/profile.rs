@@ -171,8 +171,8 @@ impl Profile {
     /// host with: a 200 ms minimum RTO, 1 s initial RTO, delayed ACKs of up to 40 ms after the first 16
     /// data segments (acknowledged at once), receive and
     /// send buffers of the sizes `tcp_rmem`/`tcp_wmem` give a socket (and the window scale its
-    /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used, five
-    /// SYN retries.
+    /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used, tail
+    /// loss probes and RACK loss detection (RFC 8985), five SYN retries.
     #[must_use]
     pub fn tcp(&self) -> tcp::Config {
         let mut c =
@@ -191,6 +191,7 @@ impl Profile {
             c.slow_start_segments_per_ack = 64;
             c.cwnd_validation = true;
             c.tail_loss_probe = true;
+            c.rack = true;
             c.quick_acks = 16;
         }
         c

@@ -64,6 +64,14 @@ pub fn apply_from(root: &Path, c: &mut tcp::Config) {
     if let Some(ms) = value("tcp_rto_min_us").map(|us| us / 1000).filter(|&ms| ms > 0) {
         c.min_rto = Duration::from_millis(ms);
     }
+    // 0: off, 1: ask and accept, 2 (Linux's default): accept only; Linux's other values (3 and
+    // up: AccECN) are not RFC 3168 and leave it alone.
+    match value("tcp_ecn") {
+        Some(0) => c.ecn = tcp::Ecn::Off,
+        Some(1) => c.ecn = tcp::Ecn::On,
+        Some(2) => c.ecn = tcp::Ecn::Passive,
+        _ => {}
+    }
 }
 
 /// Keepalive timing from the namespace (`tcp_keepalive_time`, `_intvl`, `_probes`), Linux's
@@ -93,10 +101,12 @@ mod tests {
         std::fs::write(dir.join("tcp_wmem"), "4096 262144 4194304\n").unwrap();
         std::fs::write(dir.join("tcp_syn_retries"), "5\n").unwrap();
         std::fs::write(dir.join("tcp_window_scaling"), "garbage\n").unwrap();
+        std::fs::write(dir.join("tcp_ecn"), "1\n").unwrap();
         let mut c = tcp::Config { sack: false, ..tcp::Config::default() };
         apply_from(&dir, &mut c);
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(!c.timestamps && c.sack && c.window_scaling, "garbage leaves the setting alone");
+        assert_eq!(c.ecn, tcp::Ecn::On);
         assert_eq!(
             (c.recv_buffer, c.rcv_wscale, c.send_buffer, c.syn_retries),
             (540_000, Some(8), 262_144, 5)

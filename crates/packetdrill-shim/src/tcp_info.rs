@@ -13,10 +13,11 @@
 //! the MSS both ways (`tcpi_rcv_mss` as Linux estimates it: the largest segment received) and
 //! the one announced, the window scales, unacknowledged and SACKed segments, the congestion
 //! window and slow-start threshold in segments (`0x7fffffff` before the first loss, as Linux),
-//! total retransmissions, lost segments (RFC 6675's IsLost), bytes and segments in and out. The
-//! rest (the negotiated options and window scales, retransmitted segments in flight, pacing, delivery rate, reordering
-//! history, ECN counters) reads as zero, and
-//! `tcpi_reordering` as Linux's default 3: a script asserting one of those fails, as it should.
+//! total retransmissions, lost segments (RFC 6675's IsLost, and RACK's marks when it is on), the
+//! reordering degree (`tcpi_reordering`: at least 3, more once RACK saw a segment delivered that
+//! far below the highest one), bytes and segments in and out. The rest (the negotiated options
+//! and window scales, retransmitted segments in flight, pacing, delivery rate, ECN counters) reads
+//! as zero: a script asserting one of those fails, as it should.
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
@@ -96,13 +97,14 @@ pub fn encode(info: &Info) -> [u8; TCP_INFO_LEN] {
     put32(&mut b, 76, if s.ssthresh >= 0x7fff_ffff { 0x7fff_ffff } else { s.ssthresh / mss });
     put32(&mut b, 80, s.cwnd / mss);
     put32(&mut b, 84, s.announced_mss);
-    put32(&mut b, 88, 3);
+    put32(&mut b, 88, s.reordering);
     put32(&mut b, 100, usize::try_from(s.retransmits).unwrap_or(usize::MAX));
     put64(&mut b, 120, s.bytes_out.saturating_sub(s.unacked_bytes as u64));
     put64(&mut b, 128, s.bytes_in);
     put32(&mut b, 136, usize::try_from(s.segments_out).unwrap_or(usize::MAX));
     put32(&mut b, 140, usize::try_from(s.segments_in).unwrap_or(usize::MAX));
     put64(&mut b, 200, s.bytes_out);
+    put32(&mut b, 220, usize::try_from(s.reordering_events).unwrap_or(usize::MAX));
     b
 }
 
@@ -236,6 +238,8 @@ mod tests {
             unacked_bytes: 4500,
             sacked_bytes: 2000,
             in_recovery: true,
+            reordering: 5,
+            reordering_events: 2,
             ..Stats::default()
         };
         let b = encode(&Info { state: State::Established, stats });
@@ -247,9 +251,10 @@ mod tests {
         assert_eq!((u32_at(&b, 76), u32_at(&b, 80)), (0x7fff_ffff, 10), "ssthresh unset, cwnd in segments");
         assert_eq!(
             (u32_at(&b, 84), u32_at(&b, 88), u32_at(&b, 100)),
-            (1100, 3, 2),
+            (1100, 5, 2),
             "advmss, reordering, total_retrans"
         );
+        assert_eq!(u32_at(&b, 220), 2, "reord_seen");
         let open = encode(&Info {
             state: State::SynSent,
             stats: Stats { ssthresh: 5000, send_mss: 1000, ..Stats::default() },

@@ -243,6 +243,7 @@ impl fmt::Display for Snapshot {
                 ("rx_unhandled", s.rx_unhandled),
                 ("tcp_segments_in", s.tcp_segments_in),
                 ("tcp_no_socket", s.tcp_no_socket),
+                ("tcp_bad_source", s.tcp_bad_source),
                 ("rst_sent", s.rst_sent),
                 ("buffer_memory", s.buffer_memory),
                 ("buffer_memory_peak", s.buffer_memory_peak),

@@ -369,7 +369,7 @@ impl<D: NetDevice> Interface<D> {
     ///
     /// [`io::ErrorKind::Other`] when called from inside [`with_stack`](Self::with_stack).
     pub fn stack_stats(&self) -> io::Result<StackStats> {
-        Ok(self.borrow()?.stack.stats())
+        Ok(*self.borrow()?.stack.stats())
     }
 
     /// Runs `f` on the stack: the escape hatch to everything the socket API does not cover (ARP,

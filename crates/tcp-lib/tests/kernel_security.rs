@@ -714,7 +714,7 @@ fn syn_flood_50k_per_second_200_kernel_clients_get_in_via_cookies() {
             }
             result?;
             connect_times.sort();
-            let st = host.stack.stats();
+            let st = *host.stack.stats();
             let rate = flood.sent as f64 / flood_time.as_secs_f64();
             println!(
                 "flood: {} forged SYNs in {flood_time:.2?} = {rate:.0} SYN/s (target {FLOOD_RATE}), {} not injected for want of a buffer",

@@ -416,7 +416,7 @@ fn thousand_concurrent_kernel_connections_echo_random_messages() {
             result?;
             // Our side finishes its half of each close (LAST-ACK -> CLOSED) and frees every slot.
             host.run(Duration::from_secs(10), "reclaim", |stack| Ok(stack.connection_count() == 0))?;
-            let st = host.stack.stats();
+            let st = *host.stack.stats();
             println!(
                 "{accepted} connections (peak {peak} open at once), {echoed} bytes echoed in {:.2?}, {} closed; stack {st:?}",
                 start.elapsed(),

@@ -66,18 +66,6 @@ fn unresolved_next_hop_is_retried_then_given_up() {
     assert_eq!(net.a.ping(std::net::Ipv4Addr::new(192, 168, 1, 1), 1, 1, b""), Err(Error::Unreachable));
 }
 
-/// Connects A to B's listener on `port` and returns (client, server) once both are established.
-fn open(net: &mut Net, port: u16) -> (StreamId, StreamId) {
-    let l = net.b.listen(port).unwrap();
-    let c = net.a.connect(Net::b_addr(port)).unwrap();
-    let mut s = None;
-    assert!(net.run_until(100, |n| {
-        s = s.or_else(|| n.b.accept(l));
-        s.is_some() && n.a.state(c) == Ok(State::Established)
-    }));
-    (c, s.unwrap())
-}
-
 /// Moves `data` from `from` to `to` on the given side, interleaved with the other direction.
 fn pump(net: &mut Net, ab: (StreamId, StreamId), data_ab: &[u8], data_ba: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let (c, s) = ab;
@@ -118,7 +106,7 @@ fn pump(net: &mut Net, ab: (StreamId, StreamId), data_ab: &[u8], data_ba: &[u8])
 #[test]
 fn transfer_both_ways_is_byte_exact_and_connections_are_reclaimed() {
     let mut net = Net::new();
-    let (c, s) = open(&mut net, 80);
+    let (c, s) = net.open(80);
     let mut rng = Rng(42);
     let ab = rng.bytes(3 << 20);
     let ba = rng.bytes(2 << 20);
@@ -161,7 +149,7 @@ fn connect_to_a_closed_port_is_refused() {
 #[test]
 fn half_close() {
     let mut net = Net::new();
-    let (c, s) = open(&mut net, 80);
+    let (c, s) = net.open(80);
     net.a.send(c, b"request").unwrap();
     net.a.shutdown_write(c).unwrap();
     assert_eq!(net.a.send(c, b"more"), Err(Error::WriteClosed));
@@ -198,7 +186,7 @@ fn half_close() {
 #[test]
 fn blind_rst_and_syn_kill_nothing() {
     let mut net = Net::new();
-    let (c, s) = open(&mut net, 80);
+    let (c, s) = net.open(80);
     let (local, remote) = net.a.addrs(c).unwrap();
     let (mac_a, mac_b) = (net.mac_a(), net.mac_b());
     let mut rng = Rng(7);
@@ -232,7 +220,7 @@ fn blind_rst_and_syn_kill_nothing() {
 #[test]
 fn garbage_and_foreign_frames_are_counted_not_fatal() {
     let mut net = Net::new();
-    let (c, s) = open(&mut net, 80);
+    let (c, s) = net.open(80);
     let mut rng = Rng(3);
     let good = {
         let (local, remote) = net.a.addrs(c).unwrap();
@@ -392,7 +380,7 @@ fn trusted_checksums_on_an_in_memory_pair() {
         c.tx_checksum = false;
     };
     let mut net = Net::with(trust, trust);
-    let (c, s) = open(&mut net, 80);
+    let (c, s) = net.open(80);
     let mut rng = Rng(7);
     let ab = rng.bytes(1 << 20);
     let ba = rng.bytes(300_000);
@@ -418,18 +406,18 @@ fn trusted_checksums_on_an_in_memory_pair() {
 #[test]
 fn tcp_data_sent_to_the_broadcast_or_a_multicast_mac_is_discarded() {
     let mut net = Net::new();
-    let (c, s) = open(&mut net, 80);
+    let (c, s) = net.open(80);
     net.a.send(c, b"not for everyone").unwrap();
     let frames = net.frames_from_a();
     assert_eq!(frames.len(), 1, "one data segment");
-    let before = net.b.stats();
+    let before = *net.b.stats();
     for dst in [[0xff; 6], [0x01, 0x00, 0x5e, 0x00, 0x00, 0x01], [0x33, 0x33, 0, 0, 0, 1]] {
         let mut f = frames[0].clone();
         f[..6].copy_from_slice(&dst);
         let now = net.now;
         net.b.receive(now, &f);
     }
-    let after = net.b.stats();
+    let after = *net.b.stats();
     assert_eq!(after.rx_link_broadcast, before.rx_link_broadcast + 1, "{after:?}");
     assert_eq!(after.rx_not_for_us, before.rx_not_for_us + 2, "{after:?}");
     assert_eq!(after.tcp_segments_in, before.tcp_segments_in, "no segment reached TCP");

@@ -63,7 +63,7 @@ fn syn_flood_legitimate_clients_complete_via_cookies() {
         }
     }
     assert_eq!(accepted.len(), LEGIT, "{:?}", net.b.stats());
-    let st = net.b.stats();
+    let st = *net.b.stats();
     assert!(st.syn_cookies_sent >= 1000, "{st:?}");
     assert_eq!(st.syn_cookies_accepted, u64::try_from(LEGIT).unwrap(), "{st:?}");
     // Memory: the half-open connections never exceed the SYN queue.

@@ -149,7 +149,7 @@ impl Duties {
 pub(crate) fn publish_stack(local: &Local, stack: &Stack) {
     let mut published = lock(&local.shared.published[local.core]);
     let stats = &mut published.0;
-    stats.stack = stack.stats();
+    stats.stack = *stack.stats();
     stats.connections = stack.connection_count();
     stats.time_wait = stack.time_wait_count();
     stats.registered = local.regs.borrow().len();

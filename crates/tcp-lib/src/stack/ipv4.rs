@@ -9,6 +9,7 @@ use super::hash::FlowKey;
 use super::{Error, Stack, StreamId};
 #[cfg(doc)]
 use crate::tcp::Connection;
+use crate::wire::ipv4::ECN_CE;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, Icmpv4Packet, Icmpv4Repr,
     Ipv4Packet, Ipv4Repr, Protocol, SeqNumber,
@@ -76,7 +77,8 @@ impl Stack {
             return;
         };
         let dst = eth.dst_addr();
-        if dst != self.config.mac && !dst.is_broadcast() {
+        let unicast = dst == self.config.mac;
+        if !unicast && !dst.is_broadcast() {
             self.stats.rx_not_for_us += 1;
             return;
         }
@@ -85,7 +87,7 @@ impl Stack {
             // RFC 1122 §3.3.6: a datagram that came as a link-layer broadcast but is not an IP
             // broadcast or multicast is discarded, and this stack takes only datagrams for its
             // unicast address: on the broadcast MAC only ARP is ours.
-            EtherType::Ipv4 if dst.is_broadcast() => self.stats.rx_link_broadcast += 1,
+            EtherType::Ipv4 if !unicast => self.stats.rx_link_broadcast += 1,
             EtherType::Ipv4 => self.receive_ipv4(eth.payload(), deliver),
             _ => self.stats.rx_unhandled += 1,
         }
@@ -166,7 +168,7 @@ impl Stack {
             return;
         }
         match ip.protocol {
-            Protocol::Tcp => self.receive_tcp(ip.src_addr, payload, deliver),
+            Protocol::Tcp => self.receive_tcp(ip.src_addr, ip.ecn == ECN_CE, payload, deliver),
             Protocol::Icmp => self.receive_icmp(ip.src_addr, payload),
             _ => self.stats.rx_unhandled += 1,
         }

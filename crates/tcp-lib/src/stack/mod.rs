@@ -256,7 +256,7 @@ pub use config::{Config, Error, ListenerConfig};
 pub use ipv4::PingReply;
 pub use listener::AcceptHook;
 pub use migrate::{AdoptError, Detached};
-pub use stats::{PollStats, StackStats};
+pub use stats::{PollStats, StackStats, StatsNow};
 
 use arp::ArpCache;
 use hash::{FlowKey, Key, PortAllocator, TableHash};
@@ -421,11 +421,11 @@ impl Stack {
         self.config.ip.address()
     }
 
-    /// Counters.
+    /// Counters (`*stack.stats()` copies them out).
     #[must_use]
-    pub fn stats(&self) -> StackStats {
+    pub fn stats(&self) -> StatsNow {
         let budget = self.budget.stats();
-        StackStats {
+        StatsNow(StackStats {
             buffer_memory: budget.used as u64,
             buffer_memory_peak: budget.peak as u64,
             rx_buffer_clamps: budget.rx_clamps,
@@ -433,7 +433,7 @@ impl Stack {
             rx_memory_dropped: budget.rx_dropped,
             tx_memory_refused: budget.tx_refused,
             ..self.stats
-        }
+        })
     }
 
     /// Connections held (any state, TIME-WAIT included: the application's and the TIME-WAIT

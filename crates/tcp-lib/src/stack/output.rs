@@ -12,7 +12,8 @@ use netchannel::pool::PoolCache;
 use super::arp::Enqueued;
 use super::hash::FlowKey;
 use super::{Config, ETH_LEN, IP_LEN, PreparedSlice, Stack};
-use crate::tcp::State;
+use crate::tcp::{State, Transmit};
+use crate::wire::ipv4::ECN_ECT0;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
     Icmpv4Repr, Ipv4Packet, Ipv4Repr, Protocol, TcpControl, TcpPacket, TcpRepr, checksum,
@@ -204,7 +205,7 @@ impl Stack {
                     None => t.segment(&self.scratch),
                 };
                 let mut frame = vec![0u8; ETH_LEN + IP_LEN + seg.buffer_len()];
-                emit_ip_tcp(&mut frame[ETH_LEN..], &seg, t.src, t.dst, ident, &self.config);
+                emit_ip_tcp(&mut frame[ETH_LEN..], &seg, Ends::of(&t), ident, &self.config);
                 self.ident = ident;
                 self.send_frame_to(hop, frame);
                 continue;
@@ -233,15 +234,14 @@ impl Stack {
                         &mut data[ETH_LEN..],
                         &seg,
                         slice,
-                        t.src,
-                        t.dst,
+                        Ends::of(&t),
                         ident,
                         &self.config,
                     );
                     self.stats.tx_prepared += 1;
                     self.stats.tx_prepared_sums += u64::from(precomputed);
                 }
-                None => emit_ip_tcp(&mut data[ETH_LEN..], &seg, t.src, t.dst, ident, &self.config),
+                None => emit_ip_tcp(&mut data[ETH_LEN..], &seg, Ends::of(&t), ident, &self.config),
             }
             if out.push(packet).is_err() {
                 self.stats.tx_dropped += 1;
@@ -288,27 +288,43 @@ enum Drained {
     Stopped,
 }
 
-/// Writes the IPv4 header and the TCP segment into `buf` (exactly `20 + seg.buffer_len()` bytes);
-/// the TCP checksum as [`Config::tx_checksum`] says.
-fn emit_ip_tcp(
-    buf: &mut [u8],
-    seg: &TcpRepr<'_>,
+/// What the IP header of a connection's segment needs of its [`Transmit`], taken by value (a
+/// reference to the `Transmit` would keep the whole 152-byte `Option` the connection returned in
+/// memory, and cost a `memcpy` per segment).
+#[derive(Clone, Copy)]
+struct Ends {
     src: SocketAddrV4,
     dst: SocketAddrV4,
-    ident: u16,
-    config: &Config,
-) {
-    let ip = Ipv4Repr {
-        src_addr: *src.ip(),
-        dst_addr: *dst.ip(),
+    ect: bool,
+}
+
+impl Ends {
+    fn of(t: &Transmit) -> Self {
+        Self { src: t.src, dst: t.dst, ect: t.ect }
+    }
+}
+
+/// The IPv4 header of a connection's segment of `payload_len` TCP bytes: ECT(0) when the
+/// connection marks it ECN-capable (RFC 3168 §5; ECT(1) is left to L4S, RFC 9331).
+fn ip_header(t: Ends, payload_len: usize, ident: u16, config: &Config) -> Ipv4Repr {
+    Ipv4Repr {
+        src_addr: *t.src.ip(),
+        dst_addr: *t.dst.ip(),
         protocol: Protocol::Tcp,
-        payload_len: seg.buffer_len(),
+        payload_len,
         ttl: config.ttl,
         dscp: 0,
-        ecn: 0,
+        ecn: if t.ect { ECN_ECT0 } else { 0 },
         ident,
         dont_frag: true,
-    };
+    }
+}
+
+/// Writes the IPv4 header and the TCP segment into `buf` (exactly `20 + seg.buffer_len()` bytes);
+/// the TCP checksum as [`Config::tx_checksum`] says.
+fn emit_ip_tcp(buf: &mut [u8], seg: &TcpRepr<'_>, t: Ends, ident: u16, config: &Config) {
+    let (src, dst) = (t.src, t.dst);
+    let ip = ip_header(t, seg.buffer_len(), ident, config);
     let mut packet = Ipv4Packet::new_unchecked(buf);
     ip.emit(&mut packet);
     let mut tcp = TcpPacket::new_unchecked(packet.payload_mut());
@@ -327,24 +343,14 @@ fn emit_ip_tcp_prepared(
     buf: &mut [u8],
     seg: &TcpRepr<'_>,
     slice: &PreparedSlice,
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
+    t: Ends,
     ident: u16,
     config: &Config,
 ) -> bool {
+    let (src, dst) = (t.src, t.dst);
     let header_len = seg.buffer_len();
     let tcp_len = header_len + slice.len;
-    let ip = Ipv4Repr {
-        src_addr: *src.ip(),
-        dst_addr: *dst.ip(),
-        protocol: Protocol::Tcp,
-        payload_len: tcp_len,
-        ttl: config.ttl,
-        dscp: 0,
-        ecn: 0,
-        ident,
-        dont_frag: true,
-    };
+    let ip = ip_header(t, tcp_len, ident, config);
     let mut packet = Ipv4Packet::new_unchecked(buf);
     ip.emit(&mut packet);
     let tcp = packet.payload_mut();

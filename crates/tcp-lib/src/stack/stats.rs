@@ -26,6 +26,9 @@ pub struct StackStats {
     pub tcp_segments_in: u64,
     /// TCP segments for no connection and no listener.
     pub tcp_no_socket: u64,
+    /// TCP segments from a source address no peer can have (unspecified, loopback, multicast,
+    /// broadcast, or our own: RFC 1122 §3.2.1.3 and §4.2.3.10), dropped unanswered.
+    pub tcp_bad_source: u64,
     /// Resets sent by the stack (for segments no one wants).
     pub rst_sent: u64,
     /// ARP requests sent.
@@ -89,6 +92,20 @@ pub struct StackStats {
     /// [`Stack::send`] calls cut short (a short write or [`Error::WouldBlock`](super::Error::WouldBlock))
     /// because [`Config::buffer_memory`] held a send ring below its configured size.
     pub tx_memory_refused: u64,
+}
+
+/// [`StackStats`] as [`Stack::stats`] reads them: their fields through it (it dereferences to
+/// them), or a copy with `*`. (The memory counters come from the stack's buffer budget when they
+/// are read, so the stack cannot lend a reference to a struct it keeps.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatsNow(pub(super) StackStats);
+
+impl std::ops::Deref for StatsNow {
+    type Target = StackStats;
+
+    fn deref(&self) -> &StackStats {
+        &self.0
+    }
 }
 
 /// What one [`Stack::poll`] did.

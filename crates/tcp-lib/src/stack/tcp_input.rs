@@ -1,5 +1,6 @@
 //! TCP input: a received segment goes to its connection, to its TIME-WAIT record, to a listener,
-//! or draws a reset.
+//! or draws a reset; a segment for no connection from a source address no peer can have is
+//! dropped instead ([`Stack::invalid_source`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -9,9 +10,11 @@ use crate::tcp::{TimeWaitAction, reset_for};
 use crate::wire::{TcpPacket, TcpRepr};
 
 impl Stack {
+    /// A TCP segment from `src`; `ce` when its IP header said Congestion Experienced.
     pub(super) fn receive_tcp<F: FnMut(StreamId, &[u8]) -> usize>(
         &mut self,
         src: Ipv4Addr,
+        ce: bool,
         bytes: &[u8],
         deliver: &mut F,
     ) {
@@ -42,9 +45,9 @@ impl Stack {
             let id = self.stream_id(index);
             if let Some(e) = self.slot_entry(index) {
                 if e.app_owned {
-                    e.conn.handle_segment_with(now, &seg, |data| deliver(id, data));
+                    e.conn.handle_segment_ecn(now, &seg, ce, |data| deliver(id, data));
                 } else {
-                    e.conn.handle_segment(now, &seg);
+                    e.conn.handle_segment_ecn(now, &seg, ce, |_| 0);
                 }
             }
             self.settle(index);
@@ -71,6 +74,12 @@ impl Stack {
             self.time_wait_trim();
             return;
         }
+        // Checked only for segments no connection wants (a connection's own segments come from
+        // the address its SYN came from, checked then): the per-segment path pays nothing.
+        if self.invalid_source(src) {
+            self.stats.tcp_bad_source += 1;
+            return;
+        }
         if let Some(&li) = self.listener_ports.get(&seg.dst_port) {
             self.stats.tcp_segments_in += 1;
             let generation = self.listeners.generation(li).unwrap_or(0);
@@ -81,5 +90,20 @@ impl Stack {
         if let Some(rst) = reset_for(&seg) {
             self.send_tcp_control(local, remote, &rst);
         }
+    }
+
+    /// Whether `src` is an address no TCP peer can have: unspecified, loopback, multicast, the
+    /// limited broadcast or our subnet's, or our own. RFC 1122 §4.2.3.10 has TCP (or IP) ignore a
+    /// SYN with such a source (§3.2.1.3 lists them); a connection to it could never be answered
+    /// (a broadcast one would only draw ARP requests for the broadcast address, one from our own
+    /// address, the land attack, a connection to ourselves), and a reset to it must not be sent
+    /// either, so every segment from one is dropped.
+    fn invalid_source(&self, src: Ipv4Addr) -> bool {
+        src.is_unspecified()
+            || src.is_loopback()
+            || src.is_multicast()
+            || src.is_broadcast()
+            || src == self.ip()
+            || self.config.ip.broadcast() == Some(src)
     }
 }

@@ -29,7 +29,8 @@ pub trait CongestionControl: fmt::Debug + Send {
     fn on_ack(&mut self, acked: usize, mss: usize, now: Instant, srtt: Duration);
 
     /// Loss detected (the third duplicate ACK, or SACK loss detection): fast retransmit and
-    /// enter recovery. The window is reduced: ssthresh is set and cwnd = ssthresh (RFC 6675 §5
+    /// enter recovery. Also called for an ECN echo (RFC 3168 §6.1.2: the same reduction, without
+    /// a retransmission or a recovery). The window is reduced: ssthresh is set and cwnd = ssthresh (RFC 6675 §5
     /// step 4.2). During recovery the connection's Proportional Rate Reduction (RFC 9937)
     /// decides what is sent, with or without SACK; the window does not move (no NewReno
     /// inflation by duplicate ACKs, no deflation by partial ACKs).

@@ -17,6 +17,7 @@ use super::budget::{BufferBudget, Side};
 use super::buffer::{Assembler, RingBuffer};
 use super::congestion::CongestionControl;
 use super::prepared::PreparedSegments;
+use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::sack::{RecentBlocks, Scoreboard};
 use super::send_stream::SendStream;
@@ -84,6 +85,8 @@ pub struct Connection {
     limits: RateLimits,
     /// Loss recovery: duplicate ACKs, fast recovery, the SACK scoreboard.
     recovery: Recovery,
+    /// Explicit Congestion Notification (RFC 3168).
+    ecn: EcnState,
 
     /// The RTT estimate and the RTO (RFC 6298).
     rtt: RttEstimator,
@@ -95,6 +98,22 @@ pub struct Connection {
     rst_with_ts: bool,
 
     stats: Stats,
+}
+
+/// Explicit Congestion Notification (RFC 3168) on a connection: negotiated or not, the ECE we
+/// echo as the receiver, the reduction and CWR we owe as the sender.
+#[derive(Debug, Clone, Copy)]
+struct EcnState {
+    /// Both SYNs agreed (RFC 3168 §6.1.1).
+    ok: bool,
+    /// Receiver: a CE mark arrived and the peer has not yet answered with CWR; our ACKs carry
+    /// ECE (RFC 3168 §6.1.3).
+    echo: bool,
+    /// Sender: the next new data segment carries CWR (RFC 3168 §6.1.2).
+    cwr_pending: bool,
+    /// Sender: SND.MAX at our last reduction; ECEs until SND.UNA passes it belong to the same
+    /// window of data and reduce nothing more (RFC 3168 §6.1.2: once per window).
+    reduced_until: SeqNumber,
 }
 
 /// The send side of a connection: the send sequence space (RFC 9293 §3.3.1), the send stream,
@@ -218,6 +237,8 @@ struct Timers {
     time_wait: Option<Instant>,
     /// The tail loss probe (RFC 8985 §7).
     tlp: Option<Instant>,
+    /// RACK's reordering timer (RFC 8985 §6.3).
+    rack: Option<Instant>,
 }
 
 /// Zero-window probing (RFC 1122 §4.2.2.17).
@@ -290,6 +311,9 @@ struct Recovery {
     /// each, at most the flight), not yet matched by a cumulative ACK (RFC 6937 §3's estimate
     /// of DeliveredData without SACK).
     dup_delivered: usize,
+    /// RACK (RFC 8985 §6) when [`Config::rack`] is on: the transmissions in flight and the
+    /// clock of the latest delivered one.
+    rack: Rack,
 }
 
 /// The smallest shift that makes `buffer` fit the 16-bit window field, at most 14.
@@ -378,6 +402,7 @@ impl Connection {
                 keepalive: None,
                 time_wait: None,
                 tlp: None,
+                rack: None,
             },
             persist: Persist {
                 backoff: 0,
@@ -404,7 +429,9 @@ impl Connection {
                 tlp_budget: 0,
                 sndcnt: 0,
                 dup_delivered: 0,
+                rack: Rack::default(),
             },
+            ecn: EcnState { ok: false, echo: false, cwr_pending: false, reduced_until: iss },
             rtt: RttEstimator::new(config.initial_rto, config.min_rto),
             cc: config.congestion.build(),
             pending_rst: None,
@@ -500,6 +527,9 @@ impl Connection {
             lost_bytes: self.recovery.scoreboard.lost_bytes(self.snd.una, self.snd.max, self.snd.mss),
             in_recovery: self.recovery.active,
             dup_acks_now: self.recovery.dup_acks,
+            ecn: self.ecn.ok,
+            reordering: self.recovery.rack.reordering(),
+            reordering_events: self.recovery.rack.reordering_events(),
             ..self.stats
         }
     }
@@ -808,6 +838,7 @@ impl Connection {
         self.timers.keepalive = None;
         self.timers.time_wait = None;
         self.timers.tlp = None;
+        self.timers.rack = None;
         self.recovery.tlp_pending = false;
         self.ack.pending = false;
         self.ack.now = false;
@@ -830,6 +861,7 @@ impl Connection {
         self.rcv.ooo.release();
         self.recovery.scoreboard = Scoreboard::default();
         self.recovery.rxt_marks = Vec::new();
+        self.recovery.rack.release();
         self.rcv.buf.release();
     }
 
@@ -840,6 +872,7 @@ impl Connection {
         self.timers.persist = None;
         self.timers.keepalive = None;
         self.timers.tlp = None;
+        self.timers.rack = None;
         self.recovery.tlp_pending = false;
         self.persist.probe_pending = false;
         self.keepalive.pending = false;

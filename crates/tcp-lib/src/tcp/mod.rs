@@ -99,8 +99,14 @@
 //!   against reneging) and resends from SND.UNA, skipping what is SACKed afterwards. Also: RFC
 //!   5827 early retransmit for windows under four segments, and detection of a lost
 //!   retransmission of the hole at SND.UNA (data sent after it was SACKed). No rescue
-//!   retransmission and no RACK (time-based loss marking, RFC 8985 §6). Without SACK, NewReno
-//!   recovery as below.
+//!   retransmission. Without SACK, NewReno recovery as below.
+//! * RFC 8985 §6 RACK ([`Config::rack`], off by default): time-based loss marking beside IsLost.
+//!   Every transmission is logged with the time it left; the most recently sent one the peer
+//!   delivered (cumulatively or by SACK) sets RACK's clock, and the original transmissions sent
+//!   before it are lost once an RTT plus a reordering window (a quarter of the minimum RTT,
+//!   none once the loss is plain) has passed since they left, on an ACK or by the reordering
+//!   timer. Its marks join the scoreboard's (`rack.rs`); [`Stats::reordering`] and
+//!   [`Stats::reordering_events`] report the reordering it saw.
 //! * RFC 8985 §7 tail loss probes ([`Config::tail_loss_probe`], off by default): after about two
 //!   SRTTs without an ACK, one new segment or the last one again, so that the peer's answer
 //!   shows a lost tail before the RTO would.
@@ -135,6 +141,13 @@
 //!   application-limited ([`Config::cwnd_validation`], RFC 7661 §4.3); the window arithmetic
 //!   behind the [`CongestionControl`] trait, with [`Cubic`] (RFC 9438, the default) and
 //!   [`NewReno`] selectable in [`Config::congestion`].
+//! * RFC 3168 Explicit Congestion Notification ([`Config::ecn`]: accepted when a peer asks, by
+//!   default, as Linux does): ECT(0) on new data ([`Transmit::ect`], for the caller's IP header),
+//!   ECE on our ACKs from a CE-marked data segment ([`Connection::handle_segment_ecn`]) until the
+//!   peer's CWR, and a window reduction (cwnd = ssthresh, once per window of data, no
+//!   retransmission) for an ECE, with CWR on the next new data. Linux reduces in a CWR state paced
+//!   by PRR instead; here the reduction is RFC 3168's, at once.
+//! * Overlapping data: the first copy of a byte received wins (see `connection/input.rs`).
 //!
 //! Urgent data is not supported: the urgent pointer is ignored and urgent bytes are ordinary data.
 //!
@@ -174,6 +187,7 @@ mod buffer;
 mod congestion;
 mod connection;
 mod prepared;
+mod rack;
 mod rtt;
 mod rules;
 mod sack;
@@ -328,6 +342,12 @@ pub struct Config {
     /// sent again) instead of waiting for the RTO, so an ACK, SACK or duplicate ACK tells what was
     /// lost. `false` (the default): only the RTO recovers a lost tail.
     pub tail_loss_probe: bool,
+    /// RACK time-based loss detection with SACK (RFC 8985 §6): a segment sent before one the
+    /// peer has SACKed is deemed lost once an RTT plus a reordering window (a quarter of the
+    /// minimum RTT while reordering is seen or the loss is not plain) has passed since it left,
+    /// checked on every ACK and by a reordering timer, besides RFC 6675's IsLost. `false` (the
+    /// default): IsLost alone, and the RTO.
+    pub rack: bool,
     /// Grow the congestion window only while the sender uses it (RFC 7661 §4.3, as Linux's
     /// `tcp_is_cwnd_limited`): in the current window of data the flight filled cwnd, or, in slow
     /// start, reached half of it. `false` (the default): every ACK outside recovery grows it.
@@ -341,6 +361,29 @@ pub struct Config {
     /// [`Stats::challenge_acks_suppressed`]. A per-connection limit (the default, 1000, is Linux's
     /// `tcp_challenge_ack_limit`, which Linux applies per host); 0 sends none.
     pub challenge_ack_limit: u32,
+    /// Explicit Congestion Notification (RFC 3168): whether this side asks for it in its SYN
+    /// and accepts it in a peer's. [`Ecn::Passive`] (the default, as Linux's `tcp_ecn = 2`):
+    /// accepted when a peer asks, never asked for.
+    pub ecn: Ecn,
+}
+
+/// Whether a connection uses Explicit Congestion Notification (RFC 3168, [`Config::ecn`]).
+///
+/// On a connection that negotiated it, new data goes out as ECT(0); a data segment that arrives
+/// marked CE (Congestion Experienced) is echoed with ECE on every ACK until the peer's CWR says
+/// it reduced its window; and an ACK with ECE reduces our window as a loss would, at most once per
+/// window of data, without retransmitting anything, and the next new segment carries CWR.
+/// Retransmissions, pure ACKs, window probes, SYNs and FINs without data are sent Not-ECT (RFC
+/// 3168 §6.1.4 to §6.1.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Ecn {
+    /// Neither asked for nor accepted.
+    Off,
+    /// Accepted when the peer's SYN asks (ECE and CWR set), not asked for.
+    #[default]
+    Passive,
+    /// Asked for in our SYN, and accepted.
+    On,
 }
 
 impl Default for Config {
@@ -368,7 +411,9 @@ impl Default for Config {
             slow_start_segments_per_ack: 1,
             cwnd_validation: false,
             tail_loss_probe: false,
+            rack: false,
             challenge_ack_limit: 1000,
+            ecn: Ecn::Passive,
         }
     }
 }
@@ -425,6 +470,19 @@ pub struct Stats {
     pub dup_acks_now: u32,
     /// Tail loss probes sent ([`Config::tail_loss_probe`]).
     pub tail_loss_probes: u64,
+    /// The largest reordering seen, in segments, at least DupThresh (3): how far below the
+    /// highest delivered byte a delivered segment began (measured with [`Config::rack`];
+    /// Linux's `tcpi_reordering`).
+    pub reordering: usize,
+    /// ACKs that delivered data below the highest byte delivered before them (measured with
+    /// [`Config::rack`]; Linux's `tcpi_reord_seen`).
+    pub reordering_events: u64,
+    /// Both sides agreed to use ECN (RFC 3168; [`Config::ecn`]).
+    pub ecn: bool,
+    /// Data segments received marked CE (Congestion Experienced), on an ECN connection.
+    pub ce_received: u64,
+    /// Window reductions for an ECE from the peer (at most one per window of data).
+    pub ecn_reductions: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].
@@ -443,6 +501,9 @@ pub struct Transmit {
     pub repr: TcpRepr<'static>,
     /// Payload bytes at the start of the caller's buffer.
     pub payload_len: usize,
+    /// Send the segment as ECN-Capable Transport, ECT(0) in the IP header (RFC 3168 §5): new data
+    /// on a connection that negotiated ECN. `false`: Not-ECT.
+    pub ect: bool,
 }
 
 impl Transmit {

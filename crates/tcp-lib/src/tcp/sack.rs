@@ -22,6 +22,9 @@ pub(crate) const DUP_THRESH: usize = 3;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Scoreboard {
     ranges: Vec<(SeqNumber, SeqNumber)>,
+    /// Every unSACKed byte below this was deemed lost by RACK (RFC 8985, `rack.rs`), whatever
+    /// IsLost says.
+    lost_below: Option<SeqNumber>,
 }
 
 /// A hole of the scoreboard: unSACKed bytes `start..end` and what lies above it.
@@ -39,7 +42,7 @@ pub(crate) struct Hole {
 
 impl Scoreboard {
     pub(crate) fn new() -> Self {
-        Self { ranges: Vec::with_capacity(MAX_SACK_RANGES + 1) }
+        Self { ranges: Vec::with_capacity(MAX_SACK_RANGES + 1), lost_below: None }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -54,6 +57,24 @@ impl Scoreboard {
 
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
+        self.lost_below = None;
+    }
+
+    /// RACK deemed every unSACKed byte below `seq` lost.
+    pub(crate) fn mark_lost_below(&mut self, seq: SeqNumber) {
+        if self.lost_below.is_none_or(|l| seq > l) {
+            self.lost_below = Some(seq);
+        }
+    }
+
+    /// Where RACK's lost prefix ends, if it marked one.
+    pub(crate) fn lost_below(&self) -> Option<SeqNumber> {
+        self.lost_below
+    }
+
+    /// Whether the peer SACKed all of `start..end`.
+    pub(crate) fn covers(&self, start: SeqNumber, end: SeqNumber) -> bool {
+        self.ranges.iter().any(|&(l, r)| l <= start && end <= r)
     }
 
     /// Total SACKed bytes.
@@ -108,6 +129,9 @@ impl Scoreboard {
     /// Forgets everything the cumulative ACK `una` covers; returns how many SACKed bytes that
     /// was (delivered before the cumulative ACK reached them).
     pub(crate) fn prune(&mut self, una: SeqNumber) -> usize {
+        if self.lost_below.is_some_and(|l| l <= una) {
+            self.lost_below = None;
+        }
         let gone = self.ranges.iter().take_while(|&&(_, r)| r <= una).count();
         let mut forgotten: usize = self.ranges.drain(..gone).map(|(l, r)| len(l, r)).sum();
         if let Some(first) = self.ranges.first_mut()
@@ -144,7 +168,9 @@ impl Scoreboard {
         self.ranges.iter().map(|&(l, _)| l).find(|&l| l > seq)
     }
 
-    /// The holes of `una..max`, lowest first, with RFC 6675 IsLost for each (`mss` is SMSS).
+    /// The holes of `una..max`, lowest first, with RFC 6675 IsLost for each (`mss` is SMSS),
+    /// or RACK's mark: a hole that straddles the end of RACK's lost prefix comes as two, the part
+    /// below it lost.
     pub(crate) fn holes(
         &self,
         una: SeqNumber,
@@ -154,7 +180,7 @@ impl Scoreboard {
         let mut cursor = una;
         let mut above_bytes = self.sacked_bytes();
         let n = self.ranges.len();
-        (0..=n).filter_map(move |i| {
+        (0..=n).flat_map(move |i| {
             let end = self.ranges.get(i).map_or(max, |&(l, _)| l);
             let above_ranges = n - i;
             let hole = Hole {
@@ -167,7 +193,14 @@ impl Scoreboard {
                 above_bytes -= len(l, r);
                 cursor = r;
             }
-            (hole.start < hole.end).then_some(hole)
+            let (first, second) = match self.lost_below {
+                Some(mark) if !hole.lost && hole.start < mark && hole.start < hole.end => {
+                    let mid = if mark < hole.end { mark } else { hole.end };
+                    (Hole { end: mid, lost: true, ..hole }, Hole { start: mid, ..hole })
+                }
+                _ => (hole, Hole { start: hole.end, ..hole }),
+            };
+            [first, second].into_iter().filter(|h| h.start < h.end)
         })
     }
 

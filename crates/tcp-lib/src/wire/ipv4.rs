@@ -35,6 +35,10 @@ mod field {
 
 /// The length of a header without options.
 pub const HEADER_LEN: usize = 20;
+/// The ECN field's ECT(0) codepoint: an ECN-Capable Transport (RFC 3168 §5).
+pub const ECN_ECT0: u8 = 0b10;
+/// The ECN field's CE codepoint: Congestion Experienced, set by a router (RFC 3168 §5).
+pub const ECN_CE: u8 = 0b11;
 /// The largest header (IHL 15).
 pub const MAX_HEADER_LEN: usize = 60;
 /// The largest total length.

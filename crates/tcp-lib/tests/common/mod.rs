@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use netchannel::dev::{NetDevice, PacketBatch, Pair};
 use netchannel::pool::{HugePages, Pool, PoolCache};
-use tcp_lib::stack::{Config, Stack};
+use tcp_lib::stack::{Config, Stack, StreamId};
+use tcp_lib::tcp::State;
 use tcp_lib::wire::{
     EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol,
     TcpPacket, TcpRepr,
@@ -96,6 +97,19 @@ impl Net {
             self.step();
         }
         done(self)
+    }
+
+    /// Connects A to B's listener on `port` and returns (client, server) once both are
+    /// established.
+    pub fn open(&mut self, port: u16) -> (StreamId, StreamId) {
+        let l = self.b.listen(port).unwrap();
+        let c = self.a.connect(Self::b_addr(port)).unwrap();
+        let mut s = None;
+        assert!(self.run_until(100, |n| {
+            s = s.or_else(|| n.b.accept(l));
+            s.is_some() && n.a.state(c) == Ok(State::Established)
+        }));
+        (c, s.unwrap())
     }
 
     /// Polls A once and takes the frames it sent off the wire before B sees them.

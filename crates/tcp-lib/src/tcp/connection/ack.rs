@@ -18,14 +18,57 @@ impl Connection {
                 let ms = self.ts_now(now).wrapping_sub(ts.tsecr);
                 // An echo from the future or from long ago is not a measurement.
                 if ms < 60_000 {
-                    self.rtt.sample(Duration::from_millis(u64::from(ms)));
+                    self.take_rtt_sample(Duration::from_millis(u64::from(ms)));
                 }
             }
         } else if let Some((seq, sent)) = self.snd.rtt_timing
             && ack > seq
         {
-            self.rtt.sample(now.saturating_duration_since(sent));
+            self.take_rtt_sample(now.saturating_duration_since(sent));
             self.snd.rtt_timing = None;
+        }
+    }
+
+    fn take_rtt_sample(&mut self, rtt: Duration) {
+        self.rtt.sample(rtt);
+        if self.config.rack {
+            self.recovery.rack.on_rtt_sample(rtt);
+        }
+    }
+
+    /// RACK (RFC 8985 §6.2) after an ACK: the delivered transmissions update its clock, then
+    /// loss detection.
+    fn rack_on_ack(&mut self, now: Instant) {
+        let scoreboard = &self.recovery.scoreboard;
+        self.recovery.rack.on_ack(self.snd.una, now, self.snd.mss, |a, b| scoreboard.covers(a, b));
+        self.rack_detect(now);
+    }
+
+    /// RACK's loss detection (RFC 8985 §6.2 step 5, and §6.3 when its timer fires): marks what it
+    /// deems lost in the scoreboard, arms the reordering timer for the rest, and starts recovery
+    /// when the data at SND.UNA is lost and none is under way.
+    pub(super) fn rack_detect(&mut self, now: Instant) {
+        let mss = self.snd.mss;
+        let sacked = self.recovery.scoreboard.sacked_bytes();
+        let plain = self.recovery.active || sacked >= super::super::sack::DUP_THRESH * mss;
+        let srtt = self.rtt.srtt().unwrap_or(Duration::MAX);
+        let reo_wnd = self.recovery.rack.reo_wnd(plain, srtt);
+        let marked = self.recovery.scoreboard.lost_below().unwrap_or(self.snd.una);
+        let (lost, timer) = self.recovery.rack.detect(now, reo_wnd, marked);
+        if lost > self.snd.una && lost > marked {
+            self.recovery.scoreboard.mark_lost_below(lost);
+        }
+        self.timers.rack = timer;
+        if !self.recovery.active
+            && self.snd.una.partial_cmp(&self.recovery.recover) != Some(std::cmp::Ordering::Less)
+            && self
+                .recovery
+                .scoreboard
+                .holes(self.snd.una, self.snd.max, mss)
+                .next()
+                .is_some_and(|h| h.start == self.snd.una && h.lost)
+        {
+            self.enter_recovery();
         }
     }
 
@@ -149,6 +192,9 @@ impl Connection {
                 reno_delivered = mss;
             }
         }
+        if self.config.rack && self.sack_ok {
+            self.rack_on_ack(now);
+        }
         // RFC 6675 §5 step (1.b): with SACK, loss is also detected when IsLost(HighACK + 1),
         // whatever the ACK carried (data from the peer does not make an ACK a duplicate, but its
         // SACK blocks count); and by early retransmit (RFC 5827) when too little is in flight
@@ -181,6 +227,16 @@ impl Connection {
             self.recovery.rxt_marks.retain(|&(s, _)| s != self.snd.una);
             self.recovery.fast_rexmit = true;
             self.stats.fast_retransmits += 1;
+        }
+        // ECN (RFC 3168 §6.1.2): an echo of congestion reduces the window as a loss would,
+        // without a retransmission, once per window of data (the ACK must cover data sent after
+        // the last reduction, which carried our CWR) and not inside loss recovery (which reduced
+        // it already).
+        if self.ecn.ok && seg.ece && !self.recovery.active && self.snd.una > self.ecn.reduced_until {
+            self.cc.on_enter_recovery(distance(self.snd.una, self.snd.max), mss);
+            self.ecn.reduced_until = self.snd.max;
+            self.ecn.cwr_pending = true;
+            self.stats.ecn_reductions += 1;
         }
         if self.recovery.active {
             let delivered = if self.sack_ok {

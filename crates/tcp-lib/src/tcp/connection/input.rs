@@ -20,7 +20,7 @@ use std::time::Instant;
 use super::{Connection, DEFAULT_MSS, MAX_WSCALE, MIN_MSS, TS_OPTION_LEN, distance};
 use crate::tcp::congestion::NewReno;
 use crate::tcp::rules::{self, acceptable};
-use crate::tcp::{ConnectionError, State, reset_for};
+use crate::tcp::{ConnectionError, Ecn, State, reset_for};
 use crate::wire::{TcpControl, TcpRepr};
 
 impl Connection {
@@ -42,6 +42,12 @@ impl Connection {
             self.ts.recent_at = now;
         }
         self.sack_ok = self.config.sack && syn.sack_permitted;
+        // RFC 3168 §6.1.1: a SYN asking for ECN sets ECE and CWR; a SYN-ACK accepting it, ECE
+        // alone (a SYN-ACK with both is not an answer to our request).
+        self.ecn.ok = match syn.ack_number {
+            None => self.config.ecn != Ecn::Off && syn.ece && syn.cwr,
+            Some(_) => self.config.ecn == Ecn::On && syn.ece && !syn.cwr,
+        };
         let mss = syn.max_seg_size.unwrap_or(DEFAULT_MSS).min(self.config.mss).max(MIN_MSS);
         let option_len = if self.ts.ok { TS_OPTION_LEN } else { 0 };
         self.snd.mss = usize::from(mss) - option_len;
@@ -81,6 +87,20 @@ impl Connection {
         &mut self,
         now: Instant,
         seg: &TcpRepr<'_>,
+        deliver: F,
+    ) {
+        self.handle_segment_ecn(now, seg, false, deliver);
+    }
+
+    /// [`handle_segment_with`](Self::handle_segment_with) with the ECN field of the IP header
+    /// that carried the segment: `ce` when it said Congestion Experienced (RFC 3168 §5). On a
+    /// connection that negotiated ECN ([`Config::ecn`](crate::tcp::Config::ecn)), a CE mark on
+    /// data makes our ACKs carry ECE until the peer's CWR.
+    pub fn handle_segment_ecn<F: FnMut(&[u8]) -> usize>(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        ce: bool,
         mut deliver: F,
     ) {
         if seg.src_port != self.remote.port() || seg.dst_port != self.local.port() {
@@ -95,7 +115,7 @@ impl Connection {
             }
             State::Listen => {}
             State::SynSent => self.handle_syn_sent(now, seg),
-            _ => self.handle_synchronized(now, seg, &mut deliver),
+            _ => self.handle_synchronized(now, seg, ce, &mut deliver),
         }
     }
 
@@ -173,6 +193,7 @@ impl Connection {
         &mut self,
         now: Instant,
         seg: &TcpRepr<'_>,
+        ce: bool,
         deliver: &mut F,
     ) {
         let rst = seg.control == TcpControl::Rst;
@@ -197,7 +218,7 @@ impl Connection {
         {
             let ack_only =
                 TcpRepr { control: TcpControl::None, seq_number: self.rcv.irs + 1, payload: &[], ..*seg };
-            self.handle_synchronized(now, &ack_only, deliver);
+            self.handle_synchronized(now, &ack_only, ce, deliver);
             if self.is_established() {
                 self.challenge_ack();
             }
@@ -323,6 +344,9 @@ impl Connection {
             self.ts.recent = tsval;
             self.ts.recent_at = now;
         }
+        if self.ecn.ok {
+            self.receive_ecn(seg, ce);
+        }
         if self.timers.keepalive.is_some() {
             self.arm_keepalive(now);
         }
@@ -396,6 +420,24 @@ impl Connection {
         if (fin && seq + payload.len() == self.rcv.nxt) || self.rcv.ooo_fin == Some(self.rcv.nxt) {
             self.rcv.ooo_fin = None;
             self.process_fin(now);
+        }
+    }
+
+    /// The receiver's half of ECN (RFC 3168 §6.1.3) for an acceptable segment: the peer's CWR
+    /// ends our echo, and a CE mark on data starts it again (after the CWR, so a segment with
+    /// both keeps it going). The first mark is acknowledged at once, as Linux does, so that the
+    /// sender hears of the congestion a delayed ACK sooner.
+    fn receive_ecn(&mut self, seg: &TcpRepr<'_>, ce: bool) {
+        if seg.cwr {
+            self.ecn.echo = false;
+        }
+        if ce && !seg.payload.is_empty() {
+            self.stats.ce_received += 1;
+            if !self.ecn.echo {
+                self.ecn.echo = true;
+                self.ack.pending = true;
+                self.ack.now = true;
+            }
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::{Connection, MAX_RXT_MARKS, MIN_PERSIST, distance};
 use crate::tcp::prepared::PreparedSlice;
 use crate::tcp::rtt::MAX_RTO;
-use crate::tcp::{State, Transmit};
+use crate::tcp::{Ecn, State, Transmit};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
@@ -57,6 +57,7 @@ impl Connection {
             window_len,
             timestamp: self.ts.ok.then(|| Timestamp { tsval: self.ts_now(now), tsecr: self.ts.recent }),
             sack_blocks: self.sack_blocks(),
+            ece: self.ecn.echo,
             ..TcpRepr::default()
         }
     }
@@ -111,8 +112,14 @@ impl Connection {
     }
 
     fn transmit(&mut self, repr: TcpRepr<'static>, payload_len: usize) -> Transmit {
+        self.transmit_ect(repr, payload_len, false)
+    }
+
+    /// [`transmit`](Self::transmit), ECN-capable when `ect` (built in place: a copy of the
+    /// 128-byte `Transmit` to change one field costs a `memcpy` per segment).
+    fn transmit_ect(&mut self, repr: TcpRepr<'static>, payload_len: usize, ect: bool) -> Transmit {
         self.stats.segments_out += 1;
-        Transmit { src: self.local, dst: self.remote, repr, payload_len }
+        Transmit { src: self.local, dst: self.remote, repr, payload_len, ect }
     }
 
     /// The next segment to send, its payload copied into `buf` (see [`Transmit`] for the
@@ -235,6 +242,10 @@ impl Connection {
             } else {
                 self.ts.ok.then_some(Timestamp { tsval, tsecr: self.ts.recent })
             },
+            // RFC 3168 §6.1.1: an ECN-setup SYN carries ECE and CWR, the SYN-ACK accepting it
+            // ECE alone.
+            ece: if active { self.config.ecn == Ecn::On } else { self.ecn.ok },
+            cwr: active && self.config.ecn == Ecn::On,
             ..TcpRepr::default()
         };
         if self.snd.max == self.snd.iss {
@@ -321,6 +332,9 @@ impl Connection {
             self.snd.rtt_timing = None;
         }
         self.prr_sent(n);
+        if self.config.rack {
+            self.recovery.rack.on_sent(seq, end, now, true);
+        }
         self.timers.rto.get_or_insert(now + self.rtt.rto());
         Some(self.transmit(repr, n))
     }
@@ -404,6 +418,10 @@ impl Connection {
         let n = self.snd.stream.read(sent, &mut buf[..size]);
         let control = if fin { TcpControl::Fin } else { TcpControl::None };
         let mut repr = self.header(now, control, seq);
+        // ECN (RFC 3168 §6.1.2, §6.1.5): new data goes as ECT, and the first new data after a
+        // reduction carries CWR; resent data is Not-ECT.
+        let ect = self.ecn.ok && n > 0 && seq >= self.snd.max;
+        repr.cwr = ect && std::mem::take(&mut self.ecn.cwr_pending);
         // PSH (RFC 9293 §3.9.1, RFC 1122 §4.2.2.2) on the segment that empties the send buffer,
         // and, outside loss recovery, on the last one of a burst: the windows leave less than a
         // segment after it, or Nagle holds back the short rest. The receiver delivers there, as
@@ -438,13 +456,16 @@ impl Connection {
         if fin {
             self.snd.fin_seq = Some(seq + n);
         }
+        if self.config.rack {
+            self.recovery.rack.on_sent(seq, end, now, seq < self.snd.max);
+        }
         self.prr_sent(n);
         self.snd.nxt = end;
         self.snd.max = self.snd.max.max(end);
         self.timers.rto.get_or_insert(now + self.rtt.rto());
         self.timers.persist = None;
         self.arm_tlp(now);
-        Some(self.transmit(repr, n))
+        Some(self.transmit_ect(repr, n, ect))
     }
 
     /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,

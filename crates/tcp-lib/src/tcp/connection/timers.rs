@@ -19,6 +19,7 @@ impl Connection {
             self.timers.keepalive,
             self.timers.time_wait,
             self.timers.tlp,
+            self.timers.rack,
         ]
         .into_iter()
         .flatten()
@@ -32,6 +33,10 @@ impl Connection {
         if due(self.timers.time_wait) {
             self.enter_closed(None);
             return;
+        }
+        if due(self.timers.rack) {
+            self.timers.rack = None;
+            self.rack_detect(now);
         }
         if due(self.timers.tlp) {
             self.timers.tlp = None;
@@ -109,6 +114,7 @@ impl Connection {
                 // blocks that arrive from now on let the resending skip what they cover.
                 self.recovery.scoreboard.clear();
                 self.recovery.rxt_marks.clear();
+                self.timers.rack = None;
                 self.recovery.high_rxt = self.snd.una;
                 self.snd.nxt = self.snd.una;
             }

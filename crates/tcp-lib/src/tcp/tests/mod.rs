@@ -3,6 +3,8 @@
 //! * [`Script`] and the `send!`/`recv!` macros: inject exact segments into one connection and
 //!   assert exactly what it answers (in the spirit of smoltcp's socket tests), with virtual time.
 //! * `scripted`: every state transition and mechanism, segment by segment.
+//! * `ecn`: Explicit Congestion Notification (RFC 3168): negotiation, ECT, ECE and CWR.
+//! * `rack`: RACK time-based loss detection (RFC 8985 §6) and its reordering timer.
 //! * `prr`: what each ACK of fast recovery sends (Proportional Rate Reduction, RFC 9937).
 //! * `pair`: two connections over an in-memory link with seeded faults (drop, duplicate,
 //!   reorder, delay), every segment emitted and parsed through `wire` with checksums; bulk and
@@ -30,10 +32,12 @@ macro_rules! recv {
     };
 }
 
+mod ecn;
 mod fuzz;
 mod linux_profile;
 mod pair;
 mod prr;
+mod rack;
 mod scripted;
 mod time_wait;
 
@@ -112,6 +116,8 @@ pub(super) struct Script {
 pub(super) struct Sent {
     pub(super) repr: TcpRepr<'static>,
     pub(super) payload: Vec<u8>,
+    /// Sent as ECN-capable (ECT(0) in the IP header).
+    pub(super) ect: bool,
 }
 
 impl Sent {
@@ -140,6 +146,11 @@ impl Script {
     /// Delivers a segment.
     pub(super) fn send(&mut self, repr: &TcpRepr<'_>) {
         self.conn.handle_segment(self.now, repr);
+    }
+
+    /// Delivers a segment whose IP header was marked CE (Congestion Experienced).
+    pub(super) fn send_ce(&mut self, repr: &TcpRepr<'_>) {
+        self.conn.handle_segment_ecn(self.now, repr, true, |_| 0);
     }
 
     /// Advances virtual time by `d`, running the timers that fall due on the way, each followed
@@ -173,7 +184,7 @@ impl Script {
             assert!(out.len() < 1000, "poll_transmit never stops");
             assert_eq!((t.src, t.dst), (LOCAL, REMOTE));
             assert!(t.repr.payload.is_empty(), "the header carries no payload");
-            out.push(Sent { repr: t.repr, payload: buf[..t.payload_len].to_vec() });
+            out.push(Sent { repr: t.repr, payload: buf[..t.payload_len].to_vec(), ect: t.ect });
         }
         out
     }

@@ -1,0 +1,252 @@
+//! RACK, time-based loss detection (RFC 8985 §6, "The RACK-TLP Loss Detection Algorithm for
+//! TCP", 2021): a segment is deemed lost once a segment sent after it was delivered and more than
+//! an RTT plus a reordering window has passed since it was sent, instead of waiting for three
+//! duplicate ACKs' worth of SACKed data (RFC 6675 IsLost) or for the RTO.
+//!
+//! The sender logs every transmission (its range, when it left, whether it was a retransmission)
+//! in the order they left. On each ACK the newly delivered transmissions (cumulatively acknowledged
+//! or fully SACKed) update `RACK.xmit_ts`/`RACK.end_seq` (the most recently sent one delivered) and
+//! `RACK.rtt`, and show reordering when one ends below the highest delivered end (`RACK.fack`).
+//! Then the original transmissions sent before RACK's segment are checked in order: those older
+//! than `RACK.rtt + RACK.reo_wnd` are lost, and the youngest one's remaining time arms the
+//! reordering timer, which checks again when it fires.
+//!
+//! What it marks is kept as one sequence number, `lost_below`: original transmissions leave in
+//! sequence order, so the segments RACK deems lost are a prefix of the data not SACKed, and the
+//! scoreboard counts every unSACKed byte below it as lost (`Scoreboard::mark_lost_below`).
+//! Retransmissions update RACK's clock but are not themselves checked: a lost retransmission is
+//! found as before (SACKs of data sent after it, or the RTO). RACK is off unless
+//! [`Config::rack`](super::Config::rack) asks for it.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::wire::SeqNumber;
+
+/// The most transmissions logged; past it the oldest is forgotten (it is then neither a source of
+/// RACK's clock nor checked for loss, which only delays detection to the older rules).
+const MAX_LOG: usize = 4096;
+
+/// The largest reordering degree reported, in segments (Linux's `sysctl_tcp_max_reordering`).
+const MAX_DEGREE: usize = 300;
+
+/// One transmission of `start..end`.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    start: SeqNumber,
+    end: SeqNumber,
+    at: Instant,
+    retransmission: bool,
+}
+
+/// The RACK state of a connection.
+#[derive(Debug, Default)]
+pub(crate) struct Rack {
+    log: VecDeque<Sent>,
+    /// RACK.xmit_ts and RACK.end_seq: the most recently sent transmission delivered.
+    newest: Option<(Instant, SeqNumber)>,
+    /// RACK.rtt: the RTT of the latest delivered transmission taken as a sample.
+    rtt: Option<Duration>,
+    /// RACK.min_RTT.
+    min_rtt: Option<Duration>,
+    /// RACK.fack: the highest end of a delivered transmission.
+    fack: Option<SeqNumber>,
+    /// RACK.reord: a delivery below `fack` was seen.
+    reordering: bool,
+    /// The largest reordering seen, in segments: how far below `fack` a delivered transmission
+    /// began (Linux's `tcpi_reordering`, which starts at DupThresh).
+    degree: usize,
+    /// ACKs that showed reordering (Linux's `tcpi_reord_seen`).
+    events: u64,
+}
+
+/// Whether a transmission at `t1` ending at `e1` left after one at `t2` ending at `e2` (RFC 8985
+/// §6.2 RACK_sent_after: the later time, or at the same time the higher end).
+fn sent_after(t1: Instant, e1: SeqNumber, t2: Instant, e2: SeqNumber) -> bool {
+    t1 > t2 || (t1 == t2 && e1 > e2)
+}
+
+impl Rack {
+    /// `start..end` left at `now` (`retransmission`: it had been sent before).
+    pub(crate) fn on_sent(&mut self, start: SeqNumber, end: SeqNumber, now: Instant, retransmission: bool) {
+        if retransmission {
+            // The earlier transmission of these bytes is superseded.
+            self.log.retain(|s| !(start <= s.start && s.start < end));
+        }
+        if self.log.len() == MAX_LOG {
+            self.log.pop_front();
+        }
+        self.log.push_back(Sent { start, end, at: now, retransmission });
+    }
+
+    /// Forgets the log and frees its storage (a connection that sends no more data); the
+    /// reordering measures stay for the statistics.
+    pub(crate) fn release(&mut self) {
+        self.log = VecDeque::new();
+    }
+
+    /// An RTT sample from the connection's estimator (RACK.min_RTT follows every sample).
+    pub(crate) fn on_rtt_sample(&mut self, rtt: Duration) {
+        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+    }
+
+    /// An ACK moved SND.UNA to `una`; `sacked(start, end)` says whether the peer SACKed all of
+    /// a range. Updates RACK's clock from the transmissions now delivered, and forgets them
+    /// (RFC 8985 §6.2 steps 1 to 3).
+    pub(crate) fn on_ack(
+        &mut self,
+        una: SeqNumber,
+        now: Instant,
+        mss: usize,
+        sacked: impl Fn(SeqNumber, SeqNumber) -> bool,
+    ) {
+        let mut i = 0;
+        let mut reordered = false;
+        while i < self.log.len() {
+            let s = self.log[i];
+            if !(s.end <= una || sacked(s.start, s.end)) {
+                i += 1;
+                continue;
+            }
+            self.log.remove(i);
+            let rtt = now.saturating_duration_since(s.at);
+            // A retransmission's ACK may be the original's: too short a sample is ambiguous.
+            if s.retransmission && self.min_rtt.is_some_and(|m| rtt < m) {
+                continue;
+            }
+            self.rtt = Some(rtt);
+            if self.newest.is_none_or(|(t, e)| sent_after(s.at, s.end, t, e)) {
+                self.newest = Some((s.at, s.end));
+            }
+            match self.fack {
+                Some(f) if s.end < f => {
+                    self.reordering = true;
+                    reordered = true;
+                    let displaced = usize::try_from(f - s.start).unwrap_or(0);
+                    self.degree = self.degree.max(displaced.div_ceil(mss.max(1)).min(MAX_DEGREE));
+                }
+                Some(f) if s.end <= f => {}
+                _ => self.fack = Some(s.end),
+            }
+        }
+        self.events += u64::from(reordered);
+    }
+
+    /// ACKs that delivered data below the highest delivered byte.
+    pub(crate) fn reordering_events(&self) -> u64 {
+        self.events
+    }
+
+    /// The largest reordering seen, in segments (at least DupThresh, as Linux reports it).
+    pub(crate) fn reordering(&self) -> usize {
+        self.degree.max(super::sack::DUP_THRESH)
+    }
+
+    /// RACK.reo_wnd (RFC 8985 §6.2 step 4, without the D-SACK adaptation): none when no
+    /// reordering was seen and the sender is in recovery or DupThresh segments were SACKed (the
+    /// loss is plain), else a quarter of the minimum RTT, at most `srtt`.
+    pub(crate) fn reo_wnd(&self, in_recovery_or_dupthresh: bool, srtt: Duration) -> Duration {
+        if !self.reordering && in_recovery_or_dupthresh {
+            return Duration::ZERO;
+        }
+        self.min_rtt.map_or(Duration::ZERO, |m| (m / 4).min(srtt))
+    }
+
+    /// RFC 8985 §6.2 step 5: the original transmissions sent before RACK's segment and older than
+    /// RACK.rtt + `reo_wnd` are lost. Returns the end of the lost prefix (never below
+    /// `lost_below`, the prefix already lost) and, when a candidate is not old enough yet, when
+    /// the reordering timer should check again.
+    pub(crate) fn detect(
+        &self,
+        now: Instant,
+        reo_wnd: Duration,
+        lost_below: SeqNumber,
+    ) -> (SeqNumber, Option<Instant>) {
+        let (Some((newest_at, newest_end)), Some(rtt)) = (self.newest, self.rtt) else {
+            return (lost_below, None);
+        };
+        let mut lost = lost_below;
+        let mut timer = None;
+        for s in &self.log {
+            if !sent_after(newest_at, newest_end, s.at, s.end) {
+                break;
+            }
+            if s.retransmission || s.end <= lost {
+                continue;
+            }
+            let deadline = s.at + rtt + reo_wnd;
+            if deadline <= now {
+                lost = s.end;
+            } else {
+                timer = Some(timer.map_or(deadline, |t: Instant| t.max(deadline)));
+            }
+        }
+        (lost, timer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn s(n: u32) -> SeqNumber {
+        SeqNumber::new(u32::MAX - 500) + n as usize
+    }
+
+    /// Ten segments at once, the eighth SACKed an RTT later: the seven before it are lost a
+    /// quarter RTT after that (the reordering window), not before; the two after it are not.
+    #[test]
+    fn segments_sent_before_a_delivered_one_are_lost_after_rtt_plus_reo_wnd() {
+        let t0 = Instant::now();
+        let mut r = Rack::default();
+        r.on_rtt_sample(100 * MS);
+        for i in 0..10 {
+            r.on_sent(s(i * 100), s(i * 100 + 100), t0, false);
+        }
+        let t1 = t0 + 100 * MS;
+        r.on_ack(s(0), t1, 100, |a, b| a == s(700) && b == s(800));
+        let reo = r.reo_wnd(false, 100 * MS);
+        assert_eq!(reo, 25 * MS);
+        let (lost, timer) = r.detect(t1, reo, s(0));
+        assert_eq!((lost, timer), (s(0), Some(t0 + 125 * MS)));
+        let (lost, timer) = r.detect(t0 + 125 * MS, reo, s(0));
+        assert_eq!((lost, timer), (s(700), None), "1..7 lost, 9 and 10 were sent after 8");
+    }
+
+    /// A delivery below the highest delivered one is reordering: the window stays open even in
+    /// recovery.
+    #[test]
+    fn reordering_keeps_the_window() {
+        let t0 = Instant::now();
+        let mut r = Rack::default();
+        r.on_rtt_sample(40 * MS);
+        for i in 0..4 {
+            r.on_sent(s(i * 100), s(i * 100 + 100), t0 + i * MS, false);
+        }
+        r.on_ack(s(0), t0 + 50 * MS, 100, |a, _| a == s(300));
+        assert_eq!(r.reo_wnd(true, 40 * MS), Duration::ZERO, "no reordering seen");
+        assert_eq!(r.reordering(), 3);
+        r.on_ack(s(0), t0 + 51 * MS, 100, |a, _| a == s(300) || a == s(100));
+        assert_eq!(r.reo_wnd(true, 40 * MS), 10 * MS);
+        assert_eq!(r.reordering(), 3, "3 segments below the highest delivered");
+        r.on_ack(s(0), t0 + 52 * MS, 100, |a, _| a == s(300) || a == s(100) || a == s(0));
+        assert_eq!(r.reordering(), 4);
+        assert_eq!(r.reordering_events(), 2, "one per ACK that showed it");
+    }
+
+    /// A retransmission whose ACK comes back faster than the minimum RTT may be the original's:
+    /// no sample, and it does not become RACK's segment.
+    #[test]
+    fn an_ambiguous_retransmission_is_not_a_sample() {
+        let t0 = Instant::now();
+        let mut r = Rack::default();
+        r.on_rtt_sample(100 * MS);
+        r.on_sent(s(0), s(100), t0, false);
+        r.on_sent(s(0), s(100), t0 + 150 * MS, true);
+        r.on_ack(s(100), t0 + 160 * MS, 100, |_, _| false);
+        assert_eq!((r.newest, r.rtt), (None, None));
+        assert!(r.log.is_empty());
+    }
+}

@@ -1,0 +1,102 @@
+//! RACK time-based loss detection ([`Config::rack`], RFC 8985 §6) on one connection: a segment
+//! sent before one the peer SACKed is lost an RTT plus the reordering window after it left, by
+//! the reordering timer when no ACK comes; the same loss waits for the RTO without RACK.
+
+use std::time::Duration;
+
+use super::{LOCAL_SEQ, REMOTE_SEQ, SEND_TEMPL, Script, script_config};
+use crate::tcp::{Config, State, TcpControl};
+use crate::wire::tcp::{SackBlock, SackBlocks};
+use crate::wire::{SeqNumber, TcpRepr};
+
+const MS: Duration = Duration::from_millis(1);
+const MSS: usize = 1000;
+
+/// Established with SACK, an MSS of 1000 and a 100 ms RTT measured in the handshake, ten
+/// segments sent at once; returns the script and whether RACK is on.
+fn ten_in_flight(rack: bool) -> Script {
+    let config = Config {
+        sack: true,
+        mss: 1000,
+        send_buffer: 100_000,
+        initial_window: Some(10),
+        min_rto: Duration::from_millis(200),
+        rack,
+        ..script_config()
+    };
+    let syn = TcpRepr {
+        control: TcpControl::Syn,
+        seq_number: REMOTE_SEQ,
+        ack_number: None,
+        max_seg_size: Some(1000),
+        sack_permitted: true,
+        window_len: 60_000,
+        ..SEND_TEMPL
+    };
+    let mut s = Script::accept_with(config, syn);
+    assert_eq!(s.drain().len(), 1, "the SYN-ACK");
+    s.advance(100 * MS);
+    s.send(&TcpRepr { ack_number: Some(LOCAL_SEQ + 1), window_len: 60_000, ..SEND_TEMPL });
+    assert_eq!(s.conn.state(), State::Established);
+    assert_eq!(s.conn.stats().srtt, Some(100 * MS));
+    assert_eq!(s.conn.send(&[3; 10 * MSS]), 10 * MSS);
+    let flight = s.drain();
+    assert_eq!(flight.iter().filter(|o| !o.payload.is_empty()).count(), 10);
+    s
+}
+
+fn ours(n: usize) -> SeqNumber {
+    LOCAL_SEQ + 1 + n
+}
+
+/// An ACK of nothing new SACKing `blocks` (offsets from our first data byte).
+fn sack(blocks: &[(usize, usize)]) -> TcpRepr<'static> {
+    let v: Vec<_> = blocks.iter().map(|&(l, r)| SackBlock { left: ours(l), right: ours(r) }).collect();
+    TcpRepr {
+        ack_number: Some(ours(0)),
+        window_len: 60_000,
+        sack_blocks: SackBlocks::from_slice(&v).expect("at most four"),
+        ..SEND_TEMPL
+    }
+}
+
+/// The eighth segment SACKed an RTT after the flight left: the seven before it are lost a quarter
+/// of the minimum RTT later (the reordering window, RFC 8985 §6.2), by the reordering timer, and
+/// the first of them goes again in fast recovery.
+#[test]
+fn the_reordering_timer_marks_what_was_sent_before_a_sacked_segment() {
+    let mut s = ten_in_flight(true);
+    s.advance(100 * MS);
+    s.send(&sack(&[(7 * MSS, 8 * MSS)]));
+    assert!(s.drain().iter().all(|o| o.payload.is_empty()), "one SACK is not enough yet");
+    assert_eq!(s.conn.stats().lost_bytes, 0);
+    s.advance(24 * MS);
+    assert!(s.drain().iter().all(|o| o.payload.is_empty()), "still inside the reordering window");
+    s.advance(2 * MS);
+    let out = s.drain();
+    let rexmit: Vec<_> = out.iter().filter(|o| !o.payload.is_empty()).collect();
+    assert_eq!(rexmit.len(), 1, "{out:?}");
+    assert_eq!(rexmit[0].repr.seq_number, ours(0), "the first lost segment again");
+    let st = s.conn.stats();
+    assert!(st.in_recovery && st.timeouts == 0, "{st:?}");
+    assert_eq!(st.lost_bytes, 7 * MSS, "1..7 lost; 9 and 10 left after 8");
+    // A later SACK below the eighth is reordering: that segment is no longer lost, and the
+    // degree is how far below the highest SACKed byte it began.
+    s.send(&sack(&[(4 * MSS, 5 * MSS), (7 * MSS, 8 * MSS)]));
+    let st = s.conn.stats();
+    assert_eq!(st.lost_bytes, 6 * MSS);
+    assert_eq!(st.reordering, 4);
+}
+
+/// Without RACK the same single SACK leaves RFC 6675's IsLost unmet: nothing is resent before
+/// the RTO.
+#[test]
+fn without_rack_one_sack_waits_for_the_rto() {
+    let mut s = ten_in_flight(false);
+    s.advance(100 * MS);
+    s.send(&sack(&[(7 * MSS, 8 * MSS)]));
+    s.advance(150 * MS);
+    assert!(s.drain().iter().all(|o| o.payload.is_empty()), "no retransmission before the RTO");
+    assert_eq!(s.conn.stats().lost_bytes, 0);
+    assert_eq!(s.conn.stats().reordering, 3);
+}
