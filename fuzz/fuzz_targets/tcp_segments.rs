@@ -39,9 +39,8 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use tcp_lib::stack::PreparedSegments;
 use tcp_lib::tcp::{
-    BufferBudget, Config, CongestionAlgorithm, Connection, ConnectionError, Ecn, Keepalive, ListenAction, State,
-    Transmit,
-    listen_reply, reset_for,
+    BufferBudget, Config, CongestionAlgorithm, Connection, ConnectionError, Ecn, Keepalive, ListenAction,
+    State, Transmit, listen_reply, reset_for,
 };
 use tcp_lib::wire::tcp::{SackBlock, SackBlocks, Timestamp};
 use tcp_lib::wire::{ChecksumPolicy, SeqNumber, TcpControl, TcpPacket, TcpRepr, checksum};
@@ -122,9 +121,8 @@ impl ConfigIn {
     /// and 3), from bits of `challenge_ack_limit` nothing else reads (its value takes bits 0 and
     /// 1, ECN bits 4 and 5, RACK bit 6), so that older inputs keep their configuration.
     fn budget(&self) -> Option<Arc<BufferBudget>> {
-        (self.challenge_ack_limit & 0x80 != 0).then(|| {
-            Arc::new(BufferBudget::new([0, 2048, 8192, 32_768][usize::from((self.challenge_ack_limit >> 2) & 3)]))
-        })
+        let size = [0, 2048, 8192, 32_768][usize::from((self.challenge_ack_limit >> 2) & 3)];
+        (self.challenge_ack_limit & 0x80 != 0).then(|| Arc::new(BufferBudget::new(size)))
     }
 
     fn config(&self) -> Config {
@@ -497,8 +495,9 @@ struct Harness {
     app_read: u64,
     shutdown: bool,
     closed: bool,
-    /// The connection's rings are charged to a budget (`send` may take less than fits).
-    budget: bool,
+    /// What `send` takes at least, of what fits: all of it, or with a buffer budget, what the
+    /// ring's guaranteed storage holds.
+    send_floor: usize,
 
     // The peer.
     /// The peer's ISS, once the connection took a SYN.
@@ -523,14 +522,18 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(conn: Connection, config: Config, setup: &Setup, base: Instant) -> Self {
+    fn new(mut conn: Connection, config: Config, setup: &Setup, base: Instant) -> Self {
+        let budget = setup.config.budget();
+        if let Some(budget) = &budget {
+            conn.set_budget(budget);
+        }
         let iss = SeqNumber::new(setup.iss);
         let irs = SeqNumber::new(setup.irs);
         Self {
             state: conn.state(),
             conn,
             config,
-            budget: setup.config.challenge_ack_limit & 0x80 != 0,
+            send_floor: budget.map_or(usize::MAX, |_| BufferBudget::GUARANTEED.min(config.send_buffer)),
             base,
             now: base,
             buf: vec![0; BUF_LEN],
@@ -961,13 +964,10 @@ impl Harness {
                     );
                 if !may_send {
                     assert_eq!(k, 0, "send accepted data in {state:?} (shut down: {})", self.shutdown);
-                } else if self.prepared == 0 && !self.budget {
-                    assert_eq!(k, n.min(self.config.send_buffer - before), "send takes what fits");
                 } else if self.prepared == 0 {
-                    // A budget may hold the ring to its storage, never below the guaranteed size.
                     let fits = n.min(self.config.send_buffer - before);
-                    let floor = BufferBudget::GUARANTEED.min(self.config.send_buffer);
-                    assert!(k <= fits && k >= fits.min(floor.saturating_sub(before)), "send took {k} of {fits}");
+                    let least = fits.min(self.send_floor.saturating_sub(before));
+                    assert!(k <= fits && k >= least, "send took {k} of {fits}");
                 }
                 self.app_sent += k as u64;
                 self.drain();
@@ -1097,15 +1097,11 @@ fn peer_syn(setup: &Setup, ack: Option<SeqNumber>, tsecr: u32) -> TcpRepr<'stati
 
 fn start(setup: &Setup) -> Harness {
     let config = setup.config.config();
-    let budget = setup.config.budget();
     let base = Instant::now();
     let iss = SeqNumber::new(setup.iss);
     let active = matches!(setup.start, Start::SynSent | Start::SimultaneousOpen | Start::EstablishedActive);
     let mut h = if active {
-        let mut conn = Connection::connect(config, LOCAL, REMOTE, iss, base);
-        if let Some(budget) = &budget {
-            conn.set_budget(budget);
-        }
+        let conn = Connection::connect(config, LOCAL, REMOTE, iss, base);
         let mut h = Harness::new(conn, config, setup, base);
         assert_eq!(h.drain(), 1, "the SYN");
         h.after(0);
@@ -1114,10 +1110,7 @@ fn start(setup: &Setup) -> Harness {
     } else {
         let syn = peer_syn(setup, None, 0);
         assert_eq!(listen_reply(&syn), ListenAction::Accept);
-        let mut conn = Connection::accept(config, LOCAL, REMOTE, &syn, iss, base).expect("a SYN");
-        if let Some(budget) = &budget {
-            conn.set_budget(budget);
-        }
+        let conn = Connection::accept(config, LOCAL, REMOTE, &syn, iss, base).expect("a SYN");
         let mut h = Harness::new(conn, config, setup, base);
         h.irs = Some(syn.seq_number);
         h.peer_tsvals.extend(setup.syn.tsval);
