@@ -328,6 +328,12 @@ mod tests {
         assert!(p.verify_checksum_v6(SRC6, DST6));
         let p = Packet::new_unchecked(&b[..]);
         assert!(Repr::parse_v6(&p, SRC6, DST6, ChecksumPolicy::Verify).is_ok());
+        // The field zero would sum the same (one's-complement zero has two forms), but over IPv6
+        // zero means "no checksum", which is refused (RFC 8200 §8.1).
+        b[6..8].copy_from_slice(&[0, 0]);
+        let p = Packet::new_unchecked(&b[..]);
+        assert!(!p.verify_checksum_v6(SRC6, DST6));
+        assert_eq!(Repr::parse_v6(&p, SRC6, DST6, ChecksumPolicy::Verify), Err(Error::Checksum));
     }
 
     #[test]
