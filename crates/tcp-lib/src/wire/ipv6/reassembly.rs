@@ -14,7 +14,10 @@
 //! * **Timeout:** 60 seconds after the first fragment arrived ([`TIMEOUT`], RFC 8200 §4.5), whatever
 //!   arrives later. No ICMPv6 "fragment reassembly time exceeded" is generated here.
 //! * **Overlaps** discard the whole packet (RFC 5722, RFC 8200 §4.5), except an exact duplicate of a
-//!   fragment received (same range, same bytes), which is dropped as RFC 8200 §4.5 allows.
+//!   fragment received (same range, same bytes), which is dropped as RFC 8200 §4.5 allows. To tell
+//!   exact duplicates, each fragment received stays a run of its own (IPv4 merges adjacent runs),
+//!   so [`Config::max_runs`] bounds the fragments one packet may have: the default 64 covers a
+//!   65535-byte packet in 1280-byte fragments (52) with room to spare.
 //! * **Atomic fragments** (offset zero, M clear; RFC 6946) are whole packets: they are returned at
 //!   once, never entered in the table, so they cannot mix with fragments of the same
 //!   identification.
