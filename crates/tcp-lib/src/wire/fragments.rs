@@ -334,6 +334,54 @@ impl<K: Copy + Eq, H: Copy> Table<K, H> {
     }
 }
 
+/// The accessors both reassemblers have, over their `table` field: `config`, `len`, `is_empty`,
+/// `buffered_bytes`, `next_deadline`, `expire` and `clear`. `$what` names what is in flight
+/// ("datagrams", "packets") in their documentation.
+macro_rules! table_accessors {
+    ($what:literal) => {
+        /// The bounds.
+        #[must_use]
+        pub const fn config(&self) -> &Config {
+            self.table.config()
+        }
+
+        #[doc = concat!("The number of ", $what, " in flight.")]
+        #[must_use]
+        pub fn len(&self) -> usize {
+            self.table.len()
+        }
+
+        #[doc = concat!("Whether no ", $what, " are in flight.")]
+        #[must_use]
+        pub fn is_empty(&self) -> bool {
+            self.table.len() == 0
+        }
+
+        #[doc = concat!("The bytes the buffers of the ", $what, " in flight hold.")]
+        #[must_use]
+        pub const fn buffered_bytes(&self) -> usize {
+            self.table.buffered_bytes()
+        }
+
+        #[doc = concat!("When the next of the ", $what, " in flight times out.")]
+        #[must_use]
+        pub fn next_deadline(&self) -> Option<Instant> {
+            self.table.next_deadline()
+        }
+
+        #[doc = concat!("Drops the ", $what, " whose deadline is at or before `now`; returns how many.")]
+        pub fn expire(&mut self, now: Instant) -> usize {
+            self.table.expire(now)
+        }
+
+        #[doc = concat!("Drops all ", $what, " in flight.")]
+        pub fn clear(&mut self) {
+            self.table.clear();
+        }
+    };
+}
+pub(crate) use table_accessors;
+
 /// A seeded shuffle (Fisher-Yates with an LCG) for the reassemblers' any-order tests.
 #[cfg(test)]
 pub(crate) fn shuffle<T>(items: &mut [T], seed: u64) {

@@ -42,7 +42,7 @@ use std::time::Instant;
 use super::{Address, HEADER_LEN, MAX_PACKET_LEN, Packet, Repr};
 use crate::wire::ChecksumPolicy;
 pub use crate::wire::fragments::{Config, FragmentError};
-use crate::wire::fragments::{Duplicates, Piece, Table};
+use crate::wire::fragments::{Duplicates, Piece, Table, table_accessors};
 
 /// A reassembled datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,45 +81,7 @@ impl FragmentReassembler {
         Self { table: Table::new(config, Duplicates::Contained) }
     }
 
-    /// The bounds.
-    #[must_use]
-    pub const fn config(&self) -> &Config {
-        self.table.config()
-    }
-
-    /// The number of datagrams in flight.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.table.len()
-    }
-
-    /// Whether no datagram is in flight.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.table.len() == 0
-    }
-
-    /// The bytes the payload buffers of the datagrams in flight hold.
-    #[must_use]
-    pub const fn buffered_bytes(&self) -> usize {
-        self.table.buffered_bytes()
-    }
-
-    /// When the next datagram in flight times out.
-    #[must_use]
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.table.next_deadline()
-    }
-
-    /// Drops the datagrams whose deadline is at or before `now`; returns how many.
-    pub fn expire(&mut self, now: Instant) -> usize {
-        self.table.expire(now)
-    }
-
-    /// Drops every datagram in flight.
-    pub fn clear(&mut self) {
-        self.table.clear();
-    }
+    table_accessors!("datagrams");
 
     /// Adds a received packet at time `now`. Returns the reassembled datagram when this fragment
     /// completes one, `None` while it is incomplete (or the fragment was a duplicate), and the

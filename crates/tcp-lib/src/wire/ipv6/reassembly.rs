@@ -35,7 +35,7 @@ use super::ext::{self, FragmentHeader};
 use super::{Address, MAX_PAYLOAD_LEN, Packet, Repr};
 use crate::wire::Error;
 pub use crate::wire::fragments::{Config, FragmentError};
-use crate::wire::fragments::{Duplicates, Piece, Table};
+use crate::wire::fragments::{Duplicates, Piece, Table, table_accessors};
 
 /// How long a packet may take to reassemble (RFC 8200 §4.5: 60 seconds).
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -81,45 +81,7 @@ impl FragmentReassembler {
         Self { table: Table::new(config, Duplicates::Exact) }
     }
 
-    /// The bounds.
-    #[must_use]
-    pub const fn config(&self) -> &Config {
-        self.table.config()
-    }
-
-    /// The number of packets in flight.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.table.len()
-    }
-
-    /// Whether no packet is in flight.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.table.len() == 0
-    }
-
-    /// The bytes the buffers of the packets in flight hold.
-    #[must_use]
-    pub const fn buffered_bytes(&self) -> usize {
-        self.table.buffered_bytes()
-    }
-
-    /// When the next packet in flight times out.
-    #[must_use]
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.table.next_deadline()
-    }
-
-    /// Drops the packets whose deadline is at or before `now`; returns how many.
-    pub fn expire(&mut self, now: Instant) -> usize {
-        self.table.expire(now)
-    }
-
-    /// Drops every packet in flight.
-    pub fn clear(&mut self) {
-        self.table.clear();
-    }
+    table_accessors!("packets");
 
     /// Adds a received packet at time `now`. Returns the reassembled packet when this fragment
     /// completes one, `None` while it is incomplete (or the fragment was an exact duplicate), and
