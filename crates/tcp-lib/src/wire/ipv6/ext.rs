@@ -159,9 +159,13 @@ pub fn walk(first: Protocol, payload: &[u8]) -> Result<Walk> {
 /// extension headers of the fragmentable part (in a first fragment or a reassembled packet).
 ///
 /// # Errors
-/// As [`walk`]; another Fragment header is [`Error::Malformed`], and the bounds count the whole
-/// chain.
+/// As [`walk`]; a Hop-by-Hop or another Fragment header is [`Error::Malformed`], and the bounds
+/// count the whole chain.
 pub fn walk_on(walk: Walk, payload: &[u8]) -> Result<Walk> {
+    // Hop-by-Hop only directly after the IPv6 header, never after a Fragment header.
+    if walk.protocol == Protocol::HopByHop {
+        return Err(Error::Malformed);
+    }
     let rest = payload.get(walk.offset..).ok_or(Error::Truncated)?;
     let on = self::walk(walk.protocol, rest)?;
     if on.fragment.is_some() {
@@ -267,6 +271,11 @@ mod tests {
         assert_eq!((on.protocol, on.offset, on.headers, on.fragment), (Protocol::Udp, 16, 2, w.fragment));
         // Cut inside the chain: the first fragment lacks it (RFC 7112).
         assert_eq!(walk_on(w, &p[..12]), Err(Error::Truncated));
+        // Hop-by-Hop after the Fragment header.
+        let mut h = frag(0, 0, true, 3);
+        h.extend(opts(17, &[1, 4, 0, 0, 0, 0]));
+        let w = walk(Protocol::Ipv6Frag, &h).unwrap();
+        assert_eq!(walk_on(w, &h), Err(Error::Malformed));
         // A Fragment header in the fragmentable part.
         let mut q = frag(44, 0, true, 3);
         q.extend(frag(17, 0, false, 3));
