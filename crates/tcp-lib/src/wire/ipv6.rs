@@ -142,7 +142,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 }
 
-fn addr_at(b: &[u8], at: usize) -> Address {
+/// The address in the 16 bytes at `at` (callers index within lengths they checked).
+pub(crate) fn addr_at(b: &[u8], at: usize) -> Address {
     let mut octets = [0u8; 16];
     octets.copy_from_slice(&b[at..at + 16]);
     Address::from(octets)

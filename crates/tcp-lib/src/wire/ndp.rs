@@ -26,6 +26,7 @@
 use std::net::Ipv6Addr;
 
 use super::ethernet::Address as EthernetAddress;
+use super::ipv6::addr_at;
 use super::{Error, Result, be16, be32, put16, put32};
 
 /// The most options one message may carry.
@@ -190,12 +191,6 @@ pub enum Repr {
         /// The target link-layer address option.
         lladdr: Option<EthernetAddress>,
     },
-}
-
-fn addr_at(b: &[u8], at: usize) -> Ipv6Addr {
-    let mut octets = [0u8; 16];
-    octets.copy_from_slice(&b[at..at + 16]);
-    octets.into()
 }
 
 /// The options of a message: `(type, whole option)` for each, checked as the module says.
