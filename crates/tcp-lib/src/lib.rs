@@ -1,7 +1,9 @@
 //! A TCP/IP stack in the library that processes packets on the core that consumes them.
 //!
-//! So far: [`wire`], the wire formats (Ethernet, ARP, IPv4 with fragment reassembly, ICMPv4, TCP)
-//! as zero-copy views and parse/emit representations; and [`tcp`], the sans-IO TCP connection core
+//! So far: [`wire`], the wire formats (Ethernet, ARP, IPv4 with fragment reassembly, ICMPv4, IPv6
+//! with its extension headers and fragment reassembly, ICMPv6 with Neighbor Discovery, UDP and TCP
+//! over either) as zero-copy views and parse/emit representations (the stack speaks IPv4 only so
+//! far); and [`tcp`], the sans-IO TCP connection core
 //! (one TCB's state machine, timers, options and congestion control, driven by segments and time
 //! from the caller); and [`stack`], the per-core IPv4/TCP endpoint (ARP, ICMP echo, fragment
 //! reassembly, listeners with SYN queue, SYN cookies and accept backlog, socket handles) driven

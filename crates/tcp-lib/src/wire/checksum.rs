@@ -1,5 +1,6 @@
 //! The Internet checksum: the 16-bit one's-complement sum of RFC 1071, its incremental update
-//! (RFC 1624) and the IPv4 pseudo-header that TCP and UDP sum (RFC 9293 §3.1).
+//! (RFC 1624) and the IPv4 and IPv6 pseudo-headers that TCP, UDP and ICMPv6 sum (RFC 9293 §3.1,
+//! RFC 8200 §8.1).
 //!
 //! Sums here are *unfinished*: a `u16` one's-complement sum, not yet complemented. A checksum field
 //! holds [`finish`] of the sum over the covered bytes with the field itself zero; a receiver verifies by
@@ -12,7 +13,7 @@
 //! byte-order independent in the same way, but this module reads big-endian words so that the result
 //! is the value of the field as it is on the wire.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Folds a 64-bit one's-complement accumulator to 16 bits.
 fn fold(mut acc: u64) -> u16 {
@@ -104,6 +105,23 @@ pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u32)
     fold(s + d + u64::from(protocol) + u64::from(length))
 }
 
+/// The one's-complement sum of the IPv6 pseudo-header of RFC 8200 §8.1: source, destination, the
+/// 32-bit upper-layer packet length, three zero bytes and the next header value (the upper-layer
+/// protocol, not that of an extension header in between).
+///
+/// TCP, UDP and ICMPv6 (RFC 4443 §2.3) sum it; `length` is the upper-layer length (header and
+/// data), which IPv6 carries in 32 bits here.
+#[must_use]
+pub fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, length: u32) -> u16 {
+    let mut acc = 0u64;
+    for addr in [src.to_bits(), dst.to_bits()] {
+        // Each 64-bit half is four 16-bit lanes; add64 keeps the end-around carry.
+        acc = add64(acc, u64::try_from(addr >> 64).unwrap_or(0));
+        acc = add64(acc, u64::try_from(addr & u128::from(u64::MAX)).unwrap_or(0));
+    }
+    fold(add64(acc, u64::from(length) + u64::from(next_header)))
+}
+
 /// Updates a checksum *field* after one 16-bit word it covers changed from `old` to `new`
 /// (RFC 1624 eqn. 3: `HC' = ~(~HC + ~m + m')`).
 ///
@@ -180,7 +198,35 @@ mod tests {
         assert_eq!(pseudo_header_v4(src, dst, 6, 1500), data(&bytes));
     }
 
+    #[test]
+    fn pseudo_header_v6_matches_bytes() {
+        let src: Ipv6Addr = "fe80::5054:ff:fe12:3456".parse().unwrap();
+        let dst: Ipv6Addr = "ff02::1:ff00:1".parse().unwrap();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&src.octets());
+        bytes.extend_from_slice(&dst.octets());
+        bytes.extend_from_slice(&70_000u32.to_be_bytes());
+        bytes.extend_from_slice(&[0, 0, 0, 58]);
+        assert_eq!(pseudo_header_v6(src, dst, 58, 70_000), data(&bytes));
+        // All-ones addresses: every lane carries.
+        let ones = Ipv6Addr::from_bits(u128::MAX);
+        let mut bytes = [0xffu8; 40];
+        bytes[32..].copy_from_slice(&[0, 0, 0xff, 0xff, 0, 0, 0, 0xff]);
+        assert_eq!(pseudo_header_v6(ones, ones, 0xff, 0xffff), data(&bytes));
+    }
+
     proptest! {
+        #[test]
+        fn pseudo_header_v6_equals_bytes(src in any::<u128>(), dst in any::<u128>(), nh in any::<u8>(), len in any::<u32>()) {
+            let (src, dst) = (Ipv6Addr::from_bits(src), Ipv6Addr::from_bits(dst));
+            let mut bytes = Vec::new();
+            bytes.extend_from_slice(&src.octets());
+            bytes.extend_from_slice(&dst.octets());
+            bytes.extend_from_slice(&len.to_be_bytes());
+            bytes.extend_from_slice(&[0, 0, 0, nh]);
+            prop_assert_eq!(pseudo_header_v6(src, dst, nh, len), data(&bytes));
+        }
+
         #[test]
         fn wide_sum_equals_reference(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
             prop_assert_eq!(data(&bytes), data_reference(&bytes));

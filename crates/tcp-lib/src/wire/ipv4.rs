@@ -52,12 +52,24 @@ const FRAG_OFFSET_MASK: u16 = 0x1fff;
 /// named).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Protocol {
+    /// IPv6 Hop-by-Hop Options header, 0 (RFC 8200 §4.3).
+    HopByHop,
     /// ICMP, 1.
     Icmp,
     /// TCP, 6.
     Tcp,
     /// UDP, 17.
     Udp,
+    /// IPv6 Routing header, 43 (RFC 8200 §4.4).
+    Ipv6Route,
+    /// IPv6 Fragment header, 44 (RFC 8200 §4.5).
+    Ipv6Frag,
+    /// ICMPv6, 58 (RFC 4443).
+    Icmpv6,
+    /// IPv6 "no next header", 59 (RFC 8200 §4.7).
+    Ipv6NoNxt,
+    /// IPv6 Destination Options header, 60 (RFC 8200 §4.6).
+    Ipv6Opts,
     /// Any other value (never one of the named ones).
     Unknown(u8),
 }
@@ -65,9 +77,15 @@ pub enum Protocol {
 impl From<u8> for Protocol {
     fn from(v: u8) -> Self {
         match v {
+            0 => Self::HopByHop,
             1 => Self::Icmp,
             6 => Self::Tcp,
             17 => Self::Udp,
+            43 => Self::Ipv6Route,
+            44 => Self::Ipv6Frag,
+            58 => Self::Icmpv6,
+            59 => Self::Ipv6NoNxt,
+            60 => Self::Ipv6Opts,
             other => Self::Unknown(other),
         }
     }
@@ -76,9 +94,15 @@ impl From<u8> for Protocol {
 impl From<Protocol> for u8 {
     fn from(p: Protocol) -> Self {
         match p {
+            Protocol::HopByHop => 0,
             Protocol::Icmp => 1,
             Protocol::Tcp => 6,
             Protocol::Udp => 17,
+            Protocol::Ipv6Route => 43,
+            Protocol::Ipv6Frag => 44,
+            Protocol::Icmpv6 => 58,
+            Protocol::Ipv6NoNxt => 59,
+            Protocol::Ipv6Opts => 60,
             Protocol::Unknown(v) => v,
         }
     }
@@ -174,16 +198,20 @@ impl std::str::FromStr for Cidr {
     /// # Ok::<(), tcp_lib::wire::ipv4::ParseCidrError>(())
     /// ```
     fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        let error = || ParseCidrError(s.to_owned());
-        let (address, len) = s.split_once('/').ok_or_else(error)?;
-        let address: Address = address.parse().map_err(|_| error())?;
-        // Digits only: `u8::from_str` would take a leading `+`.
-        if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(error());
-        }
-        let len: u8 = len.parse().map_err(|_| error())?;
-        Self::new(address, len).ok_or_else(error)
+        parse_prefix(s).and_then(|(a, len)| Self::new(a, len)).ok_or_else(|| ParseCidrError(s.to_owned()))
     }
+}
+
+/// Splits `address/len` into a parsed address and a prefix length of decimal digits (the caller
+/// bounds it); `None` if either part does not parse.
+pub(crate) fn parse_prefix<A: std::str::FromStr>(s: &str) -> Option<(A, u8)> {
+    let (address, len) = s.split_once('/')?;
+    let address = address.parse().ok()?;
+    // Digits only: `u8::from_str` would take a leading `+`.
+    if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((address, len.parse().ok()?))
 }
 
 /// A zero-copy view of an IPv4 packet.
@@ -690,6 +718,22 @@ pub(crate) mod tests {
             let incremental = p.checksum();
             p.fill_checksum();
             assert_eq!(p.checksum(), incremental);
+        }
+    }
+
+    #[test]
+    fn protocol_numbers() {
+        for v in 0..=255u8 {
+            assert_eq!(u8::from(Protocol::from(v)), v);
+        }
+        let named = [(0, Protocol::HopByHop), (43, Protocol::Ipv6Route), (44, Protocol::Ipv6Frag)];
+        let named = named.into_iter().chain([
+            (58, Protocol::Icmpv6),
+            (59, Protocol::Ipv6NoNxt),
+            (60, Protocol::Ipv6Opts),
+        ]);
+        for (v, p) in named {
+            assert_eq!(Protocol::from(v), p);
         }
     }
 

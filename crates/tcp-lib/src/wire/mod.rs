@@ -18,7 +18,10 @@
 //! classifier in `netchannel::signature`.
 //!
 //! Formats: [`ethernet`] (Ethernet II with one optional 802.1Q tag), [`arp`] (Ethernet/IPv4 ARP),
-//! [`ipv4`] (with [`ipv4::reassembly`]), [`icmpv4`], [`tcp`], and the Internet [`checksum`].
+//! [`ipv4`] (with [`ipv4::reassembly`]), [`icmpv4`], [`ipv6`] (with its extension headers,
+//! [`ipv6::ext`], [`ipv6::reassembly`] and address helpers, [`ipv6::addr`]), [`icmpv6`] (with
+//! Neighbor Discovery, [`ndp`]), [`tcp`] and [`udp`] (each over IPv4 or IPv6), and the Internet
+//! [`checksum`] with both pseudo-headers.
 //!
 //! ```
 //! use std::net::Ipv4Addr;
@@ -72,24 +75,64 @@
 //! assert_eq!((ip_in, tcp_in), (ip, tcp));
 //! # Ok::<(), tcp_lib::wire::Error>(())
 //! ```
+//!
+//! IPv6 works the same way; [`Ipv6Repr::parse_with_payload`] walks the extension headers, and the
+//! transport `Repr`s have `_v6` twins for the IPv6 pseudo-header:
+//!
+//! ```
+//! use std::net::Ipv6Addr;
+//! use tcp_lib::wire::{ChecksumPolicy, Ipv6Packet, Ipv6Repr, Protocol, UdpPacket, UdpRepr};
+//!
+//! let (src, dst): (Ipv6Addr, Ipv6Addr) = ("2001:db8::2".parse().unwrap(), "2001:db8::1".parse().unwrap());
+//! let udp = UdpRepr { src_port: 5353, dst_port: 53, payload: b"hello" };
+//! let ip = Ipv6Repr {
+//!     src_addr: src,
+//!     dst_addr: dst,
+//!     next_header: Protocol::Udp,
+//!     payload_len: udp.buffer_len(),
+//!     hop_limit: 64,
+//!     traffic_class: 0,
+//!     flow_label: 0,
+//! };
+//! let mut buf = vec![0u8; ip.buffer_len()];
+//! let mut packet = Ipv6Packet::new_unchecked(&mut buf[..]);
+//! ip.emit(&mut packet);
+//! udp.emit_v6(&mut UdpPacket::new_unchecked(packet.payload_mut()), src, dst);
+//!
+//! let packet = Ipv6Packet::new_checked(&buf[..])?;
+//! let (ip_in, payload) = Ipv6Repr::parse_with_payload(&packet)?;
+//! let udp_in = UdpRepr::parse_v6(&UdpPacket::new_checked(payload)?, src, dst, ChecksumPolicy::Verify)?;
+//! assert_eq!((ip_in, udp_in), (ip, udp));
+//! # Ok::<(), tcp_lib::wire::Error>(())
+//! ```
 
 use std::fmt;
 
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;
+mod fragments;
 pub mod icmpv4;
+pub mod icmpv6;
 pub mod ipv4;
+pub mod ipv6;
+pub mod ndp;
 pub mod tcp;
+pub mod udp;
 
 pub use arp::{Operation as ArpOperation, Packet as ArpPacket, Repr as ArpRepr};
 pub use ethernet::{
     Address as EthernetAddress, EtherType, Frame as EthernetFrame, Repr as EthernetRepr, VlanTag,
 };
 pub use icmpv4::{Packet as Icmpv4Packet, Repr as Icmpv4Repr};
+pub use icmpv6::{Packet as Icmpv6Packet, Repr as Icmpv6Repr};
 pub use ipv4::reassembly::FragmentReassembler;
 pub use ipv4::{Address as Ipv4Address, Cidr as Ipv4Cidr, Packet as Ipv4Packet, Protocol, Repr as Ipv4Repr};
+pub use ipv6::reassembly::FragmentReassembler as Ipv6FragmentReassembler;
+pub use ipv6::{Cidr as Ipv6Cidr, Packet as Ipv6Packet, Repr as Ipv6Repr};
+pub use ndp::Repr as NdpRepr;
 pub use tcp::{Control as TcpControl, Packet as TcpPacket, Repr as TcpRepr, SeqNumber, TcpOption};
+pub use udp::{Packet as UdpPacket, Repr as UdpRepr};
 
 /// Why a parser refused a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -102,10 +145,11 @@ pub enum Error {
     /// The checksum does not verify.
     Checksum,
     /// A well-formed packet of a kind this stack does not handle (another hardware type, an
-    /// unknown ICMP message, an IP version other than 4).
+    /// unknown ICMP message, another IP version, an IPv6 option or routing header it must not
+    /// pass, an extension-header chain past its bounds).
     Unrecognized,
-    /// An IPv4 fragment: it must go through [`FragmentReassembler`] before its payload can be
-    /// parsed.
+    /// An IPv4 or IPv6 fragment: it must go through [`FragmentReassembler`] (IPv4) or
+    /// [`Ipv6FragmentReassembler`] before its payload can be parsed.
     Fragmented,
 }
 
@@ -116,7 +160,7 @@ impl fmt::Display for Error {
             Self::Malformed => "malformed packet",
             Self::Checksum => "checksum mismatch",
             Self::Unrecognized => "unrecognized packet",
-            Self::Fragmented => "IPv4 fragment",
+            Self::Fragmented => "IP fragment",
         })
     }
 }
@@ -194,6 +238,41 @@ mod tests {
             TcpRepr::parse(&tcp, ip_repr.dst_addr, Ipv4Address::new(10, 0, 0, 9), ChecksumPolicy::Verify),
             Err(Error::Checksum)
         );
+    }
+
+    // A TCP SYN over IPv6 as Linux sends it (2001:db8::2 port 40000 -> 2001:db8::1 port 80: MSS
+    // 1440, SACK-permitted, timestamps, NOP, window scale 7, window 64800), built by scapy; the TCP
+    // checksum 0xea40 covers the IPv6 pseudo-header.
+    const SYN_V6: [u8; 80] = [
+        0x60, 0x09, 0xb6, 0xf1, 0x00, 0x28, 0x06, 0x40, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x9c, 0x40, 0x00, 0x50, 0x12, 0x34, 0x56, 0x78, 0x00, 0x00, 0x00,
+        0x00, 0xa0, 0x02, 0xfd, 0x20, 0xea, 0x40, 0x00, 0x00, 0x02, 0x04, 0x05, 0xa0, 0x04, 0x02, 0x08, 0x0a,
+        0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x01, 0x03, 0x03, 0x07,
+    ];
+
+    /// The IPv6 SYN: fixed header, then TCP with the IPv6 pseudo-header checksum, both ways.
+    #[test]
+    fn linux_syn_v6() {
+        let ip = Ipv6Packet::new_checked(&SYN_V6[..]).unwrap();
+        let (ip_repr, payload) = Ipv6Repr::parse_with_payload(&ip).unwrap();
+        assert_eq!(ip_repr, crate::wire::ipv6::tests::syn_repr());
+        let segment = TcpPacket::new_checked(payload).unwrap();
+        assert_eq!(segment.checksum(), 0xea40);
+        let tcp =
+            TcpRepr::parse_v6(&segment, ip_repr.src_addr, ip_repr.dst_addr, ChecksumPolicy::Verify).unwrap();
+        assert_eq!((tcp.control, tcp.max_seg_size, tcp.window_scale), (TcpControl::Syn, Some(1440), Some(7)));
+        // The IPv4 pseudo-header does not verify it; other IPv6 addresses do not either.
+        assert!(!segment.verify_checksum(Ipv4Address::new(10, 0, 0, 2), Ipv4Address::new(10, 0, 0, 1)));
+        assert_eq!(
+            TcpRepr::parse_v6(&segment, ip_repr.dst_addr, ip_repr.dst_addr, ChecksumPolicy::Verify),
+            Err(Error::Checksum)
+        );
+        let mut out = vec![0u8; ip_repr.buffer_len()];
+        let mut packet = Ipv6Packet::new_unchecked(&mut out[..]);
+        ip_repr.emit(&mut packet);
+        tcp.emit_v6(&mut TcpPacket::new_unchecked(packet.payload_mut()), ip_repr.src_addr, ip_repr.dst_addr);
+        assert_eq!(out, SYN_V6, "emit reproduces the packet byte for byte");
     }
 
     #[test]

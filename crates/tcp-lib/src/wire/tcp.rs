@@ -5,8 +5,8 @@
 //!
 //! Layout: source port (2), destination port (2), sequence number (4), acknowledgment number (4),
 //! data offset (4 bits, in 32-bit words) and 4 reserved bits, the flags CWR ECE URG ACK PSH RST SYN
-//! FIN (1), window (2), checksum (2, over the IPv4 pseudo-header and the whole segment), urgent
-//! pointer (2), then `data offset * 4 - 20` bytes of options, then the payload.
+//! FIN (1), window (2), checksum (2, over the IPv4 pseudo-header, or the IPv6 one of RFC 8200 §8.1
+//! with the `_v6` methods, and the whole segment), urgent pointer (2), then `data offset * 4 - 20` bytes of options, then the payload.
 //!
 //! **Options** are a sequence of kind-length-value entries, except End of Option List (kind 0,
 //! which ends the list; the rest of the header is padding) and No-Operation (kind 1), one byte each.
@@ -17,7 +17,7 @@
 
 use std::cmp::Ordering;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::{Add, AddAssign, Sub, SubAssign};
 
 use super::{ChecksumPolicy, Error, Result, be16, be32, checksum, put16, put32};
@@ -326,6 +326,17 @@ impl<T: AsRef<[u8]>> Packet<T> {
         checksum::combine(&[checksum::pseudo_header_v4(src, dst, PROTOCOL, length), checksum::data(b)])
             == 0xffff
     }
+
+    /// Whether the checksum over the IPv6 pseudo-header for `src -> dst` and the segment verifies.
+    pub fn verify_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+        self.sum_v6(src, dst) == 0xffff
+    }
+
+    fn sum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> u16 {
+        let b = self.buffer.as_ref();
+        let length = u32::try_from(b.len()).unwrap_or(u32::MAX);
+        checksum::combine(&[checksum::pseudo_header_v6(src, dst, PROTOCOL, length), checksum::data(b)])
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
@@ -409,6 +420,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         let length = u32::try_from(b.len()).unwrap_or(u32::MAX);
         let sum =
             checksum::combine(&[checksum::pseudo_header_v4(src, dst, PROTOCOL, length), checksum::data(b)]);
+        self.set_checksum(checksum::finish(sum));
+    }
+
+    /// Computes and writes the checksum over the IPv6 pseudo-header for `src -> dst` and the
+    /// segment.
+    pub fn fill_checksum_v6(&mut self, src: Ipv6Addr, dst: Ipv6Addr) {
+        self.set_checksum(0);
+        let sum = self.sum_v6(src, dst);
         self.set_checksum(checksum::finish(sum));
     }
 }
@@ -805,6 +824,25 @@ impl<'a> Repr<'a> {
         Ok(repr)
     }
 
+    /// Parses a segment received over IPv6 from `src` to `dst` (the IPv6 pseudo-header's
+    /// addresses, RFC 8200 §8.1).
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    pub fn parse_v6<T: AsRef<[u8]> + ?Sized>(
+        packet: &Packet<&'a T>,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        policy: ChecksumPolicy,
+    ) -> Result<Self> {
+        packet.check_len()?;
+        if policy.verify() && !packet.verify_checksum_v6(src, dst) {
+            return Err(Error::Checksum);
+        }
+        // The checksum is verified: the IPv4 parser does the rest, its addresses unused.
+        Self::parse(packet, Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED, ChecksumPolicy::Trust)
+    }
+
     /// The option bytes before SACK blocks: MSS, SACK-permitted and timestamps, window scale.
     const fn fixed_options_len(&self) -> usize {
         let mut len = 0;
@@ -860,6 +898,21 @@ impl<'a> Repr<'a> {
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>, src: Ipv4Addr, dst: Ipv4Addr) {
         self.emit_unsummed(packet);
         packet.fill_checksum(src, dst);
+    }
+
+    /// Writes the segment as [`emit`](Self::emit) does, with the checksum over the IPv6
+    /// pseudo-header for `src -> dst`.
+    ///
+    /// # Panics
+    /// As [`emit`](Self::emit).
+    pub fn emit_v6<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        packet: &mut Packet<T>,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+    ) {
+        self.emit_unsummed(packet);
+        packet.fill_checksum_v6(src, dst);
     }
 
     /// [`emit`](Self::emit) without the checksum: the field is left zero. Only for links that

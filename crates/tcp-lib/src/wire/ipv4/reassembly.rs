@@ -37,54 +37,12 @@
 //! No ICMP "fragment reassembly time exceeded" (RFC 792) is generated here; the stack can build it
 //! from the first fragment if it wants to.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Address, HEADER_LEN, MAX_PACKET_LEN, Packet, Repr};
-use crate::wire::{ChecksumPolicy, Error};
-
-/// The bounds of a [`FragmentReassembler`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Config {
-    /// The most datagrams in flight at once.
-    pub max_datagrams: usize,
-    /// The most bytes of payload buffers all datagrams in flight hold together.
-    pub max_bytes: usize,
-    /// The most disjoint runs of received bytes one datagram may have.
-    pub max_runs: usize,
-    /// How long after its first fragment a datagram is dropped.
-    pub timeout: Duration,
-}
-
-impl Default for Config {
-    /// 16 datagrams, 256 KiB, 64 runs, 30 seconds.
-    fn default() -> Self {
-        Self { max_datagrams: 16, max_bytes: 256 * 1024, max_runs: 64, timeout: Duration::from_secs(30) }
-    }
-}
-
-/// Why [`FragmentReassembler::add`] refused a packet or dropped its datagram.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FragmentError {
-    /// The packet itself is invalid (as [`Repr::parse`] sees it, checksum verified); nothing changed.
-    Packet(Error),
-    /// A fragment with MF set whose payload is empty or not a multiple of 8 bytes; dropped.
-    BadLength,
-    /// The fragment reaches past 65535 bytes; dropped.
-    TooLong,
-    /// The fragment overlaps received data with different bytes, or partly; its datagram was
-    /// discarded.
-    Overlap,
-    /// The fragment disagrees with the known end of its datagram; the datagram was discarded.
-    Inconsistent,
-    /// The datagram cannot fit in the budget even alone; it was discarded.
-    NoRoom,
-}
-
-impl From<Error> for FragmentError {
-    fn from(e: Error) -> Self {
-        Self::Packet(e)
-    }
-}
+use crate::wire::ChecksumPolicy;
+pub use crate::wire::fragments::{Config, FragmentError};
+use crate::wire::fragments::{Duplicates, Piece, Table, table_accessors};
 
 /// A reassembled datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,58 +61,11 @@ struct Key {
     ident: u16,
 }
 
-#[derive(Debug)]
-struct Entry {
-    key: Key,
-    created: Instant,
-    deadline: Instant,
-    /// The first fragment's header, once it arrived.
-    header: Option<Repr>,
-    /// Payload bytes, as long as the furthest end seen.
-    data: Vec<u8>,
-    /// Received byte ranges: sorted, disjoint and not adjacent (adjacent ones are merged).
-    runs: Vec<(usize, usize)>,
-    /// The payload length, once the last fragment arrived.
-    total: Option<usize>,
-}
-
-impl Entry {
-    fn is_complete(&self) -> bool {
-        match (self.total, &self.header, self.runs.as_slice()) {
-            (Some(total), Some(_), [(0, end)]) => *end == total,
-            _ => false,
-        }
-    }
-
-    /// Inserts `start..end` into the runs, merging with neighbours it touches. The caller has
-    /// checked that it overlaps none.
-    fn insert_run(&mut self, start: usize, end: usize) {
-        let at = self.runs.partition_point(|&(_, e)| e < start);
-        let mut new = (start, end);
-        let mut last = at;
-        while last < self.runs.len() && self.runs[last].0 <= end {
-            new.0 = new.0.min(self.runs[last].0);
-            new.1 = new.1.max(self.runs[last].1);
-            last += 1;
-        }
-        self.runs.splice(at..last, [new]);
-    }
-
-    /// The number of runs after inserting `start..end` (which overlaps none).
-    fn runs_after(&self, start: usize, end: usize) -> usize {
-        let touches_left = self.runs.iter().any(|&(_, e)| e == start);
-        let touches_right = self.runs.iter().any(|&(s, _)| s == end);
-        self.runs.len() + 1 - usize::from(touches_left) - usize::from(touches_right)
-    }
-}
-
 /// Reassembles IPv4 datagrams from fragments in any order, within fixed bounds (see the module
 /// documentation for the policy).
 #[derive(Debug)]
 pub struct FragmentReassembler {
-    config: Config,
-    entries: Vec<Entry>,
-    bytes: usize,
+    table: Table<Key, Repr>,
 }
 
 impl Default for FragmentReassembler {
@@ -166,91 +77,11 @@ impl Default for FragmentReassembler {
 impl FragmentReassembler {
     /// An empty reassembler with these bounds.
     #[must_use]
-    pub fn new(config: Config) -> Self {
-        Self { config, entries: Vec::new(), bytes: 0 }
+    pub const fn new(config: Config) -> Self {
+        Self { table: Table::new(config, Duplicates::Contained) }
     }
 
-    /// The bounds.
-    #[must_use]
-    pub const fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// The number of datagrams in flight.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether no datagram is in flight.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// The bytes the payload buffers of the datagrams in flight hold.
-    #[must_use]
-    pub const fn buffered_bytes(&self) -> usize {
-        self.bytes
-    }
-
-    /// When the next datagram in flight times out.
-    #[must_use]
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.entries.iter().map(|e| e.deadline).min()
-    }
-
-    /// Drops the datagrams whose deadline is at or before `now`; returns how many.
-    pub fn expire(&mut self, now: Instant) -> usize {
-        let before = self.entries.len();
-        let mut freed = 0;
-        self.entries.retain(|e| {
-            let keep = e.deadline > now;
-            if !keep {
-                freed += e.data.len();
-            }
-            keep
-        });
-        self.bytes -= freed;
-        before - self.entries.len()
-    }
-
-    /// Drops every datagram in flight.
-    pub fn clear(&mut self) {
-        self.entries.clear();
-        self.bytes = 0;
-    }
-
-    fn remove(&mut self, index: usize) -> Entry {
-        let entry = self.entries.swap_remove(index);
-        self.bytes -= entry.data.len();
-        entry
-    }
-
-    /// Evicts the oldest entry other than `keep`; false if there is none.
-    fn evict_oldest(&mut self, keep: Option<Key>) -> bool {
-        let oldest = self
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| Some(e.key) != keep)
-            .min_by_key(|(_, e)| e.created)
-            .map(|(i, _)| i);
-        match oldest {
-            Some(i) => {
-                self.remove(i);
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn discard(&mut self, key: Key, why: FragmentError) -> FragmentError {
-        if let Some(i) = self.entries.iter().position(|e| e.key == key) {
-            self.remove(i);
-        }
-        why
-    }
+    table_accessors!("datagrams");
 
     /// Adds a received packet at time `now`. Returns the reassembled datagram when this fragment
     /// completes one, `None` while it is incomplete (or the fragment was a duplicate), and the
@@ -266,19 +97,18 @@ impl FragmentReassembler {
         packet: &Packet<T>,
         now: Instant,
     ) -> Result<Option<Datagram>, FragmentError> {
-        self.expire(now);
+        self.table.expire(now);
         let header = Repr::parse_header(packet, ChecksumPolicy::Verify)?;
         let payload = packet.payload();
         if !packet.is_fragment() {
             return Ok(Some(Datagram { header, payload: payload.to_vec() }));
         }
         let offset = usize::from(packet.frag_offset());
-        let end = offset + payload.len();
         let more = packet.more_frags();
         if more && (payload.is_empty() || !payload.len().is_multiple_of(8)) {
             return Err(FragmentError::BadLength);
         }
-        if packet.header_len() + end > MAX_PACKET_LEN {
+        if packet.header_len() + offset + payload.len() > MAX_PACKET_LEN {
             return Err(FragmentError::TooLong);
         }
         let key = Key {
@@ -287,99 +117,12 @@ impl FragmentReassembler {
             protocol: header.protocol.into(),
             ident: header.ident,
         };
-
-        let index = match self.entries.iter().position(|e| e.key == key) {
-            Some(i) => i,
-            None => {
-                while self.entries.len() >= self.config.max_datagrams {
-                    if !self.evict_oldest(None) {
-                        // max_datagrams is 0: nothing can be kept.
-                        return Err(FragmentError::NoRoom);
-                    }
-                }
-                self.entries.push(Entry {
-                    key,
-                    created: now,
-                    deadline: now + self.config.timeout,
-                    header: None,
-                    data: Vec::new(),
-                    runs: Vec::new(),
-                    total: None,
-                });
-                self.entries.len() - 1
-            }
-        };
-        let entry = &self.entries[index];
-
-        // The end of the datagram.
-        let known_end = entry.runs.last().map_or(0, |&(_, e)| e);
-        if more {
-            if entry.total.is_some_and(|total| end > total) {
-                return Err(self.discard(key, FragmentError::Inconsistent));
-            }
-        } else if entry.total.is_some_and(|total| total != end) || known_end > end {
-            return Err(self.discard(key, FragmentError::Inconsistent));
-        }
-
-        // Overlaps: a contained, identical fragment is a duplicate; anything else discards.
-        if offset < end {
-            let overlapping = entry.runs.iter().filter(|&&(s, e)| s < end && offset < e).count();
-            if overlapping > 0 {
-                let contained = entry.runs.iter().any(|&(s, e)| s <= offset && end <= e);
-                if contained && entry.data[offset..end] == *payload {
-                    return Ok(None);
-                }
-                return Err(self.discard(key, FragmentError::Overlap));
-            }
-            if entry.runs_after(offset, end) > self.config.max_runs {
-                return Err(self.discard(key, FragmentError::NoRoom));
-            }
-        }
-
-        // Buffer space.
-        let growth = end.saturating_sub(entry.data.len());
-        if growth > 0 {
-            let own = entry.data.len();
-            if own + growth > self.config.max_bytes {
-                return Err(self.discard(key, FragmentError::NoRoom));
-            }
-            while self.bytes + growth > self.config.max_bytes {
-                if !self.evict_oldest(Some(key)) {
-                    return Err(self.discard(key, FragmentError::NoRoom));
-                }
-            }
-        }
-        // Evictions may have moved the entry.
-        let Some(index) = self.entries.iter().position(|e| e.key == key) else {
-            return Err(FragmentError::NoRoom);
-        };
-        let entry = &mut self.entries[index];
-        if growth > 0 {
-            entry.data.reserve_exact(growth);
-            entry.data.resize(end, 0);
-            self.bytes += growth;
-        }
-        entry.data[offset..end].copy_from_slice(payload);
-        if offset < end {
-            entry.insert_run(offset, end);
-        }
-        if !more {
-            entry.total = Some(end);
-        }
-        if offset == 0 {
-            entry.header = Some(header);
-        }
-        if !entry.is_complete() {
-            return Ok(None);
-        }
-        let entry = self.remove(index);
-        let total = entry.total.unwrap_or(0);
-        let mut payload = entry.data;
-        payload.truncate(total);
-        let mut header = entry.header.unwrap_or(header);
-        header.payload_len = total;
-        debug_assert!(HEADER_LEN + total <= MAX_PACKET_LEN);
-        Ok(Some(Datagram { header, payload }))
+        let piece = Piece { offset, data: payload, more, header: (offset == 0).then_some(header) };
+        Ok(self.table.add(key, now, piece)?.map(|(mut header, payload)| {
+            header.payload_len = payload.len();
+            debug_assert!(HEADER_LEN + payload.len() <= MAX_PACKET_LEN);
+            Datagram { header, payload }
+        }))
     }
 }
 
@@ -387,7 +130,9 @@ impl FragmentReassembler {
 mod tests {
     use super::super::Protocol;
     use super::*;
+    use crate::wire::Error;
     use proptest::prelude::*;
+    use std::time::Duration;
 
     fn base() -> Repr {
         Repr {
@@ -684,13 +429,7 @@ mod tests {
                 let f = d.get(&frags).clone();
                 frags.push(f);
             }
-            // A seeded shuffle (Fisher-Yates with an LCG).
-            let mut s = seed;
-            for i in (1..frags.len()).rev() {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let j = usize::try_from(s >> 33).unwrap() % (i + 1);
-                frags.swap(i, j);
-            }
+            crate::wire::fragments::shuffle(&mut frags, seed);
             let mut done = 0;
             for f in &frags {
                 let res = add(&mut r, f, t);
