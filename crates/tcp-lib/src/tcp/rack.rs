@@ -100,36 +100,35 @@ impl Rack {
         mss: usize,
         sacked: impl Fn(SeqNumber, SeqNumber) -> bool,
     ) {
-        let mut i = 0;
+        let Self { log, newest, rtt, min_rtt, fack, reordering, degree, events } = self;
         let mut reordered = false;
-        while i < self.log.len() {
-            let s = self.log[i];
+        // One pass, in transmission order: delivered transmissions update the clock and leave.
+        log.retain(|s| {
             if !(s.end <= una || sacked(s.start, s.end)) {
-                i += 1;
-                continue;
+                return true;
             }
-            self.log.remove(i);
-            let rtt = now.saturating_duration_since(s.at);
+            let sample = now.saturating_duration_since(s.at);
             // A retransmission's ACK may be the original's: too short a sample is ambiguous.
-            if s.retransmission && self.min_rtt.is_some_and(|m| rtt < m) {
-                continue;
+            if s.retransmission && min_rtt.is_some_and(|m| sample < m) {
+                return false;
             }
-            self.rtt = Some(rtt);
-            if self.newest.is_none_or(|(t, e)| sent_after(s.at, s.end, t, e)) {
-                self.newest = Some((s.at, s.end));
+            *rtt = Some(sample);
+            if newest.is_none_or(|(t, e)| sent_after(s.at, s.end, t, e)) {
+                *newest = Some((s.at, s.end));
             }
-            match self.fack {
+            match *fack {
                 Some(f) if s.end < f => {
-                    self.reordering = true;
+                    *reordering = true;
                     reordered = true;
                     let displaced = usize::try_from(f - s.start).unwrap_or(0);
-                    self.degree = self.degree.max(displaced.div_ceil(mss.max(1)).min(MAX_DEGREE));
+                    *degree = (*degree).max(displaced.div_ceil(mss.max(1)).min(MAX_DEGREE));
                 }
                 Some(f) if s.end <= f => {}
-                _ => self.fack = Some(s.end),
+                _ => *fack = Some(s.end),
             }
-        }
-        self.events += u64::from(reordered);
+            false
+        });
+        *events += u64::from(reordered);
     }
 
     /// ACKs that delivered data below the highest delivered byte.

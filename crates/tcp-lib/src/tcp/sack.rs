@@ -72,11 +72,6 @@ impl Scoreboard {
         self.lost_below
     }
 
-    /// Whether the peer SACKed all of `start..end`.
-    pub(crate) fn covers(&self, start: SeqNumber, end: SeqNumber) -> bool {
-        self.ranges.iter().any(|&(l, r)| l <= start && end <= r)
-    }
-
     /// Total SACKed bytes.
     pub(crate) fn sacked_bytes(&self) -> usize {
         self.ranges.iter().map(|&(l, r)| len(l, r)).sum()

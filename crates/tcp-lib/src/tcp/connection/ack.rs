@@ -40,7 +40,9 @@ impl Connection {
     /// loss detection.
     fn rack_on_ack(&mut self, now: Instant) {
         let scoreboard = &self.recovery.scoreboard;
-        self.recovery.rack.on_ack(self.snd.una, now, self.snd.mss, |a, b| scoreboard.covers(a, b));
+        self.recovery
+            .rack
+            .on_ack(self.snd.una, now, self.snd.mss, |a, b| scoreboard.sacked_end(a).is_some_and(|e| b <= e));
         self.rack_detect(now);
     }
 
