@@ -12,7 +12,7 @@
 //! as not sent, so the kernel's answer never runs past the cookie; and this kernel has no tc
 //! actions or netem to lose it later.)
 //!
-//! Without root, /dev/net/tun or scapy (`/usr/bin/python3 -c 'import scapy'`, Debian
+//! Without root, /dev/net/tun or scapy (`netns_test::need_scapy`, Debian
 //! `python3-scapy`) it is skipped (`netns_test::skip`).
 
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use netchannels::echo::{Options, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
-use netns_test::{SKIP, ip};
+use netns_test::ip;
 
 const IFACE: &str = "ncsyn0";
 const KERNEL_IP: &str = "10.204.0.1";
@@ -30,12 +30,7 @@ const SERVER: Ipv4Addr = Ipv4Addr::new(10, 204, 0, 2);
 const PORT: u16 = 7;
 /// More spoofed SYNs than the listener's SYN queue (256) holds.
 const FLOOD: usize = 400;
-const PYTHON: &str = "/usr/bin/python3";
-
-fn scapy_missing() -> Option<String> {
-    let ok = Command::new(PYTHON).args(["-c", "import scapy"]).output().is_ok_and(|o| o.status.success());
-    (!ok).then(|| format!("{SKIP}scapy is not installed for {PYTHON} (apt-get install python3-scapy)"))
-}
+const PYTHON: &str = netns_test::SCAPY_PYTHON;
 
 /// Runs the scapy script; returns its JSON line.
 fn scapy_case() -> Result<String, String> {
@@ -53,9 +48,7 @@ fn scapy_case() -> Result<String, String> {
 }
 
 fn in_namespace() -> Result<(), String> {
-    if let Some(skip) = scapy_missing() {
-        return Err(skip);
-    }
+    netns_test::need_scapy()?;
     ip(&["tuntap", "add", "dev", IFACE, "mode", "tap"])?;
     ip(&["addr", "add", &format!("{KERNEL_IP}/24"), "dev", IFACE])?;
     ip(&["link", "set", IFACE, "up"])?;

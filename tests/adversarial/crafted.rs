@@ -16,7 +16,7 @@ use super::{Net, PORT, need, run_bounded, serve};
 
 const NET: Net = Net { iface: "ncadv0", net: 210 };
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/adversarial/cases.py");
-const PYTHON: &str = "/usr/bin/python3";
+const PYTHON: &str = netns_test::SCAPY_PYTHON;
 /// The script takes about 30 s; this bounds a hang.
 const LIMIT: Duration = Duration::from_secs(150);
 
@@ -192,13 +192,7 @@ fn check(cases: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<String> {
 
 pub(crate) fn run() -> Result<(), String> {
     need(PYTHON, "python3")?;
-    let probe = Command::new(PYTHON).args(["-c", "import scapy.all"]).output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        return Err(format!(
-            "{}scapy is not importable by {PYTHON} (Debian package python3-scapy)",
-            netns_test::SKIP
-        ));
-    }
+    netns_test::need_scapy()?;
     let (cases, report) = serve(NET, || {
         let out = run_bounded(
             Command::new(PYTHON)

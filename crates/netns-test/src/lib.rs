@@ -168,6 +168,27 @@ pub fn in_private_namespace(body: impl FnOnce() -> Result<(), String> + Send + '
     report(run_isolated(body));
 }
 
+/// The Python that has scapy (Debian's `python3-scapy` installs for the system interpreter, not
+/// for one a version manager puts first on `PATH`), for tests that craft packets with it.
+pub const SCAPY_PYTHON: &str = "/usr/bin/python3";
+
+/// Checks that [`SCAPY_PYTHON`] can import scapy.
+///
+/// # Errors
+///
+/// A [`SKIP`] error naming the package to install when it cannot.
+pub fn need_scapy() -> Result<(), String> {
+    let ok = Command::new(SCAPY_PYTHON)
+        .args(["-c", "import scapy.all"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{SKIP}scapy is not importable by {SCAPY_PYTHON} (Debian package python3-scapy)"))
+    }
+}
+
 /// `ethtool -K IFACE tx off`: the legacy `ETHTOOL_STXCSUM` command through `SIOCETHTOOL` (the
 /// kernel turns TSO off with it).
 ///
