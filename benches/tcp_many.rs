@@ -15,7 +15,7 @@
 //!
 //! Run: `cargo bench --bench tcp_many`.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use netchannel::dev::{NetDevice, Pair};
@@ -176,7 +176,7 @@ fn run(n: usize, rounds: usize) -> Result<Row, String> {
     let open = start.elapsed();
     let grown = rss().saturating_sub(rss_before);
     // Servers were accepted in an order that need not match the clients': pair them by address.
-    let mut by_addr: std::collections::HashMap<(SocketAddrV4, SocketAddrV4), StreamId> =
+    let mut by_addr: std::collections::HashMap<(SocketAddr, SocketAddr), StreamId> =
         std::collections::HashMap::with_capacity(n);
     for &s in &servers {
         let (local, remote) = net.b.addrs(s).map_err(|e| e.to_string())?;

@@ -59,6 +59,14 @@ fn connection_errno(e: ConnectionError) -> i32 {
     }
 }
 
+/// The IPv4 address of an end (the shim's host is IPv4-only).
+fn v4(a: std::net::SocketAddr) -> Option<SocketAddrV4> {
+    match a {
+        std::net::SocketAddr::V4(a) => Some(a),
+        std::net::SocketAddr::V6(_) => None,
+    }
+}
+
 fn stack_errno(e: Error) -> i32 {
     match e {
         Error::InvalidHandle => libc::EBADF,
@@ -71,6 +79,7 @@ fn stack_errno(e: Error) -> i32 {
         Error::WriteClosed => libc::EPIPE,
         Error::Connection(c) => connection_errno(c),
         Error::NotLocal => libc::EADDRNOTAVAIL,
+        Error::TooManyRoutes => libc::ENOBUFS,
     }
 }
 
@@ -204,7 +213,12 @@ impl Host {
         let Some(stream) = self.stack.accept(id) else {
             return if socket.nonblocking { Outcome::err(libc::EAGAIN) } else { Outcome::Blocked };
         };
-        let peer = self.stack.addrs(stream).map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), |(_, r)| r);
+        let peer = self
+            .stack
+            .addrs(stream)
+            .ok()
+            .and_then(|(_, r)| v4(r))
+            .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
         // Options set on the listener carry over to the connection, as on Linux.
         let opts = socket.opts;
         if opts.nodelay {
@@ -536,6 +550,6 @@ impl Host {
 
     /// The peer's address of a connected socket (for `accept`'s and `recvfrom`'s address).
     pub fn peer(&self, fd: i32) -> Option<SocketAddrV4> {
-        self.stream(fd).ok().and_then(|id| self.stack.addrs(id).ok()).map(|(_, r)| r)
+        self.stream(fd).ok().and_then(|id| self.stack.addrs(id).ok()).and_then(|(_, r)| v4(r))
     }
 }

@@ -124,7 +124,7 @@
 use std::cell::{Cell, RefCell, RefMut};
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddrV4};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -546,7 +546,7 @@ fn stack_error(e: stack::Error) -> io::Error {
         stack::Error::InvalidPort | stack::Error::NotLocal => io::ErrorKind::InvalidInput,
         stack::Error::AddrInUse => io::ErrorKind::AddrInUse,
         stack::Error::NoPorts => io::ErrorKind::AddrNotAvailable,
-        stack::Error::TooManyConnections => io::ErrorKind::Other,
+        stack::Error::TooManyConnections | stack::Error::TooManyRoutes => io::ErrorKind::Other,
         stack::Error::Unreachable => io::ErrorKind::NetworkUnreachable,
         stack::Error::WouldBlock => io::ErrorKind::WouldBlock,
         stack::Error::WriteClosed => io::ErrorKind::BrokenPipe,
@@ -627,7 +627,7 @@ impl<D: NetDevice> Listener<D> {
     ///
     /// [`io::ErrorKind::WouldBlock`] when non-blocking and none is waiting, or when the
     /// [accept timeout](Self::set_accept_timeout) passed; the device's errors.
-    pub fn accept(&self) -> io::Result<(Stream<D>, SocketAddrV4)> {
+    pub fn accept(&self) -> io::Result<(Stream<D>, SocketAddr)> {
         let deadline = self.iface.deadline(self.timeout.get());
         let id = self.id;
         let (stream, local, peer) =
@@ -672,8 +672,8 @@ impl<D: NetDevice> Listener<D> {
 
     /// The address it listens on (the interface's address and the port).
     #[must_use]
-    pub fn local_addr(&self) -> SocketAddrV4 {
-        SocketAddrV4::new(self.iface.ip(), self.port)
+    pub fn local_addr(&self) -> SocketAddr {
+        SocketAddr::from((self.iface.ip(), self.port))
     }
 
     /// Whether [`accept`](Self::accept) returns a connection now (readiness for event loops).
@@ -744,8 +744,8 @@ pub struct Readiness {
 pub struct Stream<D: NetDevice> {
     iface: Interface<D>,
     id: StreamId,
-    local: SocketAddrV4,
-    peer: SocketAddrV4,
+    local: SocketAddr,
+    peer: SocketAddr,
     nonblocking: Cell<bool>,
     read_timeout: Cell<Option<Duration>>,
     write_timeout: Cell<Option<Duration>>,
@@ -771,13 +771,7 @@ impl<D: NetDevice> fmt::Debug for Stream<D> {
 }
 
 impl<D: NetDevice> Stream<D> {
-    fn new(
-        iface: &Interface<D>,
-        id: StreamId,
-        local: SocketAddrV4,
-        peer: SocketAddrV4,
-        nodelay: bool,
-    ) -> Self {
+    fn new(iface: &Interface<D>, id: StreamId, local: SocketAddr, peer: SocketAddr, nodelay: bool) -> Self {
         Self {
             iface: iface.clone(),
             id,
@@ -804,8 +798,8 @@ impl<D: NetDevice> Stream<D> {
     /// [`io::ErrorKind::TimedOut`] when the SYN retries go unanswered,
     /// [`io::ErrorKind::NetworkUnreachable`] without a route, [`io::ErrorKind::AddrNotAvailable`]
     /// without a free port, the device's errors.
-    pub fn connect(iface: &Interface<D>, addr: SocketAddrV4) -> io::Result<Self> {
-        Self::connect_within(iface, addr, None)
+    pub fn connect(iface: &Interface<D>, addr: impl Into<SocketAddr>) -> io::Result<Self> {
+        Self::connect_within(iface, addr.into(), None)
     }
 
     /// As [`connect`](Self::connect), giving up (and releasing the connection) after `timeout`.
@@ -814,9 +808,13 @@ impl<D: NetDevice> Stream<D> {
     ///
     /// As [`connect`](Self::connect), and [`io::ErrorKind::TimedOut`] after `timeout`;
     /// [`io::ErrorKind::InvalidInput`] for a zero timeout.
-    pub fn connect_timeout(iface: &Interface<D>, addr: SocketAddrV4, timeout: Duration) -> io::Result<Self> {
+    pub fn connect_timeout(
+        iface: &Interface<D>,
+        addr: impl Into<SocketAddr>,
+        timeout: Duration,
+    ) -> io::Result<Self> {
         check_timeout(Some(timeout))?;
-        Self::connect_within(iface, addr, Some(timeout))
+        Self::connect_within(iface, addr.into(), Some(timeout))
     }
 
     /// Opens a connection to `addr` and returns at once, non-blocking: the SYN leaves at the
@@ -826,13 +824,13 @@ impl<D: NetDevice> Stream<D> {
     /// # Errors
     ///
     /// As [`connect`](Self::connect), for what fails at once (no route, no port).
-    pub fn connect_nonblocking(iface: &Interface<D>, addr: SocketAddrV4) -> io::Result<Self> {
-        let stream = Self::open(iface, addr)?;
+    pub fn connect_nonblocking(iface: &Interface<D>, addr: impl Into<SocketAddr>) -> io::Result<Self> {
+        let stream = Self::open(iface, addr.into())?;
         stream.nonblocking.set(true);
         Ok(stream)
     }
 
-    fn open(iface: &Interface<D>, addr: SocketAddrV4) -> io::Result<Self> {
+    fn open(iface: &Interface<D>, addr: SocketAddr) -> io::Result<Self> {
         let now = iface.now();
         let mut inner = iface.borrow()?;
         // Bring the stack's clock to now, so that the SYN's timers start from the present.
@@ -844,11 +842,7 @@ impl<D: NetDevice> Stream<D> {
         Ok(Self::new(iface, id, local, peer, nodelay))
     }
 
-    fn connect_within(
-        iface: &Interface<D>,
-        addr: SocketAddrV4,
-        timeout: Option<Duration>,
-    ) -> io::Result<Self> {
+    fn connect_within(iface: &Interface<D>, addr: SocketAddr, timeout: Option<Duration>) -> io::Result<Self> {
         let stream = Self::open(iface, addr)?;
         let deadline = iface.deadline(timeout);
         let id = stream.id;
@@ -896,13 +890,13 @@ impl<D: NetDevice> Stream<D> {
 
     /// The local address.
     #[must_use]
-    pub fn local_addr(&self) -> SocketAddrV4 {
+    pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
     /// The peer's address.
     #[must_use]
-    pub fn peer_addr(&self) -> SocketAddrV4 {
+    pub fn peer_addr(&self) -> SocketAddr {
         self.peer
     }
 

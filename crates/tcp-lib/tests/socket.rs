@@ -99,9 +99,9 @@ fn blocking_echo_across_two_threads_is_byte_exact() {
     let (_pool, dev_a, dev_b) = pair();
     let (handle, done) = server(dev_b, 7, |b, listener, done| {
         let (mut s, peer) = listener.accept()?;
-        assert_eq!(peer.ip(), &A_IP);
+        assert_eq!(peer.ip(), A_IP);
         assert_eq!(s.peer_addr(), peer);
-        assert_eq!(s.local_addr(), SocketAddrV4::new(B_IP, 7));
+        assert_eq!(s.local_addr(), SocketAddrV4::new(B_IP, 7).into());
         timeouts(&s);
         s.set_nodelay(true)?;
         let mut buf = vec![0u8; 32 * 1024];
@@ -193,7 +193,7 @@ fn non_blocking_event_loop_on_one_thread() {
     let b = interface(dev_b, B_IP);
     let listener = Listener::bind(&b, 9000).unwrap();
     listener.set_nonblocking(true).unwrap();
-    assert_eq!(listener.local_addr(), SocketAddrV4::new(B_IP, 9000));
+    assert_eq!(listener.local_addr(), SocketAddrV4::new(B_IP, 9000).into());
     assert_eq!(listener.accept().unwrap_err().kind(), io::ErrorKind::WouldBlock);
 
     let client = Stream::connect_nonblocking(&a, SocketAddrV4::new(B_IP, 9000)).unwrap();
@@ -659,7 +659,10 @@ fn poll_hook_and_from_handle_serve_connections_an_accept_hook_took() {
     assert!(*polls.borrow() > 0, "the hook ran on every poll of b");
     let id = taken.borrow_mut().pop().unwrap();
     let server = Stream::from_handle(&b, id).unwrap();
-    assert_eq!((server.local_addr(), server.peer_addr()), (SocketAddrV4::new(B_IP, 7), client.local_addr()));
+    assert_eq!(
+        (server.local_addr(), server.peer_addr()),
+        (SocketAddrV4::new(B_IP, 7).into(), client.local_addr())
+    );
     server.set_nonblocking(true).unwrap();
     (&client).write_all(b"handed over").unwrap();
     let mut buf = [0u8; 32];

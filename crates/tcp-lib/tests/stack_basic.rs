@@ -28,7 +28,7 @@ fn arp_resolves_both_ways_and_ping_is_answered() {
         }));
         r.unwrap()
     };
-    assert_eq!((reply.from, reply.ident, reply.seq_no, reply.len), (B_IP, 7, 1, 8));
+    assert_eq!((reply.from, reply.ident, reply.seq_no, reply.len), (B_IP.into(), 7, 1, 8));
     assert_eq!(net.b.stats().icmp_echo_replies, 1);
     assert_eq!(net.b.stats().arp_replies, 1);
     // Both learned each other: A from the reply, B from A's request.

@@ -83,7 +83,7 @@ impl Net {
     }
 
     fn owner(&self, tuple: (SocketAddrV4, SocketAddrV4)) -> Option<usize> {
-        self.cores.iter().position(|s| s.contains(tuple.0, tuple.1))
+        self.cores.iter().position(|s| s.contains(tuple.0.into(), tuple.1.into()))
     }
 
     /// One tick: the client polls its end; the router delivers the server end's frames to the

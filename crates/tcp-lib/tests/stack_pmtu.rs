@@ -203,7 +203,10 @@ fn forged_frag_needed_outside_the_flight_is_ignored() {
     let (local, remote) = net.a.addrs(ab.0).unwrap();
     let ip = Ipv4Repr {
         src_addr: A_IP,
-        dst_addr: remote.ip().to_owned(),
+        dst_addr: match remote.ip() {
+            std::net::IpAddr::V4(a) => a,
+            std::net::IpAddr::V6(_) => unreachable!("an IPv4 connection"),
+        },
         protocol: Protocol::Tcp,
         payload_len: 1500,
         ttl: 64,

@@ -8,7 +8,6 @@
 mod common;
 
 use std::collections::HashSet;
-use std::net::SocketAddrV4;
 
 use common::{Net, Rng, TICK, tcp_in};
 use netchannel::dev::{NetDevice, PacketBatch};
@@ -106,7 +105,7 @@ fn silent_readers_and_mute_peers_do_not_starve_other_clients() {
     let mute_ports: HashSet<u16> = mute.iter().map(|&id| net.a.addrs(id).unwrap().0.port()).collect();
     let payload = rng.bytes(WRITE);
     let mut silent_sent = vec![0; SILENT];
-    let mut accepted: Vec<(StreamId, SocketAddrV4)> = Vec::new();
+    let mut accepted: Vec<(StreamId, std::net::SocketAddr)> = Vec::new();
     for _ in 0..3000 {
         let net = &mut run.net;
         while let Some(s) = net.b.accept(l) {

@@ -73,7 +73,8 @@ fn released_time_wait_connections_become_records() {
     let mut net = Net::new();
     let l = net.b.listen(80).unwrap();
     let cs: Vec<StreamId> = (0..N).map(|_| net.a.connect(Net::b_addr(80)).unwrap()).collect();
-    let tuples: Vec<(SocketAddrV4, SocketAddrV4)> = cs.iter().map(|&c| net.a.addrs(c).unwrap()).collect();
+    let tuples: Vec<(std::net::SocketAddr, std::net::SocketAddr)> =
+        cs.iter().map(|&c| net.a.addrs(c).unwrap()).collect();
     let mut ss = Vec::new();
     assert!(net.run_until(500, |n| {
         while let Some(s) = n.b.accept(l) {

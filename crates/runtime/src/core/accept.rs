@@ -2,7 +2,7 @@
 //! this core as soon as the stack creates it, and established connections go to the port's
 //! Affinity-Accept queue instead of the stack's own.
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::rc::Rc;
 
 use tcp_lib::stack::{AcceptHook, ListenerId, StreamId};
@@ -30,7 +30,7 @@ impl AcceptHook for Hook {
     /// Called before the stack sends anything for the connection, so the entry is in place
     /// before the peer can answer: from here on every channelizer delivers the connection's
     /// frames to this core, whichever queue they arrive on.
-    fn opened(&mut self, _listener: ListenerId, local: SocketAddrV4, remote: SocketAddrV4) {
+    fn opened(&mut self, _listener: ListenerId, local: SocketAddr, remote: SocketAddr) {
         let core = &self.0;
         let reg =
             signature(local, remote).and_then(|sig| core.shared.registry.register(sig, core.consumer).ok());

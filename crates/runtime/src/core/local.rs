@@ -3,7 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
@@ -17,8 +17,8 @@ use crate::shared::{Handoff, Reg, Shared};
 use crate::stats::HandoffStats;
 
 /// The exact signature of a server-side connection (`local` is ours).
-pub(crate) fn signature(local: SocketAddrV4, remote: SocketAddrV4) -> Option<Signature> {
-    Signature::new(Proto::Tcp, SocketAddr::V4(local), SocketAddr::V4(remote)).ok()
+pub(crate) fn signature(local: SocketAddr, remote: SocketAddr) -> Option<Signature> {
+    Signature::new(Proto::Tcp, local, remote).ok()
 }
 
 /// A listener of this core's stack: its port and that port's accept queue.
@@ -37,7 +37,7 @@ pub(crate) struct Local {
     /// This core as the registry's consumer.
     pub(crate) consumer: ConsumerId,
     /// Registrations of this core's connections, by `(local, remote)`.
-    pub(crate) regs: RefCell<HashMap<(SocketAddrV4, SocketAddrV4), Reg>>,
+    pub(crate) regs: RefCell<HashMap<(SocketAddr, SocketAddr), Reg>>,
     /// Connections given to another core: their frames that still arrive here are forwarded to it
     /// until the instant (the registry's redirect is seen by every channelizer within a burst or
     /// so; this is ample).

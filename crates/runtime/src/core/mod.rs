@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
@@ -160,7 +160,7 @@ impl<'c> Listener<'c> {
     ///
     /// [`io::ErrorKind::WouldBlock`] when non-blocking and none is ready; [`Stopping`] (as
     /// [`io::ErrorKind::Interrupted`]) once the runtime stops; the device's errors.
-    pub fn accept(&self) -> io::Result<(Stream<'c>, SocketAddrV4)> {
+    pub fn accept(&self) -> io::Result<(Stream<'c>, SocketAddr)> {
         loop {
             if let Some(stream) = self.take_ready()? {
                 self.local.set_waiting(self.port, false);
@@ -180,7 +180,7 @@ impl<'c> Listener<'c> {
     /// A connection ready now, if any: one made ready for this core (taken from the accept queue
     /// or stolen and adopted), else one from the accept queue (a stolen one is asked of its core,
     /// and comes back through a later call).
-    fn take_ready(&self) -> io::Result<Option<(Stream<'c>, SocketAddrV4)>> {
+    fn take_ready(&self) -> io::Result<Option<(Stream<'c>, SocketAddr)>> {
         let local = &self.local;
         loop {
             let ready = local.ready.borrow_mut().get_mut(&self.port).and_then(VecDeque::pop_front);
@@ -198,7 +198,7 @@ impl<'c> Listener<'c> {
     }
 
     /// The stream for a handle of this core's stack; `None` when the connection is already gone.
-    fn wrap(&self, id: StreamId) -> Option<(Stream<'c>, SocketAddrV4)> {
+    fn wrap(&self, id: StreamId) -> Option<(Stream<'c>, SocketAddr)> {
         let stream = tcp_lib::socket::Stream::from_handle(&self.iface, id).ok()?;
         let peer = stream.peer_addr();
         Some((stream, peer))
@@ -211,8 +211,8 @@ impl<'c> Listener<'c> {
 
     /// The listening address.
     #[must_use]
-    pub fn local_addr(&self) -> SocketAddrV4 {
-        SocketAddrV4::new(self.iface.ip(), self.port)
+    pub fn local_addr(&self) -> SocketAddr {
+        SocketAddr::from((self.iface.ip(), self.port))
     }
 }
 

@@ -1,7 +1,7 @@
 //! The stack's configuration ([`Config`], [`ListenerConfig`]) and its error type ([`Error`]).
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::ArpConfig;
 #[cfg(doc)]
@@ -10,7 +10,7 @@ use super::{Detached, Stack, StackStats};
 use crate::tcp::BufferBudget;
 use crate::tcp::{self, ConnectionError};
 use crate::wire::ipv4::reassembly::Config as ReassemblyConfig;
-use crate::wire::{ChecksumPolicy, EthernetAddress, Ipv4Cidr};
+use crate::wire::{ChecksumPolicy, EthernetAddress, Ipv4Cidr, Ipv6Cidr};
 
 /// The configuration of a [`Stack`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +21,9 @@ pub struct Config {
     pub ip: Ipv4Cidr,
     /// The default gateway for destinations outside the prefix (`None`: those are unreachable).
     pub gateway: Option<Ipv4Addr>,
+    /// IPv6 on this interface (`None`, the default: IPv6 is off, and IPv6 frames are counted in
+    /// [`StackStats::rx_unhandled`] and dropped). See [`Ipv6Config`].
+    pub ipv6: Option<Ipv6Config>,
     /// The IP MTU (the Ethernet payload); TCP's MSS is clamped to `mtu - 40`.
     pub mtu: usize,
     /// The configuration of every TCP connection.
@@ -80,6 +83,7 @@ impl Config {
             mac,
             ip,
             gateway: None,
+            ipv6: None,
             mtu: 1500,
             tcp: tcp::Config::default(),
             arp: ArpConfig::default(),
@@ -95,6 +99,50 @@ impl Config {
             checksum: ChecksumPolicy::Verify,
             tx_checksum: true,
         }
+    }
+}
+
+impl Config {
+    /// The hop limit of emitted IPv6 packets other than Neighbor Discovery's.
+    pub(super) fn hop_limit6(&self) -> u8 {
+        self.ipv6.map_or(64, |v6| v6.hop_limit)
+    }
+
+    /// This configuration with IPv6 on, with the address (global or unique local) and on-link
+    /// prefix `address` and the other settings of [`Ipv6Config::default`] (a link-local address
+    /// is always added).
+    #[must_use]
+    pub fn with_ipv6(mut self, address: Ipv6Cidr) -> Self {
+        self.ipv6 = Some(Ipv6Config { address: Some(address), ..Ipv6Config::default() });
+        self
+    }
+}
+
+/// IPv6 on a [`Stack`]'s interface (RFC 8200, with Neighbor Discovery, RFC 4861).
+///
+/// The interface always has the link-local address `fe80::/64` with the modified EUI-64
+/// interface identifier of its MAC (RFC 4291 §2.5.1) and joins the all-nodes group and the
+/// solicited-node group of each of its addresses (frames to those multicast MACs are taken).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv6Config {
+    /// A global (or unique local) address and its on-link prefix (`None`: link-local only,
+    /// unless [`accept_ra`](Self::accept_ra) forms one from an advertised prefix).
+    pub address: Option<Ipv6Cidr>,
+    /// The default router for destinations off-link (usually its link-local address; `None`:
+    /// those are unreachable unless a router advertisement names one).
+    pub gateway: Option<Ipv6Addr>,
+    /// Take the default router, the link MTU and (when [`address`](Self::address) is `None`) an
+    /// address formed from an autonomous prefix (SLAAC, RFC 4862 §5.5.3) from router
+    /// advertisements.
+    pub accept_ra: bool,
+    /// The hop limit of emitted packets (Neighbor Discovery always uses 255).
+    pub hop_limit: u8,
+}
+
+impl Default for Ipv6Config {
+    /// Link-local only, no gateway, router advertisements accepted, hop limit 64.
+    fn default() -> Self {
+        Self { address: None, gateway: None, accept_ra: true, hop_limit: 64 }
     }
 }
 
@@ -139,6 +187,8 @@ pub enum Error {
     Connection(ConnectionError),
     /// A [`Detached`] connection's local address is not this stack's.
     NotLocal,
+    /// [`Stack::add_route`] found 64 routes kept already: remove one first.
+    TooManyRoutes,
 }
 
 impl fmt::Display for Error {
@@ -154,6 +204,7 @@ impl fmt::Display for Error {
             Self::WriteClosed => f.write_str("sending side shut down"),
             Self::Connection(e) => write!(f, "{e}"),
             Self::NotLocal => f.write_str("the connection's local address is not this stack's"),
+            Self::TooManyRoutes => f.write_str("64 static routes already: remove one first"),
         }
     }
 }

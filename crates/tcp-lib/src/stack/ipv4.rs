@@ -1,11 +1,12 @@
-//! The receive path below TCP: Ethernet frames, ARP (RFC 826), IPv4 with fragment reassembly,
-//! ICMP echo and PMTU discovery from fragmentation-needed messages (RFC 1191), and the routing
-//! decision ([`Stack::ping`] sends an echo request, [`Stack::take_ping_reply`] reads the answers).
+//! The receive path below TCP: Ethernet frames (to the IPv4 or the [IPv6](super::ipv6) path),
+//! ARP (RFC 826), IPv4 with fragment reassembly, ICMP echo and PMTU discovery from
+//! fragmentation-needed messages (RFC 1191) ([`Stack::ping`] sends an echo request over either
+//! family, [`Stack::take_ping_reply`] reads the answers).
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
-use super::hash::FlowKey;
+use super::flows::FlowKey;
 use super::{Error, Stack, StreamId};
 #[cfg(doc)]
 use crate::tcp::Connection;
@@ -18,11 +19,11 @@ use crate::wire::{
 /// Most echo replies kept for [`Stack::take_ping_reply`].
 const MAX_PING_REPLIES: usize = 64;
 
-/// An ICMP echo reply received (see [`Stack::ping`]).
+/// An ICMP or ICMPv6 echo reply received (see [`Stack::ping`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PingReply {
     /// Who answered.
-    pub from: Ipv4Addr,
+    pub from: IpAddr,
     /// The echo identifier.
     pub ident: u16,
     /// The echo sequence number.
@@ -32,24 +33,39 @@ pub struct PingReply {
 }
 
 impl Stack {
-    pub(super) fn route(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
-        if self.config.ip.contains_addr(dst) { Some(dst) } else { self.config.gateway }
-    }
-
-    /// Sends an ICMP echo request to `dst`.
+    /// Sends an echo request to `dst`: ICMP to an IPv4 address, ICMPv6 to an IPv6 one.
     ///
     /// # Errors
-    /// [`Error::Unreachable`].
-    pub fn ping(&mut self, dst: Ipv4Addr, ident: u16, seq_no: u16, data: &[u8]) -> Result<(), Error> {
-        self.route(dst).ok_or(Error::Unreachable)?;
-        let repr = Icmpv4Repr::EchoRequest { ident, seq_no, data };
-        self.send_icmp(dst, &repr);
+    /// [`Error::Unreachable`] (no route, or IPv6 off).
+    pub fn ping(
+        &mut self,
+        dst: impl Into<IpAddr>,
+        ident: u16,
+        seq_no: u16,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        let dst = dst.into();
+        self.next_hop(dst).ok_or(Error::Unreachable)?;
+        match dst {
+            IpAddr::V4(d) => self.send_icmp(d, &Icmpv4Repr::EchoRequest { ident, seq_no, data }),
+            IpAddr::V6(d) => {
+                let repr = crate::wire::Icmpv6Repr::EchoRequest { ident, seq_no, data };
+                self.send_icmpv6(d, &repr, None);
+            }
+        }
         Ok(())
     }
 
     /// The oldest echo reply received and not yet taken (at most 64 are kept).
     pub fn take_ping_reply(&mut self) -> Option<PingReply> {
         self.ping_replies.pop_front()
+    }
+
+    /// Keeps an echo reply for [`take_ping_reply`](Self::take_ping_reply) (dropped beyond 64).
+    pub(super) fn take_echo_reply(&mut self, reply: PingReply) {
+        if self.ping_replies.len() < MAX_PING_REPLIES {
+            self.ping_replies.push_back(reply);
+        }
     }
 
     /// Processes one received Ethernet frame (any bytes: what does not parse is counted and
@@ -78,33 +94,35 @@ impl Stack {
         };
         let dst = eth.dst_addr();
         let unicast = dst == self.config.mac;
-        if !unicast && !dst.is_broadcast() {
+        let broadcast = dst.is_broadcast();
+        // A multicast MAC is ours only for an IPv6 group joined.
+        let group = !unicast && !broadcast && self.v6.as_ref().is_some_and(|v6| v6.takes_mac(dst));
+        if !unicast && !broadcast && !group {
             self.stats.rx_not_for_us += 1;
             return;
         }
         match eth.ethertype() {
-            EtherType::Arp => self.receive_arp(eth.payload()),
+            EtherType::Arp if !group => self.receive_arp(eth.payload()),
+            EtherType::Ipv4 if unicast => self.receive_ipv4(eth.payload(), deliver),
             // RFC 1122 §3.3.6: a datagram that came as a link-layer broadcast but is not an IP
             // broadcast or multicast is discarded, and this stack takes only datagrams for its
-            // unicast address: on the broadcast MAC only ARP is ours.
-            EtherType::Ipv4 if !unicast => self.stats.rx_link_broadcast += 1,
-            EtherType::Ipv4 => self.receive_ipv4(eth.payload(), deliver),
+            // unicast address: on the broadcast MAC only ARP is ours. (IPv6 has no broadcast.)
+            EtherType::Ipv4 | EtherType::Ipv6 if broadcast => self.stats.rx_link_broadcast += 1,
+            EtherType::Ipv6 => self.receive_ipv6(eth.payload(), deliver),
             _ => self.stats.rx_unhandled += 1,
         }
     }
 
-    /// Records that `ip` is at `mac`, as an ARP packet from it would (RFC 826), and sends what was
-    /// waiting for the address. For a runtime that runs several stacks behind one address: an ARP
-    /// packet reaches one of them, and the others learn the sender from it through this. Ignores
-    /// what an ARP packet could not teach either (a broadcast or multicast MAC, the unspecified
-    /// address, our own).
-    pub fn learn_neighbor(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
-        if mac.is_unicast() && !ip.is_unspecified() && ip != self.ip() {
-            let waiting = self.arp.insert(ip, mac, self.now);
-            for mut frame in waiting {
-                self.fill_ethernet(&mut frame, mac);
-                self.push_frame(frame);
-            }
+    /// Records that `ip` is at `mac`, as an ARP packet (or, for IPv6, a neighbour advertisement)
+    /// from it would (RFC 826, RFC 4861), and sends what was waiting for the address. For a
+    /// runtime that runs several stacks behind one address: an ARP packet reaches one of them,
+    /// and the others learn the sender from it through this. Ignores what such a packet could
+    /// not teach either (a broadcast or multicast MAC, the unspecified or a multicast address,
+    /// our own).
+    pub fn learn_neighbor(&mut self, ip: impl Into<IpAddr>, mac: EthernetAddress) {
+        let ip = ip.into();
+        if mac.is_unicast() && !ip.is_unspecified() && !ip.is_multicast() && !self.is_local(ip) {
+            self.neighbor_learned(ip, mac);
         }
     }
 
@@ -118,11 +136,7 @@ impl Stack {
         let usable = sender_mac.is_unicast() && !sender_ip.is_unspecified() && sender_ip != self.ip();
         // RFC 826: update a known entry from any packet; add one when the packet is for us.
         if usable && (for_us || self.arp.contains(sender_ip)) {
-            let waiting = self.arp.insert(sender_ip, sender_mac, self.now);
-            for mut frame in waiting {
-                self.fill_ethernet(&mut frame, sender_mac);
-                self.push_frame(frame);
-            }
+            self.neighbor_learned(IpAddr::V4(sender_ip), sender_mac);
         }
         if !for_us {
             self.stats.rx_not_for_us += 1;
@@ -135,6 +149,11 @@ impl Stack {
     }
 
     fn receive_ipv4<F: FnMut(StreamId, &[u8]) -> usize>(&mut self, bytes: &[u8], deliver: &mut F) {
+        if self.ip().is_unspecified() {
+            // IPv4 is off (an IPv6-only interface).
+            self.stats.rx_unhandled += 1;
+            return;
+        }
         let Ok(packet) = Ipv4Packet::new_checked(bytes) else {
             self.stats.rx_malformed += 1;
             return;
@@ -168,7 +187,10 @@ impl Stack {
             return;
         }
         match ip.protocol {
-            Protocol::Tcp => self.receive_tcp(ip.src_addr, ip.ecn == ECN_CE, payload, deliver),
+            Protocol::Tcp => {
+                let (src, dst) = (IpAddr::V4(ip.src_addr), IpAddr::V4(ip.dst_addr));
+                self.receive_tcp(src, dst, ip.ecn == ECN_CE, payload, deliver);
+            }
             Protocol::Icmp => self.receive_icmp(ip.src_addr, payload),
             _ => self.stats.rx_unhandled += 1,
         }
@@ -185,9 +207,7 @@ impl Stack {
                 self.stats.icmp_echo_replies += 1;
             }
             Ok(Icmpv4Repr::EchoReply { ident, seq_no, data }) => {
-                if self.ping_replies.len() < MAX_PING_REPLIES {
-                    self.ping_replies.push_back(PingReply { from: src, ident, seq_no, len: data.len() });
-                }
+                self.take_echo_reply(PingReply { from: IpAddr::V4(src), ident, seq_no, len: data.len() });
             }
             Ok(Icmpv4Repr::DstUnreachable {
                 reason: crate::wire::icmpv4::DstUnreachable::FragRequired,
@@ -195,7 +215,14 @@ impl Stack {
                 header,
                 data,
             }) => {
-                self.frag_needed(next_hop_mtu, &header, data);
+                let tcp = header.protocol == Protocol::Tcp;
+                self.path_mtu_report(
+                    tcp,
+                    IpAddr::V4(header.src_addr),
+                    IpAddr::V4(header.dst_addr),
+                    data,
+                    next_hop_mtu,
+                );
             }
             // Other destination unreachable / time exceeded messages: soft errors are a later item.
             Ok(_) => self.stats.rx_unhandled += 1,
@@ -203,26 +230,19 @@ impl Stack {
         }
     }
 
-    /// PMTU discovery (RFC 1191): a fragmentation-needed message quoting a segment we sent (its
-    /// IPv4 header and first 8 TCP bytes: ports and sequence number) goes to that connection,
-    /// which checks the sequence number (RFC 5927 §4.1) and lowers its send MSS.
-    fn frag_needed(&mut self, next_hop_mtu: u16, header: &Ipv4Repr, data: &[u8]) {
-        let quoted = (header.protocol == Protocol::Tcp && header.src_addr == self.ip())
-            .then(|| data.get(..8))
-            .flatten()
-            .map(|d| {
-                let port = |i: usize| u16::from_be_bytes([d[i], d[i + 1]]);
-                let seq = SeqNumber::new(u32::from_be_bytes([d[4], d[5], d[6], d[7]]));
-                (
-                    SocketAddrV4::new(header.src_addr, port(0)),
-                    SocketAddrV4::new(header.dst_addr, port(2)),
-                    seq,
-                )
-            });
-        let lowered = quoted.is_some_and(|(local, remote, seq)| {
+    /// Path MTU discovery (RFC 1191, RFC 8201): an ICMP fragmentation-needed or ICMPv6 Packet Too
+    /// Big message quoting a TCP segment (`tcp`) sent from `src` to `dst` (`quoted`: its first 8
+    /// TCP bytes, ports and sequence number) goes to that connection, which checks the sequence
+    /// number (RFC 5927 §4.1) and lowers its send MSS.
+    pub(super) fn path_mtu_report(&mut self, tcp: bool, src: IpAddr, dst: IpAddr, quoted: &[u8], mtu: u16) {
+        let tuple = quoted.get(..8).filter(|_| tcp && self.is_local(src)).map(|d| {
+            let port = |i: usize| u16::from_be_bytes([d[i], d[i + 1]]);
+            let seq = SeqNumber::new(u32::from_be_bytes([d[4], d[5], d[6], d[7]]));
+            (SocketAddr::new(src, port(0)), SocketAddr::new(dst, port(2)), seq)
+        });
+        let lowered = tuple.is_some_and(|(local, remote, seq)| {
             let Some(&index) = self.demux.get(&FlowKey::new(local, remote)) else { return false };
-            let lowered =
-                self.slot_entry(index).is_some_and(|e| e.conn.handle_frag_needed(seq, next_hop_mtu));
+            let lowered = self.slot_entry(index).is_some_and(|e| e.conn.handle_frag_needed(seq, mtu));
             if lowered {
                 self.mark_ready(index);
             }

@@ -22,7 +22,7 @@
 //! backscatter RFC 4987 §3 describes). Outside cookie mode the RFC's reset is sent as before.
 
 use std::collections::VecDeque;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::hash;
@@ -48,7 +48,7 @@ pub trait AcceptHook {
     /// or an established one from a SYN cookie). Called before the stack sends anything for it, so
     /// a steering entry made here (a registry signature naming this core) is in place before the
     /// peer can answer. The stack keeps the state while [`Stack::contains`] says so.
-    fn opened(&mut self, listener: ListenerId, local: SocketAddrV4, remote: SocketAddrV4) {
+    fn opened(&mut self, listener: ListenerId, local: SocketAddr, remote: SocketAddr) {
         let _ = (listener, local, remote);
     }
 }
@@ -162,15 +162,15 @@ impl Stack {
     pub(super) fn listener_segment(
         &mut self,
         id: ListenerId,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: SocketAddr,
+        remote: SocketAddr,
         seg: &TcpRepr<'_>,
     ) {
         let now = self.now;
         let since = now - self.epoch;
         let Some(l) = self.listener(id) else { return };
         let lconfig = l.config;
-        let tcp = l.tcp.unwrap_or(self.config.tcp);
+        let tcp = self.tcp_for(remote.ip(), l.tcp.unwrap_or(self.config.tcp));
         let recent_overflow = l.last_overflow.is_some_and(|t| now - t < hash::COOKIE_PERIOD * 2);
         let syn_queue = l.syn_queue;
         match listen_reply(seg) {
@@ -216,7 +216,8 @@ impl Stack {
                     if let Some(l) = self.listener_mut(id) {
                         l.last_overflow = Some(now);
                     }
-                    let peer_mss = seg.max_seg_size.unwrap_or(536).min(tcp.mss);
+                    let default_mss = if remote.is_ipv6() { 1220 } else { 536 };
+                    let peer_mss = seg.max_seg_size.unwrap_or(default_mss).min(tcp.mss);
                     let index = hash::cookie_mss_index(peer_mss);
                     let count = hash::cookie_count(since);
                     let iss = hash::cookie(&self.key, local, remote, seg.seq_number, count, index);
@@ -246,8 +247,8 @@ impl Stack {
     fn accept_cookie(
         &mut self,
         id: ListenerId,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: SocketAddr,
+        remote: SocketAddr,
         seg: &TcpRepr<'_>,
         peer_isn: SeqNumber,
         our_isn: SeqNumber,
@@ -270,7 +271,7 @@ impl Stack {
             ..TcpRepr::default()
         };
         let now = self.now;
-        let tcp = self.listener(id).and_then(|l| l.tcp).unwrap_or(self.config.tcp);
+        let tcp = self.tcp_for(remote.ip(), self.listener(id).and_then(|l| l.tcp).unwrap_or(self.config.tcp));
         let Some(mut conn) = Connection::accept(tcp, local, remote, &syn, our_isn, now) else {
             return;
         };

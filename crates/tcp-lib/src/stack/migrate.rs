@@ -3,12 +3,12 @@
 //! [`Stack::contains`] says whether a stack still holds a 4-tuple.
 
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 #[cfg(doc)]
 use super::Config;
-use super::hash::FlowKey;
+use super::flows::FlowKey;
 use super::{Error, Phase, Stack, StreamId};
 use crate::tcp::{Connection, State};
 use crate::wire::EthernetAddress;
@@ -21,19 +21,19 @@ use crate::wire::EthernetAddress;
 pub struct Detached {
     conn: Connection,
     write_shut: bool,
-    next_hop: Option<(Ipv4Addr, EthernetAddress)>,
+    next_hop: Option<(IpAddr, EthernetAddress)>,
 }
 
 impl Detached {
     /// The local address.
     #[must_use]
-    pub const fn local(&self) -> SocketAddrV4 {
+    pub const fn local(&self) -> SocketAddr {
         self.conn.local()
     }
 
     /// The remote address.
     #[must_use]
-    pub const fn remote(&self) -> SocketAddrV4 {
+    pub const fn remote(&self) -> SocketAddr {
         self.conn.remote()
     }
 
@@ -84,7 +84,7 @@ impl Stack {
     /// state from SYN-RECEIVED to TIME-WAIT; not once it is closed or reclaimed). A steering entry
     /// for the connection (a registry signature) is needed as long as this holds.
     #[must_use]
-    pub fn contains(&self, local: SocketAddrV4, remote: SocketAddrV4) -> bool {
+    pub fn contains(&self, local: SocketAddr, remote: SocketAddr) -> bool {
         let key = FlowKey::new(local, remote);
         self.demux.contains_key(&key) || self.time_wait.contains_key(&key)
     }
@@ -122,15 +122,14 @@ impl Stack {
         }
         // Its timer-heap entry is stale now (the generation moved on) and is skipped.
         self.stats.connections_detached += 1;
-        let now = self.now;
         let next_hop =
-            self.route(*remote.ip()).and_then(|hop| self.arp.lookup(hop, now).map(|mac| (hop, mac)));
+            self.next_hop(remote.ip()).and_then(|hop| self.neighbor_lookup(hop).map(|mac| (hop, mac)));
         Ok(Detached { conn: e.conn, write_shut: e.write_shut, next_hop })
     }
 
     /// Takes in a connection [`detach`](Self::detach)ed from another stack and returns its new
     /// handle here; its timers are armed and whatever it has to send leaves at the next
-    /// [`transmit`](Self::transmit). The peer's next hop is added to the ARP cache from the
+    /// [`transmit`](Self::transmit). The peer's next hop is added to the neighbour cache from the
     /// detached record when this stack lacks it (else this stack resolves it as usual). `now` is
     /// on the same clock as the detaching stack's (connection timers are absolute instants).
     ///
@@ -141,7 +140,7 @@ impl Stack {
     pub fn adopt(&mut self, detached: Detached, now: Instant) -> Result<StreamId, AdoptError> {
         self.advance(now);
         let (local, remote) = (detached.conn.local(), detached.conn.remote());
-        let refused = if *local.ip() != self.ip() {
+        let refused = if !self.is_local(local.ip()) {
             Some(Error::NotLocal)
         } else if self.contains(local, remote) {
             Some(Error::AddrInUse)
@@ -155,14 +154,10 @@ impl Stack {
         }
         let Detached { conn, write_shut, next_hop } = detached;
         if let Some((hop, mac)) = next_hop
-            && self.route(*remote.ip()) == Some(hop)
-            && self.arp.lookup(hop, self.now).is_none()
+            && self.next_hop(remote.ip()) == Some(hop)
+            && self.neighbor_lookup(hop).is_none()
         {
-            let waiting = self.arp.insert(hop, mac, self.now);
-            for mut frame in waiting {
-                self.fill_ethernet(&mut frame, mac);
-                self.push_frame(frame);
-            }
+            self.neighbor_learned(hop, mac);
         }
         let index = self.insert(conn, None, Phase::Open, true);
         if let Some(e) = self.slot_entry(index) {

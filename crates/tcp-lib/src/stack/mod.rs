@@ -1,6 +1,7 @@
-//! The per-core [`Stack`]: one IPv4 interface with ARP, ICMP echo, PMTU discovery, fragment
-//! reassembly, and TCP connections, listeners and socket handles over the sans-IO [`Connection`]
-//! core.
+//! The per-core [`Stack`]: one interface with IPv4 (ARP, ICMP echo, PMTU discovery, fragment
+//! reassembly) and, when [`Config::ipv6`] says so, IPv6 (Neighbor Discovery, ICMPv6 echo, PMTU
+//! from Packet Too Big, router advertisements, reassembly), static routes over both, and TCP
+//! connections, listeners and socket handles over the sans-IO [`Connection`] core.
 //!
 //! # Design
 //!
@@ -16,7 +17,7 @@
 //!   what it leaves is copied.
 //! * **Timers**: [`handle_timeout`](Stack::handle_timeout) once `now` reaches
 //!   [`poll_timeout`](Stack::poll_timeout).
-//! * **Output**: [`transmit`](Stack::transmit) builds frames (Ethernet + IPv4 + TCP, checksums
+//! * **Output**: [`transmit`](Stack::transmit) builds frames (Ethernet + IPv4 or IPv6 + TCP, checksums
 //!   filled unless [`Config::tx_checksum`] is off, emitted with [`wire`](crate::wire)) in buffers of a
 //!   [`PoolCache`] and appends them to a [`PacketBatch`] for the device.
 //! * [`poll`](Stack::poll) does all three against a [`NetDevice`]: `rx_burst`, `receive` each
@@ -63,6 +64,18 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # IPv4 and IPv6
+//!
+//! A connection is of one family, its addresses [`SocketAddr`](std::net::SocketAddr)s of that
+//! family; everything TCP does (SYN cookies, SACK, timestamps, ECN, migration, TIME-WAIT) works
+//! the same over both, with the MSS and the path MTU's floor of the family (an IPv6 header is 20
+//! bytes longer; RFC 8200's 1280-byte minimum MTU). A listener takes both families on its port
+//! (a dual-stack listener). [`connect`](Stack::connect) takes an address of either family and
+//! picks the source of the destination's scope (for IPv6, link-local toward a link-local peer,
+//! else the global address; RFC 6724 §5). The IPv6 receive path, its addresses and Neighbor
+//! Discovery are described in the `ipv6` module (`stack/ipv6.rs`); routing for both families
+//! ([`add_route`](Stack::add_route), gateways, source selection) in `stack/route.rs`.
+//!
 //! # Demultiplexing and timers
 //!
 //! Connections live in a slab (a `Vec` of slots with generation counters, so a stale
@@ -71,7 +84,9 @@
 //! 4-tuple is packed into one 128-bit word and hashed with a keyed multiply-fold hash (the
 //! registry's construction, two multiplies per lookup, keyed from the stack's secret so that a
 //! peer cannot aim its ports at one bucket); std's SipHash cost ~7% of a bulk transfer's
-//! instructions. Listeners are found by local port, ARP entries by address, with the same hash.
+//! instructions. IPv6 tuples (two addresses of 128 bits) live in a second map of their own, so
+//! the IPv4 map's keys stay one word. Listeners are found by local port, neighbour entries by
+//! address, with the same hash.
 //! Connections that have something to send are queued on a ready list, so
 //! [`transmit`](Stack::transmit) visits only them; connection timers sit in a binary heap with at
 //! most one live entry per connection plus stale entries that are skipped (the heap is rebuilt
@@ -208,15 +223,17 @@
 //!
 //! # Not yet
 //!
-//! IPv4 options are not emitted, and ICMP errors (port or protocol unreachable) are not generated.
-//! Of the ICMP errors received, only fragmentation-needed is acted on (PMTU discovery, RFC 1191);
-//! other destination-unreachable and time-exceeded messages (soft errors) are counted and ignored.
+//! IPv4 options and IPv6 extension headers are not emitted, and ICMP errors (port or protocol
+//! unreachable) are not generated. Of the ICMP errors received, only fragmentation-needed and
+//! Packet Too Big are acted on (PMTU discovery, RFC 1191, RFC 8201); other destination-unreachable
+//! and time-exceeded messages (soft errors) are counted and ignored. IPv6 has no duplicate
+//! address detection, MLD reports or neighbour reachability states yet (see `stack/ipv6.rs`).
 //! SYN-cookie connections lose window scaling, SACK and timestamps (see above).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -232,15 +249,18 @@ use crate::tcp::{BufferBudget, Connection, TimeWait};
 use crate::wire::{ArpOperation, EthernetAddress, FragmentReassembler};
 
 // Where things live (each file's own doc says more).
-mod arp; // the ARP cache and its queue of packets waiting for an address
-mod config; // Config, ListenerConfig, Error
+mod config; // Config, Ipv6Config, ListenerConfig, Error
 mod connections; // the connection table: lookup, insert, ready list, reclaim
+mod flows; // FlowKey and FlowMap: the tables keyed by 4-tuple, one map per family
 mod hash; // keyed hashes: ISNs, SYN cookies, ephemeral ports, the tables' hash
-mod ipv4; // receive below TCP: Ethernet, ARP, IPv4, ICMP (echo, PMTU); routing; ping
+mod ipv4; // receive below TCP: Ethernet, ARP, IPv4, ICMP (echo, PMTU); ping
+mod ipv6; // receive below TCP for IPv6: NDP, ICMPv6 (echo, Packet Too Big), router adverts
 mod listener; // listen/accept, the SYN queue, SYN cookies, the backlog, AcceptHook
 mod migrate; // detach/adopt between stacks, Detached, AdoptError
-mod output; // transmit, control frames, send_ip and ARP queueing, header emission
+mod neighbor; // the neighbour caches (ARP, NDP) and their queues of packets waiting for an address
+mod output; // transmit, control frames, send_ip and neighbour queueing, header emission
 mod poll; // poll/poll_with against a NetDevice
+mod route; // routes (on-link, static, default), source addresses, next hops of both families
 mod slab; // the generation-checked Slab behind StreamId and ListenerId
 mod stats; // StackStats, PollStats
 mod streams; // connect, send, recv, close, ... on a StreamId
@@ -251,22 +271,27 @@ mod timers; // poll_timeout, handle_timeout, the timer heap
 /// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
 /// next to [`Stack::send_prepared`].
 pub use crate::tcp::{PreparedSegments, PreparedSlice};
-pub use arp::ArpConfig;
-pub use config::{Config, Error, ListenerConfig};
+pub use config::{Config, Error, Ipv6Config, ListenerConfig};
 pub use ipv4::PingReply;
 pub use listener::AcceptHook;
 pub use migrate::{AdoptError, Detached};
+pub use neighbor::ArpConfig;
 pub use stats::{PollStats, StackStats, StatsNow};
 
-use arp::ArpCache;
-use hash::{FlowKey, Key, PortAllocator, TableHash};
+use flows::FlowMap;
+use hash::{Key, PortAllocator, TableHash};
+use ipv6::Ipv6State;
 use listener::Listener;
+use neighbor::NeighborCache;
+use route::Route;
 use slab::Slab;
 
 /// Ethernet header length (no VLAN tag: the stack emits untagged frames).
 const ETH_LEN: usize = 14;
 /// IPv4 header length emitted.
 const IP_LEN: usize = 20;
+/// IPv6 header length emitted (no extension headers).
+const IP6_LEN: usize = 40;
 
 /// A connection handle (an index and a generation: stale handles are refused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -311,31 +336,33 @@ struct Entry {
     write_shut: bool,
 }
 
-/// The demultiplexing map: the 4-tuple to slot index, under the stack's keyed table hash.
-type Demux = HashMap<FlowKey, u32, TableHash>;
-
-/// A per-core IPv4/TCP endpoint on one interface. See the [module documentation](self).
+/// A per-core IPv4/IPv6 TCP endpoint on one interface. See the [module documentation](self).
 pub struct Stack {
     config: Config,
     epoch: Instant,
     now: Instant,
     key: Key,
     ports: PortAllocator,
-    arp: ArpCache,
+    arp: NeighborCache<Ipv4Addr>,
     reassembler: FragmentReassembler,
+    /// IPv6's addresses, neighbour cache and reassembly (`None` while IPv6 is off).
+    v6: Option<Box<Ipv6State>>,
+    /// Static routes ([`add_route`](Stack::add_route)), both families.
+    routes: Vec<Route>,
     /// The connection table.
     slots: Slab<Entry>,
-    demux: Demux,
+    /// The demultiplexing map: the 4-tuple to slot index.
+    demux: FlowMap<u32>,
     /// The listener table.
     listeners: Slab<Listener>,
     listener_ports: HashMap<u16, u32, TableHash>,
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     /// The TIME-WAIT table: released connections in TIME-WAIT, as compact records.
-    time_wait: HashMap<FlowKey, TimeWait, TableHash>,
+    time_wait: FlowMap<TimeWait>,
     /// The table's records by expiry, earliest first, with stale entries (records gone or
     /// restarted since) skipped and dropped.
-    time_wait_order: VecDeque<(Instant, FlowKey)>,
+    time_wait_order: VecDeque<(Instant, flows::FlowKey)>,
     frames: VecDeque<Vec<u8>>,
     scratch: Vec<u8>,
     port_filter: Option<Box<dyn Fn(FlowGroup) -> bool>>,
@@ -370,6 +397,14 @@ impl Stack {
         mtu_mss(self.config.mtu)
     }
 
+    /// `tcp` for a connection to `remote`: the MSS clamped to what the MTU allows over its
+    /// family (an IPv6 header is 20 bytes longer).
+    pub(super) fn tcp_for(&self, remote: IpAddr, mut tcp: crate::tcp::Config) -> crate::tcp::Config {
+        let headers = if remote.is_ipv6() { IP6_LEN - IP_LEN } else { 0 };
+        tcp.mss = tcp.mss.min(self.mtu_mss().saturating_sub(u16::try_from(headers).unwrap_or(0)).max(64));
+        tcp
+    }
+
     /// A stack for one interface, at time `now`. Queues a gratuitous ARP when configured.
     #[must_use]
     pub fn new(mut config: Config, now: Instant) -> Self {
@@ -383,15 +418,17 @@ impl Stack {
             now,
             key,
             ports: PortAllocator::new(port_key, config.ephemeral_ports.0, config.ephemeral_ports.1),
-            arp: ArpCache::new(config.arp, tables),
+            arp: NeighborCache::new(config.arp, tables),
             reassembler: FragmentReassembler::new(config.reassembly),
+            v6: config.ipv6.map(|v6| Box::new(Ipv6State::new(&v6, &config, tables))),
+            routes: Vec::new(),
             slots: Slab::new(),
-            demux: HashMap::with_hasher(tables),
+            demux: FlowMap::new(tables),
             listeners: Slab::new(),
             listener_ports: HashMap::with_hasher(tables),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
-            time_wait: HashMap::with_hasher(tables),
+            time_wait: FlowMap::new(tables),
             time_wait_order: VecDeque::new(),
             frames: VecDeque::new(),
             scratch: vec![0; usize::from(config.tcp.mss)],
@@ -402,7 +439,7 @@ impl Stack {
             stats: StackStats::default(),
             budget: Arc::new(BufferBudget::new(config.buffer_memory)),
         };
-        if config.gratuitous_arp {
+        if config.gratuitous_arp && !stack.ip().is_unspecified() {
             let ip = stack.ip();
             stack.queue_arp(ArpOperation::Request, EthernetAddress::BROADCAST, EthernetAddress([0; 6]), ip);
         }
@@ -461,9 +498,10 @@ impl Stack {
         self.arp.pending_packets()
     }
 
-    /// The hardware address cached for `ip`, if any.
-    pub fn arp_lookup(&mut self, ip: Ipv4Addr) -> Option<EthernetAddress> {
-        self.arp.lookup(ip, self.now)
+    /// The hardware address cached for `ip` (by ARP for IPv4, by Neighbor Discovery for
+    /// IPv6), if any.
+    pub fn arp_lookup(&mut self, ip: impl Into<IpAddr>) -> Option<EthernetAddress> {
+        self.neighbor_lookup(ip.into())
     }
 
     /// Restricts ephemeral ports to those whose flow group `filter` accepts (e.g. the groups the

@@ -1,22 +1,25 @@
 //! Output: [`Stack::transmit`] drains queued control frames and the connections on the ready list
-//! into pool buffers, writing the Ethernet, IPv4 and TCP headers (and prepared content); control
-//! frames (ARP, ICMP, resets, SYN cookies) and datagrams to next hops still being resolved are
-//! queued here.
+//! into pool buffers, writing the Ethernet, IP (v4 or v6) and TCP headers (and prepared content);
+//! control frames (ARP, ICMP, Neighbor Discovery, resets, SYN cookies) and datagrams to next hops
+//! still being resolved are queued here.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Instant;
 
 use netchannel::dev::PacketBatch;
 use netchannel::pool::PoolCache;
 
-use super::arp::Enqueued;
-use super::hash::FlowKey;
-use super::{Config, ETH_LEN, IP_LEN, PreparedSlice, Stack};
+use super::flows::FlowKey;
+use super::ipv6::NDP_HOP_LIMIT;
+use super::neighbor::Enqueued;
+use super::{Config, ETH_LEN, IP_LEN, IP6_LEN, PreparedSlice, Stack};
 use crate::tcp::{State, Transmit};
 use crate::wire::ipv4::ECN_ECT0;
+use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
-    Icmpv4Repr, Ipv4Packet, Ipv4Repr, Protocol, TcpControl, TcpPacket, TcpRepr, checksum,
+    Icmpv4Repr, Icmpv6Packet, Icmpv6Repr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, Protocol, TcpControl,
+    TcpPacket, TcpRepr, checksum,
 };
 
 impl Stack {
@@ -25,9 +28,14 @@ impl Stack {
         self.ident
     }
 
+    /// Writes the Ethernet header of an IP packet built behind it (its version nibble says
+    /// which EtherType).
     pub(super) fn fill_ethernet(&self, frame: &mut [u8], dst: EthernetAddress) {
-        let repr =
-            EthernetRepr { src_addr: self.config.mac, dst_addr: dst, vlan: None, ethertype: EtherType::Ipv4 };
+        let ethertype = match frame.get(ETH_LEN) {
+            Some(b) if b >> 4 == 6 => EtherType::Ipv6,
+            _ => EtherType::Ipv4,
+        };
+        let repr = EthernetRepr { src_addr: self.config.mac, dst_addr: dst, vlan: None, ethertype };
         if frame.len() >= ETH_LEN {
             repr.emit(&mut EthernetFrame::new_unchecked(&mut frame[..]));
         }
@@ -99,26 +107,73 @@ impl Stack {
         let mut packet = Ipv4Packet::new_unchecked(&mut frame[ETH_LEN..]);
         ip.emit(&mut packet);
         write(packet.payload_mut());
-        self.send_frame_to(hop, frame);
+        self.send_frame_to(IpAddr::V4(hop), frame);
     }
 
-    pub(super) fn send_frame_to(&mut self, hop: Ipv4Addr, mut frame: Vec<u8>) {
-        if let Some(mac) = self.arp.lookup(hop, self.now) {
+    /// Sends an IPv6 packet from `src` whose payload `write` fills (`len` bytes): to a multicast
+    /// group's MAC at once, to a unicast destination through its next hop (now if resolved, else
+    /// after Neighbor Discovery).
+    pub(super) fn send_ip6(
+        &mut self,
+        (src, dst): (Ipv6Addr, Ipv6Addr),
+        protocol: Protocol,
+        len: usize,
+        hop_limit: u8,
+        write: impl FnOnce(&mut [u8]),
+    ) {
+        let hop = if dst.is_multicast() { Some(dst) } else { self.route6(dst) };
+        let Some(hop) = hop else {
+            self.stats.no_route += 1;
+            return;
+        };
+        let ip = Ipv6Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: protocol,
+            payload_len: len,
+            hop_limit,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        let mut frame = vec![0u8; ETH_LEN + ip.buffer_len()];
+        let mut packet = Ipv6Packet::new_unchecked(&mut frame[ETH_LEN..]);
+        ip.emit(&mut packet);
+        write(packet.payload_mut());
+        if dst.is_multicast() {
+            self.fill_ethernet(&mut frame, multicast_mac(dst));
+            self.push_frame(frame);
+        } else {
+            self.send_frame_to(IpAddr::V6(hop), frame);
+        }
+    }
+
+    /// Sends a frame (its Ethernet header still to fill) to the next hop `hop`: now if its MAC is
+    /// known, else queued while it is resolved (an ARP request or a neighbour solicitation goes
+    /// out for a new one).
+    pub(super) fn send_frame_to(&mut self, hop: IpAddr, mut frame: Vec<u8>) {
+        if let Some(mac) = self.neighbor_lookup(hop) {
             self.fill_ethernet(&mut frame, mac);
             self.push_frame(frame);
             return;
         }
-        match self.arp.enqueue(hop, frame, self.now) {
-            Enqueued::RequestNow => {
-                self.queue_arp(
-                    ArpOperation::Request,
-                    EthernetAddress::BROADCAST,
-                    EthernetAddress([0; 6]),
-                    hop,
-                );
+        // The source of an IPv6 packet that prompts a solicitation (RFC 4861 §7.2.2).
+        let frame_src = frame.get(ETH_LEN + 8..ETH_LEN + 24).map(<[u8]>::to_vec).unwrap_or_default();
+        let now = self.now;
+        let enqueued = match hop {
+            IpAddr::V4(h) => self.arp.enqueue(h, frame, now),
+            IpAddr::V6(h) => match self.v6.as_mut() {
+                Some(v6) => v6.ndp.enqueue(h, frame, now),
+                None => Enqueued::Dropped,
+            },
+        };
+        match (enqueued, hop) {
+            (Enqueued::RequestNow, IpAddr::V4(h)) => {
+                self.queue_arp(ArpOperation::Request, EthernetAddress::BROADCAST, EthernetAddress([0; 6]), h);
             }
-            Enqueued::Queued => {}
-            Enqueued::Dropped => self.stats.arp_dropped += 1,
+            (Enqueued::RequestNow, IpAddr::V6(h)) => self.send_solicit(h, ipv6_source(&frame_src)),
+            (Enqueued::Queued, _) => {}
+            (Enqueued::Dropped, IpAddr::V4(_)) => self.stats.arp_dropped += 1,
+            (Enqueued::Dropped, IpAddr::V6(_)) => self.stats.ndp_dropped += 1,
         }
     }
 
@@ -128,14 +183,35 @@ impl Stack {
         });
     }
 
-    pub(super) fn send_tcp_control(&mut self, local: SocketAddrV4, remote: SocketAddrV4, seg: &TcpRepr<'_>) {
+    /// Sends an ICMPv6 message to `dst` from `src` (by default the source address for `dst`);
+    /// Neighbor Discovery messages with hop limit 255. Nothing while IPv6 is off.
+    pub(super) fn send_icmpv6(&mut self, dst: Ipv6Addr, repr: &Icmpv6Repr<'_>, src: Option<Ipv6Addr>) {
+        let Some(v6) = self.v6.as_ref() else { return };
+        let src = src.unwrap_or_else(|| v6.source_for(dst));
+        let hop_limit = if matches!(repr, Icmpv6Repr::Ndp(_)) { NDP_HOP_LIMIT } else { v6.hop_limit };
+        self.send_ip6((src, dst), Protocol::Icmpv6, repr.buffer_len(), hop_limit, |b| {
+            repr.emit(&mut Icmpv6Packet::new_unchecked(b), src, dst);
+        });
+    }
+
+    pub(super) fn send_tcp_control(&mut self, local: SocketAddr, remote: SocketAddr, seg: &TcpRepr<'_>) {
         if seg.control == TcpControl::Rst {
             self.stats.rst_sent += 1;
         }
-        let (src, dst) = (*local.ip(), *remote.ip());
-        self.send_ip(dst, Protocol::Tcp, seg.buffer_len(), |b| {
-            seg.emit(&mut TcpPacket::new_unchecked(b), src, dst)
-        });
+        match (local.ip(), remote.ip()) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                self.send_ip(dst, Protocol::Tcp, seg.buffer_len(), |b| {
+                    seg.emit(&mut TcpPacket::new_unchecked(b), src, dst);
+                });
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                let hop_limit = self.config.hop_limit6();
+                self.send_ip6((src, dst), Protocol::Tcp, seg.buffer_len(), hop_limit, |b| {
+                    seg.emit_v6(&mut TcpPacket::new_unchecked(b), src, dst);
+                });
+            }
+            _ => self.stats.no_route += 1,
+        }
     }
 
     /// Builds outgoing frames in buffers of `cache` and appends them to `out` until it is full or
@@ -184,12 +260,13 @@ impl Stack {
         appended: &mut usize,
     ) -> Drained {
         let now = self.now;
-        let Some(remote_ip) = self.slot_entry(index).map(|e| *e.conn.remote().ip()) else {
+        let Some(remote_ip) = self.slot_entry(index).map(|e| e.conn.remote().ip()) else {
             return Drained::All;
         };
-        let Some(hop) = self.route(remote_ip) else { return Drained::All };
+        let Some(hop) = self.next_hop(remote_ip) else { return Drained::All };
+        let ip_len = if remote_ip.is_ipv6() { IP6_LEN } else { IP_LEN };
         loop {
-            let mac = self.arp.lookup(hop, now);
+            let mac = self.neighbor_lookup(hop);
             if mac.is_some() && out.is_full() {
                 return Drained::Stopped;
             }
@@ -204,7 +281,7 @@ impl Stack {
                     Some(slice) => t.segment(slice.bytes()),
                     None => t.segment(&self.scratch),
                 };
-                let mut frame = vec![0u8; ETH_LEN + IP_LEN + seg.buffer_len()];
+                let mut frame = vec![0u8; ETH_LEN + ip_len + seg.buffer_len()];
                 emit_ip_tcp(&mut frame[ETH_LEN..], &seg, Ends::of(&t), ident, &self.config);
                 self.ident = ident;
                 self.send_frame_to(hop, frame);
@@ -220,13 +297,14 @@ impl Stack {
                 None => t.segment(&self.scratch),
             };
             let payload_len = lent.as_ref().map_or(0, |l| l.len);
-            let len = ETH_LEN + IP_LEN + seg.buffer_len() + payload_len;
+            let len = ETH_LEN + ip_len + seg.buffer_len() + payload_len;
             if packet.set_len(len).is_err() {
                 self.stats.tx_dropped += 1;
                 continue;
             }
             let data = packet.data_mut();
-            EthernetRepr { src_addr: self.config.mac, dst_addr: mac, vlan: None, ethertype: EtherType::Ipv4 }
+            let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
+            EthernetRepr { src_addr: self.config.mac, dst_addr: mac, vlan: None, ethertype }
                 .emit(&mut EthernetFrame::new_unchecked(&mut data[..]));
             match &lent {
                 Some(slice) => {
@@ -283,6 +361,11 @@ impl Stack {
     }
 }
 
+/// The address in 16 bytes, if they are 16.
+fn ipv6_source(bytes: &[u8]) -> Option<Ipv6Addr> {
+    <[u8; 16]>::try_from(bytes).ok().map(Ipv6Addr::from)
+}
+
 enum Drained {
     All,
     Stopped,
@@ -293,43 +376,77 @@ enum Drained {
 /// memory, and cost a `memcpy` per segment).
 #[derive(Clone, Copy)]
 struct Ends {
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
+    src: IpAddr,
+    dst: IpAddr,
     ect: bool,
 }
 
 impl Ends {
     fn of(t: &Transmit) -> Self {
-        Self { src: t.src, dst: t.dst, ect: t.ect }
+        Self { src: t.src.ip(), dst: t.dst.ip(), ect: t.ect }
     }
 }
 
-/// The IPv4 header of a connection's segment of `payload_len` TCP bytes: ECT(0) when the
+/// Writes the IP header of a connection's segment of `payload_len` TCP bytes into `buf` and
+/// returns the TCP part: IPv4 (with `ident`) or IPv6 as the addresses are. ECT(0) when the
 /// connection marks it ECN-capable (RFC 3168 §5; ECT(1) is left to L4S, RFC 9331).
-fn ip_header(t: Ends, payload_len: usize, ident: u16, config: &Config) -> Ipv4Repr {
-    Ipv4Repr {
-        src_addr: *t.src.ip(),
-        dst_addr: *t.dst.ip(),
-        protocol: Protocol::Tcp,
-        payload_len,
-        ttl: config.ttl,
-        dscp: 0,
-        ecn: if t.ect { ECN_ECT0 } else { 0 },
-        ident,
-        dont_frag: true,
+fn emit_ip<'b>(buf: &'b mut [u8], t: Ends, payload_len: usize, ident: u16, config: &Config) -> &'b mut [u8] {
+    let ecn = if t.ect { ECN_ECT0 } else { 0 };
+    match (t.src, t.dst) {
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            let ip = Ipv6Repr {
+                src_addr: src,
+                dst_addr: dst,
+                next_header: Protocol::Tcp,
+                payload_len,
+                hop_limit: config.hop_limit6(),
+                traffic_class: ecn,
+                flow_label: 0,
+            };
+            ip.emit(&mut Ipv6Packet::new_unchecked(&mut buf[..]));
+            &mut buf[IP6_LEN..]
+        }
+        _ => {
+            let ip = Ipv4Repr {
+                src_addr: v4(t.src),
+                dst_addr: v4(t.dst),
+                protocol: Protocol::Tcp,
+                payload_len,
+                ttl: config.ttl,
+                dscp: 0,
+                ecn,
+                ident,
+                dont_frag: true,
+            };
+            ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..]));
+            &mut buf[IP_LEN..]
+        }
     }
 }
 
-/// Writes the IPv4 header and the TCP segment into `buf` (exactly `20 + seg.buffer_len()` bytes);
-/// the TCP checksum as [`Config::tx_checksum`] says.
+/// The IPv4 address of a connection end (a connection's ends are of one family).
+fn v4(ip: IpAddr) -> Ipv4Addr {
+    match ip {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(a) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+    }
+}
+
+/// Writes `seg` with its checksum over the pseudo-header of `t`'s family.
+fn emit_tcp_summed(tcp: &mut TcpPacket<&mut [u8]>, seg: &TcpRepr<'_>, t: Ends) {
+    match (t.src, t.dst) {
+        (IpAddr::V6(src), IpAddr::V6(dst)) => seg.emit_v6(tcp, src, dst),
+        _ => seg.emit(tcp, v4(t.src), v4(t.dst)),
+    }
+}
+
+/// Writes the IP header and the TCP segment into `buf` (exactly the IP header and
+/// `seg.buffer_len()` bytes); the TCP checksum as [`Config::tx_checksum`] says.
 fn emit_ip_tcp(buf: &mut [u8], seg: &TcpRepr<'_>, t: Ends, ident: u16, config: &Config) {
-    let (src, dst) = (t.src, t.dst);
-    let ip = ip_header(t, seg.buffer_len(), ident, config);
-    let mut packet = Ipv4Packet::new_unchecked(buf);
-    ip.emit(&mut packet);
-    let mut tcp = TcpPacket::new_unchecked(packet.payload_mut());
+    let tcp = emit_ip(buf, t, seg.buffer_len(), ident, config);
+    let mut tcp = TcpPacket::new_unchecked(tcp);
     if config.tx_checksum {
-        seg.emit(&mut tcp, *src.ip(), *dst.ip());
+        emit_tcp_summed(&mut tcp, seg, t);
     } else {
         seg.emit_unsummed(&mut tcp);
     }
@@ -347,30 +464,26 @@ fn emit_ip_tcp_prepared(
     ident: u16,
     config: &Config,
 ) -> bool {
-    let (src, dst) = (t.src, t.dst);
     let header_len = seg.buffer_len();
     let tcp_len = header_len + slice.len;
-    let ip = ip_header(t, tcp_len, ident, config);
-    let mut packet = Ipv4Packet::new_unchecked(buf);
-    ip.emit(&mut packet);
-    let tcp = packet.payload_mut();
+    let tcp = emit_ip(buf, t, tcp_len, ident, config);
     if !config.tx_checksum {
         seg.emit_unsummed(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]));
         tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
         return false;
     }
-    seg.emit(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]), *src.ip(), *dst.ip());
+    emit_tcp_summed(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]), seg, t);
     tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
     let precomputed = slice.sum();
     let payload_sum = precomputed.unwrap_or_else(|| checksum::data(slice.bytes()));
     let mut view = TcpPacket::new_unchecked(&mut tcp[..tcp_len]);
     view.set_checksum(0);
     let length = u32::try_from(tcp_len).unwrap_or(u32::MAX);
-    let sum = checksum::combine(&[
-        checksum::pseudo_header_v4(*src.ip(), *dst.ip(), 6, length),
-        checksum::data(&tcp[..header_len]),
-        payload_sum,
-    ]);
+    let pseudo = match (t.src, t.dst) {
+        (IpAddr::V6(src), IpAddr::V6(dst)) => checksum::pseudo_header_v6(src, dst, 6, length),
+        _ => checksum::pseudo_header_v4(v4(t.src), v4(t.dst), 6, length),
+    };
+    let sum = checksum::combine(&[pseudo, checksum::data(&tcp[..header_len]), payload_sum]);
     TcpPacket::new_unchecked(&mut tcp[..tcp_len]).set_checksum(checksum::finish(sum));
     precomputed.is_some()
 }

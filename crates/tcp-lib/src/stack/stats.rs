@@ -8,7 +8,7 @@ use super::{Config, Stack};
 pub struct StackStats {
     /// Frames given to [`Stack::receive`].
     pub rx_frames: u64,
-    /// Frames for another MAC or IPv4 address.
+    /// Frames for another MAC or IP address (or a multicast group not joined).
     pub rx_not_for_us: u64,
     /// IPv4 frames sent to the broadcast MAC, discarded: the stack takes only datagrams for its
     /// unicast address, and one of those that came as a link-layer broadcast is discarded
@@ -18,7 +18,7 @@ pub struct StackStats {
     pub rx_malformed: u64,
     /// Frames of an EtherType, IP protocol or ICMP message the stack does not handle.
     pub rx_unhandled: u64,
-    /// IPv4 fragments received.
+    /// IPv4 and IPv6 fragments received.
     pub rx_fragments: u64,
     /// Datagrams reassembled from fragments.
     pub rx_reassembled: u64,
@@ -37,12 +37,22 @@ pub struct StackStats {
     pub arp_replies: u64,
     /// Packets dropped waiting for ARP (queue full, or the next hop never answered).
     pub arp_dropped: u64,
-    /// ICMP echo replies sent.
+    /// Neighbour solicitations sent (IPv6 next hops being resolved).
+    pub ndp_solicits: u64,
+    /// Neighbour advertisements sent (answers to solicitations for our addresses).
+    pub ndp_adverts: u64,
+    /// IPv6 packets dropped waiting for Neighbor Discovery (queue full, or the next hop never
+    /// answered).
+    pub ndp_dropped: u64,
+    /// Router advertisements taken (default router, SLAAC prefix).
+    pub ra_accepted: u64,
+    /// ICMP and ICMPv6 echo replies sent.
     pub icmp_echo_replies: u64,
-    /// ICMP fragmentation-needed messages that lowered a connection's path MTU (RFC 1191).
+    /// ICMP fragmentation-needed (RFC 1191) and ICMPv6 Packet Too Big (RFC 8201) messages that
+    /// lowered a connection's path MTU.
     pub icmp_pmtu_updates: u64,
-    /// ICMP fragmentation-needed messages ignored: for no connection of ours, quoting a sequence
-    /// number not in flight (RFC 5927 §4.1), or reporting an MTU not below the path MTU.
+    /// Such messages ignored: for no TCP connection of ours, quoting a sequence number not in
+    /// flight (RFC 5927 §4.1), or reporting an MTU not below the path MTU.
     pub icmp_pmtu_ignored: u64,
     /// Frames appended by [`Stack::transmit`].
     pub tx_frames: u64,

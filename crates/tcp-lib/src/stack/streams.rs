@@ -1,21 +1,24 @@
 //! The calls on one connection through its [`StreamId`]: [`Stack::connect`], [`Stack::send`],
 //! [`Stack::recv`], [`Stack::close`] and the rest of the socket-like API.
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::hash::{self, FlowKey};
+use super::flows::FlowKey;
+use super::hash;
 use super::{Error, Phase, PreparedSegments, Stack, StreamId};
 use crate::tcp::{self, Connection, ConnectionError, State, Stats};
 
 impl Stack {
-    /// Opens a connection to `remote` from an ephemeral port (RFC 6056 algorithm 3, through the
-    /// [port filter](Self::set_port_filter)). The SYN leaves at the next
+    /// Opens a connection to `remote` (IPv4 or IPv6) from an ephemeral port (RFC 6056 algorithm
+    /// 3, through the [port filter](Self::set_port_filter)) and our address for it (for IPv6,
+    /// link-local toward a link-local peer, else the global address). The SYN leaves at the next
     /// [`transmit`](Self::transmit); data sent before the handshake completes follows it.
     ///
     /// # Errors
-    /// [`Error::Unreachable`], [`Error::NoPorts`], [`Error::TooManyConnections`].
-    pub fn connect(&mut self, remote: SocketAddrV4) -> Result<StreamId, Error> {
+    /// [`Error::Unreachable`] (no route, or the family is off), [`Error::NoPorts`],
+    /// [`Error::TooManyConnections`].
+    pub fn connect(&mut self, remote: impl Into<SocketAddr>) -> Result<StreamId, Error> {
         self.connect_with(remote, self.config.tcp)
     }
 
@@ -25,27 +28,32 @@ impl Stack {
     ///
     /// # Errors
     /// As [`connect`](Self::connect).
-    pub fn connect_with(&mut self, remote: SocketAddrV4, mut tcp: tcp::Config) -> Result<StreamId, Error> {
-        tcp.mss = tcp.mss.min(self.mtu_mss());
+    pub fn connect_with(
+        &mut self,
+        remote: impl Into<SocketAddr>,
+        tcp: tcp::Config,
+    ) -> Result<StreamId, Error> {
+        let remote = remote.into();
+        let tcp = self.tcp_for(remote.ip(), tcp);
         if remote.port() == 0 {
             return Err(Error::InvalidPort);
         }
-        self.route(*remote.ip()).ok_or(Error::Unreachable)?;
+        self.next_hop(remote.ip()).ok_or(Error::Unreachable)?;
         if self.connection_count() >= self.config.max_connections {
             return Err(Error::TooManyConnections);
         }
-        let ip = self.ip();
+        let ip = self.source_for(remote.ip()).ok_or(Error::Unreachable)?;
         let demux = &self.demux;
         let time_wait = &self.time_wait;
         let listeners = &self.listener_ports;
         let port = self
             .ports
             .pick(ip, remote, self.port_filter.as_deref(), |p| {
-                let key = FlowKey::new(SocketAddrV4::new(ip, p), remote);
+                let key = FlowKey::new(SocketAddr::new(ip, p), remote);
                 !listeners.contains_key(&p) && !demux.contains_key(&key) && !time_wait.contains_key(&key)
             })
             .ok_or(Error::NoPorts)?;
-        let local = SocketAddrV4::new(ip, port);
+        let local = SocketAddr::new(ip, port);
         let iss = hash::isn(&self.key, local, remote, self.now - self.epoch);
         let conn = Connection::connect(tcp, local, remote, iss, self.now);
         let index = self.insert(conn, None, Phase::Open, true);
@@ -209,7 +217,7 @@ impl Stack {
     ///
     /// # Errors
     /// [`Error::InvalidHandle`].
-    pub fn addrs(&self, stream: StreamId) -> Result<(SocketAddrV4, SocketAddrV4), Error> {
+    pub fn addrs(&self, stream: StreamId) -> Result<(SocketAddr, SocketAddr), Error> {
         let e = self.entry(stream)?;
         Ok((e.conn.local(), e.conn.remote()))
     }

@@ -2,33 +2,40 @@
 //! or draws a reset; a segment for no connection from a source address no peer can have is
 //! dropped instead ([`Stack::invalid_source`]).
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use super::hash::FlowKey;
+use super::flows::FlowKey;
 use super::{ListenerId, Phase, Stack, StreamId};
 use crate::tcp::{TimeWaitAction, reset_for};
 use crate::wire::{TcpPacket, TcpRepr};
 
 impl Stack {
-    /// A TCP segment from `src`; `ce` when its IP header said Congestion Experienced.
+    /// A TCP segment from `src` to `dst` (one of our unicast addresses, of the same family); `ce`
+    /// when its IP header said Congestion Experienced.
     pub(super) fn receive_tcp<F: FnMut(StreamId, &[u8]) -> usize>(
         &mut self,
-        src: Ipv4Addr,
+        src: IpAddr,
+        dst: IpAddr,
         ce: bool,
         bytes: &[u8],
         deliver: &mut F,
     ) {
-        let ip = self.ip();
         let Ok(packet) = TcpPacket::new_checked(bytes) else {
             self.stats.rx_malformed += 1;
             return;
         };
-        let Ok(seg) = TcpRepr::parse(&packet, src, ip, self.config.checksum) else {
+        let policy = self.config.checksum;
+        let parsed = match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => TcpRepr::parse(&packet, s, d, policy),
+            (IpAddr::V6(s), IpAddr::V6(d)) => TcpRepr::parse_v6(&packet, s, d, policy),
+            _ => return,
+        };
+        let Ok(seg) = parsed else {
             self.stats.rx_malformed += 1;
             return;
         };
-        let local = SocketAddrV4::new(ip, seg.dst_port);
-        let remote = SocketAddrV4::new(src, seg.src_port);
+        let local = SocketAddr::new(dst, seg.dst_port);
+        let remote = SocketAddr::new(src, seg.src_port);
         if let Some(&index) = self.demux.get(&FlowKey::new(local, remote)) {
             self.stats.tcp_segments_in += 1;
             let now = self.now;
@@ -92,13 +99,22 @@ impl Stack {
         }
     }
 
-    /// Whether `src` is an address no TCP peer can have: unspecified, loopback, multicast, the
-    /// limited broadcast or our subnet's, or our own. RFC 1122 §4.2.3.10 has TCP (or IP) ignore a
-    /// SYN with such a source (§3.2.1.3 lists them); a connection to it could never be answered
-    /// (a broadcast one would only draw ARP requests for the broadcast address, one from our own
-    /// address, the land attack, a connection to ourselves), and a reset to it must not be sent
-    /// either, so every segment from one is dropped.
-    fn invalid_source(&self, src: Ipv4Addr) -> bool {
+    /// Whether `src` is an address no TCP peer can have (for IPv6 see
+    /// [`invalid_source6`](Self::invalid_source6)).
+    fn invalid_source(&self, src: IpAddr) -> bool {
+        match src {
+            IpAddr::V4(s) => self.invalid_source4(s),
+            IpAddr::V6(s) => self.invalid_source6(s),
+        }
+    }
+
+    /// Whether `src` is an IPv4 address no TCP peer can have: unspecified, loopback, multicast,
+    /// the limited broadcast or our subnet's, or our own. RFC 1122 §4.2.3.10 has TCP (or IP)
+    /// ignore a SYN with such a source (§3.2.1.3 lists them); a connection to it could never be
+    /// answered (a broadcast one would only draw ARP requests for the broadcast address, one from
+    /// our own address, the land attack, a connection to ourselves), and a reset to it must not be
+    /// sent either, so every segment from one is dropped.
+    fn invalid_source4(&self, src: Ipv4Addr) -> bool {
         src.is_unspecified()
             || src.is_loopback()
             || src.is_multicast()

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::Stack;
-use super::hash::FlowKey;
+use super::flows::FlowKey;
 use crate::tcp::TimeWait;
 
 impl Stack {

@@ -1,5 +1,5 @@
 //! Timers: [`Stack::poll_timeout`] and [`Stack::handle_timeout`] over the connections' timer heap,
-//! TIME-WAIT expiry, ARP retries and fragment expiry.
+//! TIME-WAIT expiry, ARP and Neighbor Discovery retries and fragment expiry.
 
 use std::cmp::Reverse;
 use std::time::Instant;
@@ -20,13 +20,16 @@ impl Stack {
             self.time_wait_order.front().map(|&(t, _)| t),
             self.arp.next_deadline(),
             self.reassembler.next_deadline(),
+            self.v6.as_ref().and_then(|v6| v6.ndp.next_deadline()),
+            self.v6.as_ref().and_then(|v6| v6.reassembler.next_deadline()),
         ]
         .into_iter()
         .flatten()
         .min()
     }
 
-    /// Runs the timers due at `now`: connection timers, ARP retries, fragment expiry.
+    /// Runs the timers due at `now`: connection timers, ARP and neighbour solicitation retries,
+    /// fragment expiry.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.advance(now);
         let now = self.now;
@@ -62,6 +65,15 @@ impl Stack {
             self.queue_arp(ArpOperation::Request, EthernetAddress::BROADCAST, EthernetAddress([0; 6]), ip);
         }
         self.reassembler.expire(now);
+        if let Some(v6) = self.v6.as_mut() {
+            let mut solicit = Vec::new();
+            let dropped = v6.ndp.poll(now, &mut solicit);
+            v6.reassembler.expire(now);
+            self.stats.ndp_dropped += u64::try_from(dropped).unwrap_or(u64::MAX);
+            for target in solicit {
+                self.send_solicit(target, None);
+            }
+        }
     }
 
     pub(super) fn arm_timer(&mut self, index: u32) {

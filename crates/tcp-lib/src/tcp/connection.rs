@@ -9,7 +9,7 @@
 //! with the TIME-WAIT record are in [`rules`](super::rules), the send stream in
 //! [`send_stream`](super::send_stream).
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,14 +32,21 @@ mod timers;
 
 /// The MSS assumed when the peer's SYN has no MSS option (RFC 9293 §3.7.1).
 const DEFAULT_MSS: u16 = 536;
+/// The IPv6 equivalent: the minimum IPv6 MTU less 60 bytes of headers (RFC 8200 §8.3).
+const DEFAULT_MSS_V6: u16 = 1220;
 /// The smallest send MSS we accept, so a peer cannot make us send one-byte segments.
 const MIN_MSS: u16 = 64;
 /// Bytes the timestamps option takes in every segment (RFC 7323 §3: 10, padded to 12).
 const TS_OPTION_LEN: usize = 12;
 /// The IPv4 and TCP headers without options: a path MTU less this is the most segment bytes.
 const HEADERS_LEN: usize = 40;
+/// The IPv6 and TCP headers without options (no extension headers are emitted).
+const HEADERS_LEN_V6: usize = 60;
 /// The smallest IPv4 MTU (RFC 791): every path carries it, so no MTU report goes lower.
 const MIN_PATH_MTU: usize = 68;
+/// The smallest IPv6 MTU (RFC 8200 §5): a Packet Too Big reporting less is taken as this
+/// (RFC 8201 §4).
+const MIN_PATH_MTU_V6: usize = 1280;
 /// The MTU plateaus of RFC 1191 §7, for a fragmentation-needed message without a next-hop MTU
 /// (from a router older than RFC 1191): the next one down is tried.
 const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
@@ -56,8 +63,8 @@ const MAX_RXT_MARKS: usize = 16;
 #[derive(Debug)]
 pub struct Connection {
     config: Config,
-    local: SocketAddrV4,
-    remote: SocketAddrV4,
+    local: SocketAddr,
+    remote: SocketAddr,
     state: State,
     error: Option<ConnectionError>,
     /// Created by [`accept`](Self::accept) (passive open).
@@ -331,7 +338,7 @@ fn distance(from: SeqNumber, to: SeqNumber) -> usize {
 }
 
 impl Connection {
-    fn new(config: Config, local: SocketAddrV4, remote: SocketAddrV4, iss: SeqNumber, now: Instant) -> Self {
+    fn new(config: Config, local: SocketAddr, remote: SocketAddr, iss: SeqNumber, now: Instant) -> Self {
         let rcv_wscale = match (config.window_scaling, config.rcv_wscale) {
             (false, _) => 0,
             (true, Some(shift)) => shift.min(MAX_WSCALE),
@@ -446,12 +453,12 @@ impl Connection {
     #[must_use]
     pub fn connect(
         config: Config,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: impl Into<SocketAddr>,
+        remote: impl Into<SocketAddr>,
         iss: SeqNumber,
         now: Instant,
     ) -> Self {
-        let mut c = Self::new(config, local, remote, iss, now);
+        let mut c = Self::new(config, local.into(), remote.into(), iss, now);
         c.state = State::SynSent;
         c
     }
@@ -463,12 +470,13 @@ impl Connection {
     #[must_use]
     pub fn accept(
         config: Config,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: impl Into<SocketAddr>,
+        remote: impl Into<SocketAddr>,
         syn: &TcpRepr<'_>,
         iss: SeqNumber,
         now: Instant,
     ) -> Option<Self> {
+        let (local, remote) = (local.into(), remote.into());
         if syn.control != TcpControl::Syn
             || syn.ack_number.is_some()
             || syn.src_port != remote.port()
@@ -500,13 +508,13 @@ impl Connection {
 
     /// The local address.
     #[must_use]
-    pub const fn local(&self) -> SocketAddrV4 {
+    pub const fn local(&self) -> SocketAddr {
         self.local
     }
 
     /// The remote address.
     #[must_use]
-    pub const fn remote(&self) -> SocketAddrV4 {
+    pub const fn remote(&self) -> SocketAddr {
         self.remote
     }
 
@@ -605,7 +613,17 @@ impl Connection {
     /// (timestamps) and the IPv4 and TCP headers. [`set_path_mtu`](Self::set_path_mtu) lowers it.
     #[must_use]
     pub const fn path_mtu(&self) -> usize {
-        self.snd.mss + self.option_len() + HEADERS_LEN
+        self.snd.mss + self.option_len() + self.headers_len()
+    }
+
+    /// The IP and TCP headers without options, for this connection's address family.
+    const fn headers_len(&self) -> usize {
+        if self.local.is_ipv6() { HEADERS_LEN_V6 } else { HEADERS_LEN }
+    }
+
+    /// The smallest MTU of this connection's address family.
+    const fn min_path_mtu(&self) -> usize {
+        if self.local.is_ipv6() { MIN_PATH_MTU_V6 } else { MIN_PATH_MTU }
     }
 
     const fn option_len(&self) -> usize {
@@ -613,8 +631,8 @@ impl Connection {
     }
 
     /// The send MSS for a path MTU: the MTU less the headers and `option_len`, at least 1.
-    fn mss_for_mtu(mtu: usize, option_len: usize) -> usize {
-        mtu.saturating_sub(HEADERS_LEN + option_len).max(1)
+    fn mss_for_mtu(&self, mtu: usize, option_len: usize) -> usize {
+        mtu.saturating_sub(self.headers_len() + option_len).max(1)
     }
 
     /// Lowers the path MTU to `mtu` (RFC 1191 §6.3; never below 68, the IPv4 minimum) and with it
@@ -631,12 +649,12 @@ impl Connection {
         if matches!(self.state, State::Closed | State::Listen | State::TimeWait) {
             return false;
         }
-        let mtu = mtu.max(MIN_PATH_MTU);
+        let mtu = mtu.max(self.min_path_mtu());
         if mtu >= self.path_mtu() {
             return false;
         }
         self.snd.path_mtu = Some(mtu);
-        self.snd.mss = Self::mss_for_mtu(mtu, self.option_len());
+        self.snd.mss = self.mss_for_mtu(mtu, self.option_len());
         if self.snd.syn_acked && self.snd.una < self.snd.nxt {
             self.snd.nxt = self.snd.una;
             self.recovery.high_rxt = self.snd.una;
@@ -658,7 +676,7 @@ impl Connection {
         }
         let mtu = if next_hop_mtu == 0 {
             let current = self.path_mtu();
-            MTU_PLATEAUS.into_iter().find(|&p| p < current).unwrap_or(MIN_PATH_MTU)
+            MTU_PLATEAUS.into_iter().find(|&p| p < current).unwrap_or(self.min_path_mtu())
         } else {
             usize::from(next_hop_mtu)
         };

@@ -177,7 +177,7 @@
 //! `rules.rs` the segment rules shared with `time_wait.rs`.
 
 use std::fmt;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
@@ -493,10 +493,10 @@ pub struct Stats {
 /// [`TcpRepr`] to emit from `src` to `dst`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transmit {
-    /// The local address (IPv4 source).
-    pub src: SocketAddrV4,
-    /// The remote address (IPv4 destination).
-    pub dst: SocketAddrV4,
+    /// The local address (the IP source).
+    pub src: SocketAddr,
+    /// The remote address (the IP destination).
+    pub dst: SocketAddr,
     /// The header; its `payload` is empty.
     pub repr: TcpRepr<'static>,
     /// Payload bytes at the start of the caller's buffer.

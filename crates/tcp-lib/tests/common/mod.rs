@@ -1,7 +1,7 @@
 //! Two stacks on the two ends of a `netchannel::dev::Pair`, with virtual time.
 #![allow(dead_code, unreachable_pub, missing_docs, reason = "each test uses its own subset of the helpers")]
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use netchannel::dev::{NetDevice, PacketBatch, Pair};
@@ -9,8 +9,8 @@ use netchannel::pool::{HugePages, Pool, PoolCache};
 use tcp_lib::stack::{Config, Stack, StreamId};
 use tcp_lib::tcp::State;
 use tcp_lib::wire::{
-    EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol,
-    TcpPacket, TcpRepr,
+    EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Ipv6Packet,
+    Ipv6Repr, Protocol, TcpPacket, TcpRepr,
 };
 
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -146,17 +146,43 @@ pub fn tcp_in(frame: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, TcpPacket<&[u8]>)> {
     Some((src, dst, TcpPacket::new_checked(&frame[start..start + payload.len()]).ok()?))
 }
 
-/// An Ethernet/IPv4/TCP frame carrying `seg` from `src` to `dst`.
+/// An Ethernet/IPv4/TCP (or IPv6/TCP) frame carrying `seg` from `src` to `dst`.
 pub fn tcp_frame(
     src_mac: EthernetAddress,
     dst_mac: EthernetAddress,
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
+    src: impl Into<SocketAddr>,
+    dst: impl Into<SocketAddr>,
     seg: &TcpRepr<'_>,
 ) -> Vec<u8> {
+    let (src, dst) = (src.into(), dst.into());
+    if let (IpAddr::V6(s), IpAddr::V6(d)) = (src.ip(), dst.ip()) {
+        let ip = Ipv6Repr {
+            src_addr: s,
+            dst_addr: d,
+            next_header: Protocol::Tcp,
+            payload_len: seg.buffer_len(),
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        let eth =
+            EthernetRepr { src_addr: src_mac, dst_addr: dst_mac, vlan: None, ethertype: EtherType::Ipv6 };
+        let mut buf = vec![0u8; eth.buffer_len(ip.buffer_len())];
+        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+        eth.emit(&mut frame);
+        let mut packet = Ipv6Packet::new_unchecked(frame.payload_mut());
+        ip.emit(&mut packet);
+        seg.emit_v6(&mut TcpPacket::new_unchecked(packet.payload_mut()), s, d);
+        return buf;
+    }
+    let v4 = |a: SocketAddr| match a.ip() {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(_) => panic!("a frame's ends are of one family"),
+    };
+    let (s, d) = (v4(src), v4(dst));
     let ip = Ipv4Repr {
-        src_addr: *src.ip(),
-        dst_addr: *dst.ip(),
+        src_addr: s,
+        dst_addr: d,
         protocol: Protocol::Tcp,
         payload_len: seg.buffer_len(),
         ttl: 64,
@@ -171,6 +197,6 @@ pub fn tcp_frame(
     eth.emit(&mut frame);
     let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
     ip.emit(&mut packet);
-    seg.emit(&mut TcpPacket::new_unchecked(packet.payload_mut()), *src.ip(), *dst.ip());
+    seg.emit(&mut TcpPacket::new_unchecked(packet.payload_mut()), s, d);
     buf
 }

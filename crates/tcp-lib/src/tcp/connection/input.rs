@@ -17,7 +17,7 @@
 
 use std::time::Instant;
 
-use super::{Connection, DEFAULT_MSS, MAX_WSCALE, MIN_MSS, TS_OPTION_LEN, distance};
+use super::{Connection, DEFAULT_MSS, DEFAULT_MSS_V6, MAX_WSCALE, MIN_MSS, TS_OPTION_LEN, distance};
 use crate::tcp::congestion::NewReno;
 use crate::tcp::rules::{self, acceptable};
 use crate::tcp::{ConnectionError, Ecn, State, reset_for};
@@ -48,11 +48,14 @@ impl Connection {
             None => self.config.ecn != Ecn::Off && syn.ece && syn.cwr,
             Some(_) => self.config.ecn == Ecn::On && syn.ece && !syn.cwr,
         };
-        let mss = syn.max_seg_size.unwrap_or(DEFAULT_MSS).min(self.config.mss).max(MIN_MSS);
+        // Without an MSS option, RFC 9293 §3.7.1 assumes 536 over IPv4; over IPv6 the minimum MTU
+        // less the headers, 1220 (RFC 8200 §8.3).
+        let default_mss = if self.local.is_ipv6() { DEFAULT_MSS_V6 } else { DEFAULT_MSS };
+        let mss = syn.max_seg_size.unwrap_or(default_mss).min(self.config.mss).max(MIN_MSS);
         let option_len = if self.ts.ok { TS_OPTION_LEN } else { 0 };
         self.snd.mss = usize::from(mss) - option_len;
         if let Some(mtu) = self.snd.path_mtu {
-            self.snd.mss = self.snd.mss.min(Self::mss_for_mtu(mtu, option_len));
+            self.snd.mss = self.snd.mss.min(self.mss_for_mtu(mtu, option_len));
         }
         self.rcv.mss = usize::from(self.config.mss).saturating_sub(option_len).max(1);
         // The window of a SYN is never scaled (RFC 7323 §2.2).

@@ -1,13 +1,19 @@
-//! The ARP cache (RFC 826) with a bounded queue of packets waiting for each unresolved next hop.
+//! The neighbour cache, one per address family: ARP's (RFC 826) for IPv4 and Neighbor
+//! Discovery's (RFC 4861 §7.3) for IPv6, each with a bounded queue of packets waiting for each
+//! unresolved next hop. The cache keeps no reachability states (RFC 4861's STALE, DELAY,
+//! PROBE): an entry is used until it expires and is then resolved again.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+#[cfg(test)]
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use super::hash::TableHash;
 use crate::wire::EthernetAddress;
 
-/// Limits and timers of the ARP cache.
+/// Limits and timers of the neighbour caches: ARP's, and Neighbor Discovery's when IPv6 is on
+/// (each cache has these limits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArpConfig {
     /// Most resolved entries; when full, the entry closest to expiry is evicted.
@@ -16,9 +22,9 @@ pub struct ArpConfig {
     pub entry_ttl: Duration,
     /// Most next hops being resolved at once; packets for another one are dropped.
     pub max_pending_hosts: usize,
-    /// Most IPv4 packets queued per unresolved next hop; more are dropped.
+    /// Most packets queued per unresolved next hop; more are dropped.
     pub max_pending_packets: usize,
-    /// Time between ARP requests for an unresolved next hop.
+    /// Time between requests (ARP requests, neighbour solicitations) for an unresolved next hop.
     pub retry_interval: Duration,
     /// Requests sent before the next hop is given up and its packets dropped.
     pub max_requests: u32,
@@ -44,7 +50,7 @@ struct Pending {
     next_request: Instant,
 }
 
-/// What [`ArpCache::enqueue`] did with a packet.
+/// What [`NeighborCache::enqueue`] did with a packet.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Enqueued {
     /// Queued, and the next hop is new: send a request now.
@@ -55,18 +61,19 @@ pub(crate) enum Enqueued {
     Dropped,
 }
 
+/// The cache of one address family, keyed by its address type `A`.
 #[derive(Debug)]
-pub(crate) struct ArpCache {
+pub(crate) struct NeighborCache<A> {
     config: ArpConfig,
-    entries: HashMap<Ipv4Addr, (EthernetAddress, Instant), TableHash>,
-    pending: HashMap<Ipv4Addr, Pending, TableHash>,
+    entries: HashMap<A, (EthernetAddress, Instant), TableHash>,
+    pending: HashMap<A, Pending, TableHash>,
     /// The entry found last, kept beside the table: every segment of a connection looks up the
     /// same next hop, and comparing one address is cheaper than hashing it. Always a copy of an
     /// entry of `entries` (updated or cleared wherever that entry changes).
-    last: Option<(Ipv4Addr, EthernetAddress, Instant)>,
+    last: Option<(A, EthernetAddress, Instant)>,
 }
 
-impl ArpCache {
+impl<A: Copy + Eq + Hash> NeighborCache<A> {
     pub(crate) fn new(config: ArpConfig, hash: TableHash) -> Self {
         Self { config, entries: HashMap::with_hasher(hash), pending: HashMap::with_hasher(hash), last: None }
     }
@@ -76,7 +83,7 @@ impl ArpCache {
     }
 
     /// The hardware address of `ip`, if resolved and fresh.
-    pub(crate) fn lookup(&mut self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
+    pub(crate) fn lookup(&mut self, ip: A, now: Instant) -> Option<EthernetAddress> {
         if let Some((last, mac, expires)) = self.last
             && last == ip
             && expires > now
@@ -97,14 +104,14 @@ impl ArpCache {
         }
     }
 
-    fn forget_last(&mut self, ip: Ipv4Addr) {
+    fn forget_last(&mut self, ip: A) {
         if self.last.is_some_and(|(last, _, _)| last == ip) {
             self.last = None;
         }
     }
 
     /// Records `ip -> mac`; returns the packets that waited for it, in order.
-    pub(crate) fn insert(&mut self, ip: Ipv4Addr, mac: EthernetAddress, now: Instant) -> VecDeque<Vec<u8>> {
+    pub(crate) fn insert(&mut self, ip: A, mac: EthernetAddress, now: Instant) -> VecDeque<Vec<u8>> {
         if !self.entries.contains_key(&ip) && self.entries.len() >= self.config.max_entries {
             let victim = self.entries.iter().min_by_key(|(_, (_, exp))| *exp).map(|(ip, _)| *ip);
             if let Some(victim) = victim {
@@ -121,12 +128,18 @@ impl ArpCache {
 
     /// Whether `ip` is already in the cache (RFC 826 updates only known entries from requests not
     /// addressed to us).
-    pub(crate) fn contains(&self, ip: Ipv4Addr) -> bool {
+    pub(crate) fn contains(&self, ip: A) -> bool {
         self.entries.contains_key(&ip)
     }
 
-    /// Queues an IPv4 packet for the unresolved next hop `ip`.
-    pub(crate) fn enqueue(&mut self, ip: Ipv4Addr, packet: Vec<u8>, now: Instant) -> Enqueued {
+    /// Whether `ip` is in the cache or being resolved (RFC 4861 §7.2.5: an advertisement updates
+    /// only such entries).
+    pub(crate) fn knows(&self, ip: A) -> bool {
+        self.entries.contains_key(&ip) || self.pending.contains_key(&ip)
+    }
+
+    /// Queues a packet for the unresolved next hop `ip`.
+    pub(crate) fn enqueue(&mut self, ip: A, packet: Vec<u8>, now: Instant) -> Enqueued {
         let max = self.config.max_pending_packets;
         if let Some(p) = self.pending.get_mut(&ip) {
             if p.packets.len() >= max {
@@ -147,7 +160,7 @@ impl ArpCache {
 
     /// Runs the retry timers: pushes the next hops to ask again onto `requests` and returns how
     /// many packets were dropped for next hops given up.
-    pub(crate) fn poll(&mut self, now: Instant, requests: &mut Vec<Ipv4Addr>) -> usize {
+    pub(crate) fn poll(&mut self, now: Instant, requests: &mut Vec<A>) -> usize {
         let mut dropped = 0;
         let (interval, max) = (self.config.retry_interval, self.config.max_requests);
         self.pending.retain(|ip, p| {
@@ -189,7 +202,7 @@ mod tests {
     #[test]
     fn pending_is_bounded_retried_and_expired() {
         let config = ArpConfig { max_pending_hosts: 2, max_pending_packets: 2, ..ArpConfig::default() };
-        let mut arp = ArpCache::new(config, test_hash());
+        let mut arp = NeighborCache::<Ipv4Addr>::new(config, test_hash());
         let t0 = Instant::now();
         let (a, b, c) = (Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 3), Ipv4Addr::new(10, 0, 0, 4));
         assert_eq!(arp.enqueue(a, vec![1], t0), Enqueued::RequestNow);
@@ -217,7 +230,8 @@ mod tests {
 
     #[test]
     fn entries_are_bounded() {
-        let mut arp = ArpCache::new(ArpConfig { max_entries: 3, ..ArpConfig::default() }, test_hash());
+        let mut arp =
+            NeighborCache::<Ipv4Addr>::new(ArpConfig { max_entries: 3, ..ArpConfig::default() }, test_hash());
         let t0 = Instant::now();
         for i in 0..10u8 {
             let _ = arp.insert(Ipv4Addr::new(10, 0, 0, i), EthernetAddress([2, 0, 0, 0, 0, i]), t0);
@@ -229,7 +243,8 @@ mod tests {
     /// The last-hit copy never answers for an entry the table changed or dropped.
     #[test]
     fn the_last_hit_follows_the_table() {
-        let mut arp = ArpCache::new(ArpConfig { max_entries: 2, ..ArpConfig::default() }, test_hash());
+        let mut arp =
+            NeighborCache::<Ipv4Addr>::new(ArpConfig { max_entries: 2, ..ArpConfig::default() }, test_hash());
         let t0 = Instant::now();
         let (a, b, c) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 3));
         let mac = |i| EthernetAddress([2, 0, 0, 0, 0, i]);
