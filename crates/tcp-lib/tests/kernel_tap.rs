@@ -13,7 +13,10 @@
 //! * half-close, RST on abort (and refusal), zero windows (slow readers), keepalive, both ways;
 //! * window scaling, SACK-permitted and timestamps negotiated, as a pcap shows.
 //!
-//! Addresses: the kernel 10.88.0.1/24 on `ktap0`, our stack 10.88.0.2 with the TAP's MAC. Needs root
+//! Every test runs over IPv4 (its plain name) and over IPv6 (`_ipv6`): the same code, the family
+//! picking the addresses. Addresses: the kernel 10.88.0.1/24 and fd00:88::1/64 on `ktap0`, our
+//! stack 10.88.0.2 and fd00:88::2 with the TAP's MAC (over IPv6, our stack and the kernel find
+//! each other by Neighbor Discovery; the kernel's neighbour cache is checked). Needs root
 //! and `/dev/net/tun`; otherwise each test prints `skipped: <why>` (`netns_test::skip`).
 //! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
 //! those preconditions hold fails the test.
@@ -22,13 +25,13 @@
 mod kernel_support;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kernel_support::{
-    Host, KERNEL_IP, Observer, OnTap, STACK_IP, Sink, Source, env_bytes, in_private_namespace,
-    kernel_connect, kernel_read_all, kernel_write_all, new_pool, open_tap, parse_tcp, splitmix, stack_config,
+    Family, Host, Observer, OnTap, Sink, Source, env_bytes, in_private_namespace, kernel_connect,
+    kernel_read_all, kernel_write_all, new_pool, open_tap, parse_tcp_any, splitmix, stack_config,
     thread_netns, with_timeouts,
 };
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, PcapWriter};
@@ -58,8 +61,8 @@ fn kernel_accept(l: &TcpListener) -> Result<TcpStream, String> {
     }
 }
 
-fn kernel_listen(port: u16) -> Result<TcpListener, String> {
-    TcpListener::bind(SocketAddrV4::new(KERNEL_IP, port)).map_err(|e| format!("kernel bind :{port}: {e}"))
+fn kernel_listen(family: Family, port: u16) -> Result<TcpListener, String> {
+    TcpListener::bind(family.kernel(port)).map_err(|e| format!("kernel bind :{port}: {e}"))
 }
 
 /// Reads what is buffered on `s` into `sink`; true at the end of the stream.
@@ -101,6 +104,7 @@ enum Role {
 /// The kernel's half of [`bulk`]: connect (or accept on `listener`), write `bytes` from a second
 /// thread and half-close, read to the end (checking it against the stream of `expect`).
 fn kernel_bulk(
+    family: Family,
     listener: Option<&TcpListener>,
     port: u16,
     (seed, expect): (u64, u64),
@@ -108,7 +112,7 @@ fn kernel_bulk(
 ) -> Result<Sink, String> {
     let stream = match listener {
         Some(l) => kernel_accept(l)?,
-        None => kernel_connect(port)?,
+        None => kernel_connect(family, port)?,
     };
     let mut w = stream.try_clone().map_err(|e| e.to_string())?;
     let writer = std::thread::spawn(move || -> Result<(), String> {
@@ -125,6 +129,7 @@ fn kernel_bulk(
 /// to the end; checks every byte both ways (against the senders' generator). Returns the elapsed time and our
 /// connection's retransmissions.
 fn bulk<D: OnTap>(
+    family: Family,
     host: &mut Host<D>,
     role: Role,
     port: u16,
@@ -137,7 +142,7 @@ fn bulk<D: OnTap>(
         Role::OurClient => None,
     };
     let kl = match role {
-        Role::OurClient => Some(kernel_listen(port)?),
+        Role::OurClient => Some(kernel_listen(family, port)?),
         Role::KernelClient => None,
     };
     let start = Instant::now();
@@ -145,15 +150,13 @@ fn bulk<D: OnTap>(
     std::thread::scope(|scope| {
         let kernel_failed = &kernel_failed;
         let kernel = scope.spawn(move || -> Result<Sink, String> {
-            let r = kernel_bulk(kl.as_ref(), port, (kernel_seed, our_seed), bytes);
+            let r = kernel_bulk(family, kl.as_ref(), port, (kernel_seed, our_seed), bytes);
             kernel_failed.store(r.is_err(), Ordering::SeqCst);
             r
         });
 
         let mut stream = match role {
-            Role::OurClient => {
-                Some(host.stack.connect(SocketAddrV4::new(KERNEL_IP, port)).map_err(|e| e.to_string())?)
-            }
+            Role::OurClient => Some(host.stack.connect(family.kernel(port)).map_err(|e| e.to_string())?),
             Role::KernelClient => None,
         };
         let mut src = Source::new(our_seed, bytes);
@@ -214,34 +217,54 @@ fn threads_spawned_after_unshare_share_the_namespace() {
         }
         // And it sees the namespace's interfaces: binding the TAP's address works there.
         let _tap = open_tap()?;
-        std::thread::spawn(|| kernel_listen(7).map(drop)).join().map_err(|_| "child panicked")??;
+        std::thread::spawn(|| kernel_listen(Family::V4, 7).map(drop))
+            .join()
+            .map_err(|_| "child panicked")??;
         println!("namespace thread and its child: {inside}; the test harness: {outside}");
         Ok(())
     });
 }
 
-#[test]
-fn bulk_kernel_client_to_our_server_byte_exact_both_ways() {
-    in_private_namespace(|| {
+fn bulk_kernel_client_to_our_server_byte_exact_both_ways_over(family: Family) {
+    in_private_namespace(move || {
         let tap = open_tap()?;
         let config = bulk_config(&tap);
         let mut host = Host::new(tap, config)?;
         let bytes = env_bytes("TCP_KERNEL_BYTES", 64 * MIB);
-        bulk(&mut host, Role::KernelClient, 5001, bytes, Duration::from_secs(90))?;
+        bulk(family, &mut host, Role::KernelClient, 5001, bytes, Duration::from_secs(90))?;
         host.check_leaks()
     });
 }
 
 #[test]
-fn bulk_our_client_to_kernel_server_byte_exact_both_ways() {
-    in_private_namespace(|| {
+fn bulk_kernel_client_to_our_server_byte_exact_both_ways() {
+    bulk_kernel_client_to_our_server_byte_exact_both_ways_over(Family::V4);
+}
+
+#[test]
+fn bulk_kernel_client_to_our_server_byte_exact_both_ways_ipv6() {
+    bulk_kernel_client_to_our_server_byte_exact_both_ways_over(Family::V6);
+}
+
+fn bulk_our_client_to_kernel_server_byte_exact_both_ways_over(family: Family) {
+    in_private_namespace(move || {
         let tap = open_tap()?;
         let config = bulk_config(&tap);
         let mut host = Host::new(tap, config)?;
         let bytes = env_bytes("TCP_KERNEL_BYTES", 64 * MIB);
-        bulk(&mut host, Role::OurClient, 5002, bytes, Duration::from_secs(90))?;
+        bulk(family, &mut host, Role::OurClient, 5002, bytes, Duration::from_secs(90))?;
         Ok(())
     });
+}
+
+#[test]
+fn bulk_our_client_to_kernel_server_byte_exact_both_ways() {
+    bulk_our_client_to_kernel_server_byte_exact_both_ways_over(Family::V4);
+}
+
+#[test]
+fn bulk_our_client_to_kernel_server_byte_exact_both_ways_ipv6() {
+    bulk_our_client_to_kernel_server_byte_exact_both_ways_over(Family::V6);
 }
 
 fn lossy_direction() -> DirectionConfig {
@@ -254,10 +277,10 @@ fn lossy_direction() -> DirectionConfig {
     }
 }
 
-fn lossy(role: Role, port: u16, seed: u64) {
+fn lossy(family: Family, role: Role, port: u16, seed: u64) {
     in_private_namespace(move || {
         let tap = open_tap()?;
-        let iptables = match kernel_support::iptables_random_drop(0.05) {
+        let iptables = match kernel_support::iptables_random_drop(family, 0.05) {
             Ok(cmd) => Some(cmd),
             Err(why) => {
                 kernel_support::skip(&format!("the iptables part only (FaultInjector still runs): {why}"));
@@ -274,7 +297,7 @@ fn lossy(role: Role, port: u16, seed: u64) {
         // 5% and iptables' 5%) our side falls back to its RTO 30 to 65 times per run, and the
         // backoff makes the time heavy-tailed: 7 to 62 s over six runs on a quiet 2-core machine
         // (one CI run on a loaded one took over 100 s, the bound this had before).
-        let (elapsed, retransmits) = bulk(&mut host, role, port, bytes, Duration::from_secs(300))?;
+        let (elapsed, retransmits) = bulk(family, &mut host, role, port, bytes, Duration::from_secs(300))?;
         let fs = host.dev.fault_stats();
         let (input, output) = iptables.map_or((0, 0), |cmd| {
             (kernel_support::iptables_dropped(cmd, "INPUT"), kernel_support::iptables_dropped(cmd, "OUTPUT"))
@@ -295,23 +318,40 @@ fn lossy(role: Role, port: u16, seed: u64) {
     });
 }
 
+fn lossy_kernel_client_to_our_server_over(family: Family) {
+    lossy(family, Role::KernelClient, 5011, 21);
+}
+
 #[test]
 fn lossy_kernel_client_to_our_server() {
-    lossy(Role::KernelClient, 5011, 21);
+    lossy_kernel_client_to_our_server_over(Family::V4);
+}
+
+#[test]
+fn lossy_kernel_client_to_our_server_ipv6() {
+    lossy_kernel_client_to_our_server_over(Family::V6);
+}
+
+fn lossy_our_client_to_kernel_server_over(family: Family) {
+    lossy(family, Role::OurClient, 5012, 22);
 }
 
 #[test]
 fn lossy_our_client_to_kernel_server() {
-    lossy(Role::OurClient, 5012, 22);
+    lossy_our_client_to_kernel_server_over(Family::V4);
 }
 
 #[test]
-fn thousand_concurrent_kernel_connections_echo_random_messages() {
+fn lossy_our_client_to_kernel_server_ipv6() {
+    lossy_our_client_to_kernel_server_over(Family::V6);
+}
+
+fn thousand_concurrent_kernel_connections_echo_random_messages_over(family: Family) {
     const THREADS: usize = 10;
     const PER_THREAD: usize = 100;
     const ROUNDS: usize = 3;
     const PORT: u16 = 7000;
-    in_private_namespace(|| {
+    in_private_namespace(move || {
         let tap = open_tap()?;
         let mut config = stack_config(&tap);
         config.tcp.send_buffer = 16 * 1024;
@@ -330,7 +370,7 @@ fn thousand_concurrent_kernel_connections_echo_random_messages() {
                     scope.spawn(move || -> Result<u64, String> {
                         let mut conns = Vec::with_capacity(PER_THREAD);
                         for _ in 0..PER_THREAD {
-                            conns.push(kernel_connect(PORT)?);
+                            conns.push(kernel_connect(family, PORT)?);
                         }
                         connected.fetch_add(PER_THREAD, Ordering::SeqCst);
                         // Every connection is open before any message flows.
@@ -438,8 +478,17 @@ fn thousand_concurrent_kernel_connections_echo_random_messages() {
 }
 
 #[test]
-fn half_close_both_ways() {
-    in_private_namespace(|| {
+fn thousand_concurrent_kernel_connections_echo_random_messages() {
+    thousand_concurrent_kernel_connections_echo_random_messages_over(Family::V4);
+}
+
+#[test]
+fn thousand_concurrent_kernel_connections_echo_random_messages_ipv6() {
+    thousand_concurrent_kernel_connections_echo_random_messages_over(Family::V6);
+}
+
+fn half_close_both_ways_over(family: Family) {
+    in_private_namespace(move || {
         let tap = open_tap()?;
         let config = stack_config(&tap);
         let mut host = Host::new(tap, config)?;
@@ -450,7 +499,7 @@ fn half_close_both_ways() {
         let l = host.stack.listen(6001).map_err(|e| e.to_string())?;
         std::thread::scope(|scope| -> Result<(), String> {
             let kernel = scope.spawn(|| -> Result<Sink, String> {
-                let mut s = kernel_connect(6001)?;
+                let mut s = kernel_connect(family, 6001)?;
                 kernel_write_all(&mut s, &mut Source::new(1, N))?;
                 s.shutdown(Shutdown::Write).map_err(|e| e.to_string())?;
                 kernel_read_all(&mut s, 2)
@@ -490,7 +539,7 @@ fn half_close_both_ways() {
 
         // We send a request and shut down; the kernel reads to our FIN, answers, and closes; we end
         // in TIME-WAIT (the active closer).
-        let kl = kernel_listen(6002)?;
+        let kl = kernel_listen(family, 6002)?;
         std::thread::scope(|scope| -> Result<(), String> {
             let kernel = scope.spawn(|| -> Result<Sink, String> {
                 let mut s = kernel_accept(&kl)?;
@@ -498,7 +547,7 @@ fn half_close_both_ways() {
                 kernel_write_all(&mut s, &mut Source::new(4, N))?;
                 Ok(got)
             });
-            let s = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6002)).map_err(|e| e.to_string())?;
+            let s = host.stack.connect(family.kernel(6002)).map_err(|e| e.to_string())?;
             let (mut sink, mut eof, mut src, mut shut) = (Sink::new(4), false, Source::new(3, N), false);
             let mut buf = vec![0u8; 64 * 1024];
             let mut fin_wait_2 = false;
@@ -526,23 +575,30 @@ fn half_close_both_ways() {
 }
 
 #[test]
-fn rst_on_abort_and_refusal_both_ways() {
-    in_private_namespace(|| {
+fn half_close_both_ways() {
+    half_close_both_ways_over(Family::V4);
+}
+
+#[test]
+fn half_close_both_ways_ipv6() {
+    half_close_both_ways_over(Family::V6);
+}
+
+fn rst_on_abort_and_refusal_both_ways_over(family: Family) {
+    in_private_namespace(move || {
         let tap = open_tap()?;
         let config = stack_config(&tap);
         let mut host = Host::new(Observer::new(tap), config)?;
 
         // Refusals: nothing listens.
-        let c = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6100)).map_err(|e| e.to_string())?;
+        let c = host.stack.connect(family.kernel(6100)).map_err(|e| e.to_string())?;
         host.run(Duration::from_secs(5), "refused by the kernel", |stack| Ok(stack.error(c) != Ok(None)))?;
         if host.stack.error(c) != Ok(Some(ConnectionError::Refused)) {
             return Err(format!("connect to a closed kernel port: {:?}", host.stack.error(c)));
         }
         host.stack.close(c).map_err(|e| e.to_string())?;
         std::thread::scope(|scope| -> Result<(), String> {
-            let k = scope.spawn(|| {
-                TcpStream::connect_timeout(&SocketAddrV4::new(STACK_IP, 6101).into(), Duration::from_secs(5))
-            });
+            let k = scope.spawn(|| TcpStream::connect_timeout(&family.stack(6101), Duration::from_secs(5)));
             host.run(Duration::from_secs(6), "refused by us", |_| Ok(k.is_finished()))?;
             match k.join().map_err(|_| "kernel panicked")? {
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
@@ -554,7 +610,7 @@ fn rst_on_abort_and_refusal_both_ways() {
         let l = host.stack.listen(6102).map_err(|e| e.to_string())?;
         std::thread::scope(|scope| -> Result<(), String> {
             let k = scope.spawn(|| -> Result<std::io::Error, String> {
-                let mut s = kernel_connect(6102)?;
+                let mut s = kernel_connect(family, 6102)?;
                 s.write_all(b"hello").map_err(|e| e.to_string())?;
                 let mut b = [0u8; 16];
                 match s.read(&mut b) {
@@ -587,7 +643,7 @@ fn rst_on_abort_and_refusal_both_ways() {
         // We close with unread data: an abort too (RFC 2525 §2.17), the kernel sees the reset.
         std::thread::scope(|scope| -> Result<(), String> {
             let k = scope.spawn(|| -> Result<std::io::Error, String> {
-                let mut s = kernel_connect(6102)?;
+                let mut s = kernel_connect(family, 6102)?;
                 s.write_all(&[7u8; 3000]).map_err(|e| e.to_string())?;
                 let mut b = [0u8; 16];
                 match s.read(&mut b) {
@@ -613,7 +669,7 @@ fn rst_on_abort_and_refusal_both_ways() {
         })?;
 
         // The kernel aborts (SO_LINGER 0): we see Reset, after reading what came before it.
-        let kl = kernel_listen(6103)?;
+        let kl = kernel_listen(family, 6103)?;
         std::thread::scope(|scope| -> Result<(), String> {
             let k = scope.spawn(|| -> Result<(), String> {
                 let mut s = kernel_accept(&kl)?;
@@ -623,7 +679,7 @@ fn rst_on_abort_and_refusal_both_ways() {
                 drop(s);
                 Ok(())
             });
-            let c = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6103)).map_err(|e| e.to_string())?;
+            let c = host.stack.connect(family.kernel(6103)).map_err(|e| e.to_string())?;
             let mut got = Vec::new();
             let mut err = None;
             let rst_before = host.dev.rx.rst;
@@ -652,10 +708,19 @@ fn rst_on_abort_and_refusal_both_ways() {
 }
 
 #[test]
-fn zero_window_slow_readers_both_ways() {
+fn rst_on_abort_and_refusal_both_ways() {
+    rst_on_abort_and_refusal_both_ways_over(Family::V4);
+}
+
+#[test]
+fn rst_on_abort_and_refusal_both_ways_ipv6() {
+    rst_on_abort_and_refusal_both_ways_over(Family::V6);
+}
+
+fn zero_window_slow_readers_both_ways_over(family: Family) {
     const N: u64 = 2 * MIB;
     const STALL: Duration = Duration::from_millis(1500);
-    in_private_namespace(|| {
+    in_private_namespace(move || {
         let tap = open_tap()?;
         let mut config = stack_config(&tap);
         config.tcp.recv_buffer = 16 * 1024;
@@ -663,7 +728,7 @@ fn zero_window_slow_readers_both_ways() {
 
         // The kernel reads nothing for a while: its 8 KiB-ish receive buffer fills, it advertises a
         // zero window, our persist timer probes it, and the transfer resumes when it reads.
-        let kl = kernel_listen(6200)?;
+        let kl = kernel_listen(family, 6200)?;
         kernel_support::set_rcvbuf(&kl, 4096)?;
         std::thread::scope(|scope| -> Result<(), String> {
             let k = scope.spawn(|| -> Result<Sink, String> {
@@ -671,7 +736,7 @@ fn zero_window_slow_readers_both_ways() {
                 std::thread::sleep(STALL);
                 kernel_read_all(&mut s, 5)
             });
-            let c = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6200)).map_err(|e| e.to_string())?;
+            let c = host.stack.connect(family.kernel(6200)).map_err(|e| e.to_string())?;
             let (mut src, mut shut) = (Source::new(5, N), false);
             let (mut sink, mut buf) = (Sink::new(0), [0u8; 1024]);
             let t = host.run(Duration::from_secs(30), "kernel slow reader", |stack| {
@@ -699,7 +764,7 @@ fn zero_window_slow_readers_both_ways() {
         let (rx0, tx0) = (host.dev.rx, host.dev.tx);
         std::thread::scope(|scope| -> Result<(), String> {
             let k = scope.spawn(|| -> Result<(), String> {
-                let mut s = kernel_connect(6201)?;
+                let mut s = kernel_connect(family, 6201)?;
                 kernel_write_all(&mut s, &mut Source::new(6, N))?;
                 s.shutdown(Shutdown::Write).map_err(|e| e.to_string())
             });
@@ -745,8 +810,17 @@ fn zero_window_slow_readers_both_ways() {
 }
 
 #[test]
-fn keepalive_both_ways() {
-    in_private_namespace(|| {
+fn zero_window_slow_readers_both_ways() {
+    zero_window_slow_readers_both_ways_over(Family::V4);
+}
+
+#[test]
+fn zero_window_slow_readers_both_ways_ipv6() {
+    zero_window_slow_readers_both_ways_over(Family::V6);
+}
+
+fn keepalive_both_ways_over(family: Family) {
+    in_private_namespace(move || {
         let tap = open_tap()?;
         let mut config = stack_config(&tap);
         config.tcp.keepalive = Some(Keepalive {
@@ -759,8 +833,8 @@ fn keepalive_both_ways() {
         // Our probes on an idle connection: the kernel answers each (in the kernel: no thread needs
         // to read); then it goes silent (both directions black-holed) and the connection times out
         // after idle + 3 intervals.
-        let kl = kernel_listen(6300)?;
-        let c = host.stack.connect(SocketAddrV4::new(KERNEL_IP, 6300)).map_err(|e| e.to_string())?;
+        let kl = kernel_listen(family, 6300)?;
+        let c = host.stack.connect(family.kernel(6300)).map_err(|e| e.to_string())?;
         host.run(Duration::from_secs(5), "connect", |stack| Ok(stack.state(c) == Ok(State::Established)))?;
         let _kernel_end = kernel_accept(&kl)?;
         let (rx0, tx0) = (host.dev.rx, host.dev.tx);
@@ -800,7 +874,7 @@ fn keepalive_both_ways() {
         let l = host.stack.listen(6301).map_err(|e| e.to_string())?;
         std::thread::scope(|scope| -> Result<(), String> {
             let k = scope.spawn(|| -> Result<std::io::Error, String> {
-                let mut s = kernel_connect(6301)?;
+                let mut s = kernel_connect(family, 6301)?;
                 kernel_support::set_keepalive(&s, 1, 1, 2)?;
                 std::thread::sleep(Duration::from_millis(3500));
                 s.write_all(b"ping").map_err(|e| format!("after 3.5 s idle: {e}"))?;
@@ -856,8 +930,17 @@ fn keepalive_both_ways() {
 }
 
 #[test]
-fn window_scaling_sack_and_timestamps_negotiated_in_a_pcap() {
-    in_private_namespace(|| {
+fn keepalive_both_ways() {
+    keepalive_both_ways_over(Family::V4);
+}
+
+#[test]
+fn keepalive_both_ways_ipv6() {
+    keepalive_both_ways_over(Family::V6);
+}
+
+fn window_scaling_sack_and_timestamps_negotiated_in_a_pcap_over(family: Family) {
+    in_private_namespace(move || {
         let tap = open_tap()?;
         let mut config = stack_config(&tap);
         config.tcp.recv_buffer = 1 << 20;
@@ -878,13 +961,23 @@ fn window_scaling_sack_and_timestamps_negotiated_in_a_pcap() {
         let dev =
             PcapWriter::create(FaultInjector::new(tap, &pool, faults), &path).map_err(|e| e.to_string())?;
         let mut host = Host::with_pool(pool, dev, config);
-        bulk(&mut host, Role::KernelClient, 6400, MIB, Duration::from_secs(30))?;
-        bulk(&mut host, Role::OurClient, 6401, MIB, Duration::from_secs(30))?;
+        bulk(family, &mut host, Role::KernelClient, 6400, MIB, Duration::from_secs(30))?;
+        bulk(family, &mut host, Role::OurClient, 6401, MIB, Duration::from_secs(30))?;
         host.dev.flush().map_err(|e| e.to_string())?;
         let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
         let _ = std::fs::remove_file(&path);
-        check_negotiation(&bytes, config.tcp.recv_buffer)
+        check_negotiation(family, &bytes, config.tcp.recv_buffer)
     });
+}
+
+#[test]
+fn window_scaling_sack_and_timestamps_negotiated_in_a_pcap() {
+    window_scaling_sack_and_timestamps_negotiated_in_a_pcap_over(Family::V4);
+}
+
+#[test]
+fn window_scaling_sack_and_timestamps_negotiated_in_a_pcap_ipv6() {
+    window_scaling_sack_and_timestamps_negotiated_in_a_pcap_over(Family::V6);
 }
 
 /// The pcap records (little- or big-endian, micro- or nanosecond magic).
@@ -912,10 +1005,10 @@ fn pcap_records(bytes: &[u8]) -> Result<Vec<&[u8]>, String> {
     Ok(out)
 }
 
-fn check_negotiation(pcap: &[u8], our_recv_buffer: usize) -> Result<(), String> {
+fn check_negotiation(family: Family, pcap: &[u8], our_recv_buffer: usize) -> Result<(), String> {
     let records = pcap_records(pcap)?;
-    let segs: Vec<_> = records.iter().filter_map(|r| parse_tcp(r)).collect();
-    let from_kernel = |ip: &tcp_lib::wire::Ipv4Repr| ip.src_addr == KERNEL_IP;
+    let segs: Vec<_> = records.iter().filter_map(|r| parse_tcp_any(r).map(|(src, _, t)| (src, t))).collect();
+    let from_kernel = |src: &std::net::IpAddr| *src == family.kernel_ip();
     let syn = |t: &tcp_lib::wire::TcpRepr<'_>| t.control == TcpControl::Syn;
     let mut report = Vec::new();
     for (port, kernel_opens) in [(6400u16, true), (6401, false)] {

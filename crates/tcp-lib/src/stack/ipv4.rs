@@ -187,10 +187,7 @@ impl Stack {
             return;
         }
         match ip.protocol {
-            Protocol::Tcp => {
-                let (src, dst) = (IpAddr::V4(ip.src_addr), IpAddr::V4(ip.dst_addr));
-                self.receive_tcp(src, dst, ip.ecn == ECN_CE, payload, deliver);
-            }
+            Protocol::Tcp => self.receive_tcp(ip.src_addr, ip.dst_addr, ip.ecn == ECN_CE, payload, deliver),
             Protocol::Icmp => self.receive_icmp(ip.src_addr, payload),
             _ => self.stats.rx_unhandled += 1,
         }

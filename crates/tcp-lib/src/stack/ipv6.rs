@@ -196,7 +196,7 @@ impl Stack {
         match ip.next_header {
             Protocol::Tcp if !ip.dst_addr.is_multicast() => {
                 let ce = ip.traffic_class & 0b11 == ECN_CE;
-                self.receive_tcp(IpAddr::V6(ip.src_addr), IpAddr::V6(ip.dst_addr), ce, payload, deliver);
+                self.receive_tcp(ip.src_addr, ip.dst_addr, ce, payload, deliver);
             }
             Protocol::Icmpv6 => self.receive_icmpv6(ip, payload),
             _ => self.stats.rx_unhandled += 1,

@@ -251,6 +251,7 @@ use crate::wire::{ArpOperation, EthernetAddress, FragmentReassembler};
 // Where things live (each file's own doc says more).
 mod config; // Config, Ipv6Config, ListenerConfig, Error
 mod connections; // the connection table: lookup, insert, ready list, reclaim
+mod emit; // a connection's segment into its frame: IP header of its family, TCP, checksum
 mod flows; // FlowKey and FlowMap: the tables keyed by 4-tuple, one map per family
 mod hash; // keyed hashes: ISNs, SYN cookies, ephemeral ports, the tables' hash
 mod ipv4; // receive below TCP: Ethernet, ARP, IPv4, ICMP (echo, PMTU); ping

@@ -12,14 +12,13 @@ use netchannel::pool::PoolCache;
 use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
-use super::{Config, ETH_LEN, IP_LEN, IP6_LEN, PreparedSlice, Stack};
-use crate::tcp::{State, Transmit};
-use crate::wire::ipv4::ECN_ECT0;
+use super::{ETH_LEN, IP_LEN, IP6_LEN, Stack, emit};
+use crate::tcp::State;
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
     Icmpv4Repr, Icmpv6Packet, Icmpv6Repr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, Protocol, TcpControl,
-    TcpPacket, TcpRepr, checksum,
+    TcpPacket, TcpRepr,
 };
 
 impl Stack {
@@ -282,7 +281,7 @@ impl Stack {
                     None => t.segment(&self.scratch),
                 };
                 let mut frame = vec![0u8; ETH_LEN + ip_len + seg.buffer_len()];
-                emit_ip_tcp(&mut frame[ETH_LEN..], &seg, Ends::of(&t), ident, &self.config);
+                emit::segment(&mut frame[ETH_LEN..], &seg, &t, ident, &self.config);
                 self.ident = ident;
                 self.send_frame_to(hop, frame);
                 continue;
@@ -308,18 +307,12 @@ impl Stack {
                 .emit(&mut EthernetFrame::new_unchecked(&mut data[..]));
             match &lent {
                 Some(slice) => {
-                    let precomputed = emit_ip_tcp_prepared(
-                        &mut data[ETH_LEN..],
-                        &seg,
-                        slice,
-                        Ends::of(&t),
-                        ident,
-                        &self.config,
-                    );
+                    let precomputed =
+                        emit::segment_prepared(&mut data[ETH_LEN..], &seg, slice, &t, ident, &self.config);
                     self.stats.tx_prepared += 1;
                     self.stats.tx_prepared_sums += u64::from(precomputed);
                 }
-                None => emit_ip_tcp(&mut data[ETH_LEN..], &seg, Ends::of(&t), ident, &self.config),
+                None => emit::segment(&mut data[ETH_LEN..], &seg, &t, ident, &self.config),
             }
             if out.push(packet).is_err() {
                 self.stats.tx_dropped += 1;
@@ -369,121 +362,4 @@ fn ipv6_source(bytes: &[u8]) -> Option<Ipv6Addr> {
 enum Drained {
     All,
     Stopped,
-}
-
-/// What the IP header of a connection's segment needs of its [`Transmit`], taken by value (a
-/// reference to the `Transmit` would keep the whole 152-byte `Option` the connection returned in
-/// memory, and cost a `memcpy` per segment).
-#[derive(Clone, Copy)]
-struct Ends {
-    src: IpAddr,
-    dst: IpAddr,
-    ect: bool,
-}
-
-impl Ends {
-    fn of(t: &Transmit) -> Self {
-        Self { src: t.src.ip(), dst: t.dst.ip(), ect: t.ect }
-    }
-}
-
-/// Writes the IP header of a connection's segment of `payload_len` TCP bytes into `buf` and
-/// returns the TCP part: IPv4 (with `ident`) or IPv6 as the addresses are. ECT(0) when the
-/// connection marks it ECN-capable (RFC 3168 §5; ECT(1) is left to L4S, RFC 9331).
-fn emit_ip<'b>(buf: &'b mut [u8], t: Ends, payload_len: usize, ident: u16, config: &Config) -> &'b mut [u8] {
-    let ecn = if t.ect { ECN_ECT0 } else { 0 };
-    match (t.src, t.dst) {
-        (IpAddr::V6(src), IpAddr::V6(dst)) => {
-            let ip = Ipv6Repr {
-                src_addr: src,
-                dst_addr: dst,
-                next_header: Protocol::Tcp,
-                payload_len,
-                hop_limit: config.hop_limit6(),
-                traffic_class: ecn,
-                flow_label: 0,
-            };
-            ip.emit(&mut Ipv6Packet::new_unchecked(&mut buf[..]));
-            &mut buf[IP6_LEN..]
-        }
-        _ => {
-            let ip = Ipv4Repr {
-                src_addr: v4(t.src),
-                dst_addr: v4(t.dst),
-                protocol: Protocol::Tcp,
-                payload_len,
-                ttl: config.ttl,
-                dscp: 0,
-                ecn,
-                ident,
-                dont_frag: true,
-            };
-            ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..]));
-            &mut buf[IP_LEN..]
-        }
-    }
-}
-
-/// The IPv4 address of a connection end (a connection's ends are of one family).
-fn v4(ip: IpAddr) -> Ipv4Addr {
-    match ip {
-        IpAddr::V4(a) => a,
-        IpAddr::V6(a) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
-    }
-}
-
-/// Writes `seg` with its checksum over the pseudo-header of `t`'s family.
-fn emit_tcp_summed(tcp: &mut TcpPacket<&mut [u8]>, seg: &TcpRepr<'_>, t: Ends) {
-    match (t.src, t.dst) {
-        (IpAddr::V6(src), IpAddr::V6(dst)) => seg.emit_v6(tcp, src, dst),
-        _ => seg.emit(tcp, v4(t.src), v4(t.dst)),
-    }
-}
-
-/// Writes the IP header and the TCP segment into `buf` (exactly the IP header and
-/// `seg.buffer_len()` bytes); the TCP checksum as [`Config::tx_checksum`] says.
-fn emit_ip_tcp(buf: &mut [u8], seg: &TcpRepr<'_>, t: Ends, ident: u16, config: &Config) {
-    let tcp = emit_ip(buf, t, seg.buffer_len(), ident, config);
-    let mut tcp = TcpPacket::new_unchecked(tcp);
-    if config.tx_checksum {
-        emit_tcp_summed(&mut tcp, seg, t);
-    } else {
-        seg.emit_unsummed(&mut tcp);
-    }
-}
-
-/// [`emit_ip_tcp`] for a segment whose payload is prepared content: `seg` is the header (empty
-/// payload), `slice` the payload, written straight from the prepared bytes; the checksum adds the
-/// precomputed payload sum when there is one (returns whether), else sums the payload; none at
-/// all without [`Config::tx_checksum`] (returns false).
-fn emit_ip_tcp_prepared(
-    buf: &mut [u8],
-    seg: &TcpRepr<'_>,
-    slice: &PreparedSlice,
-    t: Ends,
-    ident: u16,
-    config: &Config,
-) -> bool {
-    let header_len = seg.buffer_len();
-    let tcp_len = header_len + slice.len;
-    let tcp = emit_ip(buf, t, tcp_len, ident, config);
-    if !config.tx_checksum {
-        seg.emit_unsummed(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]));
-        tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
-        return false;
-    }
-    emit_tcp_summed(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]), seg, t);
-    tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
-    let precomputed = slice.sum();
-    let payload_sum = precomputed.unwrap_or_else(|| checksum::data(slice.bytes()));
-    let mut view = TcpPacket::new_unchecked(&mut tcp[..tcp_len]);
-    view.set_checksum(0);
-    let length = u32::try_from(tcp_len).unwrap_or(u32::MAX);
-    let pseudo = match (t.src, t.dst) {
-        (IpAddr::V6(src), IpAddr::V6(dst)) => checksum::pseudo_header_v6(src, dst, 6, length),
-        _ => checksum::pseudo_header_v4(v4(t.src), v4(t.dst), 6, length),
-    };
-    let sum = checksum::combine(&[pseudo, checksum::data(&tcp[..header_len]), payload_sum]);
-    TcpPacket::new_unchecked(&mut tcp[..tcp_len]).set_checksum(checksum::finish(sum));
-    precomputed.is_some()
 }

@@ -85,7 +85,7 @@ impl Stack {
 
     /// The next hop toward `dst`: itself when on-link, else a static route's or the default
     /// gateway's router.
-    #[inline]
+    #[inline(always)]
     pub(super) fn next_hop(&self, dst: IpAddr) -> Option<IpAddr> {
         match dst {
             IpAddr::V4(d) => self.route(d).map(IpAddr::V4),
@@ -94,7 +94,7 @@ impl Stack {
     }
 
     /// The IPv4 next hop toward `dst`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn route(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
         if self.config.ip.contains_addr(dst) {
             return Some(dst);
@@ -117,10 +117,16 @@ impl Stack {
         }
     }
 
+    #[inline(always)]
     fn static_route(&self, dst: IpAddr) -> Option<IpAddr> {
         if self.routes.is_empty() {
             return None;
         }
+        self.static_route_slow(dst)
+    }
+
+    #[inline(never)]
+    fn static_route_slow(&self, dst: IpAddr) -> Option<IpAddr> {
         self.routes.iter().filter(|r| r.covers(dst)).max_by_key(|r| r.len).map(|r| r.via)
     }
 
@@ -143,7 +149,7 @@ impl Stack {
     }
 
     /// The hardware address cached for the next hop `hop`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn neighbor_lookup(&mut self, hop: IpAddr) -> Option<EthernetAddress> {
         match hop {
             IpAddr::V4(h) => self.arp.lookup(h, self.now),

@@ -2,20 +2,68 @@
 //! or draws a reset; a segment for no connection from a source address no peer can have is
 //! dropped instead ([`Stack::invalid_source`]).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use super::flows::FlowKey;
 use super::{ListenerId, Phase, Stack, StreamId};
 use crate::tcp::{TimeWaitAction, reset_for};
-use crate::wire::{TcpPacket, TcpRepr};
+use crate::wire::{ChecksumPolicy, Result as WireResult, TcpPacket, TcpRepr};
+
+/// An IP address type TCP segments arrive from: parses the segment over its pseudo-header.
+pub(super) trait TcpAddr: Copy + Into<IpAddr> {
+    /// Parses (and verifies, as `policy` says) a segment from `src` to `dst`.
+    fn parse<'a>(
+        packet: &TcpPacket<&'a [u8]>,
+        src: Self,
+        dst: Self,
+        policy: ChecksumPolicy,
+    ) -> WireResult<TcpRepr<'a>>;
+    /// This address with `port`.
+    fn socket(self, port: u16) -> SocketAddr;
+}
+
+impl TcpAddr for Ipv4Addr {
+    #[inline]
+    fn parse<'a>(
+        packet: &TcpPacket<&'a [u8]>,
+        src: Self,
+        dst: Self,
+        policy: ChecksumPolicy,
+    ) -> WireResult<TcpRepr<'a>> {
+        TcpRepr::parse(packet, src, dst, policy)
+    }
+
+    #[inline]
+    fn socket(self, port: u16) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(self, port))
+    }
+}
+
+impl TcpAddr for Ipv6Addr {
+    #[inline]
+    fn parse<'a>(
+        packet: &TcpPacket<&'a [u8]>,
+        src: Self,
+        dst: Self,
+        policy: ChecksumPolicy,
+    ) -> WireResult<TcpRepr<'a>> {
+        TcpRepr::parse_v6(packet, src, dst, policy)
+    }
+
+    #[inline]
+    fn socket(self, port: u16) -> SocketAddr {
+        SocketAddr::V6(SocketAddrV6::new(self, port, 0, 0))
+    }
+}
 
 impl Stack {
     /// A TCP segment from `src` to `dst` (one of our unicast addresses, of the same family); `ce`
-    /// when its IP header said Congestion Experienced.
-    pub(super) fn receive_tcp<F: FnMut(StreamId, &[u8]) -> usize>(
+    /// when its IP header said Congestion Experienced. Generic over the family so that the IPv4
+    /// path matches on no `IpAddr` (see [`TcpAddr`]).
+    pub(super) fn receive_tcp<A: TcpAddr, F: FnMut(StreamId, &[u8]) -> usize>(
         &mut self,
-        src: IpAddr,
-        dst: IpAddr,
+        src: A,
+        dst: A,
         ce: bool,
         bytes: &[u8],
         deliver: &mut F,
@@ -24,18 +72,12 @@ impl Stack {
             self.stats.rx_malformed += 1;
             return;
         };
-        let policy = self.config.checksum;
-        let parsed = match (src, dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => TcpRepr::parse(&packet, s, d, policy),
-            (IpAddr::V6(s), IpAddr::V6(d)) => TcpRepr::parse_v6(&packet, s, d, policy),
-            _ => return,
-        };
-        let Ok(seg) = parsed else {
+        let Ok(seg) = A::parse(&packet, src, dst, self.config.checksum) else {
             self.stats.rx_malformed += 1;
             return;
         };
-        let local = SocketAddr::new(dst, seg.dst_port);
-        let remote = SocketAddr::new(src, seg.src_port);
+        let local = dst.socket(seg.dst_port);
+        let remote = src.socket(seg.src_port);
         if let Some(&index) = self.demux.get(&FlowKey::new(local, remote)) {
             self.stats.tcp_segments_in += 1;
             let now = self.now;
@@ -83,7 +125,7 @@ impl Stack {
         }
         // Checked only for segments no connection wants (a connection's own segments come from
         // the address its SYN came from, checked then): the per-segment path pays nothing.
-        if self.invalid_source(src) {
+        if self.invalid_source(src.into()) {
             self.stats.tcp_bad_source += 1;
             return;
         }

@@ -20,11 +20,16 @@ impl Stack {
             self.time_wait_order.front().map(|&(t, _)| t),
             self.arp.next_deadline(),
             self.reassembler.next_deadline(),
-            self.v6.as_ref().and_then(|v6| v6.ndp.next_deadline()),
-            self.v6.as_ref().and_then(|v6| v6.reassembler.next_deadline()),
         ]
         .into_iter()
         .flatten()
+        .chain(
+            self.v6
+                .as_ref()
+                .map_or([None, None], |v6| [v6.ndp.next_deadline(), v6.reassembler.next_deadline()])
+                .into_iter()
+                .flatten(),
+        )
         .min()
     }
 

@@ -19,7 +19,7 @@
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs, reason = "each test uses its own subset")]
 
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -30,13 +30,48 @@ use netchannel::dev::{
 use netchannel::pool::{HugePages, Pool, PoolCache};
 use tcp_lib::stack::{Config, Stack};
 use tcp_lib::wire::{
-    ChecksumPolicy, EtherType, EthernetFrame, EthernetRepr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Protocol,
-    TcpControl, TcpPacket, TcpRepr,
+    ChecksumPolicy, EtherType, EthernetFrame, EthernetRepr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Ipv6Cidr,
+    Ipv6Packet, Ipv6Repr, Protocol, TcpControl, TcpPacket, TcpRepr,
 };
 
 pub const IFACE: &str = "ktap0";
 pub const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
 pub const STACK_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 2);
+pub const KERNEL_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x88, 0, 0, 0, 0, 0, 1);
+pub const STACK_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x88, 0, 0, 0, 0, 0, 2);
+
+/// The address family a test runs over: the TAP and our stack have both, a test picks one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn kernel_ip(self) -> IpAddr {
+        match self {
+            Self::V4 => IpAddr::V4(KERNEL_IP),
+            Self::V6 => IpAddr::V6(KERNEL_IP6),
+        }
+    }
+
+    pub fn stack_ip(self) -> IpAddr {
+        match self {
+            Self::V4 => IpAddr::V4(STACK_IP),
+            Self::V6 => IpAddr::V6(STACK_IP6),
+        }
+    }
+
+    /// The kernel's end on `port`.
+    pub fn kernel(self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.kernel_ip(), port)
+    }
+
+    /// Our stack's end on `port`.
+    pub fn stack(self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.stack_ip(), port)
+    }
+}
 /// The longest the driver sleeps on the TAP between polls.
 const MAX_WAIT: Duration = Duration::from_millis(5);
 /// Read and write timeouts of the kernel side's sockets: a kernel thread never blocks forever. As long
@@ -59,19 +94,21 @@ pub fn thread_netns() -> Result<String, String> {
 
 pub use netns_test::in_private_namespace;
 
-/// Creates the TAP, addresses the kernel's side and brings it up (and `lo`).
+/// Creates the TAP, addresses the kernel's side (`10.88.0.1/24` and `fd00:88::1/64`, the latter
+/// without duplicate address detection so that it is usable at once) and brings it up (and `lo`).
 pub fn open_tap() -> Result<Tap, String> {
     let tap = Tap::open(IFACE).map_err(|e| format!("Tap::open({IFACE}): {e}"))?;
     ip(&["link", "set", "lo", "up"])?;
     ip(&["addr", "add", &format!("{KERNEL_IP}/24"), "dev", IFACE])?;
+    ip(&["-6", "addr", "add", &format!("{KERNEL_IP6}/64"), "dev", IFACE, "nodad"])?;
     ip(&["link", "set", IFACE, "up"])?;
     Ok(tap)
 }
 
 /// Adds `iptables -A INPUT|OUTPUT -m statistic --mode random --probability P -j DROP` for
-/// traffic on the TAP, with `iptables` (nft backend) or else `iptables-legacy`; returns the
-/// command used, or why neither works.
-pub fn iptables_random_drop(probability: f64) -> Result<&'static str, String> {
+/// `family`'s traffic on the TAP (`ip6tables` for IPv6), with the nft backend or else the legacy
+/// one; returns the command used, or why neither works.
+pub fn iptables_random_drop(family: Family, probability: f64) -> Result<&'static str, String> {
     let p = format!("{probability}");
     let rules: [&[&str]; 2] = [
         &[
@@ -104,7 +141,11 @@ pub fn iptables_random_drop(probability: f64) -> Result<&'static str, String> {
         ],
     ];
     let mut why = Vec::new();
-    for cmd in ["iptables", "iptables-legacy"] {
+    let commands = match family {
+        Family::V4 => ["iptables", "iptables-legacy"],
+        Family::V6 => ["ip6tables", "ip6tables-legacy"],
+    };
+    for cmd in commands {
         let mut ok = true;
         for rule in rules {
             match Command::new(cmd).args(rule).output() {
@@ -180,10 +221,11 @@ pub fn set_keepalive(fd: &impl AsRawFd, idle_s: i32, interval_s: i32, count: i32
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, count)
 }
 
-/// A kernel TCP connection to our stack, with [`SOCKET_TIMEOUT`]s.
-pub fn kernel_connect(port: u16) -> Result<TcpStream, String> {
-    let s = TcpStream::connect_timeout(&SocketAddrV4::new(STACK_IP, port).into(), SOCKET_TIMEOUT)
-        .map_err(|e| format!("kernel connect to {STACK_IP}:{port}: {e}"))?;
+/// A kernel TCP connection to our stack over `family`, with [`SOCKET_TIMEOUT`]s.
+pub fn kernel_connect(family: Family, port: u16) -> Result<TcpStream, String> {
+    let to = family.stack(port);
+    let s = TcpStream::connect_timeout(&to, SOCKET_TIMEOUT)
+        .map_err(|e| format!("kernel connect to {to}: {e}"))?;
     with_timeouts(&s)?;
     Ok(s)
 }
@@ -423,8 +465,30 @@ pub fn parse_tcp(frame: &[u8]) -> Option<(Ipv4Repr, TcpRepr<'_>)> {
     Some((ip, tcp))
 }
 
+/// The source, destination and TCP segment of an Ethernet frame carrying IPv4 or IPv6 TCP
+/// (checksums not checked).
+pub fn parse_tcp_any(frame: &[u8]) -> Option<(IpAddr, IpAddr, TcpRepr<'_>)> {
+    if let Some((ip, t)) = parse_tcp(frame) {
+        return Some((IpAddr::V4(ip.src_addr), IpAddr::V4(ip.dst_addr), t));
+    }
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if EthernetRepr::parse(&eth).ok()?.ethertype != EtherType::Ipv6 {
+        return None;
+    }
+    let start = eth.header_len();
+    let packet = Ipv6Packet::new_checked(&frame[start..]).ok()?;
+    let (ip, payload) = Ipv6Repr::parse_with_payload(&packet).ok()?;
+    if ip.next_header != Protocol::Tcp {
+        return None;
+    }
+    let offset = payload.as_ptr().addr() - frame.as_ptr().addr();
+    let seg = TcpPacket::new_checked(&frame[offset..offset + payload.len()]).ok()?;
+    let tcp = TcpRepr::parse_v6(&seg, ip.src_addr, ip.dst_addr, ChecksumPolicy::Trust).ok()?;
+    Some((IpAddr::V6(ip.src_addr), IpAddr::V6(ip.dst_addr), tcp))
+}
+
 fn count(seen: &mut Seen, frame: &[u8]) {
-    if let Some((_, t)) = parse_tcp(frame) {
+    if let Some((_, _, t)) = parse_tcp_any(frame) {
         seen.segments += 1;
         if !t.payload.is_empty() {
             seen.data += 1;
@@ -505,11 +569,12 @@ impl<D: NetDevice> NetDevice for Observer<D> {
 // ---------------------------------------------------------------------------------------------
 // Our side.
 
-/// The stack's configuration on `dev`: its MAC, `10.88.0.2/24`, a 200 ms minimum RTO (as Linux),
-/// a 1 s MSL.
+/// The stack's configuration on `dev`: its MAC, `10.88.0.2/24` and `fd00:88::2/64`, a 200 ms
+/// minimum RTO (as Linux), a 1 s MSL.
 pub fn stack_config(dev: &impl NetDevice) -> Config {
     let mut c =
-        Config::new(tcp_lib::wire::EthernetAddress(dev.info().mac.0), Ipv4Cidr::new(STACK_IP, 24).unwrap());
+        Config::new(tcp_lib::wire::EthernetAddress(dev.info().mac.0), Ipv4Cidr::new(STACK_IP, 24).unwrap())
+            .with_ipv6(Ipv6Cidr::new(STACK_IP6, 64).unwrap());
     c.tcp.min_rto = Duration::from_millis(200);
     c.tcp.msl = Duration::from_secs(1);
     c
