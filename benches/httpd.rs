@@ -205,7 +205,7 @@ fn ours(copy: bool, content: &Arc<Content>, client: Client) -> Result<Vec<Row>, 
     let options = Options {
         serve: ServeArgs {
             tap: Some(TAP.into()),
-            ip: Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24"),
+            ips: vec![netchannels::cli::IpCidr::V4(Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24"))],
             ..ServeArgs::default()
         },
         copy,

@@ -358,12 +358,12 @@ fn bench() -> Result<(), String> {
         xdp: Some(OURS.into()),
         xdp_mode: Some(mode),
         queues: Some(1),
-        ip: Ipv4Cidr::new(VETH_SERVER, 24).expect("a /24"),
+        ips: vec![netchannels::cli::IpCidr::V4(Ipv4Cidr::new(VETH_SERVER, 24).expect("a /24"))],
         ..ServeArgs::default()
     };
     let tap = ServeArgs {
         tap: Some(TAP.into()),
-        ip: Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24"),
+        ips: vec![netchannels::cli::IpCidr::V4(Ipv4Cidr::new(TAP_SERVER, 24).expect("a /24"))],
         cores: Some(1),
         ..ServeArgs::default()
     };

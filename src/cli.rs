@@ -20,7 +20,7 @@
 //!
 //! let o = Options::try_parse_from(["svc", "--tap", "tap0", "--ip=10.1.0.2/16", "--port", "8"])?;
 //! o.serve.validate()?;
-//! assert_eq!((o.serve.tap.as_deref(), o.serve.ip.prefix_len(), o.port), (Some("tap0"), 16, 8));
+//! assert_eq!((o.serve.tap.as_deref(), o.serve.ip().prefix_len(), o.port), (Some("tap0"), 16, 8));
 //! let runtime = o.serve.builder(); // .build()? opens the TAP
 //! # drop(runtime);
 //! # Ok::<(), clap::Error>(())
@@ -38,7 +38,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::error::ErrorKind;
 use netchannel::dev::XdpMode;
 use netchannel_runtime::{Backend, Builder, DEFAULT_BACKLOG, Placement, Runtime};
-use tcp_lib::wire::Ipv4Cidr;
+use tcp_lib::wire::{Ipv4Cidr, Ipv6Cidr};
 
 use crate::util::tcp_tuning;
 
@@ -79,9 +79,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", conflicts_with_all = ["tap", "xdp"], help_heading = "Backend (default: the 82599 model with an in-process client)")]
     pub pci: Option<String>,
 
-    /// The server's address and prefix (on the model, the client takes another host of the prefix)
-    #[arg(long, value_name = "A/N", default_value = "10.0.0.2/24")]
-    pub ip: Ipv4Cidr,
+    /// The server's address and prefix, IPv4 or IPv6, at most once per family (on the model, the
+    /// client takes another host of the IPv4 prefix). An IPv6 address turns IPv6 on beside IPv4
+    #[arg(long = "ip", value_name = "A/N", default_value = "10.0.0.2/24", value_parser = ip_cidr, action = clap::ArgAction::Append)]
+    pub ips: Vec<IpCidr>,
 
     /// Cores, one queue each (default: 1; with --xdp, one per queue served). A TAP has one queue
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64).map(usize::from))]
@@ -114,7 +115,7 @@ impl Default for ServeArgs {
             xdp_mode: None,
             queues: None,
             pci: None,
-            ip: netchannel_runtime::DEFAULT_IP,
+            ips: vec![IpCidr::V4(netchannel_runtime::DEFAULT_IP)],
             cores: None,
             placement: Placement::Same,
             pcap: None,
@@ -148,6 +149,24 @@ fn interface(text: &str) -> Result<String, String> {
 }
 
 /// A backlog in `1..=1 << 20`.
+/// An address and prefix of either family (`--ip`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpCidr {
+    /// An IPv4 address and prefix.
+    V4(Ipv4Cidr),
+    /// An IPv6 address and prefix.
+    V6(Ipv6Cidr),
+}
+
+/// `--ip`: `A.B.C.D/N` or an IPv6 `ADDR/N`.
+fn ip_cidr(text: &str) -> Result<IpCidr, String> {
+    if text.contains(':') {
+        text.parse::<Ipv6Cidr>().map(IpCidr::V6).map_err(|e| e.to_string())
+    } else {
+        text.parse::<Ipv4Cidr>().map(IpCidr::V4).map_err(|e| e.to_string())
+    }
+}
+
 fn backlog(text: &str) -> Result<usize, String> {
     text.parse::<usize>()
         .ok()
@@ -207,6 +226,12 @@ impl ServeArgs {
         if backends.len() > 1 {
             return conflict(format!("{} exclude each other: pick one backend", backends.join(" and ")));
         }
+        for (family, v6) in [("IPv4", false), ("IPv6", true)] {
+            let given = self.ips.iter().filter(|a| matches!(a, IpCidr::V6(_)) == v6).count();
+            if given > 1 {
+                return conflict(format!("--ip given {given} times for {family}: one address per family"));
+            }
+        }
         if self.xdp.is_none() {
             if self.xdp_mode.is_some() {
                 return conflict("--xdp-mode is for --xdp".into());
@@ -236,7 +261,7 @@ impl ServeArgs {
     pub fn builder(&self) -> Builder {
         let mut builder = Runtime::builder()
             .backend(self.backend())
-            .ip(self.ip)
+            .ip(self.ip())
             .placement(self.placement)
             .backlog(self.backlog);
         let cores = match (&self.xdp, self.cores, self.queues) {
@@ -249,7 +274,31 @@ impl ServeArgs {
         if let Some(path) = &self.pcap {
             builder = builder.pcap(path);
         }
+        if let Some(v6) = self.ipv6() {
+            builder = builder.ipv6(v6);
+        }
         builder
+    }
+
+    /// The IPv4 address given (10.0.0.2/24 when only an IPv6 one is).
+    #[must_use]
+    pub fn ip(&self) -> Ipv4Cidr {
+        self.ips
+            .iter()
+            .find_map(|a| match a {
+                IpCidr::V4(c) => Some(*c),
+                IpCidr::V6(_) => None,
+            })
+            .unwrap_or(netchannel_runtime::DEFAULT_IP)
+    }
+
+    /// The IPv6 address given, if any.
+    #[must_use]
+    pub fn ipv6(&self) -> Option<Ipv6Cidr> {
+        self.ips.iter().find_map(|a| match a {
+            IpCidr::V6(c) => Some(*c),
+            IpCidr::V4(_) => None,
+        })
     }
 }
 
@@ -417,12 +466,29 @@ mod tests {
     }
 
     #[test]
+    fn ip_takes_one_address_per_family() {
+        let t = parse(&["--tap=t", "--ip=fd00:1::2/64"]).unwrap();
+        assert_eq!(t.serve.ip(), netchannel_runtime::DEFAULT_IP, "IPv4 keeps its default");
+        assert_eq!(t.serve.ipv6(), Some("fd00:1::2/64".parse().unwrap()));
+        let t = parse(&["--ip", "10.7.0.2/16", "--ip", "fd00:1::2/64"]).unwrap();
+        assert_eq!(
+            (t.serve.ip(), t.serve.ipv6()),
+            ("10.7.0.2/16".parse().unwrap(), Some("fd00:1::2/64".parse().unwrap()))
+        );
+        let e = error(&["--ip", "10.7.0.2/16", "--ip", "10.8.0.2/16"]);
+        assert!(e.contains("--ip given 2 times for IPv4"), "{e}");
+        let e = error(&["--ip", "fd00::2/64", "--ip", "fd00::3/64"]);
+        assert!(e.contains("for IPv6"), "{e}");
+    }
+
+    #[test]
     fn defaults_are_the_model() {
         let t = parse(&[]).unwrap();
         assert_eq!(t.serve, ServeArgs::default());
         assert!(t.serve.is_model());
         assert_eq!(t.serve.backend(), Backend::Model);
-        assert_eq!(t.serve.ip, "10.0.0.2/24".parse().unwrap());
+        assert_eq!(t.serve.ip(), "10.0.0.2/24".parse().unwrap());
+        assert_eq!(t.serve.ipv6(), None);
         assert_eq!(
             (t.serve.cores, t.serve.placement, t.serve.backlog),
             (None, Placement::Same, DEFAULT_BACKLOG)
@@ -436,7 +502,7 @@ mod tests {
             parse(&["--tap=tap1", "--ip=10.1.0.2/16", "--port=8", "--placement", "split", "--duration=1.5"])
                 .unwrap();
         assert_eq!(t.serve.backend(), Backend::tap("tap1"));
-        assert_eq!(t.serve.ip, "10.1.0.2/16".parse().unwrap());
+        assert_eq!(t.serve.ip(), "10.1.0.2/16".parse().unwrap());
         assert_eq!((t.port, t.serve.placement), (8, Placement::Split));
         assert_eq!(t.serve.duration, Some(Duration::from_millis(1500)));
         let t =
@@ -490,6 +556,7 @@ mod tests {
         for (args, option) in [
             (&["--ip", "10.0.0.2"][..], "--ip"),
             (&["--ip=10.0.0.300/24"], "--ip"),
+            (&["--ip=fd00::2"], "--ip"),
             (&["--xdp", "v", "--xdp-mode", "fast"], "--xdp-mode"),
             (&["--xdp", "veth0:0"], "--xdp veth0 --queues N"),
             (&["--xdp="], "--xdp"),

@@ -1,40 +1,48 @@
 //! The echo service's `--tap` mode against the kernel's TCP: many concurrent `std::net` connections
-//! in a private network namespace, random message sizes, every echoed byte checked, and the
-//! server's summary and buffer accounting checked afterwards.
+//! over IPv4 and IPv6 at once (the server given `--ip` once per family), in a private network
+//! namespace, random message sizes, every echoed byte checked, and the server's summary and buffer
+//! accounting checked afterwards.
 //!
 //! The test thread calls `unshare(CLONE_NEWNET)` (namespaces are per thread; the threads it spawns
-//! inherit it), creates a TAP with `ip tuntap`, gives the kernel's side 10.201.0.1/24 and runs
-//! [`netchannels::echo::run`] on it as 10.201.0.2/24. Without root or `/dev/net/tun` it prints
+//! inherit it), creates a TAP with `ip tuntap`, gives the kernel's side 10.201.0.1/24 and
+//! fd00:201::1/64 and runs [`netchannels::echo::run`] on it as 10.201.0.2/24 and fd00:201::2/64. Without root or `/dev/net/tun` it prints
 //! `skipped: <why>` (`netns_test::skip`).
 //! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
 //! those preconditions hold fails the test.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use netchannels::cli::IpCidr;
 use netchannels::echo::{Options, run};
-use netchannels::tcp_lib::wire::Ipv4Cidr;
+use netchannels::tcp_lib::wire::{Ipv4Cidr, Ipv6Cidr};
 use netns_test::ip;
 
 const IFACE: &str = "ncecho0";
 const KERNEL: &str = "10.201.0.1/24";
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 2);
+const KERNEL6: &str = "fd00:201::1/64";
+const SERVER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x201, 0, 0, 0, 0, 0, 2);
 const PORT: u16 = 7;
 const CONNECTIONS: usize = 48;
 const MESSAGES: usize = 12;
 const MAX_SIZE: usize = 20_000;
 
 /// One kernel client: `MESSAGES` messages of random size, each written whole and read back whole,
-/// then a half-close and the server's FIN.
+/// then a half-close and the server's FIN; odd clients over IPv6.
 fn kernel_client(index: usize) -> Result<u64, String> {
-    netns_test::echo_client(SocketAddrV4::new(SERVER, PORT), index as u64, MESSAGES, MAX_SIZE)
+    let server =
+        if index % 2 == 1 { SocketAddr::from((SERVER6, PORT)) } else { SocketAddr::from((SERVER, PORT)) };
+    netns_test::echo_client(server, index as u64, MESSAGES, MAX_SIZE)
 }
 
 fn in_namespace() -> Result<(), String> {
     ip(&["tuntap", "add", "dev", IFACE, "mode", "tap"])?;
     ip(&["addr", "add", KERNEL, "dev", IFACE])?;
+    ip(&["-6", "addr", "add", KERNEL6, "dev", IFACE, "nodad"])?;
     ip(&["link", "set", IFACE, "up"])?;
-    let options = Options::tap(IFACE, Ipv4Cidr::new(SERVER, 24).expect("a /24"), PORT);
+    let mut options = Options::tap(IFACE, Ipv4Cidr::new(SERVER, 24).expect("a /24"), PORT);
+    options.serve.ips.push(IpCidr::V6(Ipv6Cidr::new(SERVER6, 64).expect("a /64")));
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let server = s.spawn(|| run(&options, &stop));

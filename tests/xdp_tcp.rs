@@ -91,7 +91,7 @@ fn options(mode: XdpMode) -> Options {
             xdp: Some(OURS.into()),
             xdp_mode: Some(mode),
             queues: Some(1),
-            ip: Ipv4Cidr::new(SERVER, 24).expect("a /24"),
+            ips: vec![netchannels::cli::IpCidr::V4(Ipv4Cidr::new(SERVER, 24).expect("a /24"))],
             ..ServeArgs::default()
         },
         progress: false,

@@ -48,7 +48,7 @@ use tcp_lib::wire::Ipv4Cidr;
 
 pub use client::ClientReport;
 
-use crate::cli::{self, ServeArgs, Validate};
+use crate::cli::{self, IpCidr, ServeArgs, Validate};
 use crate::client::Plan;
 use crate::service::{self, Counters, Handler, ServiceReport, Step, event_loop, write_latency};
 use crate::util::{add, get, mib};
@@ -128,7 +128,12 @@ impl Options {
     #[must_use]
     pub fn tap(iface: &str, ip: Ipv4Cidr, port: u16) -> Self {
         Self {
-            serve: ServeArgs { tap: Some(iface.into()), ip, cores: Some(1), ..ServeArgs::default() },
+            serve: ServeArgs {
+                tap: Some(iface.into()),
+                ips: vec![IpCidr::V4(ip)],
+                cores: Some(1),
+                ..ServeArgs::default()
+            },
             progress: false,
             port,
             ..Self::default()

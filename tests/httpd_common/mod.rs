@@ -101,7 +101,7 @@ pub(crate) fn serve<T>(
     let options = Options {
         serve: ServeArgs {
             tap: Some(iface.into()),
-            ip: Ipv4Cidr::new(SERVER, 24).expect("a /24"),
+            ips: vec![netchannels::cli::IpCidr::V4(Ipv4Cidr::new(SERVER, 24).expect("a /24"))],
             ..options.serve
         },
         progress: false,

@@ -2,7 +2,7 @@
 //! echo tests over a TAP (`tests/echo_tap.rs`, `tests/adversarial`) run many of at once.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddrV4, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// How long a connect, a read or a write may take before the client gives up.
@@ -17,9 +17,15 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// The step that failed (connect, write, read, a changed byte, extra bytes), naming the client by
 /// its seed.
-pub fn echo_client(server: SocketAddrV4, seed: u64, messages: usize, max_size: usize) -> Result<u64, String> {
+pub fn echo_client(
+    server: impl Into<SocketAddr>,
+    seed: u64,
+    messages: usize,
+    max_size: usize,
+) -> Result<u64, String> {
+    let server: SocketAddr = server.into();
     let fail = |what: &str, e: &dyn std::fmt::Display| format!("client {seed}: {what}: {e}");
-    let mut s = TcpStream::connect_timeout(&server.into(), TIMEOUT).map_err(|e| fail("connect", &e))?;
+    let mut s = TcpStream::connect_timeout(&server, TIMEOUT).map_err(|e| fail("connect", &e))?;
     s.set_read_timeout(Some(TIMEOUT)).map_err(|e| fail("timeout", &e))?;
     s.set_write_timeout(Some(TIMEOUT)).map_err(|e| fail("timeout", &e))?;
     s.set_nodelay(true).map_err(|e| fail("nodelay", &e))?;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use netchannel::pool::Audit;
 use netchannel::steering::FlowSteering;
 use tcp_lib::stack::Config as StackConfig;
-use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+use tcp_lib::wire::{EthernetAddress, Ipv4Cidr, Ipv6Cidr};
 
 use crate::Peer;
 use crate::backend::{self, Backend, OpenError, OpenOptions, Opened};
@@ -69,6 +69,7 @@ pub struct Builder {
     backend: Backend,
     cores: Option<usize>,
     ip: Ipv4Cidr,
+    ipv6: Option<Ipv6Cidr>,
     placement: Placement,
     pcap: Option<PathBuf>,
     backlog: usize,
@@ -82,6 +83,7 @@ impl fmt::Debug for Builder {
             .field("backend", &self.backend)
             .field("cores", &self.cores)
             .field("ip", &self.ip)
+            .field("ipv6", &self.ipv6)
             .field("placement", &self.placement)
             .field("pcap", &self.pcap)
             .field("backlog", &self.backlog)
@@ -96,6 +98,7 @@ impl Default for Builder {
             backend: Backend::Model,
             cores: None,
             ip: DEFAULT_IP,
+            ipv6: None,
             placement: Placement::Same,
             pcap: None,
             backlog: DEFAULT_BACKLOG,
@@ -123,6 +126,14 @@ impl Builder {
     /// backend's MAC.
     pub fn ip(mut self, ip: Ipv4Cidr) -> Self {
         self.ip = ip;
+        self
+    }
+
+    /// Turns IPv6 on, with the stacks' address and on-link prefix `ip` besides their link-local
+    /// address (off by default). All cores share it; Neighbor Discovery's answers are shared
+    /// between the cores' stacks as ARP's are.
+    pub fn ipv6(mut self, ip: Ipv6Cidr) -> Self {
+        self.ipv6 = Some(ip);
         self
     }
 
@@ -313,11 +324,18 @@ impl Runtime {
         self.builder.ip
     }
 
-    /// One line: the backend, the cores, the placement, the address.
+    /// The stacks' IPv6 address, when IPv6 is on.
+    #[must_use]
+    pub fn ipv6(&self) -> Option<Ipv6Cidr> {
+        self.builder.ipv6
+    }
+
+    /// One line: the backend, the cores, the placement, the addresses.
     #[must_use]
     pub fn setup(&self) -> String {
+        let v6 = self.builder.ipv6.map(|v6| format!(" and {v6}")).unwrap_or_default();
         format!(
-            "{}, {} core(s), placement {}, {} (MAC {})",
+            "{}, {} core(s), placement {}, {}{v6} (MAC {})",
             self.opened.description,
             self.cores(),
             self.builder.placement,
@@ -365,6 +383,9 @@ impl Runtime {
                 .enumerate()
                 .map(|(core, ((port, ends), inbox))| {
                     let mut stack = StackConfig::new(opened.mac, builder.ip);
+                    if let Some(v6) = builder.ipv6 {
+                        stack = stack.with_ipv6(v6);
+                    }
                     stack.gratuitous_arp = core == 0;
                     if let Some(f) = &builder.configure {
                         f(core, &mut stack);

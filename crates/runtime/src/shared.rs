@@ -2,7 +2,7 @@
 //! core's handoff channel and neighbour mailbox, the stop flag, and the counters each core publishes.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,7 +25,7 @@ pub(crate) type Reg = Registration<Signature, ConsumerId, Qsbr>;
 const MAILBOX: usize = 256;
 
 /// A neighbour one core's stack learned: its address and MAC.
-type Neighbour = (Ipv4Addr, EthernetAddress);
+type Neighbour = (IpAddr, EthernetAddress);
 
 /// What one core sends another through its handoff channel (std `mpsc`: ordered per sender, so
 /// a forwarded frame always arrives behind the connection it belongs to).
@@ -114,7 +114,7 @@ impl Shared {
     }
 
     /// Tells every core but `from` that `ip` is at `mac`.
-    pub(crate) fn share_neighbour(&self, from: usize, ip: Ipv4Addr, mac: EthernetAddress) {
+    pub(crate) fn share_neighbour(&self, from: usize, ip: IpAddr, mac: EthernetAddress) {
         for (core, (mailbox, waiting)) in self.neighbours.iter().enumerate() {
             let mut mailbox = lock(mailbox);
             if core != from && mailbox.len() < MAILBOX && !mailbox.contains(&(ip, mac)) {

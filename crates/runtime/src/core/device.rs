@@ -4,6 +4,7 @@
 //! queue's channelizer and runs it on every receive and every idle wait, so one thread does it all.
 
 use std::io;
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,10 @@ use netchannel::channelizer::Channelizer;
 use netchannel::classify::{Classified, classify};
 use netchannel::dev::{DevError, DeviceInfo, DeviceStats, Link, NetDevice, PacketBatch};
 use netchannel::pool::{PacketRx, PacketTx, PoolCache};
-use tcp_lib::wire::{ArpPacket, ArpRepr, EtherType, EthernetFrame};
+use tcp_lib::wire::{
+    ArpPacket, ArpRepr, ChecksumPolicy, EtherType, EthernetAddress, EthernetFrame, Icmpv6Packet, Icmpv6Repr,
+    Ipv6Packet, Ipv6Repr, NdpRepr, Protocol,
+};
 
 use super::local::Local;
 use crate::device::Port;
@@ -227,7 +231,7 @@ impl NetDevice for CoreDevice<'_> {
 /// What a frame popped from a channel needs besides the stack: a frame of a connection this core
 /// gave away goes to its new core (returns false: not for this stack); an ARP packet's sender is
 /// shared with the other cores' stacks (an ARP frame lands on one queue, yet every core's stack
-/// must know the peer's MAC).
+/// must know the peer's MAC), and so is the sender of a Neighbor Discovery message (IPv6).
 fn inspect(local: &Local, frame: &[u8]) -> bool {
     if !local.moved.borrow().is_empty()
         && let Classified::Flow { sig, .. } = classify(frame)
@@ -242,10 +246,41 @@ fn inspect(local: &Local, frame: &[u8]) -> bool {
     }
     if local.shared.cores > 1
         && let Ok(eth) = EthernetFrame::new_checked(frame)
-        && eth.ethertype() == EtherType::Arp
-        && let Ok(arp) = ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p))
     {
-        local.shared.share_neighbour(local.core, arp.source_protocol_addr, arp.source_hardware_addr);
+        let learned = match eth.ethertype() {
+            EtherType::Arp => ArpPacket::new_checked(eth.payload())
+                .and_then(|p| ArpRepr::parse(&p))
+                .ok()
+                .map(|arp| (IpAddr::V4(arp.source_protocol_addr), arp.source_hardware_addr)),
+            EtherType::Ipv6 => ndp_sender(eth.payload()),
+            _ => None,
+        };
+        if let Some((ip, mac)) = learned {
+            local.shared.share_neighbour(local.core, ip, mac);
+        }
     }
     true
+}
+
+/// The address and MAC a Neighbor Discovery message teaches (RFC 4861): a solicitation's or a
+/// router advertisement's sender with its source link-layer option, an advertisement's target
+/// with its target link-layer option. Only messages that arrived with hop limit 255 (from the
+/// link) and a valid checksum; the stack that receives the frame checks the rest again.
+fn ndp_sender(bytes: &[u8]) -> Option<(IpAddr, EthernetAddress)> {
+    let packet = Ipv6Packet::new_checked(bytes).ok()?;
+    let (ip, payload) = Ipv6Repr::parse_with_payload(&packet).ok()?;
+    if ip.next_header != Protocol::Icmpv6 || ip.hop_limit != 255 {
+        return None;
+    }
+    let icmp = Icmpv6Packet::new_checked(payload).ok()?;
+    let learned = match Icmpv6Repr::parse(&icmp, ip.src_addr, ip.dst_addr, ChecksumPolicy::Verify).ok()? {
+        Icmpv6Repr::Ndp(
+            NdpRepr::NeighborSolicit { lladdr: Some(mac), .. }
+            | NdpRepr::RouterAdvert { lladdr: Some(mac), .. },
+        ) if !ip.src_addr.is_unspecified() => (ip.src_addr, mac),
+        Icmpv6Repr::Ndp(NdpRepr::NeighborAdvert { target, lladdr: Some(mac), .. }) => (target, mac),
+        _ => return None,
+    };
+    let (addr, mac): (std::net::Ipv6Addr, EthernetAddress) = learned;
+    mac.is_unicast().then_some((IpAddr::V6(addr), mac))
 }
