@@ -14,6 +14,8 @@
 //!   `Stack::transmit` into a `PacketBatch` (the ACK; its pool buffer is freed with `clear`, as a
 //!   device's TX would), `Stack::recv` of the 64 bytes (so the window stays open). This is what
 //!   `Stack::poll` does per frame, without a device's `rx_burst`/`tx_burst`.
+//! * **tcp-lib over IPv6** (`tcplib_segment_ack`, id `segment_ack_v6`): the same, the client
+//!   writing Ethernet/IPv6/TCP frames (the server's neighbour entry for it set in `setup`).
 //! * **smoltcp 0.12** (`smoltcp_segment_ack`): the frame handed to a one-frame `Device`,
 //!   `Interface::poll` (ingress, then egress: the ACK, written into a reused buffer), then
 //!   `tcp::Socket::recv_slice` of the 64 bytes. Congestion control: CUBIC in both (smoltcp's
@@ -27,7 +29,7 @@
 #![allow(missing_docs, reason = "gungraun's macros generate undocumented modules, constants and functions")]
 
 use std::hint::black_box;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
@@ -41,7 +43,7 @@ use smoltcp::wire::{
     IpAddress, IpCidr, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 use tcp_lib::stack::{Config, Stack, StreamId};
-use tcp_lib::wire::{EthernetAddress as TlMac, Ipv4Cidr};
+use tcp_lib::wire::{EthernetAddress as TlMac, Ipv4Cidr, Ipv6Cidr};
 
 /// Segments per measured pass.
 const N: usize = 256;
@@ -57,12 +59,55 @@ const SERVER_PORT: u16 = 80;
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const CLIENT_PORT: u16 = 40_000;
+/// The IPv6 addresses of the `_v6` case.
+const SERVER_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+const CLIENT_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
 /// The client's initial sequence number.
 const CLIENT_ISN: u32 = 1_000_000;
 
 // ---------------------------------------------------------------------------------------------------
 // The client: frames written and read with smoltcp's wire module
 // ---------------------------------------------------------------------------------------------------
+
+/// An Ethernet/IPv6/TCP frame from the client to the server (checksums filled), written with
+/// tcp-lib's wire module (the workspace's smoltcp is built without IPv6).
+fn tcp_frame6(control: TcpControl, seq: u32, ack: Option<u32>, payload: &[u8]) -> Vec<u8> {
+    use tcp_lib::wire as tw;
+    let tcp = tw::TcpRepr {
+        src_port: CLIENT_PORT,
+        dst_port: SERVER_PORT,
+        control: if control == TcpControl::Syn { tw::TcpControl::Syn } else { tw::TcpControl::None },
+        push: control == TcpControl::Psh,
+        seq_number: tw::SeqNumber::new(seq),
+        ack_number: ack.map(tw::SeqNumber::new),
+        window_len: 65_535,
+        max_seg_size: (control == TcpControl::Syn).then_some(1440),
+        payload,
+        ..tw::TcpRepr::default()
+    };
+    let ip = tw::Ipv6Repr {
+        src_addr: CLIENT_IP6,
+        dst_addr: SERVER_IP6,
+        next_header: tw::Protocol::Tcp,
+        payload_len: tcp.buffer_len(),
+        hop_limit: 64,
+        traffic_class: 0,
+        flow_label: 0,
+    };
+    let eth = tw::EthernetRepr {
+        src_addr: TlMac(CLIENT_MAC),
+        dst_addr: TlMac(SERVER_MAC),
+        vlan: None,
+        ethertype: tw::EtherType::Ipv6,
+    };
+    let mut buf = vec![0u8; eth.buffer_len(ip.buffer_len())];
+    let mut frame = tw::EthernetFrame::new_unchecked(&mut buf[..]);
+    eth.emit(&mut frame);
+    let mut packet = tw::Ipv6Packet::new_unchecked(frame.payload_mut());
+    ip.emit(&mut packet);
+    tcp.emit_v6(&mut tw::TcpPacket::new_unchecked(packet.payload_mut()), CLIENT_IP6, SERVER_IP6);
+    buf
+}
 
 /// An Ethernet/IPv4/TCP frame from the client to the server (checksums filled).
 fn tcp_frame(control: TcpControl, seq: u32, ack: Option<u32>, payload: &[u8]) -> Vec<u8> {
@@ -145,6 +190,7 @@ fn classify(frame: &[u8]) -> Seen {
             let tcp = 14 + 4 * usize::from(frame[14] & 0x0f);
             Seen::Tcp { flags: frame[tcp + 13], seq: be32(tcp + 4) }
         }
+        Some([0x86, 0xdd]) if frame[20] == 6 => Seen::Tcp { flags: frame[54 + 13], seq: be32(54 + 4) },
         _ => Seen::Other,
     }
 }
@@ -155,8 +201,10 @@ trait Server {
     fn exchange(&mut self, frame: &[u8]) -> Vec<Vec<u8>>;
 }
 
-/// Opens the connection (answering ARP), and returns the data segments to measure with.
-fn handshake(server: &mut impl Server) -> Vec<Vec<u8>> {
+/// Opens the connection (answering ARP), over IPv6 when `v6`, and returns the data segments to
+/// measure with.
+fn handshake(server: &mut impl Server, v6: bool) -> Vec<Vec<u8>> {
+    let tcp_frame = if v6 { tcp_frame6 } else { tcp_frame };
     let mut out = server.exchange(&tcp_frame(TcpControl::Syn, CLIENT_ISN, None, &[]));
     let mut seen = Vec::new();
     for _ in 0..4 {
@@ -226,6 +274,16 @@ impl Server for TcpLib {
 }
 
 fn setup_tcplib() -> TcpLib {
+    setup_tcplib_family(false)
+}
+
+/// The same connection over IPv6 (the client's MAC learned beforehand, as ARP's answer is for
+/// IPv4): what IPv6 costs against the IPv4 case, in the same harness.
+fn setup_tcplib_v6() -> TcpLib {
+    setup_tcplib_family(true)
+}
+
+fn setup_tcplib_family(v6: bool) -> TcpLib {
     // Leaked, so that the batch can borrow the cache from the set-up into the measured function (a
     // gungraun benchmark is one process per run).
     let pool: &'static Pool =
@@ -235,9 +293,15 @@ fn setup_tcplib() -> TcpLib {
     config.secret_seed = Some(1);
     config.gratuitous_arp = false;
     config.tcp.delayed_ack = None;
+    if v6 {
+        config = config.with_ipv6(Ipv6Cidr::new(SERVER_IP6, 64).expect("a /64"));
+    }
     // A fixed base; only differences from it matter to the stack.
     let now = Instant::now();
     let mut stack = Stack::new(config, now);
+    if v6 {
+        stack.learn_neighbor(CLIENT_IP6, TlMac(CLIENT_MAC));
+    }
     let listener = stack.listen(SERVER_PORT).expect("listen");
     let mut s = TcpLib {
         stack,
@@ -249,13 +313,14 @@ fn setup_tcplib() -> TcpLib {
         buf: vec![0; 2048],
         sent: 0,
     };
-    s.frames = handshake(&mut s);
+    s.frames = handshake(&mut s, v6);
     s.stream = Some(s.stack.accept(listener).expect("established"));
     s
 }
 
 #[library_benchmark]
 #[bench::segment_ack_n256(setup = setup_tcplib, teardown = teardown_tcplib)]
+#[bench::segment_ack_v6_n256(setup = setup_tcplib_v6, teardown = teardown_tcplib)]
 fn tcplib_segment_ack(mut s: TcpLib) -> TcpLib {
     let stream = s.stream.expect("accepted");
     for frame in &s.frames {
@@ -392,7 +457,7 @@ fn setup_smoltcp() -> Smol {
     let mut sockets = SocketSet::new(Vec::new());
     let handle = sockets.add(socket);
     let mut s = Smol { iface, dev, sockets, handle, now, buf: vec![0; 2048] };
-    let frames = handshake(&mut s);
+    let frames = handshake(&mut s, false);
     assert_eq!(s.sockets.get::<stcp::Socket<'_>>(s.handle).state(), stcp::State::Established);
     s.dev.frames = frames;
     s.dev.keep = false;

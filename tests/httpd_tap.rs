@@ -1,8 +1,9 @@
 //! The httpd's `--tap` mode against the kernel's HTTP clients: in a private network namespace,
 //! `std::net` clients fetch every file of the demo set byte-exact (several requests per
 //! keep-alive connection, and pipelined), HEAD, 404, 405, 400 on a malformed request (then the
-//! connection closes), `Connection: close`; then python3's `http.client` fetches every file
-//! (when python3 is installed). Both the prepared (zero-copy) and the `--copy` paths.
+//! connection closes), `Connection: close`, concurrent connections over IPv4 and IPv6 (the server
+//! given both addresses); then python3's `http.client` fetches every file (when python3 is
+//! installed). Both the prepared (zero-copy) and the `--copy` paths.
 //!
 //! Without root or `/dev/net/tun` it prints `skipped: <why>` (`netns_test::skip`).
 //! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
@@ -104,13 +105,17 @@ fn std_clients(content: &Content) -> Result<u64, String> {
     if status != 400 {
         return Err(format!("oversized request: {status}"));
     }
-    // Several concurrent connections.
+    // Several concurrent connections, the odd ones over IPv6.
     let results: Vec<Result<u64, String>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..8)
             .map(|i| {
                 let paths = &paths;
                 sc.spawn(move || -> Result<u64, String> {
-                    let s = connect()?;
+                    let s = if i % 2 == 1 {
+                        httpd_common::connect6(Duration::from_secs(20))?
+                    } else {
+                        connect()?
+                    };
                     let mut w = s.try_clone().map_err(|e| e.to_string())?;
                     let mut r = BufReader::new(s);
                     let mut n = 0;

@@ -1,11 +1,11 @@
 //! The `Endpoint` interface both stacks are driven through, and tcp-lib's endpoint (copying or reading in place).
 
 use netchannel::pool::PoolCache;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 use tcp_lib::stack::{Config, Error as StackError, Stack, StreamId};
 use tcp_lib::tcp::State;
-use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+use tcp_lib::wire::{EthernetAddress, Ipv4Cidr, Ipv6Cidr};
 
 use crate::device::{Sleep, trust_checksums};
 use crate::{CHUNK, MAX_SLEEP};
@@ -46,6 +46,13 @@ pub(crate) struct LibEndpoint<'c, D> {
     pub(crate) listener: Option<tcp_lib::stack::ListenerId>,
     /// `Some`: the application reads in place (`Stack::poll_with`).
     pub(crate) in_place: Option<InPlace>,
+    /// Connections go over IPv6: to `fd00::N` for the workload's `10.0.0.N` (the stack has both).
+    pub(crate) v6: bool,
+}
+
+/// The IPv6 address the `tcp-lib-v6` contender gives the host `10.0.0.N`: `fd00::N`.
+pub(crate) fn v6_of(ip: Ipv4Addr) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, u16::from(ip.octets()[3]))
 }
 
 /// An application reading in place: its sink copies each payload, where it lies in the received
@@ -93,7 +100,16 @@ impl<'c, D: Sleep> LibEndpoint<'c, D> {
     pub(crate) fn new(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
         let config = lib_config(dev.info().mac.0, ip, buf, trust_checksums::<D>());
         let stack = Stack::new(config, Instant::now());
-        Self { stack, dev, cache, listener: None, in_place: None }
+        Self { stack, dev, cache, listener: None, in_place: None, v6: false }
+    }
+
+    /// The same endpoint with IPv6 on (`fd00::N/64` besides `10.0.0.N/24`), connecting over
+    /// IPv6: the IPv4 endpoint's twin, for what IPv6 costs in the same harness.
+    pub(crate) fn new_v6(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
+        let config = lib_config(dev.info().mac.0, ip, buf, trust_checksums::<D>())
+            .with_ipv6(Ipv6Cidr::new(v6_of(ip), 64).expect("a /64"));
+        let stack = Stack::new(config, Instant::now());
+        Self { stack, dev, cache, listener: None, in_place: None, v6: true }
     }
 }
 
@@ -136,6 +152,11 @@ impl<D: Sleep> Endpoint for LibEndpoint<'_, D> {
     }
 
     fn connect(&mut self, remote: SocketAddrV4) -> Result<StreamId, String> {
+        let remote = if self.v6 {
+            SocketAddr::from((v6_of(*remote.ip()), remote.port()))
+        } else {
+            SocketAddr::V4(remote)
+        };
         self.stack.connect(remote).map_err(lib_err)
     }
 

@@ -117,6 +117,7 @@ fn child(args: &[String]) -> Result<(), String> {
     let kind = match who {
         "tcp-lib" => Some(Kind::TcpLib),
         "tcp-lib-inplace" => Some(Kind::TcpLibInPlace),
+        "tcp-lib-v6" => Some(Kind::TcpLibV6),
         "smoltcp" => Some(Kind::Smoltcp),
         "kernel-lo" => None,
         _ => return Err(format!("unknown contender {who}")),
@@ -164,8 +165,9 @@ fn main() {
     let ns_missing = netns::namespace_unavailable();
 
     if want("bulk") {
-        let mut ser = series(&["tcp-lib", "smoltcp", "tcp-lib-inplace", "kernel-lo", "kernel-lo-1500"]);
-        let contenders = if ns_missing.is_some() { 4 } else { 5 };
+        let mut ser =
+            series(&["tcp-lib", "smoltcp", "tcp-lib-inplace", "tcp-lib-v6", "kernel-lo", "kernel-lo-1500"]);
+        let contenders = if ns_missing.is_some() { 5 } else { 6 };
         for round in 0..s.rounds {
             eprintln!("bulk round {round}:");
             rotated(round, contenders, |i| {
@@ -173,7 +175,8 @@ fn main() {
                     0 => bulk_stack(Kind::TcpLib, &s, s.bytes),
                     1 => bulk_stack(Kind::Smoltcp, &s, s.bytes),
                     2 => bulk_stack(Kind::TcpLibInPlace, &s, s.bytes),
-                    3 => bulk_kernel(s.bytes, Ipv4Addr::LOCALHOST),
+                    3 => bulk_stack(Kind::TcpLibV6, &s, s.bytes),
+                    4 => bulk_kernel(s.bytes, Ipv4Addr::LOCALHOST),
                     _ => {
                         let bytes = s.bytes;
                         netns::in_private_namespace(move || {
@@ -187,7 +190,7 @@ fn main() {
         }
         if let Some(why) = ns_missing {
             println!("(kernel-lo-1500 skipped: {why})");
-            ser.truncate(4);
+            ser.truncate(5);
         }
         table(&format!("Bulk, one connection, {} MiB, in-memory link", s.bytes >> 20), "MB", 1e6, &ser);
         // The same samples with the in-place reader as the reference.
@@ -218,13 +221,14 @@ fn main() {
     if want("txn") {
         for &buf in &s.txn_bufs {
             let st = Settings { buf, ..s.clone() };
-            let mut ser = series(&["tcp-lib", "smoltcp", "kernel-lo"]);
+            let mut ser = series(&["tcp-lib", "smoltcp", "tcp-lib-v6", "kernel-lo"]);
             for round in 0..s.rounds {
                 eprintln!("txn round {round}, stack buffers {} KiB:", buf >> 10);
-                rotated(round, 3, |i| {
+                rotated(round, 4, |i| {
                     let r = match i {
                         0 => txn_stack(Kind::TcpLib, &st, s.txns),
                         1 => txn_stack(Kind::Smoltcp, &st, s.txns),
+                        2 => txn_stack(Kind::TcpLibV6, &st, s.txns),
                         _ => txn_kernel(s.txns),
                     };
                     record(&mut ser[i], round, r);

@@ -19,6 +19,8 @@ pub(crate) enum Kind {
     TcpLib,
     /// tcp-lib, the receiving application reading in place ([`InPlace`]).
     TcpLibInPlace,
+    /// tcp-lib over IPv6 (both ends dual-stack, connecting to the IPv6 address).
+    TcpLibV6,
     Smoltcp,
 }
 
@@ -27,6 +29,7 @@ impl Kind {
         match self {
             Kind::TcpLib => "tcp-lib",
             Kind::TcpLibInPlace => "tcp-lib-inplace",
+            Kind::TcpLibV6 => "tcp-lib-v6",
             Kind::Smoltcp => "smoltcp",
         }
     }
@@ -68,6 +71,7 @@ pub(crate) fn with_endpoint<D: Sleep + HasPool, R>(
             ep.in_place = Some(InPlace::new());
             f(&mut ep)
         }
+        Kind::TcpLibV6 => f(&mut LibEndpoint::new_v6(dev, &cache, ip, buf)),
         Kind::Smoltcp => f(&mut SmolEndpoint::new(dev, &cache, ip, buf)),
     }
 }

@@ -4,27 +4,40 @@
 #![allow(dead_code, reason = "each test binary uses a part of it")]
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use netchannels::cli::ServeArgs;
 use netchannels::httpd::{Content, Options, Report, run};
-use netchannels::tcp_lib::wire::Ipv4Cidr;
+use netchannels::tcp_lib::wire::{Ipv4Cidr, Ipv6Cidr};
 use netns_test::ip;
 
 /// The kernel's end of the TAP.
 pub(crate) const KERNEL: &str = "10.202.0.1/24";
 /// The server's address.
 pub(crate) const SERVER: Ipv4Addr = Ipv4Addr::new(10, 202, 0, 2);
+/// The kernel's IPv6 address on the TAP (no duplicate address detection: usable at once).
+pub(crate) const KERNEL6: &str = "fd00:202::1/64";
+/// The server's IPv6 address (httpd serves both families).
+pub(crate) const SERVER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x202, 0, 0, 0, 0, 0, 2);
 /// The server's port.
 pub(crate) const PORT: u16 = 80;
 
 /// A connection to the server (10 s to connect), reads timing out after `read_timeout`.
 pub(crate) fn connect(read_timeout: Duration) -> Result<TcpStream, String> {
-    let s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
-        .map_err(|e| format!("connect: {e}"))?;
+    connect_to(SocketAddrV4::new(SERVER, PORT).into(), read_timeout)
+}
+
+/// [`connect`] over IPv6, to [`SERVER6`].
+pub(crate) fn connect6(read_timeout: Duration) -> Result<TcpStream, String> {
+    connect_to(SocketAddr::from((SERVER6, PORT)), read_timeout)
+}
+
+fn connect_to(to: SocketAddr, read_timeout: Duration) -> Result<TcpStream, String> {
+    let s =
+        TcpStream::connect_timeout(&to, Duration::from_secs(10)).map_err(|e| format!("connect {to}: {e}"))?;
     s.set_read_timeout(Some(read_timeout)).map_err(|e| e.to_string())?;
     Ok(s)
 }
@@ -86,7 +99,7 @@ pub(crate) fn vm_rss() -> Result<u64, String> {
 }
 
 /// In the calling thread's namespace (a private one): a TAP `iface` with the kernel on
-/// [`KERNEL`], httpd on it with `options` (the backend, address and port filled in) serving
+/// [`KERNEL`] and [`KERNEL6`], httpd on it with `options` (the backend, address and port filled in) serving
 /// `content`, and `clients` run against it; then the server stops. Returns the clients' result
 /// and the server's report.
 pub(crate) fn serve<T>(
@@ -97,11 +110,15 @@ pub(crate) fn serve<T>(
 ) -> Result<(T, Report), String> {
     ip(&["tuntap", "add", "dev", iface, "mode", "tap"])?;
     ip(&["addr", "add", KERNEL, "dev", iface])?;
+    ip(&["-6", "addr", "add", KERNEL6, "dev", iface, "nodad"])?;
     ip(&["link", "set", iface, "up"])?;
     let options = Options {
         serve: ServeArgs {
             tap: Some(iface.into()),
-            ips: vec![netchannels::cli::IpCidr::V4(Ipv4Cidr::new(SERVER, 24).expect("a /24"))],
+            ips: vec![
+                netchannels::cli::IpCidr::V4(Ipv4Cidr::new(SERVER, 24).expect("a /24")),
+                netchannels::cli::IpCidr::V6(Ipv6Cidr::new(SERVER6, 64).expect("a /64")),
+            ],
             ..options.serve
         },
         progress: false,
