@@ -131,6 +131,17 @@ impl NetDevice for Port {
     }
 }
 
+impl Port {
+    /// Sleeps until the port has a frame or `timeout` passes, for a port the kernel wakes (an
+    /// AF_XDP queue: `ppoll(2)` on its socket); `None` for the others, which are polled.
+    pub(crate) fn sleep_rx(&self, timeout: Duration) -> Option<Result<bool, DevError>> {
+        match self {
+            Self::Xdp(dev) => Some(dev.wait_readable(Some(timeout))),
+            _ => None,
+        }
+    }
+}
+
 /// Every port can be moved to its core's thread.
 const _: fn() = || {
     fn send<T: Send>() {}
