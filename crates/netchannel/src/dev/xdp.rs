@@ -828,6 +828,14 @@ impl XdpQueue {
         self.queue.xdp_stats()
     }
 
+    /// Whether frames wait on the TX ring for the kernel to take them (in copy mode, for the next
+    /// `sendto` or `poll`: one takes at most 32): a caller that would sleep in
+    /// [`wait_readable`](Self::wait_readable) should kick them out first.
+    #[must_use]
+    pub fn tx_pending(&self) -> bool {
+        self.queue.xsk.tx.unconsumed() > 0
+    }
+
     /// Wakes the kernel to send what is still on the TX ring; `rx_burst` and `tx_burst` do this
     /// themselves.
     ///

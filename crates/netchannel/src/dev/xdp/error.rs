@@ -164,7 +164,7 @@ impl fmt::Display for XdpError {
             Self::BusyPoll { option, source } => match source.raw_os_error() {
                 Some(libc::EPERM | libc::EACCES) => write!(
                     f,
-                    "setsockopt({option}) was refused ({source}): preferring busy polling, or busy polling longer (SO_BUSY_POLL) or harder (SO_BUSY_POLL_BUDGET) than the sysctls net.core.busy_read / net.core.busy_poll allow, needs CAP_NET_ADMIN; run as root, raise the sysctls, or open without busy polling"
+                    "setsockopt({option}) was refused ({source}): preferring busy polling, setting a busy-poll budget, or busy polling longer than the sysctl net.core.busy_read allows needs CAP_NET_ADMIN; run as root (or grant CAP_NET_ADMIN), or open without busy polling"
                 ),
                 _ => write!(
                     f,

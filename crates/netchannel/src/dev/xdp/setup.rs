@@ -46,7 +46,8 @@ pub enum ZeroCopy {
     Require,
 }
 
-/// Busy polling on each socket (Linux 5.11+, `CONFIG_NET_RX_BUSY_POLL`; af_xdp.rst, "Busy-Poll").
+/// Busy polling on each socket (Linux 5.11+, `CONFIG_NET_RX_BUSY_POLL`; the kernel's
+/// `Documentation/networking/napi.rst`, "Busy polling" and "Preferred busy polling").
 ///
 /// `SO_PREFER_BUSY_POLL` asks the kernel to leave the queue's NAPI to the application (with the
 /// interface's `napi_defer_hard_irqs` and `gro_flush_timeout`, interrupts stay off while it keeps
@@ -54,8 +55,8 @@ pub enum ZeroCopy {
 /// driver's NAPI; `SO_BUSY_POLL_BUDGET` how many frames one such poll may take. With busy polling
 /// on, an RX burst that finds its ring empty calls `recvfrom` to run the NAPI (counted in
 /// [`XdpStats::busy_polls`](super::XdpStats::busy_polls)), as the kernel's `xdpsock` sample does.
-/// Setting any of them above the sysctls `net.core.busy_read`/`busy_poll`, or preferring busy
-/// polling at all, needs `CAP_NET_ADMIN`.
+/// Preferring busy polling, setting a budget, or busy polling longer than the sysctl
+/// `net.core.busy_read` allows needs `CAP_NET_ADMIN`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BusyPoll {
     /// `SO_PREFER_BUSY_POLL`.
@@ -67,7 +68,7 @@ pub struct BusyPoll {
 }
 
 impl Default for BusyPoll {
-    /// Preferred, 20 us, a budget of 64: the values af_xdp.rst's example uses.
+    /// Preferred, 20 us, a budget of 64: what the kernel's `xdpsock` sample sets with `--busy-poll`.
     fn default() -> Self {
         Self { prefer: true, usecs: 20, budget: 64 }
     }
@@ -472,7 +473,8 @@ impl AfXdpBuilder {
     }
 }
 
-/// Sets the busy-polling options in the order af_xdp.rst gives (prefer, microseconds, budget).
+/// Sets the busy-polling options in the order the kernel's `xdpsock` sample does (prefer,
+/// microseconds, budget).
 fn set_busy_poll(fd: &OwnedFd, busy: BusyPoll) -> Result<(), XdpError> {
     let usecs = libc::c_int::try_from(busy.usecs).unwrap_or(libc::c_int::MAX);
     let options = [
