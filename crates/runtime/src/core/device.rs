@@ -223,7 +223,8 @@ impl NetDevice for CoreDevice<'_> {
             // A device the kernel wakes (AF_XDP) is slept on at once, for at most a nap (so that
             // mail, neighbours and the stop flag are seen as soon as with the back-off below),
             // instead of yielded to: an idle core burns no CPU in `sched_yield` between requests,
-            // and the first frame wakes it.
+            // and the first frame wakes it. Not while frames wait on the device's TX ring (the
+            // port says so): only a received frame ends the sleep, and they need the next kick.
             if let Some(ch) = &self.driver {
                 let nap = deadline.map_or(NAP, |d| d.saturating_duration_since(now).min(NAP));
                 if let Some(slept) = ch.device().sleep_rx(nap) {
