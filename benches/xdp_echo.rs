@@ -3,7 +3,8 @@
 //! the kernel's own TCP (a `std::net` echo server on the far veth end).
 //!
 //! `cargo bench --bench xdp_echo` (root: namespaces, veth, XDP; otherwise it prints `skipped: <why>`
-//! and exits 0).
+//! and exits 0). `NC_XDP_BENCH_SERVERS=generic,kernel` runs only the servers whose names contain one
+//! of the comma-separated words (`generic`, `native`, `TAP`, `kernel`).
 //!
 //! # Setup
 //!
@@ -32,12 +33,25 @@
 //!   window, divided by those packets: client, server and the kernel's work done in their threads
 //!   (veth delivers in the sender's softirq context, so much of the receiving side's kernel work is
 //!   charged to the sender). **Server CPU per packet**: the process's CPU minus the client threads'
-//!   own (`CLOCK_THREAD_CPUTIME_ID` in each), i.e. the server's threads. Our server polls (it yields,
-//!   and sleeps 100 us only after 2 ms idle), so its thread is busy whatever the load; the kernel's
-//!   server threads block in `read`.
+//!   own (`CLOCK_THREAD_CPUTIME_ID` in each), i.e. the server's threads. Our server polls while it
+//!   has work and sleeps in `ppoll` on its AF_XDP socket when idle (over the TAP it yields, and
+//!   naps 100 us only after 2 ms idle); the kernel's server threads block in `read`.
 //!
-//! Softirq work that runs in `ksoftirqd` is in neither figure; the table also prints the machine's
-//! total busy CPU (`/proc/stat`, all CPUs, other processes included) per packet.
+//! Softirq work that runs in `ksoftirqd` or a NAPI thread is in neither figure; the table also
+//! prints the machine's total busy CPU (`/proc/stat`, all CPUs, other processes included) per packet.
+//!
+//! # Where the client's receive runs (`NC_XDP_BENCH_PEER`)
+//!
+//! veth hands a frame to its peer in the sender's context: by default (`softirq`) the kernel
+//! client's TCP receive of each echo (about two thirds of our server thread's CPU, by `perf`) runs
+//! in the softirq that our `sendto` (or the kernel server's `write`) raises, and is charged to the
+//! server. `NC_XDP_BENCH_PEER=threaded` gives `ncbx1` a NAPI instance (GRO on; TSO off on
+//! `ncbx0`, without which veth bypasses the peer's NAPI for frames that are not a local socket's)
+//! run by a kernel thread of its own (`/sys/class/net/ncbx1/threaded`), so that, as with a NIC,
+//! the far end's receive is not the server's CPU: it shows in the machine column instead. The TAP
+//! row is unaffected (a TAP write delivers in the writer's softirq either way).
+//!
+//! `NC_XDP_BENCH_BUSY_POLL=USECS` opens our AF_XDP sockets with busy polling (`--xdp-busy-poll`).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
@@ -214,6 +228,61 @@ fn client(
     })
 }
 
+fn ethtool_off(iface: &str, feature: &str) -> Result<(), String> {
+    match Command::new("ethtool").args(["-K", iface, feature, "off"]).output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!("ethtool -K {iface} {feature} off: {}", String::from_utf8_lossy(&o.stderr))),
+        Err(e) => Err(format!("ethtool: {e}")),
+    }
+}
+
+/// Gives the client's veth end a NAPI instance (GRO on) run by a kernel thread of its own
+/// (`/sys/class/net/IFACE/threaded`), so that the client's receive work (its kernel TCP) runs there
+/// instead of in the softirq of whichever thread sent it the frame: our server's `sendto`, or the
+/// kernel server's `write`. As with a NIC, the far end's receive is then not the server's CPU.
+fn threaded_napi(iface: &str) -> Result<(), String> {
+    let out = Command::new("ethtool").args(["-K", iface, "gro", "on"]).output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => return Err(format!("ethtool -K {iface} gro on: {}", String::from_utf8_lossy(&o.stderr))),
+        Err(e) => return Err(format!("ethtool (for threaded NAPI on {iface}): {e}")),
+    }
+    let iface = iface.to_owned();
+    // sysfs shows the network namespace of whoever mounted it: a thread of this namespace mounts
+    // its own, in a mount namespace of its own, and writes the interface's `threaded` there.
+    std::thread::spawn(move || -> Result<(), String> {
+        let cstr = |s: &str| std::ffi::CString::new(s).map_err(|e| e.to_string());
+        let (root, sys, sysfs) = (cstr("/")?, cstr("/sys")?, cstr("sysfs")?);
+        // SAFETY: unshare only changes this thread's filesystem context and mount namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_FS) } != 0 {
+            return Err(format!("unshare(CLONE_NEWNS): {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: NUL-terminated paths; makes this namespace's mounts private (nothing propagates out).
+        let private = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        };
+        if private != 0 {
+            return Err(format!("mount --make-rprivate /: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: NUL-terminated strings; a fresh sysfs over /sys in this private namespace only.
+        let mounted =
+            unsafe { libc::mount(sysfs.as_ptr(), sys.as_ptr(), sysfs.as_ptr(), 0, std::ptr::null()) };
+        if mounted != 0 {
+            return Err(format!("mount sysfs: {}", std::io::Error::last_os_error()));
+        }
+        std::fs::write(format!("/sys/class/net/{iface}/threaded"), "1")
+            .map_err(|e| format!("threaded NAPI on {iface}: {e}"))
+    })
+    .join()
+    .map_err(|_| "the sysfs thread panicked".to_owned())?
+}
+
 fn xdp_attached(iface: &str) -> bool {
     Command::new("ip")
         .args(["-d", "link", "show", iface])
@@ -342,21 +411,39 @@ fn bench() -> Result<(), String> {
     ip(&["link", "add", OURS, "type", "veth", "peer", "name", KERNELS]).map_err(|e| format!("skip:{e}"))?;
     ip(&["addr", "add", VETH_CLIENT, "dev", KERNELS])?;
     tx_checksum_off(KERNELS)?;
+    let peer_napi = std::env::var("NC_XDP_BENCH_PEER").unwrap_or_default();
+    let threaded = match peer_napi.as_str() {
+        "" | "softirq" => false,
+        "threaded" => true,
+        other => return Err(format!("NC_XDP_BENCH_PEER={other:?}: softirq (default) or threaded")),
+    };
     ip(&["tuntap", "add", "dev", TAP, "mode", "tap"]).map_err(|e| format!("skip:{e}"))?;
     ip(&["addr", "add", TAP_CLIENT, "dev", TAP])?;
     for dev in ["lo", OURS, KERNELS, TAP] {
         ip(&["link", "set", dev, "up"])?;
     }
+    if threaded {
+        // After `up`: veth creates its NAPI instances when the interface opens. veth hands a frame
+        // to the peer's NAPI only when the sender has no TSO (or the frame is a socket's own),
+        // which AF_XDP's are not.
+        ethtool_off(OURS, "tso")?;
+        threaded_napi(KERNELS)?;
+    }
+    // Busy polling on our sockets (`--xdp-busy-poll USECS`), when NC_XDP_BENCH_BUSY_POLL names it.
+    let busy_poll: Option<u32> = std::env::var("NC_XDP_BENCH_BUSY_POLL").ok().and_then(|v| v.parse().ok());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "xdp_echo: {conns} connections, {size}-byte messages, {:.1} s per server, {} CPUs, load average {}",
+        "xdp_echo: {conns} connections, {size}-byte messages, {:.1} s per server, client's receive in {}, busy polling {}, {} CPUs, load average {}",
         secs.as_secs_f64(),
+        if threaded { "its own NAPI thread" } else { "the sender's softirq" },
+        busy_poll.map_or_else(|| "off".to_owned(), |us| format!("{us} us")),
         std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     let veth = |mode| ServeArgs {
         xdp: Some(OURS.into()),
         xdp_mode: Some(mode),
+        xdp_busy_poll: busy_poll,
         queues: Some(1),
         ips: vec![netchannels::cli::IpCidr::V4(Ipv4Cidr::new(VETH_SERVER, 24).expect("a /24"))],
         ..ServeArgs::default()
@@ -380,7 +467,13 @@ fn bench() -> Result<(), String> {
         ("ours, TAP", Box::new(|| ours(tap, TAP_SERVER, TAP, conns, size, secs))),
         ("kernel TCP (std::net)", Box::new(|| kernel(conns, size, secs))),
     ];
+    let only = std::env::var("NC_XDP_BENCH_SERVERS").unwrap_or_default();
+    let wanted =
+        |name: &str| only.is_empty() || only.split(',').any(|w| !w.is_empty() && name.contains(w.trim()));
     for (name, f) in runs {
+        if !wanted(name) {
+            continue;
+        }
         match f() {
             Ok(mut row) => {
                 row.server = name.into();

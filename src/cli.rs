@@ -37,6 +37,7 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::error::ErrorKind;
 use netchannel::dev::XdpMode;
+use netchannel::dev::xdp::BusyPoll;
 use netchannel_runtime::{Backend, Builder, DEFAULT_BACKLOG, Placement, Runtime};
 use tcp_lib::wire::{Ipv4Cidr, Ipv6Cidr};
 
@@ -70,6 +71,16 @@ pub struct ServeArgs {
         help_heading = "Backend (default: the 82599 model with an in-process client)"
     )]
     pub xdp_mode: Option<XdpMode>,
+
+    /// Busy-poll --xdp's sockets: SO_PREFER_BUSY_POLL, SO_BUSY_POLL=USECS, SO_BUSY_POLL_BUDGET=64
+    /// (Linux 5.11+; needs CAP_NET_ADMIN)
+    #[arg(
+        long,
+        value_name = "USECS",
+        requires = "xdp",
+        help_heading = "Backend (default: the 82599 model with an in-process client)"
+    )]
+    pub xdp_busy_poll: Option<u32>,
 
     /// Serve --xdp's queues 0..N only (one core each)
     #[arg(long, value_name = "N", requires = "xdp", value_parser = clap::value_parser!(u16).range(1..), help_heading = "Backend (default: the 82599 model with an in-process client)")]
@@ -113,6 +124,7 @@ impl Default for ServeArgs {
             tap: None,
             xdp: None,
             xdp_mode: None,
+            xdp_busy_poll: None,
             queues: None,
             pci: None,
             ips: vec![IpCidr::V4(netchannel_runtime::DEFAULT_IP)],
@@ -195,6 +207,7 @@ impl ServeArgs {
                 iface: iface.clone(),
                 queues: self.queues,
                 mode: self.xdp_mode.unwrap_or_default(),
+                busy_poll: self.xdp_busy_poll.map(|usecs| BusyPoll { usecs, ..BusyPoll::default() }),
             }
         } else if let Some(addr) = &self.pci {
             Backend::pci(addr.clone())
@@ -235,6 +248,9 @@ impl ServeArgs {
         if self.xdp.is_none() {
             if self.xdp_mode.is_some() {
                 return conflict("--xdp-mode is for --xdp".into());
+            }
+            if self.xdp_busy_poll.is_some() {
+                return conflict("--xdp-busy-poll is for --xdp".into());
             }
             if self.queues.is_some() {
                 return conflict(
@@ -507,10 +523,17 @@ mod tests {
         assert_eq!(t.serve.duration, Some(Duration::from_millis(1500)));
         let t =
             parse(&["--xdp", "veth0", "--xdp-mode", "native", "--queues", "2", "--pcap", "x.pcap"]).unwrap();
-        let xdp = Backend::Xdp { iface: "veth0".into(), queues: Some(2), mode: XdpMode::Native };
+        let xdp =
+            Backend::Xdp { iface: "veth0".into(), queues: Some(2), mode: XdpMode::Native, busy_poll: None };
         assert_eq!(t.serve.backend(), xdp);
         assert_eq!(t.serve.pcap, Some(PathBuf::from("x.pcap")));
         assert_eq!(parse(&["--xdp", "veth0"]).unwrap().serve.backend(), Backend::xdp("veth0"));
+        let busy = BusyPoll { prefer: true, usecs: 50, budget: 64 };
+        assert_eq!(
+            parse(&["--xdp", "veth0", "--xdp-busy-poll", "50"]).unwrap().serve.backend(),
+            Backend::Xdp { iface: "veth0".into(), queues: None, mode: XdpMode::Auto, busy_poll: Some(busy) }
+        );
+        assert!(parse(&["--tap", "tap0", "--xdp-busy-poll", "50"]).is_err(), "busy polling is for --xdp");
         let t = parse(&["--pci", "0000:03:00.0", "--cores", "4", "--backlog", "64"]).unwrap();
         assert_eq!(
             (t.serve.backend(), t.serve.cores, t.serve.backlog),

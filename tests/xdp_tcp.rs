@@ -320,6 +320,55 @@ fn bulk(mode: XdpMode) -> Result<(), String> {
     Ok(())
 }
 
+/// The voluntary context switches (sleeps) of this process's thread named `name`, if there is one.
+fn voluntary_switches(name: &str) -> Option<u64> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let task = tasks
+        .filter_map(Result::ok)
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))?;
+    let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Between requests a core sleeps on its AF_XDP socket (`ppoll` until a frame arrives) instead of
+/// yielding its CPU for 2 ms before its first nap: one connection
+/// sends a message every 500 us, and the core thread's sleeps (voluntary context switches) are
+/// counted over 200 of them. A core that yields through each gap sleeps in none of them.
+fn idle_core_sleeps(mode: XdpMode) -> Result<(), String> {
+    const ROUNDS: u64 = 200;
+    let (report, result) = serve(mode, || -> Result<u64, String> {
+        let addr = SocketAddrV4::new(SERVER, PORT);
+        let mut s = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(10))
+            .map_err(|e| format!("connect: {e}"))?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+        let mut back = [0u8; 64];
+        let mut round = |i: u64| -> Result<(), String> {
+            let msg = [u8::try_from(i % 251).unwrap_or(0); 64];
+            s.write_all(&msg).and_then(|()| s.read_exact(&mut back)).map_err(|e| format!("echo {i}: {e}"))?;
+            if back == msg { Ok(()) } else { Err(format!("echo {i} came back changed")) }
+        };
+        round(0)?;
+        let before = voluntary_switches("core0").ok_or("no thread named core0")?;
+        for i in 1..=ROUNDS {
+            std::thread::sleep(Duration::from_micros(500));
+            round(i)?;
+        }
+        let after = voluntary_switches("core0").ok_or("no thread named core0")?;
+        Ok(after - before)
+    })?;
+    let slept = result?;
+    println!("{mode:?}: the core slept {slept} times over {ROUNDS} idle gaps of 500 us; {report}");
+    assert!(slept >= ROUNDS, "the core spun through the idle gaps: {slept} sleeps in {ROUNDS} gaps");
+    Ok(())
+}
+
+#[test]
+fn generic_xdp_core_sleeps_when_idle() {
+    with_veth(|| idle_core_sleeps(XdpMode::Generic));
+}
+
 #[test]
 fn generic_xdp_echo_serves_concurrent_kernel_clients() {
     with_veth(|| echo(XdpMode::Generic));

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use netchannel::channelizer::{Channelizer, ConsumerId, SignatureRegistry};
-use netchannel::dev::{AfXdp, Link, NetDevice, XdpError, XdpMode, ZeroCopy};
+use netchannel::dev::xdp::BusyPoll;
+use netchannel::dev::{AfXdp, DeviceStats, Link, NetDevice, XdpError, XdpMode, XdpStats, ZeroCopy};
 use netchannel::pool::{HugePages, Pool};
 use netchannel::rcu::Qsbr;
 use netchannel::signature::{Proto, Signature};
@@ -74,8 +75,22 @@ fn with_veth(queues: u16, body: impl FnOnce() -> Result<(), String> + Send + 'st
         ip(&["link", "set", "lo", "up"])?;
         ip(&["link", "set", OURS, "up"])?;
         ip(&["link", "set", KERNELS, "up"])?;
+        // The carrier comes up from the kernel's link-watch work, a moment later (up to a second
+        // when other tests churn interfaces at the same time): the device reports it in `link()`.
+        let start = Instant::now();
+        while !carrier(OURS) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         body()
     });
+}
+
+/// Whether `iface` (in this thread's namespace) has carrier (`LOWER_UP`).
+fn carrier(iface: &str) -> bool {
+    std::process::Command::new("ip")
+        .args(["link", "show", iface])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("LOWER_UP"))
 }
 
 /// The device's error as a test outcome: missing kernel support is a skip, anything else a failure.
@@ -148,14 +163,21 @@ fn datagram(i: u32) -> Vec<u8> {
     d
 }
 
-/// The echo test in `mode`: `count` datagrams, at most `window` in flight.
-fn echo(mode: XdpMode, count: u32, window: u32) -> Result<(), String> {
+/// The echo test in `mode`: `count` datagrams, at most `window` in flight, with busy polling if
+/// `busy`; returns the device's counters and the socket's.
+fn echo(
+    mode: XdpMode,
+    count: u32,
+    window: u32,
+    busy: Option<BusyPoll>,
+) -> Result<(DeviceStats, XdpStats), String> {
     let pool = Pool::builder(4096).hugepages(HugePages::Never).build().map_err(|e| e.to_string())?;
     let dev = AfXdp::builder(OURS)
         .queue(0)
         .mode(mode)
         .ring_size(512)
         .fill_size(512)
+        .busy_poll(busy)
         .open(&pool)
         .map_err(|e| open_error(&e))?;
     assert_eq!(dev.mode(), mode, "{dev:?}");
@@ -249,17 +271,58 @@ fn echo(mode: XdpMode, count: u32, window: u32) -> Result<(), String> {
     let out = std::process::Command::new("ip").args(["-d", "link", "show", OURS]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("prog/xdp"), "the XDP program is still attached after drop: {text}");
-    Ok(())
+    Ok((stats, xdp))
 }
 
 #[test]
 fn generic_mode_echoes_kernel_udp_byte_exact() {
-    with_veth(1, || echo(XdpMode::Generic, 2000, 64));
+    with_veth(1, || echo(XdpMode::Generic, 2000, 64, None).map(drop));
 }
 
 #[test]
 fn native_mode_on_veth_echoes_kernel_udp_byte_exact() {
-    with_veth(1, || echo(XdpMode::Native, 2000, 64));
+    with_veth(1, || echo(XdpMode::Native, 2000, 64, None).map(drop));
+}
+
+/// `XDP_USE_NEED_WAKEUP`: the fill ring is only kicked (`recvfrom`) when the kernel sets its
+/// `XDP_RING_NEED_WAKEUP` flag, which a copy-mode socket never does, so a ping-pong of 400
+/// datagrams (one frame per burst, the case where a kick per refill would cost one system call
+/// per frame) makes none; TX asks for one `sendto` per burst in copy mode (the copy happens there),
+/// and bursts of up to 64 datagrams share theirs.
+#[test]
+fn wakeups_only_when_the_kernel_asks() {
+    with_veth(1, || {
+        for mode in [XdpMode::Generic, XdpMode::Native] {
+            let (stats, xdp) = echo(mode, 400, 1, None)?;
+            assert!(stats.rx_packets >= 400, "{stats:?}");
+            assert!(
+                xdp.rx_wakeups * 20 < stats.rx_packets,
+                "{mode:?}: a fill-ring kick per refill: {xdp:?}, {stats:?}"
+            );
+            assert!(xdp.tx_wakeups <= stats.tx_packets, "{mode:?}: more TX kicks than frames: {xdp:?}");
+            assert_eq!(xdp.busy_polls, 0, "no busy polling asked for: {xdp:?}");
+            let (stats, xdp) = echo(mode, 2000, 64, None)?;
+            assert!(xdp.rx_wakeups * 20 < stats.rx_packets, "{mode:?}: {xdp:?}, {stats:?}");
+            assert!(
+                xdp.tx_wakeups < stats.tx_packets,
+                "{mode:?}: no TX burst shared its kick: {xdp:?}, {stats:?}"
+            );
+        }
+        Ok(())
+    });
+}
+
+/// With busy polling (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`, `SO_BUSY_POLL_BUDGET`) the device
+/// opens (as root), echoes the same, and runs the NAPI with `recvfrom` after each empty RX burst.
+#[test]
+fn busy_polling_opens_and_echoes() {
+    with_veth(1, || {
+        let busy = BusyPoll { prefer: true, usecs: 20, budget: 64 };
+        let (stats, xdp) = echo(XdpMode::Native, 500, 16, Some(busy))?;
+        assert!(stats.rx_packets >= 500, "{stats:?}");
+        assert!(xdp.busy_polls > 0, "an empty RX burst runs the NAPI: {xdp:?}");
+        Ok(())
+    });
 }
 
 /// What goes wrong is reported as what to fix, and a failed open leaks nothing.

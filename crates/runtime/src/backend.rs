@@ -32,7 +32,7 @@ use ixgbe_vfio::platform::{self, Backend as PlatformBackend};
 use ixgbe_vfio::regs::MAX_QUEUES;
 use ixgbe_vfio::sim::{Model, SimConfig, SimStats, SimThread, Wire};
 use netchannel::channel::BuildError;
-use netchannel::dev::xdp::{self, AfXdp, XdpError, XdpMode};
+use netchannel::dev::xdp::{self, AfXdp, BusyPoll, XdpError, XdpMode};
 use netchannel::dev::{NetDevice, Pair, PcapWriter, Tap, TapError};
 use netchannel::pool::{Audit, HugePages, LeakError, Pool, PoolError};
 use tcp_lib::wire::EthernetAddress;
@@ -63,6 +63,8 @@ pub enum Backend {
         queues: Option<u16>,
         /// Where the XDP program runs.
         mode: XdpMode,
+        /// Busy polling on each queue's socket (`None`: off).
+        busy_poll: Option<BusyPoll>,
     },
     /// An 82599 bound to `vfio-pci` (see `scripts/vfio-bind.sh`).
     Pci {
@@ -82,7 +84,7 @@ impl Backend {
     /// ([`XdpMode::Auto`]).
     #[must_use]
     pub fn xdp(iface: impl Into<String>) -> Self {
-        Self::Xdp { iface: iface.into(), queues: None, mode: XdpMode::Auto }
+        Self::Xdp { iface: iface.into(), queues: None, mode: XdpMode::Auto, busy_poll: None }
     }
 
     /// The 82599 at PCI address `addr`.
@@ -302,7 +304,9 @@ pub(crate) fn open(backend: &Backend, options: &OpenOptions<'_>) -> Result<Opene
     match backend {
         Backend::Model => open_model(options),
         Backend::Tap { name } => open_tap(backend, name, options),
-        Backend::Xdp { iface, queues, mode } => open_xdp(backend, iface, *queues, *mode, options),
+        Backend::Xdp { iface, queues, mode, busy_poll } => {
+            open_xdp(backend, iface, *queues, (*mode, *busy_poll), options)
+        }
         Backend::Pci { addr } => open_pci(backend, addr, options),
     }
 }
@@ -462,7 +466,7 @@ fn open_xdp(
     backend: &Backend,
     iface: &str,
     queues: Option<u16>,
-    mode: XdpMode,
+    (mode, busy_poll): (XdpMode, Option<BusyPoll>),
     options: &OpenOptions<'_>,
 ) -> Result<Opened, OpenError> {
     let xdp_err =
@@ -496,7 +500,12 @@ fn open_xdp(
     let range = if n == 1 { ", queue 0".to_owned() } else { format!(", queues 0..{n}") };
     let ring = xdp::DEFAULT_RING_SIZE as usize;
     let pool = sized_pool("pool", n.into(), Rings::Xdp { fill: ring, ring }, HugePages::Never)?;
-    let dev = AfXdp::builder(iface).queues(0, n).mode(mode).open(&pool).map_err(xdp_err(range.clone()))?;
+    let dev = AfXdp::builder(iface)
+        .queues(0, n)
+        .mode(mode)
+        .busy_poll(busy_poll)
+        .open(&pool)
+        .map_err(xdp_err(range.clone()))?;
     let mac = EthernetAddress(dev.info().mac.0);
     let copy = if dev.is_zero_copy() { "zero-copy" } else { "copy mode" };
     let mut description = format!("AF_XDP on {iface}{range} ({} XDP, {copy})", mode_name(dev.mode()));
@@ -702,7 +711,7 @@ mod tests {
         assert_eq!(Backend::xdp("veth0").to_string(), "AF_XDP on veth0");
         assert_eq!(
             Backend::xdp("veth0"),
-            Backend::Xdp { iface: "veth0".into(), queues: None, mode: XdpMode::Auto }
+            Backend::Xdp { iface: "veth0".into(), queues: None, mode: XdpMode::Auto, busy_poll: None }
         );
         assert_eq!(Backend::pci("0000:03:00.0").to_string(), "the 82599 at 0000:03:00.0");
         assert_eq!(pcap_path(Path::new("/x/a.pcap"), 0, 1), Path::new("/x/a.pcap"));
@@ -904,7 +913,12 @@ mod tests {
             let opened = xdp_open(&Backend::xdp("ncrtx0"), &options(Some(4)))?;
             finish_clean(opened, 1);
 
-            let two = Backend::Xdp { iface: "ncrtx0".into(), queues: Some(2), mode: XdpMode::Generic };
+            let two = Backend::Xdp {
+                iface: "ncrtx0".into(),
+                queues: Some(2),
+                mode: XdpMode::Generic,
+                busy_poll: None,
+            };
             let opened = xdp_open(&two, &options(Some(2)))?;
             assert_eq!(opened.ports.len(), 2);
             assert_eq!(opened.description, "AF_XDP on ncrtx0, queues 0..2 (generic XDP, copy mode)");
@@ -940,12 +954,18 @@ mod tests {
             );
             assert!(msg.contains("--cores 4") && msg.contains("--xdp-queues 2"), "{msg}");
 
-            let eight = Backend::Xdp { iface: "ncrtx0".into(), queues: Some(8), mode: XdpMode::Auto };
+            let eight = Backend::Xdp {
+                iface: "ncrtx0".into(),
+                queues: Some(8),
+                mode: XdpMode::Auto,
+                busy_poll: None,
+            };
             let e = open(&eight, &options(None)).unwrap_err();
             assert!(e.to_string().contains("has 4 RX queues: serve --xdp-queues 4 or fewer, not 8"), "{e}");
 
             // Loopback has no native XDP: the hint is the command-line option.
-            let lo = Backend::Xdp { iface: "lo".into(), queues: Some(1), mode: XdpMode::Native };
+            let lo =
+                Backend::Xdp { iface: "lo".into(), queues: Some(1), mode: XdpMode::Native, busy_poll: None };
             match open(&lo, &options(None)) {
                 Err(e @ OpenError::Xdp { source: XdpError::NativeUnsupported { .. }, .. }) => {
                     assert!(e.to_string().contains("--xdp-mode generic (or auto)"), "{e}");

@@ -131,6 +131,19 @@ impl NetDevice for Port {
     }
 }
 
+impl Port {
+    /// Sleeps until the port has a frame or `timeout` passes, for a port the kernel wakes (an
+    /// AF_XDP queue: `ppoll(2)` on its socket) with nothing waiting on its TX ring; `None` for the
+    /// others, which are polled (a frame arriving is all that ends the sleep, and TX frames still
+    /// waiting for the kernel go out in the polls' kicks).
+    pub(crate) fn sleep_rx(&self, timeout: Duration) -> Option<Result<bool, DevError>> {
+        match self {
+            Self::Xdp(dev) if !dev.tx_pending() => Some(dev.wait_readable(Some(timeout))),
+            _ => None,
+        }
+    }
+}
+
 /// Every port can be moved to its core's thread.
 const _: fn() = || {
     fn send<T: Send>() {}
@@ -167,6 +180,54 @@ mod tests {
         drop((a, b));
         drop(cache);
         pool.check_leaks().unwrap();
+    }
+
+    /// An idle core sleeps on an AF_XDP port only while nothing waits on its TX ring: a copy-mode
+    /// `sendto` takes at most 32 frames, so after a burst of 200 the rest wait for the next kick,
+    /// which a sleep would hold back until a frame arrived.
+    #[test]
+    fn an_xdp_port_is_slept_on_only_with_its_tx_ring_drained() {
+        use netchannel::dev::xdp::{AfXdp, XdpError, XdpMode};
+        netns_test::in_private_namespace(|| {
+            let ip = netns_test::ip;
+            ip(&["link", "add", "ncrpx0", "type", "veth", "peer", "name", "ncrpx1"])?;
+            ip(&["link", "set", "ncrpx0", "up"])?;
+            ip(&["link", "set", "ncrpx1", "up"])?;
+            let pool = Pool::builder(2048).hugepages(HugePages::Never).build().map_err(|e| e.to_string())?;
+            let dev = AfXdp::builder("ncrpx0").queue(0).mode(XdpMode::Generic).ring_size(512).fill_size(512);
+            let dev = dev.open(&pool).map_err(|e| match e {
+                XdpError::Unsupported { .. } | XdpError::PermissionDenied { .. } => {
+                    format!("{}{e}", netns_test::SKIP)
+                }
+                e => e.to_string(),
+            })?;
+            let mut port = Port::Xdp(dev.into_queues().remove(0));
+            let nap = Duration::from_micros(100);
+            assert!(port.sleep_rx(nap).is_some(), "nothing to send: the port can be slept on");
+            let cache = pool.cache();
+            let mut batch = PacketBatch::with_capacity(256);
+            let mut frame = vec![0xff; 6];
+            frame.extend_from_slice(&port.info().mac.0);
+            frame.extend_from_slice(&[0x88, 0xb5]); // local experimental EtherType
+            frame.resize(60, 0);
+            for _ in 0..200 {
+                let mut p = cache.alloc().ok_or("pool empty")?;
+                p.extend_from_slice(&frame).map_err(|e| format!("{e:?}"))?;
+                batch.push(p).map_err(|_| "batch full")?;
+            }
+            assert_eq!(port.tx_burst(0, &mut batch).map_err(|e| e.to_string())?, 200);
+            assert!(port.sleep_rx(nap).is_none(), "frames wait on the TX ring: no sleep");
+            // Each poll kicks the ring again; once it is drained the port can be slept on again.
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let mut rx = PacketBatch::with_capacity(64);
+            while port.sleep_rx(Duration::ZERO).is_none() {
+                assert!(std::time::Instant::now() < deadline, "the TX ring never drained");
+                port.rx_burst(0, &cache, &mut rx).map_err(|e| e.to_string())?;
+                rx.clear();
+            }
+            assert_eq!(port.stats().tx_packets, 200);
+            Ok(())
+        });
     }
 
     #[test]

@@ -21,8 +21,16 @@
 //!   pool cache, counters and ownership bitmap; the interface, the program and its map, and the UMEM
 //!   registration are shared in an `Arc`, so the program is detached when the last queue drops.
 //! * **Wakeups** (`XDP_USE_NEED_WAKEUP`): the kernel is only woken (`recvfrom`/`sendto` with
-//!   `MSG_DONTWAIT`) when the fill or TX ring's flag asks for it; in copy mode a TX ring always asks,
-//!   since the copy happens inside `sendto`.
+//!   `MSG_DONTWAIT`) when the fill or TX ring's flag asks for it, checked once per burst after the
+//!   burst's producer store; in copy mode a TX ring always asks, since the copy happens inside
+//!   `sendto` (one per TX burst, [`XdpStats::tx_wakeups`]), and a fill ring never does
+//!   ([`XdpStats::rx_wakeups`] stays 0). Completions are reaped and the fill ring refilled a burst
+//!   at a time (one index load and one index store per ring per burst).
+//! * **Busy polling** ([`BusyPoll`], off by default): `SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` and
+//!   `SO_BUSY_POLL_BUDGET` on each socket; an RX burst that finds its ring empty then calls
+//!   `recvfrom` to run the driver's NAPI in the caller's thread ([`XdpStats::busy_polls`]).
+//! * **Sleeping**: [`AfXdp::wait_readable`] sleeps in `ppoll(2)` on the socket (microsecond
+//!   timeouts) until the RX ring has a frame; the runtime's cores sleep there when idle.
 //!
 //! # Why raw `bpf(2)` and not `xsk-rs`/libxdp
 //!
@@ -114,7 +122,7 @@ use super::{DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketB
 use crate::pool::{Pool, PoolCache};
 
 pub use self::error::XdpError;
-pub use self::setup::{AfXdpBuilder, DEFAULT_RING_SIZE, XdpMode, ZeroCopy, rx_queues};
+pub use self::setup::{AfXdpBuilder, BusyPoll, DEFAULT_RING_SIZE, XdpMode, ZeroCopy, rx_queues};
 
 /// `XDP_PACKET_HEADROOM`: where the kernel puts a frame after a chunk's start (include/uapi/linux/bpf.h).
 pub const XDP_PACKET_HEADROOM: usize = 256;
@@ -138,6 +146,8 @@ pub struct XdpStats {
     pub rx_wakeups: u64,
     /// Wakeups the device sent for the TX ring (`sendto`).
     pub tx_wakeups: u64,
+    /// `recvfrom` calls made to run the driver's NAPI after an empty RX burst ([`BusyPoll`] only).
+    pub busy_polls: u64,
     /// Buffers held out of the fill ring because their chunk would start before the region.
     pub parked: u64,
 }
@@ -157,6 +167,9 @@ struct Xsk {
     frames: Vec<RxFrame>,
     fill_size: u32,
     tx_outstanding: u32,
+    /// Whether the socket busy-polls ([`BusyPoll`]): an empty RX burst then runs the NAPI.
+    busy_poll: bool,
+    busy_polls: u64,
     rx_wakeups: u64,
     tx_wakeups: u64,
     parked: u64,
@@ -241,19 +254,26 @@ fn refill(xsk: &mut Xsk, cache: &PoolCache, umem: &Umem, held: &mut Held) -> u32
     }
     if xsk.fill.needs_wakeup() {
         xsk.rx_wakeups += 1;
-        // SAFETY: a zero-length receive with no buffer and no address: the kernel writes nothing.
-        let _ = unsafe {
-            libc::recvfrom(
-                xsk.fd.as_raw_fd(),
-                std::ptr::null_mut(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
+        wake_rx(&xsk.fd);
     }
     posted
+}
+
+/// A zero-length, non-blocking `recvfrom` on the socket: wakes the driver to take fill-ring buffers
+/// (`XDP_RING_NEED_WAKEUP`), or runs its NAPI in this thread (busy polling). Errors are the next
+/// burst's business: the socket's only failure that matters shows up in `sendto` and `poll`.
+fn wake_rx(fd: &OwnedFd) {
+    // SAFETY: a zero-length receive with no buffer and no address: the kernel writes nothing.
+    let _ = unsafe {
+        libc::recvfrom(
+            fd.as_raw_fd(),
+            std::ptr::null_mut(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
 }
 
 /// Takes completed TX buffers off the completion ring and frees them into `cache`; returns how many.
@@ -326,6 +346,12 @@ impl Queue {
         }
         let want = batch.remaining().min(xsk.frames.len());
         let n = xsk.rx.available(u32::try_from(want).unwrap_or(u32::MAX));
+        if n == 0 && want > 0 && xsk.busy_poll {
+            // Busy polling: nothing arrived, so run the driver's NAPI here (the frames it takes
+            // show up in the next burst).
+            xsk.busy_polls += 1;
+            wake_rx(&xsk.fd);
+        }
         let mut frames = 0;
         for i in 0..n {
             let desc = xsk.rx.read(i);
@@ -409,11 +435,16 @@ impl Queue {
     }
 
     fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool, DevError> {
-        let ms = timeout
-            .map_or(-1, |t| i32::try_from(t.as_millis().max(u128::from(!t.is_zero()))).unwrap_or(i32::MAX));
+        // `ppoll`, not `poll`: a core that sleeps here between bursts asks for microseconds.
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(t.subsec_nanos().cast_signed()),
+        });
+        let ts_ptr = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
         let mut pfd = libc::pollfd { fd: self.xsk.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid `pollfd`, owned here for the duration of the call.
-        let r = unsafe { libc::poll(&raw mut pfd, 1, ms) };
+        // SAFETY: one valid `pollfd` and a valid (or null: no limit) timespec, owned here for the
+        // duration of the call; a null signal mask leaves the thread's mask alone.
+        let r = unsafe { libc::ppoll(&raw mut pfd, 1, ts_ptr, std::ptr::null()) };
         if r < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(DevError::Failed(e)) };
@@ -441,6 +472,7 @@ impl Queue {
             tx_ring_empty_descs: k.tx_ring_empty_descs,
             rx_wakeups: xsk.rx_wakeups,
             tx_wakeups: xsk.tx_wakeups,
+            busy_polls: xsk.busy_polls,
             parked: xsk.parked,
         })
     }
@@ -794,6 +826,14 @@ impl XdpQueue {
     /// The `getsockopt(XDP_STATISTICS)` failure.
     pub fn xdp_stats(&self) -> Result<XdpStats, DevError> {
         self.queue.xdp_stats()
+    }
+
+    /// Whether frames wait on the TX ring for the kernel to take them (in copy mode, for the next
+    /// `sendto` or `poll`: one takes at most 32): a caller that would sleep in
+    /// [`wait_readable`](Self::wait_readable) should kick them out first.
+    #[must_use]
+    pub fn tx_pending(&self) -> bool {
+        self.queue.xsk.tx.unconsumed() > 0
     }
 
     /// Wakes the kernel to send what is still on the TX ring; `rx_burst` and `tx_burst` do this

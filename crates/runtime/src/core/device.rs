@@ -19,7 +19,7 @@ use tcp_lib::wire::{
 
 use super::local::Local;
 use crate::device::Port;
-use crate::idle::Idle;
+use crate::idle::{Idle, NAP};
 use crate::shared::{Handoff, lock};
 use crate::stats::{ChannelCounters, QueueStats};
 
@@ -195,7 +195,8 @@ impl NetDevice for CoreDevice<'_> {
     }
 
     /// Waits for input (a frame in a channel, a handoff, a neighbour), running the channelizer
-    /// meanwhile with the `same` placement, backing off while idle, until `timeout`. Fails with
+    /// meanwhile with the `same` placement, sleeping on its queue's socket while idle when the
+    /// kernel can wake it there (AF_XDP) and backing off otherwise, until `timeout`. Fails with
     /// [`Stopping`] once the runtime stops, which ends every blocking call of the core's service.
     fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
         if queue != 0 {
@@ -222,6 +223,18 @@ impl NetDevice for CoreDevice<'_> {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(());
+            }
+            // A device the kernel wakes (AF_XDP) is slept on at once, for at most a nap (so that
+            // mail, neighbours and the stop flag are seen as soon as with the back-off below),
+            // instead of yielded to: an idle core burns no CPU in `sched_yield` between requests,
+            // and the first frame wakes it. Not while frames wait on the device's TX ring (the
+            // port says so): only a received frame ends the sleep, and they need the next kick.
+            if let Some(ch) = &self.driver {
+                let nap = deadline.map_or(NAP, |d| d.saturating_duration_since(now).min(NAP));
+                if let Some(slept) = ch.device().sleep_rx(nap) {
+                    slept?;
+                    continue;
+                }
             }
             self.idle.idle_at(now);
         }

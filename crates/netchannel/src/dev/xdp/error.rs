@@ -90,6 +90,13 @@ pub enum XdpError {
         /// The verifier's log.
         log: String,
     },
+    /// The kernel refused a busy-polling socket option ([`BusyPoll`](super::BusyPoll)).
+    BusyPoll {
+        /// The option: `SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` or `SO_BUSY_POLL_BUDGET`.
+        option: &'static str,
+        /// What the kernel said.
+        source: io::Error,
+    },
     /// Another system call failed.
     Io {
         /// The call.
@@ -154,6 +161,16 @@ impl fmt::Display for XdpError {
             Self::ProgramRejected { source, log } => {
                 write!(f, "the kernel rejected the XDP redirect program ({source}); verifier log: {log}")
             }
+            Self::BusyPoll { option, source } => match source.raw_os_error() {
+                Some(libc::EPERM | libc::EACCES) => write!(
+                    f,
+                    "setsockopt({option}) was refused ({source}): preferring busy polling, setting a busy-poll budget, or busy polling longer than the sysctl net.core.busy_read allows needs CAP_NET_ADMIN; run as root (or grant CAP_NET_ADMIN), or open without busy polling"
+                ),
+                _ => write!(
+                    f,
+                    "setsockopt({option}) failed ({source}): this kernel lacks it (SO_PREFER_BUSY_POLL and SO_BUSY_POLL_BUDGET need Linux 5.11+, all three CONFIG_NET_RX_BUSY_POLL); open without busy polling"
+                ),
+            },
             Self::Io { op, source } => write!(f, "AF_XDP setup failed in {op}: {source}"),
         }
     }
@@ -169,6 +186,7 @@ impl std::error::Error for XdpError {
             | Self::NoSuchQueue { source, .. }
             | Self::QueueBusy { source, .. }
             | Self::ProgramRejected { source, .. }
+            | Self::BusyPoll { source, .. }
             | Self::Io { source, .. }
             | Self::MemlockLimit(source) => Some(source),
             Self::ZeroCopyUnsupported { source, .. } => source.as_ref().map(|e| e as _),
@@ -243,5 +261,18 @@ mod tests {
             source: io::Error::from_raw_os_error(libc::EBUSY),
         };
         assert!(e.to_string().contains("xdp off"), "{e}");
+        let e = XdpError::BusyPoll {
+            option: "SO_PREFER_BUSY_POLL",
+            source: io::Error::from_raw_os_error(libc::EPERM),
+        };
+        assert!(
+            e.to_string().contains("CAP_NET_ADMIN") && e.to_string().contains("without busy polling"),
+            "{e}"
+        );
+        let e = XdpError::BusyPoll {
+            option: "SO_BUSY_POLL_BUDGET",
+            source: io::Error::from_raw_os_error(libc::ENOPROTOOPT),
+        };
+        assert!(e.to_string().contains("Linux 5.11+"), "{e}");
     }
 }

@@ -195,6 +195,13 @@ impl<T: Copy> Ring<T> {
         self.producer().store(self.local, Ordering::Release);
     }
 
+    /// Entries the kernel has not consumed yet, without updating the cached index (for `&self`
+    /// callers).
+    pub(super) fn unconsumed(&self) -> u32 {
+        // Acquire: as in `free`.
+        self.local.wrapping_sub(self.consumer().load(Ordering::Acquire))
+    }
+
     /// Entries the kernel has not consumed yet (re-reads its consumer index).
     pub(super) fn pending(&mut self) -> u32 {
         // Acquire: as in `free`.

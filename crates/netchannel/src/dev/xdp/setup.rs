@@ -46,6 +46,34 @@ pub enum ZeroCopy {
     Require,
 }
 
+/// Busy polling on each socket (Linux 5.11+, `CONFIG_NET_RX_BUSY_POLL`; the kernel's
+/// `Documentation/networking/napi.rst`, "Busy polling" and "Preferred busy polling").
+///
+/// `SO_PREFER_BUSY_POLL` asks the kernel to leave the queue's NAPI to the application (with the
+/// interface's `napi_defer_hard_irqs` and `gro_flush_timeout`, interrupts stay off while it keeps
+/// polling); `SO_BUSY_POLL` how many microseconds a `recvfrom`/`poll` on the socket may spin in the
+/// driver's NAPI; `SO_BUSY_POLL_BUDGET` how many frames one such poll may take. With busy polling
+/// on, an RX burst that finds its ring empty calls `recvfrom` to run the NAPI (counted in
+/// [`XdpStats::busy_polls`](super::XdpStats::busy_polls)), as the kernel's `xdpsock` sample does.
+/// Preferring busy polling, setting a budget, or busy polling longer than the sysctl
+/// `net.core.busy_read` allows needs `CAP_NET_ADMIN`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BusyPoll {
+    /// `SO_PREFER_BUSY_POLL`.
+    pub prefer: bool,
+    /// `SO_BUSY_POLL`: microseconds a receive may spin in the driver.
+    pub usecs: u32,
+    /// `SO_BUSY_POLL_BUDGET`: frames per busy poll (the kernel's default is 8; 64 is NAPI's weight).
+    pub budget: u16,
+}
+
+impl Default for BusyPoll {
+    /// Preferred, 20 us, a budget of 64: what the kernel's `xdpsock` sample sets with `--busy-poll`.
+    fn default() -> Self {
+        Self { prefer: true, usecs: 20, budget: 64 }
+    }
+}
+
 /// A builder for [`AfXdp`]: interface, queues, mode, ring sizes.
 #[derive(Clone, Debug)]
 pub struct AfXdpBuilder {
@@ -57,6 +85,7 @@ pub struct AfXdpBuilder {
     ring_size: u32,
     fill_size: u32,
     need_wakeup: bool,
+    busy_poll: Option<BusyPoll>,
 }
 
 impl AfXdpBuilder {
@@ -73,6 +102,7 @@ impl AfXdpBuilder {
             ring_size: DEFAULT_RING_SIZE,
             fill_size: DEFAULT_RING_SIZE,
             need_wakeup: true,
+            busy_poll: None,
         }
     }
 
@@ -140,6 +170,13 @@ impl AfXdpBuilder {
     #[must_use]
     pub fn need_wakeup(mut self, on: bool) -> Self {
         self.need_wakeup = on;
+        self
+    }
+
+    /// Busy polling on every socket (off by default); see [`BusyPoll`].
+    #[must_use]
+    pub fn busy_poll(mut self, busy_poll: Option<BusyPoll>) -> Self {
+        self.busy_poll = busy_poll;
         self
     }
 
@@ -303,6 +340,9 @@ impl AfXdpBuilder {
         for (opt, size, op) in rings {
             setsockopt(&fd, opt, &size).map_err(|e| classify(op, e))?;
         }
+        if let Some(busy) = self.busy_poll {
+            set_busy_poll(&fd, busy)?;
+        }
         let off = mmap_offsets(&fd).map_err(|e| classify("getsockopt(XDP_MMAP_OFFSETS)", e))?;
         let pgoff = |o: u64| libc::off_t::try_from(o).unwrap_or(libc::off_t::MAX);
         let map_err = |op| move |e| classify(op, e);
@@ -367,6 +407,8 @@ impl AfXdpBuilder {
             frames: vec![RxFrame::default(); self.ring_size as usize],
             fill_size: self.fill_size,
             tx_outstanding: 0,
+            busy_poll: self.busy_poll.is_some(),
+            busy_polls: 0,
             rx_wakeups: 0,
             tx_wakeups: 0,
             parked: 0,
@@ -431,12 +473,30 @@ impl AfXdpBuilder {
     }
 }
 
+/// Sets the busy-polling options in the order the kernel's `xdpsock` sample does (prefer,
+/// microseconds, budget).
+fn set_busy_poll(fd: &OwnedFd, busy: BusyPoll) -> Result<(), XdpError> {
+    let usecs = libc::c_int::try_from(busy.usecs).unwrap_or(libc::c_int::MAX);
+    let options = [
+        (libc::SO_PREFER_BUSY_POLL, libc::c_int::from(busy.prefer), "SO_PREFER_BUSY_POLL"),
+        (libc::SO_BUSY_POLL, usecs, "SO_BUSY_POLL"),
+        (libc::SO_BUSY_POLL_BUDGET, libc::c_int::from(busy.budget), "SO_BUSY_POLL_BUDGET"),
+    ];
+    for (opt, value, option) in options {
+        setsockopt_at(fd, libc::SOL_SOCKET, opt, &value)
+            .map_err(|source| XdpError::BusyPoll { option, source })?;
+    }
+    Ok(())
+}
+
 fn setsockopt<T>(fd: &OwnedFd, opt: libc::c_int, value: &T) -> io::Result<()> {
+    setsockopt_at(fd, libc::SOL_XDP, opt, value)
+}
+
+fn setsockopt_at<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, value: &T) -> io::Result<()> {
     let len = libc::socklen_t::try_from(size_of::<T>()).unwrap_or(0);
     // SAFETY: `value` is a live `T` of `len` bytes, only read by the kernel during the call.
-    let r = unsafe {
-        libc::setsockopt(fd.as_raw_fd(), libc::SOL_XDP, opt, std::ptr::from_ref(value).cast(), len)
-    };
+    let r = unsafe { libc::setsockopt(fd.as_raw_fd(), level, opt, std::ptr::from_ref(value).cast(), len) };
     if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
