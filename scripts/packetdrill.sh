@@ -8,6 +8,9 @@
 #   scripts/packetdrill.sh --check            against tcp-lib, then compare with the expectations
 #                                             file: fails when a script that should pass fails, or
 #                                             when one listed as failing passes (update the file)
+#   scripts/packetdrill.sh --ipv6 [...]       the scripts' IPv6 runs (packetdrill --ip_version=ipv6,
+#                                             its run_all.py addresses); --check holds them to the
+#                                             same expectations file as the IPv4 runs
 #
 # Needs root (namespaces), gcc, make, bison and flex (scripts/test.sh installs them). packetdrill's
 # source is read from ../shared/packetdrill (PACKETDRILL_SRC) and built in the scratch directory
@@ -24,12 +27,14 @@ ROOT=$PWD
 
 MODE=shim
 CHECK=0
+FAMILY=ipv4
 SCRIPTS=()
 for arg in "$@"; do
   case "$arg" in
     --linux) MODE=linux ;;
     --check) CHECK=1 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --ipv6) FAMILY=ipv6 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "unknown option $arg (see --help)" >&2; exit 2 ;;
     *) SCRIPTS+=("$(realpath "$arg")") ;;
   esac
@@ -104,14 +109,23 @@ if [ -f "$EXPECT" ]; then
 fi
 rel() { local p=$1; p=${p#"$WORK/net/tcp/"}; echo "$p"; }
 
-LOGS=$WORK/logs-$MODE
+SUFFIX=$([ "$FAMILY" = ipv6 ] && echo "-ipv6" || true)
+LOGS=$WORK/logs-$MODE$SUFFIX
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
-# packetdrill's IPv4 configuration, as its own run_all.py runs the suite.
-FLAGS=(--ip_version=ipv4 --local_ip=192.168.0.1 --gateway_ip=192.168.0.1 --netmask_ip=255.255.0.0
-  --remote_ip=192.0.2.1 -D TFO_COOKIE=3021b9d889017eeb -D CODE=host_unreachable
-  -D CMSG_LEVEL_IP=SOL_IP -D CMSG_TYPE_RECVERR=IP_RECVERR)
-[ "$MODE" = shim ] && FLAGS+=(--so_filename="$SO" --so_flags="profile=linux")
+# packetdrill's IPv4 or IPv6 configuration, as its own run_all.py runs the suite.
+if [ "$FAMILY" = ipv6 ]; then
+  FLAGS=(--ip_version=ipv6 --mtu=1520 --local_ip=fd3d:0a0b:17d6::1 --gateway_ip=fd3d:0a0b:17d6:8888::1
+    --remote_ip=fd3d:fa7b:d17d::1 -D TFO_COOKIE=c1d1e9742a47a9bc -D CMSG_LEVEL_IP=SOL_IPV6
+    -D CMSG_TYPE_RECVERR=IPV6_RECVERR)
+  SO_FLAGS="profile=linux,local_ip=fd3d:0a0b:17d6::1,mtu=1520"
+else
+  FLAGS=(--ip_version=ipv4 --local_ip=192.168.0.1 --gateway_ip=192.168.0.1 --netmask_ip=255.255.0.0
+    --remote_ip=192.0.2.1 -D TFO_COOKIE=3021b9d889017eeb -D CODE=host_unreachable
+    -D CMSG_LEVEL_IP=SOL_IP -D CMSG_TYPE_RECVERR=IP_RECVERR)
+  SO_FLAGS="profile=linux"
+fi
+[ "$MODE" = shim ] && FLAGS+=(--so_filename="$SO" --so_flags="$SO_FLAGS")
 
 run_one() {
   local script=$1 name log rc
@@ -151,7 +165,7 @@ NA_LIST=$(for k in "${!EXPECTED[@]}"; do if [ "${EXPECTED[$k]}" = n/a ]; then ec
 export -f run_one rel
 export MODE LOGS TIMEOUT PD WORK SO FLAGS_STR NA_LIST
 
-RESULTS=$WORK/results-$MODE.txt
+RESULTS=$WORK/results-$MODE$SUFFIX.txt
 printf '%s\n' "${SCRIPTS[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one "$1"' _ {} | tee "$RESULTS.unsorted"
 sort -k2 "$RESULTS.unsorted" >"$RESULTS"
 rm -f "$RESULTS.unsorted"
@@ -162,7 +176,7 @@ na=$(grep -c '^N/A' "$RESULTS" || true)
 total=${#SCRIPTS[@]}
 target=$([ "$MODE" = shim ] && echo "tcp-lib" || echo "Linux $(uname -r)")
 echo
-echo "packetdrill ($target): $passed passed, $failed failed, $na not applicable of $total"
+echo "packetdrill ($target, $FAMILY): $passed passed, $failed failed, $na not applicable of $total"
 
 [ "$CHECK" = 1 ] && [ "$MODE" = shim ] || exit 0
 

@@ -223,19 +223,23 @@ else
 fi
 
 # packetdrill, built from ../shared/packetdrill, runs the Linux TCP developers' scripts against
-# tcp-lib through crates/packetdrill-shim (seconds: virtual time); fails when a script outside
-# crates/packetdrill-shim/expectations.txt fails, or a listed one starts passing.
-stage "packetdrill against tcp-lib (scripts/packetdrill.sh --check)"
-set +e
-timeout 600 scripts/packetdrill.sh --check 2>&1 | tee "$LOG/packetdrill.log"
-pd_rc=${PIPESTATUS[0]}
-set -e
-pd_line=$(grep -Eo 'packetdrill \(tcp-lib\): .*' "$LOG/packetdrill.log" | tail -1)
-if [ "$pd_rc" -ne 0 ]; then
-  stages+=("${pd_line:-packetdrill} FAILED")
-  exit 1
-fi
-stages+=("${pd_line:-packetdrill skipped} ok")
+# tcp-lib through crates/packetdrill-shim (seconds: virtual time), their IPv4 runs and then their
+# IPv6 runs; fails when a script outside crates/packetdrill-shim/expectations.txt fails, or a
+# listed one starts passing, over either family.
+for family in ipv4 ipv6; do
+  flag=$([ "$family" = ipv6 ] && echo "--ipv6" || true)
+  stage "packetdrill against tcp-lib, $family (scripts/packetdrill.sh --check $flag)"
+  set +e
+  timeout 600 scripts/packetdrill.sh --check $flag 2>&1 | tee "$LOG/packetdrill-$family.log"
+  pd_rc=${PIPESTATUS[0]}
+  set -e
+  pd_line=$(grep -Eo 'packetdrill \(tcp-lib, ipv[46]\): .*' "$LOG/packetdrill-$family.log" | tail -1)
+  if [ "$pd_rc" -ne 0 ]; then
+    stages+=("${pd_line:-packetdrill $family} FAILED")
+    exit 1
+  fi
+  stages+=("${pd_line:-packetdrill $family skipped} ok")
+done
 
 if [ "$QUICK" != 1 ]; then
   stage "loom models"

@@ -3,7 +3,7 @@
 //! it; the [`Host`](crate::host::Host) owns it.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tcp_lib::stack::{ListenerId, StreamId};
@@ -41,8 +41,8 @@ pub(crate) struct Options {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    Fresh { bound: Option<SocketAddrV4> },
-    Listener { id: ListenerId, addr: SocketAddrV4 },
+    Fresh { bound: Option<SocketAddr> },
+    Listener { id: ListenerId, addr: SocketAddr },
     Stream { id: StreamId, connecting: bool, read_shut: bool, error_reported: bool },
 }
 

@@ -12,10 +12,10 @@
 //! then unspecified and not used: `F_GETFL`, `FIONREAD` write-only) or one `int`/pointer.
 
 use std::ffi::{CStr, c_char, c_int, c_long, c_ulong, c_void};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::time::Duration;
 
-use libc::{iovec, msghdr, pollfd, size_t, sockaddr, sockaddr_in, socklen_t, ssize_t, timeval};
+use libc::{iovec, msghdr, pollfd, size_t, sockaddr, sockaddr_in, sockaddr_in6, socklen_t, ssize_t, timeval};
 
 use crate::actor::Actor;
 use crate::fds::Errno;
@@ -164,47 +164,81 @@ fn len_result(r: Result<usize, Errno>) -> ssize_t {
     }
 }
 
-/// Reads an IPv4 socket address.
+/// Reads an IPv4 or IPv6 socket address.
 ///
 /// # Safety
 /// `addr` is null or valid for `len` bytes.
-unsafe fn read_addr(addr: *const sockaddr, len: socklen_t) -> Result<SocketAddrV4, Errno> {
+unsafe fn read_addr(addr: *const sockaddr, len: socklen_t) -> Result<SocketAddr, Errno> {
     if addr.is_null() || (len as usize) < size_of::<libc::sa_family_t>() {
         return Err(Errno(libc::EINVAL));
     }
     // SAFETY: `addr` is valid for at least the family field (checked above); read unaligned.
     let family = unsafe { addr.cast::<libc::sa_family_t>().read_unaligned() };
-    if c_int::from(family) != libc::AF_INET {
-        return Err(Errno(libc::EAFNOSUPPORT));
+    match c_int::from(family) {
+        libc::AF_INET => {
+            if (len as usize) < size_of::<sockaddr_in>() {
+                return Err(Errno(libc::EINVAL));
+            }
+            // SAFETY: `addr` is valid for `len >= size_of::<sockaddr_in>()` bytes (checked above).
+            let sin = unsafe { addr.cast::<sockaddr_in>().read_unaligned() };
+            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Ok(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            if (len as usize) < size_of::<sockaddr_in6>() {
+                return Err(Errno(libc::EINVAL));
+            }
+            // SAFETY: `addr` is valid for `len >= size_of::<sockaddr_in6>()` bytes (checked above).
+            let sin6 = unsafe { addr.cast::<sockaddr_in6>().read_unaligned() };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Ok(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(sin6.sin6_port), 0, 0)))
+        }
+        _ => Err(Errno(libc::EAFNOSUPPORT)),
     }
-    if (len as usize) < size_of::<sockaddr_in>() {
-        return Err(Errno(libc::EINVAL));
-    }
-    // SAFETY: `addr` is valid for `len >= size_of::<sockaddr_in>()` bytes (checked above).
-    let sin = unsafe { addr.cast::<sockaddr_in>().read_unaligned() };
-    Ok(SocketAddrV4::new(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)), u16::from_be(sin.sin_port)))
 }
 
-/// Writes an IPv4 socket address where `addr`/`len` ask for one, truncated to `*len` as the
-/// system calls do, and sets `*len` to its full size.
+/// Writes a socket address (`sockaddr_in` or `sockaddr_in6`) where `addr`/`len` ask for one,
+/// truncated to `*len` as the system calls do, and sets `*len` to its full size.
 ///
 /// # Safety
 /// `addr` and `len` are null, or `len` is valid and `addr` valid for `*len` bytes.
-unsafe fn write_addr(addr: *mut sockaddr, len: *mut socklen_t, a: SocketAddrV4) {
+unsafe fn write_addr(addr: *mut sockaddr, len: *mut socklen_t, a: SocketAddr) {
+    match a {
+        SocketAddr::V4(a) => {
+            // SAFETY: all-zero is a valid `sockaddr_in`.
+            let mut sin: sockaddr_in = unsafe { std::mem::zeroed() };
+            sin.sin_family = libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(2);
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            // SAFETY: the caller's guarantee, passed on.
+            unsafe { copy_sockaddr(addr, len, &sin) };
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: all-zero is a valid `sockaddr_in6`.
+            let mut sin6: sockaddr_in6 = unsafe { std::mem::zeroed() };
+            sin6.sin6_family = libc::sa_family_t::try_from(libc::AF_INET6).unwrap_or(10);
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            // SAFETY: the caller's guarantee, passed on.
+            unsafe { copy_sockaddr(addr, len, &sin6) };
+        }
+    }
+}
+
+/// Copies `value` to `addr`, truncated to `*len`, and sets `*len` to its size.
+///
+/// # Safety
+/// As [`write_addr`].
+unsafe fn copy_sockaddr<T>(addr: *mut sockaddr, len: *mut socklen_t, value: &T) {
     if addr.is_null() || len.is_null() {
         return;
     }
-    // SAFETY: all-zero is a valid `sockaddr_in`.
-    let mut sin: sockaddr_in = unsafe { std::mem::zeroed() };
-    sin.sin_family = libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(2);
-    sin.sin_port = a.port().to_be();
-    sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
     // SAFETY: `len` is valid (checked non-null; the caller guarantees the rest).
     let room = unsafe { len.read() } as usize;
-    let n = room.min(size_of::<sockaddr_in>());
-    // SAFETY: `addr` is valid for `room >= n` bytes; `sin` is `size_of::<sockaddr_in>() >= n`.
-    unsafe { std::ptr::copy_nonoverlapping((&raw const sin).cast::<u8>(), addr.cast::<u8>(), n) };
-    let full = socklen_t::try_from(size_of::<sockaddr_in>()).unwrap_or(16);
+    let n = room.min(size_of::<T>());
+    // SAFETY: `addr` is valid for `room >= n` bytes; `value` is `size_of::<T>() >= n` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(std::ptr::from_ref(value).cast::<u8>(), addr.cast::<u8>(), n) };
+    let full = socklen_t::try_from(size_of::<T>()).unwrap_or(16);
     // SAFETY: as above.
     unsafe { len.write(full) };
 }

@@ -24,16 +24,22 @@
 //!
 //! packetdrill works at the IP layer; the stack at the Ethernet layer. The shim adds an Ethernet
 //! header to each packet packetdrill injects, strips it from each frame the stack sends, and
-//! answers the stack's ARP requests itself (every address is at [`PEER_MAC`]), so no ARP
-//! exchange shows in a script and none costs virtual time.
+//! answers the stack's ARP requests and IPv6 neighbour solicitations itself (every address is at
+//! [`PEER_MAC`]), so no ARP or Neighbor Discovery exchange shows in a script (packetdrill's tun
+//! device has none) and none costs virtual time.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use netchannel::dev::PacketBatch;
 use netchannel::pool::{HugePages, Pool, PoolCache, PoolError};
+use std::net::IpAddr;
 use tcp_lib::stack::Stack;
-use tcp_lib::wire::{ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetFrame};
+
+use tcp_lib::wire::{
+    ArpOperation, ArpPacket, ArpRepr, ChecksumPolicy, EtherType, EthernetFrame, Icmpv6Packet, Icmpv6Repr,
+    Ipv6Packet, Ipv6Repr, NdpRepr, Protocol,
+};
 
 use crate::fds::Sockets;
 use crate::profile::{PEER_MAC, Profile, STACK_MAC};
@@ -221,8 +227,11 @@ impl Host {
                         if let Ok(r) = request
                             && r.operation == ArpOperation::Request
                         {
-                            learned.push(r.target_protocol_addr);
+                            learned.push(IpAddr::V4(r.target_protocol_addr));
                         }
+                    }
+                    EtherType::Ipv6 if let Some(target) = solicited(eth.payload()) => {
+                        learned.push(IpAddr::V6(target));
                     }
                     EtherType::Ipv4 | EtherType::Ipv6 => {
                         self.sent.push_back(Sent { packet: eth.payload().to_vec(), time_usecs });
@@ -234,5 +243,19 @@ impl Host {
                 self.stack.learn_neighbor(ip, PEER_MAC);
             }
         }
+    }
+}
+
+/// The target of a neighbour solicitation, when `packet` is one.
+fn solicited(packet: &[u8]) -> Option<std::net::Ipv6Addr> {
+    let ip = Ipv6Packet::new_checked(packet).ok()?;
+    let (repr, payload) = Ipv6Repr::parse_with_payload(&ip).ok()?;
+    if repr.next_header != Protocol::Icmpv6 {
+        return None;
+    }
+    let icmp = Icmpv6Packet::new_checked(payload).ok()?;
+    match Icmpv6Repr::parse(&icmp, repr.src_addr, repr.dst_addr, ChecksumPolicy::Trust).ok()? {
+        Icmpv6Repr::Ndp(NdpRepr::NeighborSolicit { target, .. }) => Some(target),
+        _ => None,
     }
 }

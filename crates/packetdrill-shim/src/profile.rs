@@ -5,8 +5,8 @@
 //!
 //! | key | default | meaning |
 //! |---|---|---|
-//! | `local_ip` | `192.168.0.1` | the stack's address (packetdrill's `--local_ip`) |
-//! | `prefix` | `16` | its prefix length (packetdrill's `--netmask_ip=255.255.0.0`) |
+//! | `local_ip` | `192.168.0.1` | the stack's address, IPv4 or IPv6 (packetdrill's `--local_ip`; an IPv6 one for `--ip_version=ipv6`) |
+//! | `prefix` | `16` | its IPv4 prefix length (packetdrill's `--netmask_ip=255.255.0.0`; over IPv6 every destination is on-link) |
 //! | `gateway_ip` | `192.168.0.1` | packetdrill's `--gateway_ip`; see [`Profile::gateway`] |
 //! | `mtu` | `1500` | the IP MTU |
 //! | `profile` | `linux` | `linux` ([`Defaults::Linux`], see [`Profile::tcp`]) or `tcp-lib` (the library's own defaults) |
@@ -17,12 +17,12 @@
 //! silently test another configuration.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use tcp_lib::stack::Config;
 use tcp_lib::tcp;
-use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+use tcp_lib::wire::{EthernetAddress, Ipv4Cidr, Ipv6Cidr};
 
 /// The MAC address the stack under test uses. Locally administered; packetdrill never sees it
 /// (it works at the IP layer), so any unicast address does.
@@ -43,13 +43,13 @@ pub enum Defaults {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Profile {
     /// The stack's address.
-    pub local_ip: Ipv4Addr,
+    pub local_ip: IpAddr,
     /// Its prefix length.
     pub prefix: u8,
     /// packetdrill's gateway, used as the stack's gateway unless it is the stack's own address
     /// (packetdrill's default): then every destination is on-link, which is the same on the wire
     /// because the shim answers ARP for every address.
-    pub gateway: Ipv4Addr,
+    pub gateway: IpAddr,
     /// The IP MTU.
     pub mtu: usize,
     /// Which defaults connections start from.
@@ -64,9 +64,9 @@ pub struct Profile {
 impl Default for Profile {
     fn default() -> Self {
         Self {
-            local_ip: Ipv4Addr::new(192, 168, 0, 1),
+            local_ip: IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1)),
             prefix: 16,
-            gateway: Ipv4Addr::new(192, 168, 0, 1),
+            gateway: IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1)),
             mtu: 1500,
             defaults: Defaults::Linux,
             horizon: Duration::from_secs(600),
@@ -107,7 +107,7 @@ impl Profile {
             let err = |why| FlagError { flag: flag.to_owned(), why };
             let (key, value) = flag.split_once('=').ok_or_else(|| err("expected key=value"))?;
             match key {
-                "local_ip" => p.local_ip = value.parse().map_err(|_| err("not an IPv4 address"))?,
+                "local_ip" => p.local_ip = value.parse().map_err(|_| err("not an IP address"))?,
                 "prefix" => {
                     p.prefix = value
                         .parse()
@@ -115,7 +115,7 @@ impl Profile {
                         .filter(|&n| n <= 32)
                         .ok_or_else(|| err("not a prefix length 0..=32"))?;
                 }
-                "gateway_ip" => p.gateway = value.parse().map_err(|_| err("not an IPv4 address"))?,
+                "gateway_ip" => p.gateway = value.parse().map_err(|_| err("not an IP address"))?,
                 "mtu" => {
                     p.mtu = value
                         .parse()
@@ -151,18 +151,39 @@ impl Profile {
     /// gratuitous ARP, and the TCP defaults of [`Self::tcp`].
     #[must_use]
     pub fn stack_config(&self) -> Config {
-        let cidr = Ipv4Cidr::new(self.local_ip, self.prefix).unwrap_or_else(|| {
-            Ipv4Cidr::new(self.local_ip, 32).unwrap_or_else(|| unreachable!("a /32 is always valid"))
-        });
-        let mut config = Config::new(STACK_MAC, cidr);
+        let mut config = match self.local_ip {
+            IpAddr::V4(local) => {
+                let cidr = Ipv4Cidr::new(local, self.prefix).unwrap_or_else(|| {
+                    Ipv4Cidr::new(local, 32).unwrap_or_else(|| unreachable!("a /32 is always valid"))
+                });
+                let mut config = Config::new(STACK_MAC, cidr);
+                config.gateway = match self.gateway {
+                    IpAddr::V4(g) if g != local => Some(g),
+                    _ => None,
+                };
+                if config.gateway.is_none() {
+                    // Every destination on-link: the shim answers ARP for all of them.
+                    config.ip = Ipv4Cidr::new(local, 0).unwrap_or(cidr);
+                }
+                config
+            }
+            IpAddr::V6(local) => {
+                // IPv4 off (the unspecified address); every IPv6 destination on-link (a /0): the
+                // shim answers Neighbor Discovery for all of them, as it answers ARP.
+                let unspecified = Ipv4Cidr::new(Ipv4Addr::UNSPECIFIED, 32)
+                    .unwrap_or_else(|| unreachable!("a /32 is always valid"));
+                let mut config = Config::new(STACK_MAC, unspecified).with_ipv6(
+                    Ipv6Cidr::new(local, 0).unwrap_or_else(|| unreachable!("a /0 is always valid")),
+                );
+                if let Some(v6) = config.ipv6.as_mut() {
+                    v6.accept_ra = false;
+                }
+                config
+            }
+        };
         config.mtu = self.mtu;
         config.gratuitous_arp = false;
         config.secret_seed = Some(0x7061_636b_6574_6472);
-        config.gateway = (self.gateway != self.local_ip).then_some(self.gateway);
-        if config.gateway.is_none() {
-            // Every destination on-link: the shim answers ARP for all of them.
-            config.ip = Ipv4Cidr::new(self.local_ip, 0).unwrap_or(cidr);
-        }
         config.tcp = self.tcp();
         config
     }
@@ -208,7 +229,17 @@ mod tests {
         assert_eq!(p.local_ip, Ipv4Addr::new(10, 0, 0, 1));
         assert_eq!((p.prefix, p.mtu, p.defaults), (24, 9000, Defaults::TcpLib));
         assert_eq!(Profile::parse("").unwrap(), Profile::default());
+        let p = Profile::parse("local_ip=fd3d:a0b:17d6::1,mtu=1520").unwrap();
+        let c = p.stack_config();
+        assert!(c.ip.address().is_unspecified(), "IPv4 off for an IPv6 run");
+        let v6 = c.ipv6.expect("IPv6 on");
+        assert_eq!(
+            v6.address.map(|a| (a.address(), a.prefix_len())),
+            Some(("fd3d:a0b:17d6::1".parse().unwrap(), 0))
+        );
+        assert!(!v6.accept_ra);
         let e = Profile::parse("mtu=1500 locl_ip=1.2.3.4").unwrap_err();
+
         assert_eq!(e.flag, "locl_ip=1.2.3.4");
         assert!(e.to_string().contains("unknown key"), "{e}");
         assert!(Profile::parse("prefix=33").is_err());

@@ -6,7 +6,7 @@
 //! Calls the stack has no equivalent for fail with an errno (`ENOPROTOOPT`, `EOPNOTSUPP`,
 //! `EAFNOSUPPORT`, ...), never a panic.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use tcp_lib::stack::{Error, ListenerConfig, StreamId};
@@ -56,14 +56,6 @@ fn connection_errno(e: ConnectionError) -> i32 {
         ConnectionError::Reset => libc::ECONNRESET,
         ConnectionError::TimedOut => libc::ETIMEDOUT,
         ConnectionError::Aborted => libc::ECONNABORTED,
-    }
-}
-
-/// The IPv4 address of an end (the shim's host is IPv4-only).
-fn v4(a: std::net::SocketAddr) -> Option<SocketAddrV4> {
-    match a {
-        std::net::SocketAddr::V4(a) => Some(a),
-        std::net::SocketAddr::V6(_) => None,
     }
 }
 
@@ -142,9 +134,9 @@ impl Host {
         }
     }
 
-    /// `socket(domain, type, protocol)`: IPv4 TCP only (`SOCK_NONBLOCK` honoured).
+    /// `socket(domain, type, protocol)`: TCP over IPv4 or IPv6 (`SOCK_NONBLOCK` honoured).
     pub fn socket(&mut self, domain: i32, ty: i32, protocol: i32) -> Result<i32, Errno> {
-        if domain != libc::AF_INET {
+        if domain != libc::AF_INET && domain != libc::AF_INET6 {
             return Err(Errno(libc::EAFNOSUPPORT));
         }
         let base = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
@@ -163,9 +155,9 @@ impl Host {
     }
 
     /// `bind(fd, addr)`: the local address must be the stack's or the wildcard.
-    pub fn bind(&mut self, fd: i32, addr: SocketAddrV4) -> Result<(), Errno> {
+    pub fn bind(&mut self, fd: i32, addr: SocketAddr) -> Result<(), Errno> {
         let local = self.profile.local_ip;
-        if !addr.ip().is_unspecified() && *addr.ip() != local {
+        if !addr.ip().is_unspecified() && addr.ip() != local {
             return Err(Errno(libc::EADDRNOTAVAIL));
         }
         let in_use = self.sockets.fds.values().any(|s| match s.kind {
@@ -177,7 +169,7 @@ impl Host {
         match socket.kind {
             Kind::Fresh { bound: None } if in_use && !socket.opts.reuseaddr => Err(Errno(libc::EADDRINUSE)),
             Kind::Fresh { bound: None } => {
-                socket.kind = Kind::Fresh { bound: Some(SocketAddrV4::new(local, addr.port())) };
+                socket.kind = Kind::Fresh { bound: Some(SocketAddr::new(local, addr.port())) };
                 Ok(())
             }
             _ => Err(Errno(libc::EINVAL)),
@@ -204,7 +196,7 @@ impl Host {
     }
 
     /// `accept(fd)`: the next established connection and its peer's address.
-    pub fn accept(&mut self, fd: i32) -> Outcome<(i32, SocketAddrV4)> {
+    pub fn accept(&mut self, fd: i32) -> Outcome<(i32, SocketAddr)> {
         let socket = match self.socket_ref(fd) {
             Ok(s) => *s,
             Err(e) => return Outcome::Done(Err(e)),
@@ -213,12 +205,7 @@ impl Host {
         let Some(stream) = self.stack.accept(id) else {
             return if socket.nonblocking { Outcome::err(libc::EAGAIN) } else { Outcome::Blocked };
         };
-        let peer = self
-            .stack
-            .addrs(stream)
-            .ok()
-            .and_then(|(_, r)| v4(r))
-            .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+        let peer = self.stack.addrs(stream).map_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)), |(_, r)| r);
         // Options set on the listener carry over to the connection, as on Linux.
         let opts = socket.opts;
         if opts.nodelay {
@@ -230,7 +217,7 @@ impl Host {
 
     /// `connect(fd, addr)`: `EINPROGRESS` on a non-blocking socket, which a later `connect` (or
     /// `poll` for `POLLOUT`) completes; a blocking one waits for the handshake.
-    pub fn connect(&mut self, fd: i32, remote: SocketAddrV4) -> Outcome<()> {
+    pub fn connect(&mut self, fd: i32, remote: SocketAddr) -> Outcome<()> {
         let socket = match self.socket_ref(fd) {
             Ok(s) => *s,
             Err(e) => return Outcome::Done(Err(e)),
@@ -549,7 +536,7 @@ impl Host {
     }
 
     /// The peer's address of a connected socket (for `accept`'s and `recvfrom`'s address).
-    pub fn peer(&self, fd: i32) -> Option<SocketAddrV4> {
-        self.stream(fd).ok().and_then(|id| self.stack.addrs(id).ok()).and_then(|(_, r)| v4(r))
+    pub fn peer(&self, fd: i32) -> Option<SocketAddr> {
+        self.stream(fd).ok().and_then(|id| self.stack.addrs(id).ok()).map(|(_, r)| r)
     }
 }

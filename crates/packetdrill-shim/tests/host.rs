@@ -101,7 +101,7 @@ fn now_usecs(actor: &Actor) -> i64 {
 /// A listener on PORT, a handshake from the peer, and the accepted socket.
 fn accepted(actor: &Actor) -> (i32, SeqNumber) {
     let fd = actor.call(|h| h.socket(libc::AF_INET, libc::SOCK_STREAM, 0).into()).unwrap();
-    actor.call(move |h| h.bind(fd, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT)).into()).unwrap();
+    actor.call(move |h| h.bind(fd, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT).into()).into()).unwrap();
     actor.call(move |h| h.listen(fd, 1).into()).unwrap();
     actor.step(|h, _| h.inject(&packet(&from_peer(TcpControl::Syn, 0, None, b"")))).unwrap();
     let (synack, _) = sniff(actor);
@@ -114,7 +114,7 @@ fn accepted(actor: &Actor) -> (i32, SeqNumber) {
         .step(move |h, _| h.inject(&packet(&from_peer(TcpControl::None, 1, Some((iss + 1).get()), b""))))
         .unwrap();
     let (conn, peer) = actor.call(move |h| h.accept(fd)).unwrap();
-    assert_eq!(peer, SocketAddrV4::new(REMOTE, PEER_PORT));
+    assert_eq!(peer, SocketAddrV4::new(REMOTE, PEER_PORT).into());
     (conn, iss)
 }
 
@@ -164,11 +164,11 @@ fn a_non_blocking_socket_says_eagain_and_unknown_calls_say_why() {
     let actor = Actor::spawn(profile()).unwrap();
     let fd =
         actor.call(|h| h.socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0).into()).unwrap();
-    actor.call(move |h| h.bind(fd, SocketAddrV4::new(LOCAL, PORT)).into()).unwrap();
+    actor.call(move |h| h.bind(fd, SocketAddrV4::new(LOCAL, PORT).into()).into()).unwrap();
     actor.call(move |h| h.listen(fd, 4).into()).unwrap();
     assert_eq!(actor.call(move |h| h.accept(fd)), Err(Errno(libc::EAGAIN)));
     assert_eq!(
-        actor.call(|h| h.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).into()),
+        actor.call(|h| h.socket(libc::AF_UNIX, libc::SOCK_STREAM, 0).into()),
         Err(Errno(libc::EAFNOSUPPORT))
     );
     assert_eq!(
