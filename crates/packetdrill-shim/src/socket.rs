@@ -71,6 +71,8 @@ fn stack_errno(e: Error) -> i32 {
         Error::WriteClosed => libc::EPIPE,
         Error::Connection(c) => connection_errno(c),
         Error::NotLocal => libc::EADDRNOTAVAIL,
+        Error::MessageTooLong { .. } => libc::EMSGSIZE,
+        Error::NotConnected => libc::EDESTADDRREQ,
     }
 }
 

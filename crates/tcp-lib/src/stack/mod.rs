@@ -246,7 +246,8 @@ mod stats; // StackStats, PollStats
 mod streams; // connect, send, recv, close, ... on a StreamId
 mod tcp_input; // a received TCP segment to its connection, TIME-WAIT record or listener
 mod time_wait; // the TIME-WAIT table of compact records
-mod timers; // poll_timeout, handle_timeout, the timer heap
+mod timers;
+mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver // poll_timeout, handle_timeout, the timer heap
 
 /// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
 /// next to [`Stack::send_prepared`].
@@ -257,6 +258,7 @@ pub use ipv4::PingReply;
 pub use listener::AcceptHook;
 pub use migrate::{AdoptError, Detached};
 pub use stats::{PollStats, StackStats, StatsNow};
+pub use udp::{Deliver, IcmpRateLimit, UdpConfig, UdpId, UdpRecv};
 
 use arp::ArpCache;
 use hash::{FlowKey, Key, PortAllocator, TableHash};
@@ -341,6 +343,8 @@ pub struct Stack {
     port_filter: Option<Box<dyn Fn(FlowGroup) -> bool>>,
     accept_hook: Option<Box<dyn AcceptHook>>,
     ping_replies: VecDeque<PingReply>,
+    /// The UDP sockets.
+    udp: udp::UdpTable,
     ident: u16,
     stats: StackStats,
     /// What the connections' rings hold together ([`Config::buffer_memory`]).
@@ -398,6 +402,7 @@ impl Stack {
             port_filter: None,
             accept_hook: None,
             ping_replies: VecDeque::new(),
+            udp: udp::UdpTable::new(tables, config.icmp_errors),
             ident: 0,
             stats: StackStats::default(),
             budget: Arc::new(BufferBudget::new(config.buffer_memory)),

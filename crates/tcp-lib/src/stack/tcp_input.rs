@@ -5,18 +5,18 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use super::hash::FlowKey;
-use super::{ListenerId, Phase, Stack, StreamId};
+use super::{Deliver, ListenerId, Phase, Stack};
 use crate::tcp::{TimeWaitAction, reset_for};
 use crate::wire::{TcpPacket, TcpRepr};
 
 impl Stack {
     /// A TCP segment from `src`; `ce` when its IP header said Congestion Experienced.
-    pub(super) fn receive_tcp<F: FnMut(StreamId, &[u8]) -> usize>(
+    pub(super) fn receive_tcp<D: Deliver + ?Sized>(
         &mut self,
         src: Ipv4Addr,
         ce: bool,
         bytes: &[u8],
-        deliver: &mut F,
+        deliver: &mut D,
     ) {
         let ip = self.ip();
         let Ok(packet) = TcpPacket::new_checked(bytes) else {
@@ -45,7 +45,7 @@ impl Stack {
             let id = self.stream_id(index);
             if let Some(e) = self.slot_entry(index) {
                 if e.app_owned {
-                    e.conn.handle_segment_ecn(now, &seg, ce, |data| deliver(id, data));
+                    e.conn.handle_segment_ecn(now, &seg, ce, |data| deliver.tcp(id, data));
                 } else {
                     e.conn.handle_segment_ecn(now, &seg, ce, |_| 0);
                 }
@@ -98,7 +98,7 @@ impl Stack {
     /// (a broadcast one would only draw ARP requests for the broadcast address, one from our own
     /// address, the land attack, a connection to ourselves), and a reset to it must not be sent
     /// either, so every segment from one is dropped.
-    fn invalid_source(&self, src: Ipv4Addr) -> bool {
+    pub(super) fn invalid_source(&self, src: Ipv4Addr) -> bool {
         src.is_unspecified()
             || src.is_loopback()
             || src.is_multicast()

@@ -154,11 +154,27 @@ pub fn tcp_frame(
     dst: SocketAddrV4,
     seg: &TcpRepr<'_>,
 ) -> Vec<u8> {
+    let (s, d) = (*src.ip(), *dst.ip());
+    ipv4_frame(src_mac, dst_mac, s, d, Protocol::Tcp, seg.buffer_len(), |b| {
+        seg.emit(&mut TcpPacket::new_unchecked(b), s, d);
+    })
+}
+
+/// An Ethernet/IPv4 frame from `src` to `dst` whose `len` payload bytes `write` fills.
+pub fn ipv4_frame(
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    protocol: Protocol,
+    len: usize,
+    write: impl FnOnce(&mut [u8]),
+) -> Vec<u8> {
     let ip = Ipv4Repr {
-        src_addr: *src.ip(),
-        dst_addr: *dst.ip(),
-        protocol: Protocol::Tcp,
-        payload_len: seg.buffer_len(),
+        src_addr: src,
+        dst_addr: dst,
+        protocol,
+        payload_len: len,
         ttl: 64,
         dscp: 0,
         ecn: 0,
@@ -171,6 +187,6 @@ pub fn tcp_frame(
     eth.emit(&mut frame);
     let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
     ip.emit(&mut packet);
-    seg.emit(&mut TcpPacket::new_unchecked(packet.payload_mut()), *src.ip(), *dst.ip());
+    write(packet.payload_mut());
     buf
 }

@@ -1,0 +1,206 @@
+//! UDP input: a received datagram is checked (length, checksum per
+//! [`Config::checksum`](crate::stack::Config::checksum); a zero checksum over IPv4 means "none",
+//! RFC 768), offered in place to [`Deliver::udp`], else copied into its socket's bounded queue. A
+//! datagram for no socket draws an ICMP port unreachable (RFC 1122 §4.1.3.1, RFC 792) quoting its
+//! IP header and first 8 bytes, within the ICMP error rate limit ([`IcmpRateLimit`], RFC 1812
+//! §4.3.2.8), and never for a datagram to a broadcast or multicast address or from a source no
+//! single host can have (RFC 1122 §3.2.2).
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use super::{Deliver, UdpId};
+use crate::stack::Stack;
+use crate::wire::icmpv4::DstUnreachable;
+use crate::wire::{Error as WireError, Icmpv4Repr, Ipv4Repr, UdpPacket, UdpRepr};
+
+/// The rate limit on the ICMP errors the stack sends (port unreachable): a token bucket of
+/// `burst` tokens refilled at `per_second`, one token a message, as Linux's
+/// `icmp_msgs_per_sec`/`icmp_msgs_burst` (RFC 1812 §4.3.2.8 asks for a limit; RFC 1122 §4.1.3.1
+/// has port unreachable sent). A message the bucket refuses is not sent and is counted in
+/// [`StackStats::icmp_rate_limited`](crate::stack::StackStats::icmp_rate_limited). Zero in
+/// either field sends none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IcmpRateLimit {
+    /// Tokens added a second.
+    pub per_second: u32,
+    /// Most tokens held (the largest burst).
+    pub burst: u32,
+}
+
+impl Default for IcmpRateLimit {
+    /// Linux's defaults: 1,000 a second, bursts of 50.
+    fn default() -> Self {
+        Self { per_second: 1000, burst: 50 }
+    }
+}
+
+/// The token bucket of [`IcmpRateLimit`], on the stack's clock.
+#[derive(Debug)]
+pub(super) struct TokenBucket {
+    limit: IcmpRateLimit,
+    tokens: u32,
+    /// When `tokens` was last topped up (the time of the tokens added, not of the call, so that
+    /// fractions of a token carry over).
+    refilled: Option<Instant>,
+}
+
+impl TokenBucket {
+    pub(super) const fn new(limit: IcmpRateLimit) -> Self {
+        Self { limit, tokens: limit.burst, refilled: None }
+    }
+
+    /// Takes a token at `now`, if there is one.
+    fn take(&mut self, now: Instant) -> bool {
+        let IcmpRateLimit { per_second, burst } = self.limit;
+        if per_second == 0 {
+            return false;
+        }
+        let last = *self.refilled.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(last).as_nanos();
+        let added = elapsed.saturating_mul(u128::from(per_second)) / 1_000_000_000;
+        if added > 0 {
+            let added = u32::try_from(added).unwrap_or(u32::MAX);
+            self.tokens = self.tokens.saturating_add(added).min(burst);
+            self.refilled = Some(if self.tokens == burst {
+                now
+            } else {
+                let nanos = u64::from(added).saturating_mul(1_000_000_000) / u64::from(per_second);
+                last + Duration::from_nanos(nanos)
+            });
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
+impl Stack {
+    /// A UDP datagram received over IPv4 with header `ip` (its payload `bytes`, the UDP header
+    /// first).
+    pub(in crate::stack) fn receive_udp<D: Deliver + ?Sized>(
+        &mut self,
+        ip: &Ipv4Repr,
+        bytes: &[u8],
+        deliver: &mut D,
+    ) {
+        let parsed = UdpPacket::new_checked(bytes)
+            .and_then(|p| UdpRepr::parse(&p, ip.src_addr, ip.dst_addr, self.config.checksum));
+        let repr = match parsed {
+            Ok(repr) => repr,
+            Err(e) => {
+                if e == WireError::Checksum {
+                    self.stats.udp_checksum_errors += 1;
+                }
+                self.stats.rx_malformed += 1;
+                return;
+            }
+        };
+        if self.invalid_source(ip.src_addr) {
+            self.stats.udp_bad_source += 1;
+            return;
+        }
+        let from = SocketAddr::from((ip.src_addr, repr.src_port));
+        let to = SocketAddr::from((ip.dst_addr, repr.dst_port));
+        if self.udp_input(from, to, repr.payload, deliver) {
+            return;
+        }
+        let dst = ip.dst_addr;
+        if no_icmp_error_to(IpAddr::V4(dst))
+            || self.config.ip.broadcast() == Some(dst)
+            || !self.icmp_error_allowed()
+        {
+            return;
+        }
+        // RFC 792: the internet header and the first 64 bits of the datagram (the UDP header,
+        // whose ports let the sender find its socket).
+        let quoted = &bytes[..bytes.len().min(8)];
+        let reason = DstUnreachable::PortUnreachable;
+        let repr = Icmpv4Repr::DstUnreachable { reason, next_hop_mtu: 0, header: *ip, data: quoted };
+        self.send_icmp(ip.src_addr, &repr);
+        self.stats.icmp_port_unreachable += 1;
+    }
+
+    /// A datagram's payload from `from` to `to` (checked, from a valid source) to the socket
+    /// bound to its port: offered to `deliver` in place while the socket's queue is empty, else
+    /// queued (or dropped and counted when the queue is full). Returns false when no socket takes
+    /// it (counted in `udp_no_socket`): the caller answers with a port unreachable. Either family.
+    pub(in crate::stack) fn udp_input<D: Deliver + ?Sized>(
+        &mut self,
+        from: SocketAddr,
+        to: SocketAddr,
+        payload: &[u8],
+        deliver: &mut D,
+    ) -> bool {
+        let socket = self
+            .udp
+            .ports
+            .get(&to.port())
+            .and_then(|&index| Some((index, self.udp.sockets.get_mut_with_generation(index)?)))
+            .filter(|(_, (_, socket))| socket.accepts(from, to.ip()));
+        let Some((index, (generation, socket))) = socket else {
+            self.stats.udp_no_socket += 1;
+            return false;
+        };
+        if socket.queue.is_empty() && deliver.udp(UdpId { index, generation }, from, payload) {
+            self.stats.udp_datagrams_in += 1;
+            self.stats.udp_delivered_in_place += 1;
+        } else if socket.push(from, payload) {
+            self.stats.udp_datagrams_in += 1;
+        } else {
+            self.stats.udp_queue_drops += 1;
+        }
+        true
+    }
+
+    /// Whether the ICMP error rate limit lets one more error out now (counted when it does not).
+    pub(in crate::stack) fn icmp_error_allowed(&mut self) -> bool {
+        let allowed = self.udp.icmp.take(self.now);
+        if !allowed {
+            self.stats.icmp_rate_limited += 1;
+        }
+        allowed
+    }
+}
+
+/// Whether `ip` is an address a datagram to which must not draw an ICMP error: broadcast or
+/// multicast (RFC 1122 §3.2.2; for IPv4 the subnet's directed broadcast too, which only the
+/// interface's prefix knows).
+#[must_use]
+pub(in crate::stack) fn no_icmp_error_to(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_broadcast() || a.is_multicast(),
+        IpAddr::V6(a) => a.is_multicast(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_bursts_then_refills_at_its_rate() {
+        let mut b = TokenBucket::new(IcmpRateLimit { per_second: 10, burst: 3 });
+        let t0 = Instant::now();
+        assert_eq!((0..5).filter(|_| b.take(t0)).count(), 3, "the burst");
+        assert!(!b.take(t0 + Duration::from_millis(99)), "under a token's time");
+        assert!(b.take(t0 + Duration::from_millis(100)));
+        // Fractions carry over: 150 ms after the last token's time is one token and a half.
+        assert!(b.take(t0 + Duration::from_millis(250)));
+        assert!(b.take(t0 + Duration::from_millis(300)), "the half from before");
+        assert!(!b.take(t0 + Duration::from_millis(300)));
+        // A long idle fills to the burst, no more.
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!((0..10).filter(|_| b.take(later)).count(), 3);
+    }
+
+    #[test]
+    fn zero_rate_sends_nothing() {
+        let mut b = TokenBucket::new(IcmpRateLimit { per_second: 0, burst: 50 });
+        assert!(!b.take(Instant::now()));
+        let mut b = TokenBucket::new(IcmpRateLimit { per_second: 10, burst: 0 });
+        assert!(!b.take(Instant::now() + Duration::from_secs(5)));
+    }
+}
