@@ -417,3 +417,83 @@ fn datagrams_are_offered_in_place_before_they_are_queued() {
     }
     assert_eq!(net.b.udp_queued(server), Ok((1, 1)));
 }
+
+/// The receive path never panics and keeps its bounds on mutated frames: valid UDP frames with
+/// random bytes of their IP and UDP headers and payload changed, cut short or padded, fed to a
+/// stack with bound, connected and small-queued sockets, checksums verified or trusted (so that
+/// mutated datagrams reach the sockets). Every frame the UDP path saw is counted once.
+#[test]
+fn mutated_frames_never_panic_and_every_datagram_is_counted_once() {
+    for trust in [false, true] {
+        let mut net = Net::with(
+            |_| {},
+            |c| {
+                if trust {
+                    c.checksum = tcp_lib::wire::ChecksumPolicy::Trust;
+                }
+                c.icmp_errors = IcmpRateLimit { per_second: 100, burst: 10 };
+            },
+        );
+        let small = net.b.udp_bind_with(any(7), UdpConfig { max_datagrams: 3, max_bytes: 300 }).unwrap();
+        let connected = net.b.udp_bind(any(8)).unwrap();
+        net.b.udp_connect(connected, SocketAddr::from((A_IP, 1000))).unwrap();
+        let (mac_a, mac_b) = (net.mac_a(), net.mac_b());
+        let mut rng = Rng(if trust { 2 } else { 1 });
+        let mut udp_frames = 0u64;
+        for i in 0..5000u32 {
+            let port = [7, 8, 9][rng.below(3)];
+            let len = rng.below(200);
+            let src = SocketAddrV4::new(A_IP, [1000, 1001][rng.below(2)]);
+            let mut frame =
+                udp_frame(mac_a, mac_b, src, SocketAddrV4::new(B_IP, port), &rng.bytes(len), None);
+            for _ in 0..rng.below(4) {
+                let at = 14 + rng.below(frame.len() - 14);
+                frame[at] = rng.bytes(1)[0];
+            }
+            match rng.below(4) {
+                0 => frame.truncate(14 + rng.below(frame.len() - 13)),
+                1 => {
+                    let n = rng.below(20);
+                    frame.extend(rng.bytes(n));
+                }
+                _ => {}
+            }
+            let before = *net.b.stats();
+            net.b.receive(net.now, &frame);
+            let after = *net.b.stats();
+            let outcomes = [
+                after.udp_datagrams_in - before.udp_datagrams_in,
+                after.udp_queue_drops - before.udp_queue_drops,
+                after.udp_no_socket - before.udp_no_socket,
+                after.udp_bad_source - before.udp_bad_source,
+            ];
+            let udp_malformed = after.rx_malformed - before.rx_malformed;
+            let udp_seen = outcomes.iter().sum::<u64>();
+            assert!(udp_seen + udp_malformed <= 1, "frame {i}: {outcomes:?} and {udp_malformed} malformed");
+            udp_frames += udp_seen;
+            if i % 64 == 0 {
+                net.now += Duration::from_millis(10);
+                let mut buf = [0u8; 64];
+                while net.b.udp_recv_from(small, &mut buf).is_ok() {}
+                while net.b.udp_recv_from(connected, &mut buf).is_ok() {}
+                net.b.poll(net.now, &mut net.dev_b, &net.cache).unwrap();
+                let mut batch = PacketBatch::with_capacity(256);
+                while net.dev_a.rx_burst(0, &net.cache, &mut batch).unwrap() > 0 {
+                    batch.clear();
+                }
+            }
+            let (count, bytes) = net.b.udp_queued(small).unwrap();
+            assert!(count <= 3 && bytes <= 300, "the queue bound holds: {count} datagrams, {bytes} bytes");
+        }
+        let s = net.b.stats();
+        assert!(udp_frames > 500, "many mutated frames still reach the UDP path: {udp_frames}");
+        assert!(s.udp_datagrams_in > 0 && s.udp_queue_drops > 0 && s.udp_no_socket > 0, "{s:?}");
+        // 100 a second after a burst of 10, over 79 steps of 10 ms.
+        let steps = 5000u64.div_ceil(64);
+        assert!(s.icmp_port_unreachable <= 10 + steps, "the rate limit holds: {s:?}");
+        assert!(s.icmp_rate_limited > 0, "{s:?}");
+        if !trust {
+            assert!(s.udp_checksum_errors > 0, "{s:?}");
+        }
+    }
+}

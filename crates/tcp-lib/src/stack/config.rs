@@ -3,7 +3,8 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use super::{ArpConfig, IcmpRateLimit, UdpConfig};
+use super::ArpConfig;
+use super::udp::{IcmpRateLimit, UdpConfig};
 #[cfg(doc)]
 use super::{Detached, Stack, StackStats};
 #[cfg(doc)]

@@ -9,31 +9,10 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use super::{Deliver, UdpId};
+use super::{Deliver, IcmpRateLimit, UdpId};
 use crate::stack::Stack;
 use crate::wire::icmpv4::DstUnreachable;
 use crate::wire::{Error as WireError, Icmpv4Repr, Ipv4Repr, UdpPacket, UdpRepr};
-
-/// The rate limit on the ICMP errors the stack sends (port unreachable): a token bucket of
-/// `burst` tokens refilled at `per_second`, one token a message, as Linux's
-/// `icmp_msgs_per_sec`/`icmp_msgs_burst` (RFC 1812 §4.3.2.8 asks for a limit; RFC 1122 §4.1.3.1
-/// has port unreachable sent). A message the bucket refuses is not sent and is counted in
-/// [`StackStats::icmp_rate_limited`](crate::stack::StackStats::icmp_rate_limited). Zero in
-/// either field sends none.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IcmpRateLimit {
-    /// Tokens added a second.
-    pub per_second: u32,
-    /// Most tokens held (the largest burst).
-    pub burst: u32,
-}
-
-impl Default for IcmpRateLimit {
-    /// Linux's defaults: 1,000 a second, bursts of 50.
-    fn default() -> Self {
-        Self { per_second: 1000, burst: 50 }
-    }
-}
 
 /// The token bucket of [`IcmpRateLimit`], on the stack's clock.
 #[derive(Debug)]

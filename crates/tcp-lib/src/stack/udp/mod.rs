@@ -19,11 +19,12 @@ use super::slab::Slab;
 use super::{Error, IP_LEN, Stack};
 use crate::wire::{Protocol, UdpPacket, UdpRepr, udp};
 
+mod config; // UdpConfig, IcmpRateLimit
 mod deliver; // the Deliver trait: in-place delivery of TCP payload and UDP datagrams
 mod input; // a received datagram to its socket, or an ICMP port unreachable; the rate limit
 
+pub use config::{IcmpRateLimit, UdpConfig};
 pub use deliver::Deliver;
-pub use input::IcmpRateLimit;
 use input::TokenBucket;
 
 /// A UDP socket handle (an index and a generation: stale handles are refused with
@@ -32,26 +33,6 @@ use input::TokenBucket;
 pub struct UdpId {
     index: u32,
     generation: u32,
-}
-
-/// The receive queue limits of one UDP socket: a datagram that would take the queue past either
-/// is dropped and counted in [`StackStats::udp_queue_drops`](super::StackStats::udp_queue_drops)
-/// (as Linux drops past `SO_RCVBUF`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UdpConfig {
-    /// Most datagrams queued.
-    pub max_datagrams: usize,
-    /// Most payload bytes queued.
-    pub max_bytes: usize,
-}
-
-impl Default for UdpConfig {
-    /// 2,048 datagrams and 2 MiB: a burst of 2,048 DNS queries or telemetry reports (a
-    /// millisecond of a busy server's traffic) waits for the reader instead of being dropped;
-    /// Linux's 208 KiB default `SO_RCVBUF` is what DNS servers are told to raise.
-    fn default() -> Self {
-        Self { max_datagrams: 2048, max_bytes: 2 << 20 }
-    }
 }
 
 /// What [`Stack::udp_recv_from`] read.
