@@ -180,6 +180,29 @@ fn connect_sets_the_destination_and_filters_the_sources() {
 }
 
 #[test]
+fn an_unspecified_ipv6_bind_takes_ipv4_datagrams_and_replies() {
+    // `[::]:p` is the dual-stack wildcard (Linux's default `bindv6only=0`): one socket a port.
+    let mut net = Net::new();
+    let server = net.b.udp_bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 5353))).unwrap();
+    assert_eq!(net.b.udp_bind(any(5353)), Err(Error::AddrInUse));
+    let client = net.a.udp_bind(any(0)).unwrap();
+    net.a.udp_send_to(client, b"query", b(5353)).unwrap();
+    let mut buf = [0u8; 16];
+    let r = recv_b(&mut net, server, &mut buf);
+    assert_eq!(&buf[..r.len], b"query");
+    net.b.udp_send_to(server, b"answer", r.from).unwrap();
+    let mut got = None;
+    assert!(net.run_until(50, |n| {
+        got = n.a.udp_recv_from(client, &mut buf).ok();
+        got.is_some()
+    }));
+    assert_eq!(got.unwrap().from, b(5353), "sent from our IPv4 address");
+    // IPv6 addresses other than the unspecified one are not the stack's (yet).
+    let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 9));
+    assert_eq!(net.b.udp_bind(v6), Err(Error::NotLocal));
+}
+
+#[test]
 fn a_datagram_longer_than_the_buffer_is_truncated_and_says_so() {
     let mut net = Net::new();
     let server = net.b.udp_bind(any(9)).unwrap();
