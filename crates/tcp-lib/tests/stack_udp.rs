@@ -203,6 +203,26 @@ fn an_unspecified_ipv6_bind_takes_ipv4_datagrams_and_replies() {
 }
 
 #[test]
+fn ephemeral_ports_go_through_the_port_filter_and_skip_taken_ports() {
+    use netchannel::signature::FlowGroup;
+    let mut net = Net::new();
+    let group = FlowGroup::of_port(50_000);
+    net.a.set_port_filter(Some(Box::new(move |g| g == group)));
+    // The range 49152-65535 holds four ports of the group: each bind takes the next free one.
+    let mut ports = Vec::new();
+    for _ in 0..4 {
+        let id = net.a.udp_bind(any(0)).unwrap();
+        let port = net.a.udp_local_addr(id).unwrap().port();
+        assert_eq!(FlowGroup::of_port(port), group, "port {port}");
+        ports.push(port);
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 4, "four different ports");
+    assert_eq!(net.a.udp_bind(any(0)), Err(Error::NoPorts), "the group's ports are all taken");
+}
+
+#[test]
 fn a_datagram_longer_than_the_buffer_is_truncated_and_says_so() {
     let mut net = Net::new();
     let server = net.b.udp_bind(any(9)).unwrap();
