@@ -175,6 +175,48 @@ mod tests {
         assert_eq!((0..10).filter(|_| b.take(later)).count(), 3);
     }
 
+    /// The IPv4 path drops datagrams not addressed to our unicast address before UDP sees them;
+    /// this holds the UDP layer's own check (which the IPv6 path and broadcast reception will
+    /// rely on) by calling it directly.
+    #[test]
+    fn no_port_unreachable_for_broadcast_or_multicast_destinations() {
+        use std::net::Ipv4Addr;
+
+        use crate::stack::Config;
+        use crate::wire::{EthernetAddress, Ipv4Cidr, Protocol};
+
+        let ours = Ipv4Addr::new(10, 0, 0, 2);
+        let mac = EthernetAddress([2, 0, 0, 0, 0, 2]);
+        let mut stack = Stack::new(Config::new(mac, Ipv4Cidr::new(ours, 24).unwrap()), Instant::now());
+        let datagram = |dst: Ipv4Addr| {
+            let repr = UdpRepr { src_port: 53, dst_port: 9, payload: b"x" };
+            let mut bytes = vec![0u8; repr.buffer_len()];
+            let src = Ipv4Addr::new(10, 0, 0, 1);
+            repr.emit(&mut UdpPacket::new_unchecked(&mut bytes[..]), src, dst);
+            let ip = Ipv4Repr {
+                src_addr: src,
+                dst_addr: dst,
+                protocol: Protocol::Udp,
+                payload_len: bytes.len(),
+                ttl: 64,
+                dscp: 0,
+                ecn: 0,
+                ident: 1,
+                dont_frag: false,
+            };
+            (ip, bytes)
+        };
+        let mut none = |_: crate::stack::StreamId, _: &[u8]| 0;
+        for dst in [Ipv4Addr::BROADCAST, Ipv4Addr::new(10, 0, 0, 255), Ipv4Addr::new(224, 0, 0, 251)] {
+            let (ip, bytes) = datagram(dst);
+            stack.receive_udp(&ip, &bytes, &mut none);
+        }
+        assert_eq!((stack.stats.udp_no_socket, stack.stats.icmp_port_unreachable), (3, 0));
+        let (ip, bytes) = datagram(ours);
+        stack.receive_udp(&ip, &bytes, &mut none);
+        assert_eq!((stack.stats.udp_no_socket, stack.stats.icmp_port_unreachable), (4, 1));
+    }
+
     #[test]
     fn zero_rate_sends_nothing() {
         let mut b = TokenBucket::new(IcmpRateLimit { per_second: 0, burst: 50 });
