@@ -72,6 +72,8 @@ fn stack_errno(e: Error) -> i32 {
         Error::Connection(c) => connection_errno(c),
         Error::NotLocal => libc::EADDRNOTAVAIL,
         Error::TooManyRoutes => libc::ENOBUFS,
+        Error::MessageTooLong { .. } => libc::EMSGSIZE,
+        Error::NotConnected => libc::EDESTADDRREQ,
     }
 }
 

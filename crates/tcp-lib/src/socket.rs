@@ -550,6 +550,8 @@ fn stack_error(e: stack::Error) -> io::Error {
         stack::Error::Unreachable => io::ErrorKind::NetworkUnreachable,
         stack::Error::WouldBlock => io::ErrorKind::WouldBlock,
         stack::Error::WriteClosed => io::ErrorKind::BrokenPipe,
+        stack::Error::MessageTooLong { .. } => io::ErrorKind::InvalidInput,
+        stack::Error::NotConnected => io::ErrorKind::NotConnected,
         stack::Error::Connection(c) => connection_kind(c),
     };
     io::Error::new(kind, e)

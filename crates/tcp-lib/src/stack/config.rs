@@ -4,6 +4,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::ArpConfig;
+use super::udp::{IcmpRateLimit, UdpConfig};
 #[cfg(doc)]
 use super::{Detached, Stack, StackStats};
 #[cfg(doc)]
@@ -70,6 +71,10 @@ pub struct Config {
     /// every receiver trusts checksums (above), or whose NIC fills them. IPv4 header checksums
     /// and RSTs, SYN cookies, ARP and ICMP are always filled.
     pub tx_checksum: bool,
+    /// The receive queue limits of UDP sockets bound with [`Stack::udp_bind`].
+    pub udp: UdpConfig,
+    /// The rate limit on ICMP errors sent (port unreachable for UDP datagrams to no socket).
+    pub icmp_errors: IcmpRateLimit,
 }
 
 impl Config {
@@ -98,6 +103,8 @@ impl Config {
             ttl: 64,
             checksum: ChecksumPolicy::Verify,
             tx_checksum: true,
+            udp: UdpConfig::default(),
+            icmp_errors: IcmpRateLimit::default(),
         }
     }
 }
@@ -185,10 +192,21 @@ pub enum Error {
     WriteClosed,
     /// The connection failed.
     Connection(ConnectionError),
-    /// A [`Detached`] connection's local address is not this stack's.
+    /// A [`Detached`] connection's local address, or the address given to
+    /// [`Stack::udp_bind`], is not this stack's.
     NotLocal,
     /// [`Stack::add_route`] found 64 routes kept already: remove one first.
     TooManyRoutes,
+    /// A UDP datagram longer than `max` bytes of payload, the most the interface's MTU carries
+    /// in one IP datagram ([`Stack::udp_max_payload`]): the stack does not fragment what it
+    /// sends. Send less, or raise [`Config::mtu`] where the link allows.
+    MessageTooLong {
+        /// The largest payload that fits.
+        max: usize,
+    },
+    /// [`Stack::udp_send`] on a socket with no destination: call [`Stack::udp_connect`] first,
+    /// or name the destination with [`Stack::udp_send_to`].
+    NotConnected,
 }
 
 impl fmt::Display for Error {
@@ -203,8 +221,13 @@ impl fmt::Display for Error {
             Self::WouldBlock => f.write_str("operation would block"),
             Self::WriteClosed => f.write_str("sending side shut down"),
             Self::Connection(e) => write!(f, "{e}"),
-            Self::NotLocal => f.write_str("the connection's local address is not this stack's"),
+            Self::NotLocal => f.write_str("the local address is not this stack's"),
             Self::TooManyRoutes => f.write_str("64 static routes already: remove one first"),
+            Self::MessageTooLong { max } => write!(
+                f,
+                "datagram too long: at most {max} bytes of payload fit the MTU (no fragmentation on send)"
+            ),
+            Self::NotConnected => f.write_str("no destination: udp_connect first, or use udp_send_to"),
         }
     }
 }

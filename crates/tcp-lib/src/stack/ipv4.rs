@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
 use super::flows::FlowKey;
-use super::{Error, Stack, StreamId};
+use super::{Deliver, Error, Stack, StreamId};
 #[cfg(doc)]
 use crate::tcp::Connection;
 use crate::wire::ipv4::ECN_CE;
@@ -86,6 +86,12 @@ impl Stack {
         frame: &[u8],
         deliver: &mut F,
     ) {
+        self.receive_deliver(now, frame, deliver);
+    }
+
+    /// [`receive_with`](Self::receive_with) for any [`Deliver`]: TCP payload as there, and UDP
+    /// datagrams offered in place too ([`Deliver::udp`]).
+    pub fn receive_deliver<D: Deliver + ?Sized>(&mut self, now: Instant, frame: &[u8], deliver: &mut D) {
         self.advance(now);
         self.stats.rx_frames += 1;
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
@@ -148,7 +154,7 @@ impl Stack {
         }
     }
 
-    fn receive_ipv4<F: FnMut(StreamId, &[u8]) -> usize>(&mut self, bytes: &[u8], deliver: &mut F) {
+    fn receive_ipv4<D: Deliver + ?Sized>(&mut self, bytes: &[u8], deliver: &mut D) {
         if self.ip().is_unspecified() {
             // IPv4 is off (an IPv6-only interface).
             self.stats.rx_unhandled += 1;
@@ -176,12 +182,7 @@ impl Stack {
         }
     }
 
-    fn receive_datagram<F: FnMut(StreamId, &[u8]) -> usize>(
-        &mut self,
-        ip: &Ipv4Repr,
-        payload: &[u8],
-        deliver: &mut F,
-    ) {
+    fn receive_datagram<D: Deliver + ?Sized>(&mut self, ip: &Ipv4Repr, payload: &[u8], deliver: &mut D) {
         if ip.dst_addr != self.ip() {
             self.stats.rx_not_for_us += 1;
             return;
@@ -189,6 +190,7 @@ impl Stack {
         match ip.protocol {
             Protocol::Tcp => self.receive_tcp(ip.src_addr, ip.dst_addr, ip.ecn == ECN_CE, payload, deliver),
             Protocol::Icmp => self.receive_icmp(ip.src_addr, payload),
+            Protocol::Udp => self.receive_udp(ip, payload, deliver),
             _ => self.stats.rx_unhandled += 1,
         }
     }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use super::hash::TableHash;
 use super::neighbor::NeighborCache;
-use super::{Config, Ipv6Config, PingReply, Stack, StreamId};
+use super::{Config, Deliver, Ipv6Config, PingReply, Stack};
 use crate::wire::icmpv6::Repr as Icmp;
 use crate::wire::ipv4::ECN_CE;
 use crate::wire::ipv6::addr::{
@@ -151,7 +151,7 @@ impl Stack {
         self.v6.as_ref().map_or(0, |v6| v6.ndp.len())
     }
 
-    pub(super) fn receive_ipv6<F: FnMut(StreamId, &[u8]) -> usize>(&mut self, bytes: &[u8], deliver: &mut F) {
+    pub(super) fn receive_ipv6<D: Deliver + ?Sized>(&mut self, bytes: &[u8], deliver: &mut D) {
         let now = self.now;
         let Some(v6) = self.v6.as_mut() else {
             self.stats.rx_unhandled += 1;
@@ -182,12 +182,7 @@ impl Stack {
         }
     }
 
-    fn receive_datagram6<F: FnMut(StreamId, &[u8]) -> usize>(
-        &mut self,
-        ip: &Ipv6Repr,
-        payload: &[u8],
-        deliver: &mut F,
-    ) {
+    fn receive_datagram6<D: Deliver + ?Sized>(&mut self, ip: &Ipv6Repr, payload: &[u8], deliver: &mut D) {
         // RFC 4291 §2.7: a multicast address is never a source.
         if ip.src_addr.is_multicast() {
             self.stats.rx_malformed += 1;
@@ -198,6 +193,7 @@ impl Stack {
                 let ce = ip.traffic_class & 0b11 == ECN_CE;
                 self.receive_tcp(ip.src_addr, ip.dst_addr, ce, payload, deliver);
             }
+            Protocol::Udp if !ip.dst_addr.is_multicast() => self.receive_udp6(ip, payload, deliver),
             Protocol::Icmpv6 => self.receive_icmpv6(ip, payload),
             _ => self.stats.rx_unhandled += 1,
         }

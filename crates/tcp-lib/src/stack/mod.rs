@@ -1,7 +1,8 @@
 //! The per-core [`Stack`]: one interface with IPv4 (ARP, ICMP echo, PMTU discovery, fragment
 //! reassembly) and, when [`Config::ipv6`] says so, IPv6 (Neighbor Discovery, ICMPv6 echo, PMTU
-//! from Packet Too Big, router advertisements, reassembly), static routes over both, and TCP
-//! connections, listeners and socket handles over the sans-IO [`Connection`] core.
+//! from Packet Too Big, router advertisements, reassembly), static routes over both, TCP
+//! connections, listeners and socket handles over the sans-IO [`Connection`] core, and UDP
+//! sockets.
 //!
 //! # Design
 //!
@@ -151,7 +152,8 @@
 //!   ([`set_port_filter`](Stack::set_port_filter)) so replies land on this core's RX queue.
 //! * Blind RST/SYN/data injection is handled by the connection core (RFC 5961).
 //! * Every table is bounded: connections ([`Config::max_connections`]), SYN queues and backlogs,
-//!   TIME-WAIT, the ARP cache and its pending packets, fragment reassembly, queued control frames.
+//!   TIME-WAIT, the ARP cache and its pending packets, fragment reassembly, queued control frames,
+//!   UDP receive queues ([`UdpConfig`]). ICMP errors are rate-limited ([`Config::icmp_errors`]).
 //!   No frame makes the stack panic.
 //! * Connection memory is bounded as a whole, not only per connection; see [Memory](#memory).
 //!
@@ -174,8 +176,9 @@
 //!   application's, shared by [`Arc`], at most 64 runs a connection.
 //! * **Heap, per stack:** the tables above, bounded by their limits; packets waiting for ARP are
 //!   copies (`Vec<u8>`), bounded by [`ArpConfig`]; fragments being reassembled are copies, bounded
-//!   by [`Config::reassembly`]; queued control frames by
-//!   [`Config::max_queued_frames`].
+//!   by [`Config::reassembly`]; queued control frames and UDP datagrams sent by
+//!   [`Config::max_queued_frames`]; each UDP socket's received datagrams by its [`UdpConfig`]
+//!   (payload bytes and datagrams; the sockets are the application's, one a port).
 //!
 //! The rings are the part that peers and applications control: a thousand connections whose
 //! readers never read, each with a 64 KiB receive buffer, or peers that never acknowledge what
@@ -214,6 +217,36 @@
 //! them. Bytes given to [`send`](Stack::send) take the copying path: into the send ring, from it
 //! into the scratch buffer, from there into the frame, summed on the way.
 //!
+//! # UDP
+//!
+//! [`udp_bind`](Stack::udp_bind) takes a local port (0: an ephemeral one, picked as
+//! [`connect`](Stack::connect) picks, through the port filter) and gives a [`UdpId`], a
+//! generation-checked handle like [`StreamId`]; an unspecified address takes datagrams to any of
+//! the stack's addresses, and one socket holds a port. [`udp_send_to`](Stack::udp_send_to) sends
+//! one datagram (checksum filled) through the same routing and ARP queue as TCP; a datagram the
+//! MTU cannot carry whole is refused with [`Error::MessageTooLong`] naming the limit
+//! ([`udp_max_payload`](Stack::udp_max_payload), 1472 bytes on a 1500-byte MTU): the stack does
+//! not fragment what it sends. [`udp_connect`](Stack::udp_connect) sets the destination of
+//! [`udp_send`](Stack::udp_send) and, as in Linux, filters what the socket receives to datagrams
+//! from that peer. [`udp_recv_from`](Stack::udp_recv_from) takes the oldest datagram; one longer
+//! than the buffer is cut to it and [`UdpRecv::truncated`] says so (`MSG_TRUNC`).
+//!
+//! A received datagram is checked (length; checksum per [`Config::checksum`], a zero checksum
+//! over IPv4 meaning "none", RFC 768), dropped and counted when its source is no single host's
+//! (RFC 1122 §3.2.1.3), and then, while its socket's queue is empty, offered in place to
+//! [`Deliver::udp`] ([`receive_deliver`](Stack::receive_deliver),
+//! [`poll_deliver`](Stack::poll_deliver)): what the application consumes there is never
+//! copied. Otherwise it is copied into the socket's queue, bounded in datagrams and bytes by
+//! [`UdpConfig`] ([`Config::udp`], or per socket with [`udp_bind_with`](Stack::udp_bind_with));
+//! past either bound it is dropped and counted in [`StackStats::udp_queue_drops`]. A datagram
+//! for a port with no socket draws an ICMP port unreachable (RFC 1122 §4.1.3.1) quoting its IP
+//! header and first 8 bytes (RFC 792), so that a connected kernel socket sees `ECONNREFUSED`;
+//! ICMP errors are rate-limited by a token bucket ([`Config::icmp_errors`], Linux's 1,000 a
+//! second in bursts of 50; RFC 1812 §4.3.2.8), what the bucket refuses is counted in
+//! [`StackStats::icmp_rate_limited`], and none is sent for a datagram to a broadcast or
+//! multicast address or from an invalid source. UDP over IPv6 is not served yet: sends to an
+//! IPv6 destination are refused with [`Error::Unreachable`].
+//!
 //! # Migration
 //!
 //! A connection can move between stacks with the same local address (another core's stack, when
@@ -223,11 +256,13 @@
 //!
 //! # Not yet
 //!
-//! IPv4 options and IPv6 extension headers are not emitted, and ICMP errors (port or protocol
-//! unreachable) are not generated. Of the ICMP errors received, only fragmentation-needed and
-//! Packet Too Big are acted on (PMTU discovery, RFC 1191, RFC 8201); other destination-unreachable
-//! and time-exceeded messages (soft errors) are counted and ignored. IPv6 has no duplicate
-//! address detection, MLD reports or neighbour reachability states yet (see `stack/ipv6.rs`).
+//! IPv4 options and IPv6 extension headers are not emitted; of the ICMP errors only port
+//! unreachable is generated (ICMP and ICMPv6; not protocol unreachable). UDP broadcast and
+//! multicast are neither sent nor received. Of the ICMP errors received, only
+//! fragmentation-needed and Packet Too Big are acted on (PMTU discovery, RFC 1191, RFC 8201);
+//! other destination-unreachable and time-exceeded messages (soft errors) are counted and ignored.
+//! IPv6 has no duplicate address detection, MLD reports or neighbour reachability states yet (see
+//! `stack/ipv6.rs`).
 //! SYN-cookie connections lose window scaling, SACK and timestamps (see above).
 
 use std::cmp::Reverse;
@@ -267,7 +302,8 @@ mod stats; // StackStats, PollStats
 mod streams; // connect, send, recv, close, ... on a StreamId
 mod tcp_input; // a received TCP segment to its connection, TIME-WAIT record or listener
 mod time_wait; // the TIME-WAIT table of compact records
-mod timers; // poll_timeout, handle_timeout, the timer heap
+mod timers;
+mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver // poll_timeout, handle_timeout, the timer heap
 
 /// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
 /// next to [`Stack::send_prepared`].
@@ -278,6 +314,7 @@ pub use listener::AcceptHook;
 pub use migrate::{AdoptError, Detached};
 pub use neighbor::ArpConfig;
 pub use stats::{PollStats, StackStats, StatsNow};
+pub use udp::{Deliver, IcmpRateLimit, UdpConfig, UdpId, UdpRecv};
 
 use flows::FlowMap;
 use hash::{Key, PortAllocator, TableHash};
@@ -369,6 +406,8 @@ pub struct Stack {
     port_filter: Option<Box<dyn Fn(FlowGroup) -> bool>>,
     accept_hook: Option<Box<dyn AcceptHook>>,
     ping_replies: VecDeque<PingReply>,
+    /// The UDP sockets.
+    udp: udp::UdpTable,
     ident: u16,
     stats: StackStats,
     /// What the connections' rings hold together ([`Config::buffer_memory`]).
@@ -436,6 +475,7 @@ impl Stack {
             port_filter: None,
             accept_hook: None,
             ping_replies: VecDeque::new(),
+            udp: udp::UdpTable::new(tables, config.icmp_errors),
             ident: 0,
             stats: StackStats::default(),
             budget: Arc::new(BufferBudget::new(config.buffer_memory)),

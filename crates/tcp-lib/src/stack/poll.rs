@@ -1,12 +1,13 @@
 //! Driving a stack against a [`NetDevice`]: [`Stack::poll`] receives bursts, runs the timers and
-//! transmits what is ready; [`Stack::poll_with`] adds in-place delivery of received payload.
+//! transmits what is ready; [`Stack::poll_with`] and [`Stack::poll_deliver`] add in-place delivery of
+//! received payload.
 
 use std::time::Instant;
 
 use netchannel::dev::{DevError, NetDevice, PacketBatch};
 use netchannel::pool::PoolCache;
 
-use super::{PollStats, Stack, StreamId};
+use super::{Deliver, PollStats, Stack, StreamId};
 
 /// Frames received per `rx_burst` in [`Stack::poll`].
 const BURST: usize = 32;
@@ -85,12 +86,27 @@ impl Stack {
         cache: &PoolCache,
         mut deliver: F,
     ) -> Result<PollStats, DevError> {
+        self.poll_deliver(now, device, cache, &mut deliver)
+    }
+
+    /// [`poll_with`](Self::poll_with) for any [`Deliver`]: TCP payload as there, and UDP
+    /// datagrams offered in place too ([`Deliver::udp`]; see its example).
+    ///
+    /// # Errors
+    /// The device's errors.
+    pub fn poll_deliver<D: NetDevice + ?Sized, R: Deliver + ?Sized>(
+        &mut self,
+        now: Instant,
+        device: &mut D,
+        cache: &PoolCache,
+        deliver: &mut R,
+    ) -> Result<PollStats, DevError> {
         let mut stats = PollStats::default();
         let mut batch = PacketBatch::with_capacity(BURST);
         for _ in 0..MAX_RX_BURSTS {
             let n = device.rx_burst(0, cache, &mut batch)?;
             for packet in batch.drain() {
-                self.receive_with(now, packet.data(), &mut deliver);
+                self.receive_deliver(now, packet.data(), deliver);
             }
             stats.received += n;
             if n < BURST {

@@ -102,6 +102,28 @@ pub struct StackStats {
     /// [`Stack::send`] calls cut short (a short write or [`Error::WouldBlock`](super::Error::WouldBlock))
     /// because [`Config::buffer_memory`] held a send ring below its configured size.
     pub tx_memory_refused: u64,
+    /// UDP datagrams a socket took: queued, or consumed in place.
+    pub udp_datagrams_in: u64,
+    /// Of those, datagrams [`Deliver::udp`](super::Deliver::udp) consumed in place (never
+    /// copied into the socket's queue).
+    pub udp_delivered_in_place: u64,
+    /// UDP datagrams sent ([`Stack::udp_send_to`]).
+    pub udp_datagrams_out: u64,
+    /// UDP datagrams dropped because their socket's queue was full
+    /// ([`UdpConfig`](super::UdpConfig)).
+    pub udp_queue_drops: u64,
+    /// UDP datagrams for a port with no socket, or from a source the port's connected socket
+    /// does not accept (answered with a port unreachable, within the rate limit).
+    pub udp_no_socket: u64,
+    /// UDP datagrams with a wrong checksum (also counted in `rx_malformed`).
+    pub udp_checksum_errors: u64,
+    /// UDP datagrams from a source address no single host can have (unspecified, loopback,
+    /// multicast, broadcast, or our own: RFC 1122 §3.2.1.3), dropped unanswered.
+    pub udp_bad_source: u64,
+    /// ICMP port unreachable messages sent (RFC 1122 §4.1.3.1).
+    pub icmp_port_unreachable: u64,
+    /// ICMP errors not sent because of the rate limit ([`Config::icmp_errors`]).
+    pub icmp_rate_limited: u64,
 }
 
 /// [`StackStats`] as [`Stack::stats`] reads them: their fields through it (it dereferences to

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use super::flows::FlowKey;
-use super::{ListenerId, Phase, Stack, StreamId};
+use super::{Deliver, ListenerId, Phase, Stack};
 use crate::tcp::{TimeWaitAction, reset_for};
 use crate::wire::{ChecksumPolicy, Result as WireResult, TcpPacket, TcpRepr};
 
@@ -60,13 +60,13 @@ impl Stack {
     /// A TCP segment from `src` to `dst` (one of our unicast addresses, of the same family); `ce`
     /// when its IP header said Congestion Experienced. Generic over the family so that the IPv4
     /// path matches on no `IpAddr` (see [`TcpAddr`]).
-    pub(super) fn receive_tcp<A: TcpAddr, F: FnMut(StreamId, &[u8]) -> usize>(
+    pub(super) fn receive_tcp<A: TcpAddr, D: Deliver + ?Sized>(
         &mut self,
         src: A,
         dst: A,
         ce: bool,
         bytes: &[u8],
-        deliver: &mut F,
+        deliver: &mut D,
     ) {
         let Ok(packet) = TcpPacket::new_checked(bytes) else {
             self.stats.rx_malformed += 1;
@@ -94,7 +94,7 @@ impl Stack {
             let id = self.stream_id(index);
             if let Some(e) = self.slot_entry(index) {
                 if e.app_owned {
-                    e.conn.handle_segment_ecn(now, &seg, ce, |data| deliver(id, data));
+                    e.conn.handle_segment_ecn(now, &seg, ce, |data| deliver.tcp(id, data));
                 } else {
                     e.conn.handle_segment_ecn(now, &seg, ce, |_| 0);
                 }
@@ -141,9 +141,9 @@ impl Stack {
         }
     }
 
-    /// Whether `src` is an address no TCP peer can have (for IPv6 see
+    /// Whether `src` is an address no TCP (or UDP) peer can have (for IPv6 see
     /// [`invalid_source6`](Self::invalid_source6)).
-    fn invalid_source(&self, src: IpAddr) -> bool {
+    pub(super) fn invalid_source(&self, src: IpAddr) -> bool {
         match src {
             IpAddr::V4(s) => self.invalid_source4(s),
             IpAddr::V6(s) => self.invalid_source6(s),
@@ -156,7 +156,7 @@ impl Stack {
     /// answered (a broadcast one would only draw ARP requests for the broadcast address, one from
     /// our own address, the land attack, a connection to ourselves), and a reset to it must not be
     /// sent either, so every segment from one is dropped.
-    fn invalid_source4(&self, src: Ipv4Addr) -> bool {
+    pub(super) fn invalid_source4(&self, src: Ipv4Addr) -> bool {
         src.is_unspecified()
             || src.is_loopback()
             || src.is_multicast()

@@ -155,36 +155,51 @@ pub fn tcp_frame(
     seg: &TcpRepr<'_>,
 ) -> Vec<u8> {
     let (src, dst) = (src.into(), dst.into());
-    if let (IpAddr::V6(s), IpAddr::V6(d)) = (src.ip(), dst.ip()) {
-        let ip = Ipv6Repr {
-            src_addr: s,
-            dst_addr: d,
-            next_header: Protocol::Tcp,
-            payload_len: seg.buffer_len(),
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-        };
-        let eth =
-            EthernetRepr { src_addr: src_mac, dst_addr: dst_mac, vlan: None, ethertype: EtherType::Ipv6 };
-        let mut buf = vec![0u8; eth.buffer_len(ip.buffer_len())];
-        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-        eth.emit(&mut frame);
-        let mut packet = Ipv6Packet::new_unchecked(frame.payload_mut());
-        ip.emit(&mut packet);
-        seg.emit_v6(&mut TcpPacket::new_unchecked(packet.payload_mut()), s, d);
-        return buf;
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let ip = Ipv6Repr {
+                src_addr: s,
+                dst_addr: d,
+                next_header: Protocol::Tcp,
+                payload_len: seg.buffer_len(),
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            };
+            let eth =
+                EthernetRepr { src_addr: src_mac, dst_addr: dst_mac, vlan: None, ethertype: EtherType::Ipv6 };
+            let mut buf = vec![0u8; eth.buffer_len(ip.buffer_len())];
+            let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+            eth.emit(&mut frame);
+            let mut packet = Ipv6Packet::new_unchecked(frame.payload_mut());
+            ip.emit(&mut packet);
+            seg.emit_v6(&mut TcpPacket::new_unchecked(packet.payload_mut()), s, d);
+            buf
+        }
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            ipv4_frame(src_mac, dst_mac, s, d, Protocol::Tcp, seg.buffer_len(), |b| {
+                seg.emit(&mut TcpPacket::new_unchecked(b), s, d);
+            })
+        }
+        _ => panic!("a frame's ends are of one family"),
     }
-    let v4 = |a: SocketAddr| match a.ip() {
-        IpAddr::V4(a) => a,
-        IpAddr::V6(_) => panic!("a frame's ends are of one family"),
-    };
-    let (s, d) = (v4(src), v4(dst));
+}
+
+/// An Ethernet/IPv4 frame from `src` to `dst` whose `len` payload bytes `write` fills.
+pub fn ipv4_frame(
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    protocol: Protocol,
+    len: usize,
+    write: impl FnOnce(&mut [u8]),
+) -> Vec<u8> {
     let ip = Ipv4Repr {
-        src_addr: s,
-        dst_addr: d,
-        protocol: Protocol::Tcp,
-        payload_len: seg.buffer_len(),
+        src_addr: src,
+        dst_addr: dst,
+        protocol,
+        payload_len: len,
         ttl: 64,
         dscp: 0,
         ecn: 0,
@@ -197,6 +212,6 @@ pub fn tcp_frame(
     eth.emit(&mut frame);
     let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
     ip.emit(&mut packet);
-    seg.emit(&mut TcpPacket::new_unchecked(packet.payload_mut()), s, d);
+    write(packet.payload_mut());
     buf
 }
