@@ -501,7 +501,7 @@ impl Builder {
             mask,
             head: 0,
             cached_tail: 0,
-            return_mask: !(return_batch(capacity) - 1),
+            return_low: return_batch(capacity) - 1,
             wakecnt: 0,
             mode: self.wake,
             spin: self.spin,
@@ -740,8 +740,9 @@ pub struct Consumer {
     head: usize,
     /// Last value read from `producer.tail`.
     cached_tail: usize,
-    /// `!(return batch - 1)`: `advance` hands slots back at multiples of the batch.
-    return_mask: usize,
+    /// The return batch less one (the batch is a power of two): `advance` hands slots back at
+    /// multiples of the batch.
+    return_low: usize,
     /// Authoritative copy of `wake.wakecnt`.
     wakecnt: u32,
     mode: WakeMode,
@@ -822,9 +823,15 @@ impl Consumer {
                 return None;
             }
         }
+        let head = self.head;
         // SAFETY: `head != tail`, so the slot at `head` holds a published item.
-        let item = unsafe { self.read_slot(self.head) };
-        self.advance(1);
+        let item = unsafe { self.read_slot(head) };
+        let next = head.wrapping_add(1);
+        self.head = next;
+        // One item crosses a return boundary exactly when it lands on one (see `advance`).
+        if next == self.cached_tail || next & self.return_low == 0 {
+            self.return_slots(next);
+        }
         Some(item)
     }
 
@@ -865,14 +872,19 @@ impl Consumer {
     #[inline(always)]
     fn advance(&mut self, n: usize) {
         let old = self.head;
-        self.head = old.wrapping_add(n);
-        let returned = if self.head == self.cached_tail {
-            self.head
-        } else if (old ^ self.head) & self.return_mask != 0 {
-            self.head & self.return_mask
-        } else {
-            return;
-        };
+        let next = old.wrapping_add(n);
+        self.head = next;
+        if next == self.cached_tail {
+            self.return_slots(next);
+        } else if old ^ next > self.return_low {
+            // A bit at or above the batch's changed: a boundary lies in `(old, next]`.
+            self.return_slots(next & !self.return_low);
+        }
+    }
+
+    /// Hands the slots below `returned` (at most `head`) back to the producer.
+    #[inline(always)]
+    fn return_slots(&self, returned: usize) {
         // Release: our reads of the slots below `returned` happen before the producer reuses them;
         // pairs with the Acquire loads of `head` in `Producer::push`/`push_burst`/`free_space`.
         self.shared.consumer.head.store(returned, Ordering::Release);
