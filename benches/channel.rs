@@ -1,6 +1,7 @@
 //! Criterion benchmarks of the net channel (`netchannel::channel`) against its anchors, measured in the
-//! same run: [`rtrb`], [`crossbeam_queue::ArrayQueue`], `std::sync::mpsc::sync_channel` and, for the
-//! latency benchmarks, a bare atomic ping-pong and `std::thread::park`/`unpark`.
+//! same run: [`rtrb`], [`nexus_queue`] (its SPSC ring), [`crossbeam_queue::ArrayQueue`],
+//! `std::sync::mpsc::sync_channel` and, for the latency benchmarks, a bare atomic ping-pong and
+//! `std::thread::park`/`unpark`.
 //!
 //! Every benchmark uses two threads: the Criterion (main) thread, pinned to CPU 0, and one worker thread
 //! per `iter_custom` call, pinned to CPU 1 (pinning is best effort). Items are `u32`, every queue has a
@@ -14,8 +15,13 @@
 //!   busy-poll. `netchannel-park` is a [`WakeMode::Park`] channel whose consumer stays awake, so the
 //!   producer pays the wakeup check on every burst ("wakeups enabled"); `netchannel-poll` is
 //!   [`WakeMode::Poll`], which skips it. `*-single` contenders use the one-item API (`push`/`pop`) in a
-//!   loop; `rtrb-chunk` uses `write_chunk_uninit`/`read_chunk`; ArrayQueue and mpsc have only one-item
-//!   operations (`push`/`pop`, `try_send`/`try_recv`).
+//!   loop; `rtrb-chunk` uses `write_chunk_uninit`/`read_chunk`; nexus-queue, ArrayQueue and mpsc have
+//!   only one-item operations (`push`/`pop`, `try_send`/`try_recv`).
+//! * `throughput_slow_producer/<contender>/<burst>` and `throughput_slow_consumer/...`: the same with
+//!   [`WORK_STEPS`] dependent multiply-adds (~5 ns) per item on the producer (the ring runs near empty,
+//!   the consumer spinning) or on the consumer (the ring runs near full, the producer retrying), for the
+//!   net channel with wakeups enabled and its two SPSC anchors, at bursts 1 and 32. Here one side's own
+//!   work bounds every ring; what is measured is how much each ring adds to it.
 //! * `ping_pong/<contender>`: one item main -> worker on channel A, echoed worker -> main on channel B;
 //!   both sides busy-poll; one iteration is one round trip. `bare-atomic` is two `AtomicUsize`s on
 //!   separate `CachePadded` lines, each thread spinning on the other's: the cost of moving the two cache
@@ -68,6 +74,10 @@ const MAIN_CPU: usize = 0;
 const WORKER_CPU: usize = 1;
 /// Burst sizes of the throughput benchmark.
 const BURSTS: [usize; 3] = [1, 32, 256];
+/// Burst sizes of the slow-producer and slow-consumer throughput benchmarks.
+const REGIME_BURSTS: [usize; 2] = [1, 32];
+/// Dependent multiply-add steps per item on the slow side of the regime benchmarks (~1.3 ns each).
+const WORK_STEPS: u32 = 4;
 
 // ---------------------------------------------------------------------------------------------------
 // Threads
@@ -118,6 +128,24 @@ trait Rx: Send + 'static {
     fn recv(&mut self, out: &mut [u32]) -> usize;
 }
 
+/// Sends a prefix of `items` one at a time with `push` (true when taken); returns how many were taken.
+#[inline(always)]
+fn send_each(items: &[u32], mut push: impl FnMut(u32) -> bool) -> usize {
+    items.iter().position(|&item| !push(item)).unwrap_or(items.len())
+}
+
+/// Fills a prefix of `out` one item at a time with `pop`; returns how many it filled.
+#[inline(always)]
+fn recv_each(out: &mut [u32], mut pop: impl FnMut() -> Option<u32>) -> usize {
+    for (n, slot) in out.iter_mut().enumerate() {
+        match pop() {
+            Some(item) => *slot = item,
+            None => return n,
+        }
+    }
+    out.len()
+}
+
 /// Net channel through its burst API (`push_burst` / `pop_burst`).
 struct NcBurst<T>(T);
 
@@ -141,25 +169,14 @@ struct NcSingle<T>(T);
 impl Tx for NcSingle<Producer> {
     #[inline]
     fn send(&mut self, items: &[u32]) -> usize {
-        for (n, &item) in items.iter().enumerate() {
-            if self.0.push(item).is_err() {
-                return n;
-            }
-        }
-        items.len()
+        send_each(items, |item| self.0.push(item).is_ok())
     }
 }
 
 impl Rx for NcSingle<Consumer> {
     #[inline]
     fn recv(&mut self, out: &mut [u32]) -> usize {
-        for (n, slot) in out.iter_mut().enumerate() {
-            match self.0.pop() {
-                Some(item) => *slot = item,
-                None => return n,
-            }
-        }
-        out.len()
+        recv_each(out, || self.0.pop())
     }
 }
 
@@ -214,25 +231,31 @@ struct RtrbSingle<T>(T);
 impl Tx for RtrbSingle<rtrb::Producer<u32>> {
     #[inline]
     fn send(&mut self, items: &[u32]) -> usize {
-        for (n, &item) in items.iter().enumerate() {
-            if self.0.push(item).is_err() {
-                return n;
-            }
-        }
-        items.len()
+        send_each(items, |item| self.0.push(item).is_ok())
     }
 }
 
 impl Rx for RtrbSingle<rtrb::Consumer<u32>> {
     #[inline]
     fn recv(&mut self, out: &mut [u32]) -> usize {
-        for (n, slot) in out.iter_mut().enumerate() {
-            match self.0.pop() {
-                Ok(item) => *slot = item,
-                Err(_) => return n,
-            }
-        }
-        out.len()
+        recv_each(out, || self.0.pop().ok())
+    }
+}
+
+/// nexus-queue's SPSC ring, one `push`/`pop` per item (it has no burst API).
+struct Nexus<T>(T);
+
+impl Tx for Nexus<nexus_queue::spsc::Producer<u32>> {
+    #[inline]
+    fn send(&mut self, items: &[u32]) -> usize {
+        send_each(items, |item| self.0.push(item).is_ok())
+    }
+}
+
+impl Rx for Nexus<nexus_queue::spsc::Consumer<u32>> {
+    #[inline]
+    fn recv(&mut self, out: &mut [u32]) -> usize {
+        recv_each(out, || self.0.pop())
     }
 }
 
@@ -242,25 +265,14 @@ struct Crossbeam(Arc<ArrayQueue<u32>>);
 impl Tx for Crossbeam {
     #[inline]
     fn send(&mut self, items: &[u32]) -> usize {
-        for (n, &item) in items.iter().enumerate() {
-            if self.0.push(item).is_err() {
-                return n;
-            }
-        }
-        items.len()
+        send_each(items, |item| self.0.push(item).is_ok())
     }
 }
 
 impl Rx for Crossbeam {
     #[inline]
     fn recv(&mut self, out: &mut [u32]) -> usize {
-        for (n, slot) in out.iter_mut().enumerate() {
-            match self.0.pop() {
-                Some(item) => *slot = item,
-                None => return n,
-            }
-        }
-        out.len()
+        recv_each(out, || self.0.pop())
     }
 }
 
@@ -270,25 +282,14 @@ struct StdSync<T>(T);
 impl Tx for StdSync<mpsc::SyncSender<u32>> {
     #[inline]
     fn send(&mut self, items: &[u32]) -> usize {
-        for (n, &item) in items.iter().enumerate() {
-            if self.0.try_send(item).is_err() {
-                return n;
-            }
-        }
-        items.len()
+        send_each(items, |item| self.0.try_send(item).is_ok())
     }
 }
 
 impl Rx for StdSync<mpsc::Receiver<u32>> {
     #[inline]
     fn recv(&mut self, out: &mut [u32]) -> usize {
-        for (n, slot) in out.iter_mut().enumerate() {
-            match self.0.try_recv() {
-                Ok(item) => *slot = item,
-                Err(_) => return n,
-            }
-        }
-        out.len()
+        recv_each(out, || self.0.try_recv().ok())
     }
 }
 
@@ -314,6 +315,11 @@ fn rtrb_chunk() -> (RtrbChunk<rtrb::Producer<u32>>, RtrbChunk<rtrb::Consumer<u32
 fn rtrb_single() -> (RtrbSingle<rtrb::Producer<u32>>, RtrbSingle<rtrb::Consumer<u32>>) {
     let (tx, rx) = RingBuffer::new(CAPACITY);
     (RtrbSingle(tx), RtrbSingle(rx))
+}
+
+fn nexus() -> (Nexus<nexus_queue::spsc::Producer<u32>>, Nexus<nexus_queue::spsc::Consumer<u32>>) {
+    let (tx, rx) = nexus_queue::spsc::ring_buffer(CAPACITY);
+    (Nexus(tx), Nexus(rx))
 }
 
 fn crossbeam() -> (Crossbeam, Crossbeam) {
@@ -358,9 +364,53 @@ fn expected_sum(n: u64) -> u64 {
     sum
 }
 
+/// Which side of a throughput run does per-item work of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Regime {
+    /// Neither: both threads run flat out.
+    Free,
+    /// The producer: the ring runs near empty.
+    SlowProducer,
+    /// The consumer: the ring runs near full.
+    SlowConsumer,
+}
+
+impl Regime {
+    fn group(self) -> &'static str {
+        match self {
+            Self::Free => "throughput",
+            Self::SlowProducer => "throughput_slow_producer",
+            Self::SlowConsumer => "throughput_slow_consumer",
+        }
+    }
+
+    /// `steps` dependent multiply-adds on `x` when `side` is the slow one; `x` itself otherwise.
+    #[inline(always)]
+    fn work(self, side: Self, x: u64) -> u64 {
+        if self != side {
+            return x;
+        }
+        let mut x = x;
+        for _ in 0..std::hint::black_box(WORK_STEPS) {
+            x = x.wrapping_mul(0x5851_f42d_4c95_7f2d).wrapping_add(0x1405_7b7e_f767_814f);
+        }
+        x
+    }
+}
+
 /// Moves `iters * burst` items from this thread to a worker in bursts of `burst`; returns the time from
 /// the first push to the worker's last pop.
-fn throughput_run<T: Tx, R: Rx>(iters: u64, burst: usize, (mut tx, mut rx): (T, R)) -> Duration {
+fn throughput_run<T: Tx, R: Rx>(iters: u64, burst: usize, pair: (T, R)) -> Duration {
+    throughput_regime_run(iters, burst, Regime::Free, pair)
+}
+
+/// [`throughput_run`] with `regime`'s per-item work on one side.
+fn throughput_regime_run<T: Tx, R: Rx>(
+    iters: u64,
+    burst: usize,
+    regime: Regime,
+    (mut tx, mut rx): (T, R),
+) -> Duration {
     prime(&mut tx, &mut rx);
     let total = iters * burst as u64;
     let ready = Ready::default();
@@ -370,6 +420,7 @@ fn throughput_run<T: Tx, R: Rx>(iters: u64, burst: usize, (mut tx, mut rx): (T, 
             let mut out = vec![0u32; burst];
             let mut got = 0u64;
             let mut sum = 0u64;
+            let mut acc = 0u64;
             ready.set();
             while got < total {
                 let n = rx.recv(&mut out);
@@ -379,9 +430,11 @@ fn throughput_run<T: Tx, R: Rx>(iters: u64, burst: usize, (mut tx, mut rx): (T, 
                 }
                 for &item in &out[..n] {
                     sum = sum.wrapping_add(u64::from(item));
+                    acc = regime.work(Regime::SlowConsumer, acc ^ u64::from(item));
                 }
                 got += n as u64;
             }
+            std::hint::black_box(acc);
             (Instant::now(), sum, got)
         })
     };
@@ -390,12 +443,14 @@ fn throughput_run<T: Tx, R: Rx>(iters: u64, burst: usize, (mut tx, mut rx): (T, 
     let start = Instant::now();
     let mut next = 0u32;
     let mut sent = 0u64;
+    let mut acc = 0u64;
     while sent < total {
         let want = usize::try_from(total - sent).map_or(burst, |left| left.min(burst));
         for (k, slot) in items[..want].iter_mut().enumerate() {
             #[expect(clippy::cast_possible_truncation, reason = "k < burst <= 256")]
             let k = k as u32;
             *slot = next.wrapping_add(k);
+            acc = regime.work(Regime::SlowProducer, acc ^ u64::from(*slot));
         }
         let mut off = 0;
         while off < want {
@@ -410,6 +465,7 @@ fn throughput_run<T: Tx, R: Rx>(iters: u64, burst: usize, (mut tx, mut rx): (T, 
         next = next.wrapping_add(want32);
         sent += want as u64;
     }
+    std::hint::black_box(acc);
     let (end, sum, got) = consumer.join().expect("consumer thread");
     assert_eq!(got, total, "consumer saw a different number of items");
     assert_eq!(sum, expected_sum(total), "consumer saw different items");
@@ -704,7 +760,16 @@ impl Case {
     }
 
     fn throughput(name: &'static str, burst: usize, run: impl Fn(u64) -> Duration + 'static) -> Self {
-        Self { group: "throughput", name, burst: Some(burst), run: Box::new(run) }
+        Self::regime(Regime::Free, name, burst, run)
+    }
+
+    fn regime(
+        regime: Regime,
+        name: &'static str,
+        burst: usize,
+        run: impl Fn(u64) -> Duration + 'static,
+    ) -> Self {
+        Self { group: regime.group(), name, burst: Some(burst), run: Box::new(run) }
     }
 
     /// Criterion's id: `group/name[/burst]`.
@@ -721,7 +786,14 @@ impl Case {
     }
 }
 
-const GROUPS: [&str; 4] = ["throughput", "ping_pong", "wakeup", "wakeup_back_to_back"];
+const GROUPS: [&str; 6] = [
+    "throughput",
+    "throughput_slow_producer",
+    "throughput_slow_consumer",
+    "ping_pong",
+    "wakeup",
+    "wakeup_back_to_back",
+];
 
 fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
@@ -748,12 +820,35 @@ fn cases() -> Vec<Case> {
         cases.push(Case::throughput("rtrb-single", burst, move |iters| {
             throughput_run(iters, burst, rtrb_single())
         }));
+        cases
+            .push(Case::throughput("nexus-queue", burst, move |iters| throughput_run(iters, burst, nexus())));
         cases.push(Case::throughput("arrayqueue", burst, move |iters| {
             throughput_run(iters, burst, crossbeam())
         }));
         cases.push(Case::throughput("std-sync-channel", burst, move |iters| {
             throughput_run(iters, burst, std_sync())
         }));
+    }
+    for regime in [Regime::SlowProducer, Regime::SlowConsumer] {
+        for burst in REGIME_BURSTS {
+            cases.push(Case::regime(regime, "netchannel-park", burst, move |iters| {
+                if burst == 1 {
+                    throughput_regime_run(iters, burst, regime, nc_single(WakeMode::Park))
+                } else {
+                    throughput_regime_run(iters, burst, regime, nc_burst(WakeMode::Park))
+                }
+            }));
+            cases.push(Case::regime(regime, "rtrb", burst, move |iters| {
+                if burst == 1 {
+                    throughput_regime_run(iters, burst, regime, rtrb_single())
+                } else {
+                    throughput_regime_run(iters, burst, regime, rtrb_chunk())
+                }
+            }));
+            cases.push(Case::regime(regime, "nexus-queue", burst, move |iters| {
+                throughput_regime_run(iters, burst, regime, nexus())
+            }));
+        }
     }
     cases.push(Case::new("ping_pong", "netchannel-park", |iters| {
         ping_pong_run(iters, nc_single(WakeMode::Park), nc_single(WakeMode::Park))
@@ -762,6 +857,7 @@ fn cases() -> Vec<Case> {
         ping_pong_run(iters, nc_single(WakeMode::Poll), nc_single(WakeMode::Poll))
     }));
     cases.push(Case::new("ping_pong", "rtrb", |iters| ping_pong_run(iters, rtrb_single(), rtrb_single())));
+    cases.push(Case::new("ping_pong", "nexus-queue", |iters| ping_pong_run(iters, nexus(), nexus())));
     cases.push(Case::new("ping_pong", "bare-atomic", bare_atomic_run));
     for (group, asleep) in [("wakeup", true), ("wakeup_back_to_back", false)] {
         cases.push(Case::new(group, "netchannel-park-spin20us", move |iters| {

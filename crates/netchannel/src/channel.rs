@@ -24,8 +24,33 @@
 //!
 //! Indices `head` and `tail` run freely and are reduced with a mask, so `tail - head` distinguishes
 //! full from empty without wasting a slot. Each side caches the other's index and re-reads it only when
-//! the ring looks full (producer) or too empty for the burst (consumer); each burst ends with exactly one
-//! `Release` store of the side's own index.
+//! the ring looks full (producer) or too empty for the burst (consumer). Every `push`/`push_burst` ends
+//! with one `Release` store of `tail`, so a completed push is visible to the consumer at once (VJ's
+//! contract); the consumer returns slots in batches (below).
+//!
+//! # Returning slots
+//!
+//! A ring whose consumer stores `head` after every pop (as rtrb 0.4 and nexus-queue 1.3 do, and as this
+//! one did) has a slow steady state that two free-running threads fall into and do not leave: once the
+//! producer catches up with the consumer, the ring is full, each pop frees one slot and each push takes
+//! it. Every item then moves three cache lines between the cores: `head` (the consumer stores it, the
+//! producer's refresh reads it), and the ring line that the producer writes while the consumer is still
+//! reading the rest of it, in both directions. Both sides slow to the speed of those transfers (~30 ns
+//! an item, against ~3 when the threads happen to run apart), so which speed a program gets depends on
+//! how its two loops first interleave (issue 17 measured 29 ns against 3 at burst 1).
+//!
+//! The consumer therefore hands slots back the way MCRingBuffer does (Lee, Bu & Chandranmenon,
+//! "A Lock-Free, Cache-Efficient Multi-Core Synchronization Mechanism for Line-Rate Network Traffic
+//! Monitoring", IPDPS 2010): it stores `head` only when it crosses a [`RETURN_SLOTS`]-slot (128-byte,
+//! line-pair) boundary, and then stores the boundary, not its position; and whenever it has caught up
+//! with every item it knows of (`head == cached_tail`), when it stores its exact position. In the full
+//! ring the producer is thus handed whole line pairs that the consumer has finished reading, it refreshes
+//! `head` once per 32 items instead of once per item, and the consumer's `head` line moves once per 32
+//! items. Elsewhere nothing changes: a consumer that has caught up (the near-empty ring, a consumer
+//! about to sleep) holds nothing back, and the producer is not reading `head` then. The cost is that the
+//! producer may see up to `RETURN_SLOTS - 1` popped slots as still in use (`capacity / 8` for rings of
+//! fewer than 256 slots), so [`Producer::push`] can refuse while that many slots are free but not yet
+//! handed back; [`Consumer::request_wakeup`] hands every slot back before the consumer sleeps.
 //!
 //! # Wakeups
 //!
@@ -37,6 +62,21 @@
 //! and the consumer issues `membarrier(2)` before it sleeps (an asymmetric barrier; see `sys::Barrier`),
 //! falling back to `SeqCst` fences on both sides where `membarrier` is unavailable. The loom models in
 //! `tests/loom_channel.rs` check the protocol with fences on both sides.
+//!
+//! # Orderings, each with its pair
+//!
+//! * `tail`: `Release` store in `Producer::publish` after the slot writes; `Acquire` loads in
+//!   `Consumer::pop`, `pop_burst` and `refresh` before the slot reads. A consumer that sees `tail`
+//!   sees the items below it.
+//! * `head`: `Release` store in `Consumer::advance` (batched, above) and `request_wakeup` after the slot
+//!   reads; `Acquire` loads in `Producer::push`, `push_burst` and `free_space` before the slot writes.
+//!   The value stored never exceeds the consumer's position, so the producer never reuses a slot the
+//!   consumer has not read.
+//! * wakeups: the consumer's `wake.wakecnt` store, then `Barrier::heavy`, then its `tail` load; the
+//!   producer's `tail` store, then `Barrier::light`, then its `wake.wakecnt` load (store-buffering,
+//!   above). `producer.wakecnt`: `Release` store in `Producer::send_wakeup`, `Acquire` loads in
+//!   `Consumer::request_wakeup` and `wait`.
+//! * `closed`: `Release` store in each side's `Drop`, `Acquire` load in the other's `is_abandoned`.
 //!
 //! The producer sends at most one wakeup per request, so a sleeping consumer never causes a wakeup storm.
 //! [`WakeMode`] chooses how the consumer sleeps: not at all ([`WakeMode::Poll`]), on a futex
@@ -80,6 +120,21 @@ use crate::sys::{Barrier, WaitWord};
 
 /// The largest capacity a channel accepts (2^30 slots, 4 GiB of ring).
 pub const MAX_CAPACITY: usize = 1 << 30;
+
+/// How many popped slots the consumer hands back to the producer at once, at most: one 128-byte line
+/// pair of `u32` slots (see "Returning slots" in the module docs). Rings smaller than eight batches
+/// return `capacity / 8` slots at a time (one at a time below 16 slots), so the producer never sees
+/// more than an eighth of the ring held back.
+pub const RETURN_SLOTS: usize = 32;
+
+/// The consumer's return batch for a ring of `capacity` slots (a power of two). Under loom it is half
+/// the ring, so the models' two- and four-slot rings exercise batched returns.
+fn return_batch(capacity: usize) -> usize {
+    #[cfg(not(loom))]
+    return (capacity / 8).clamp(1, RETURN_SLOTS);
+    #[cfg(loom)]
+    return (capacity / 2).max(1);
+}
 
 /// How a consumer waits for items, and so how the producer wakes it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -179,7 +234,8 @@ impl Wait {
 pub struct ChannelStats {
     /// Items the producer enqueued.
     pub pushed: u64,
-    /// Items the consumer dequeued.
+    /// Items the consumer dequeued: exact from [`Consumer::stats`]; from [`Producer::stats`], the slots
+    /// the consumer has handed back, which lag by less than [`RETURN_SLOTS`] while it is behind.
     pub popped: u64,
     /// Items refused because the ring was full, counted per item and per attempt: for a driver, which
     /// drops what does not fit and returns the buffers, these are drops; a caller that retries the same
@@ -277,7 +333,8 @@ struct Shared {
 }
 
 // SAFETY: the ring cells are the only non-`Sync` part. Each slot is written only by the producer while
-// it lies in `[tail, head + capacity)` and read only by the consumer while it lies in `[head, tail)`;
+// it lies in `[tail, returned + capacity)`, where `returned <= head` is the last `head` the consumer
+// stored, and read only by the consumer while it lies in `[head, tail)`;
 // the Release/Acquire pairs on `tail` and `head` order those accesses, so no cell is ever accessed by
 // both sides at once.
 unsafe impl Sync for Shared {}
@@ -444,6 +501,7 @@ impl Builder {
             mask,
             head: 0,
             cached_tail: 0,
+            return_low: return_batch(capacity) - 1,
             wakecnt: 0,
             mode: self.wake,
             spin: self.spin,
@@ -507,7 +565,9 @@ impl Producer {
         self.mask + 1
     }
 
-    /// Free slots right now (re-reads the consumer's index).
+    /// Free slots right now, as far as the consumer has handed them back (re-reads the consumer's
+    /// index; up to [`RETURN_SLOTS`]` - 1` popped slots may not be back yet while the consumer is
+    /// behind, see "Returning slots" in the module docs).
     #[must_use]
     pub fn free_space(&mut self) -> usize {
         // Acquire: pairs with the Release store of `head` in `Consumer::pop_burst`.
@@ -528,8 +588,9 @@ impl Producer {
         self.shared.stats()
     }
 
-    /// Enqueues one item, waking the consumer if it asked. On a full ring the item comes back in the
-    /// error and is counted in [`ChannelStats::refused_full`].
+    /// Enqueues one item, waking the consumer if it asked. On a full ring (full as far as the consumer
+    /// has handed slots back, see [`Producer::free_space`]) the item comes back in the error and is
+    /// counted in [`ChannelStats::refused_full`].
     ///
     /// # Errors
     ///
@@ -679,6 +740,9 @@ pub struct Consumer {
     head: usize,
     /// Last value read from `producer.tail`.
     cached_tail: usize,
+    /// The return batch less one (the batch is a power of two): `advance` hands slots back at
+    /// multiples of the batch.
+    return_low: usize,
     /// Authoritative copy of `wake.wakecnt`.
     wakecnt: u32,
     mode: WakeMode,
@@ -733,10 +797,11 @@ impl Consumer {
         self.shared.producer.closed.load(Ordering::Acquire)
     }
 
-    /// The channel's counters.
+    /// The channel's counters. `popped` is exact here (the consumer's own count); from the producer's
+    /// side it counts the slots handed back, which may lag by less than [`RETURN_SLOTS`].
     #[must_use]
     pub fn stats(&self) -> ChannelStats {
-        self.shared.stats()
+        ChannelStats { popped: self.head as u64, ..self.shared.stats() }
     }
 
     /// The eventfd a [`WakeMode::EventFd`] channel signals; register it with epoll (level-triggered),
@@ -758,12 +823,15 @@ impl Consumer {
                 return None;
             }
         }
+        let head = self.head;
         // SAFETY: `head != tail`, so the slot at `head` holds a published item.
-        let item = unsafe { self.read_slot(self.head) };
-        self.head = self.head.wrapping_add(1);
-        // Release: our read of the slot happens before the producer reuses it; pairs with the Acquire
-        // loads of `head` in `Producer::push`/`push_burst`.
-        self.shared.consumer.head.store(self.head, Ordering::Release);
+        let item = unsafe { self.read_slot(head) };
+        let next = head.wrapping_add(1);
+        self.head = next;
+        // One item crosses a return boundary exactly when it lands on one (see `advance`).
+        if next == self.cached_tail || next & self.return_low == 0 {
+            self.return_slots(next);
+        }
         Some(item)
     }
 
@@ -791,11 +859,35 @@ impl Consumer {
             // SAFETY: the remainder of the same published run, wrapped to slot 0.
             unsafe { self.read_run(0, b) };
         }
-        self.head = self.head.wrapping_add(n);
-        // Release: our reads of the slots happen before the producer reuses them; pairs with the
-        // Acquire loads of `head` in `Producer::push`/`push_burst`.
-        self.shared.consumer.head.store(self.head, Ordering::Release);
+        self.advance(n);
         n
+    }
+
+    /// Moves `head` past `n` popped items and hands their slots back to the producer when that is
+    /// cheap or needed (see "Returning slots" in the module docs): when `head` crosses a
+    /// [`RETURN_SLOTS`]-aligned boundary, every slot below the boundary goes back (whole line pairs, so
+    /// the producer never writes a line this side is still reading); when the consumer has caught up
+    /// with the items it knows of, every slot goes back (the producer is not competing for `head` then,
+    /// and a consumer about to idle must not hold slots).
+    #[inline(always)]
+    fn advance(&mut self, n: usize) {
+        let old = self.head;
+        let next = old.wrapping_add(n);
+        self.head = next;
+        if next == self.cached_tail {
+            self.return_slots(next);
+        } else if old ^ next > self.return_low {
+            // A bit at or above the batch's changed: a boundary lies in `(old, next]`.
+            self.return_slots(next & !self.return_low);
+        }
+    }
+
+    /// Hands the slots below `returned` (at most `head`) back to the producer.
+    #[inline(always)]
+    fn return_slots(&self, returned: usize) {
+        // Release: our reads of the slots below `returned` happen before the producer reuses them;
+        // pairs with the Acquire loads of `head` in `Producer::push`/`push_burst`/`free_space`.
+        self.shared.consumer.head.store(returned, Ordering::Release);
     }
 
     /// Asks the producer for a wakeup, then re-checks the ring (VJ's sleep protocol).
@@ -825,6 +917,10 @@ impl Consumer {
             // Relaxed: ordered against the `tail` load below by the barrier.
             self.shared.wake.wakecnt.store(self.wakecnt, Ordering::Relaxed);
         }
+        // A consumer about to sleep holds no slot back: a producer that finds the ring full must be
+        // able to count on every popped slot. Release: our slot reads happen before the producer
+        // reuses them; pairs with the Acquire loads of `head` in `Producer`.
+        self.shared.consumer.head.store(self.head, Ordering::Release);
         // StoreLoad between the `wakecnt` store and the `tail` load; pairs with `Barrier::light` in
         // `Producer::check_wakeup`.
         self.barrier.heavy();
@@ -952,6 +1048,37 @@ mod tests {
         assert_eq!(rx.pop(), None);
         let stats = rx.stats();
         assert_eq!((stats.pushed, stats.popped, stats.refused_full), (8, 8, 1));
+    }
+
+    #[test]
+    fn slots_go_back_a_line_pair_at_a_time_or_when_caught_up() {
+        let (mut tx, mut rx) = Channel::with_capacity(4096);
+        for i in 0..100 {
+            tx.push(i).unwrap();
+        }
+        assert_eq!(rx.pop(), Some(0));
+        assert_eq!(tx.free_space(), 4096 - 100, "one popped slot is not handed back alone");
+        assert_eq!((tx.stats().popped, rx.stats().popped), (0, 1));
+        for i in 1..40 {
+            assert_eq!(rx.pop(), Some(i));
+        }
+        assert_eq!(tx.free_space(), 4096 - 100 + 32, "the first line pair goes back whole");
+        let mut out = [0u32; 64];
+        assert_eq!(rx.pop_burst(&mut out[..10]), 10);
+        assert_eq!(tx.free_space(), 4096 - 100 + 32, "no boundary crossed");
+        assert_eq!(rx.pop_burst(&mut out), 50);
+        assert_eq!(tx.free_space(), 4096, "a consumer that caught up holds nothing back");
+    }
+
+    #[test]
+    fn a_consumer_arming_a_wakeup_hands_every_slot_back() {
+        let (mut tx, mut rx) = Channel::with_capacity(4096);
+        let items: Vec<u32> = (0..4096).collect();
+        assert_eq!(tx.push_burst(&items), 4096);
+        assert_eq!(rx.pop(), Some(0));
+        assert_eq!(tx.push(1), Err(PushError::Full(1)), "one popped slot is still held back");
+        assert!(!rx.request_wakeup(), "items are ready");
+        assert_eq!(tx.push(1), Ok(()), "arming handed the slot back");
     }
 
     #[test]

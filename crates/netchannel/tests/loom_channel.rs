@@ -5,37 +5,49 @@
 //! futex is emulated with a mutex and condition variable (`src/sys.rs`). A lost wakeup shows up as a
 //! loom deadlock: the consumer blocked forever with the producer finished.
 //!
-//! The models are known to bite: removing the producer-side fence makes `no_lost_wakeup` deadlock, and
-//! publishing `tail` with `Relaxed` makes every model report a causality violation on a ring slot.
+//! Under loom the consumer hands slots back in batches of half the ring (two slots of a four-slot ring),
+//! so the small models exercise batched returns ("Returning slots" in `netchannel::channel`).
+//!
+//! The models are known to bite: removing the producer-side fence makes `no_lost_wakeup` deadlock;
+//! removing the consumer's re-check of the ring after it asks for a wakeup makes `no_lost_wakeup`
+//! deadlock; publishing `tail` with `Relaxed` makes every model report a causality violation on a ring
+//! slot; storing the consumer's returned `head` with `Relaxed` makes `batched_returns_wrap` report one,
+//! and so does handing back the line pair the consumer is still reading (rounding `head` up to the next
+//! boundary instead of down), which every other model here lets pass.
 #![cfg(loom)]
 
 use loom::thread;
 use netchannel::channel::{Channel, Wait, WakeMode};
 
-/// Producer pushes 3 items into a 2-slot ring (so it meets a full ring), the consumer busy-polls them
-/// out: order is preserved, nothing is lost, and loom's cell tracking finds no slot accessed by both
-/// sides at once.
-#[test]
-fn ring_publish_consume() {
-    loom::model(|| {
-        let (mut tx, mut rx) = Channel::builder(2).wake(WakeMode::Poll).build().unwrap();
+/// The producer pushes `items` one at a time into a ring of `capacity` slots, retrying when it is full;
+/// the consumer busy-polls them out: order is preserved, nothing is lost, and loom's cell tracking finds
+/// no slot accessed by both sides at once.
+fn publish_consume(capacity: usize, items: u32) {
+    loom::model(move || {
+        let (mut tx, mut rx) = Channel::builder(capacity).wake(WakeMode::Poll).build().unwrap();
         let producer = thread::spawn(move || {
-            for i in 0..3 {
+            for i in 0..items {
                 while tx.push(i).is_err() {
                     thread::yield_now();
                 }
             }
         });
         let mut got = Vec::new();
-        while got.len() < 3 {
+        while got.len() < items as usize {
             match rx.pop() {
                 Some(v) => got.push(v),
                 None => thread::yield_now(),
             }
         }
         producer.join().unwrap();
-        assert_eq!(got, [0, 1, 2]);
+        assert_eq!(got, (0..items).collect::<Vec<_>>());
     });
+}
+
+/// Three items through a 2-slot ring (so the producer meets a full ring).
+#[test]
+fn ring_publish_consume() {
+    publish_consume(2, 3);
 }
 
 /// The same with bursts that wrap around the ring.
@@ -65,6 +77,14 @@ fn ring_bursts_wrap() {
         producer.join().unwrap();
         assert_eq!(got, [10, 11, 12]);
     });
+}
+
+/// The consumer hands slots back two at a time (or when it catches up) while the producer laps a
+/// four-slot ring with a full ring now and then: every item arrives once and in order, and loom's cell
+/// tracking finds no slot the producer rewrote before the consumer had read it.
+#[test]
+fn batched_returns_wrap() {
+    publish_consume(4, 6);
 }
 
 /// VJ's wakeup protocol: the consumer sleeps whenever the ring is empty; two pushes must wake it as
