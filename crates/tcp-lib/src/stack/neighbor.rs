@@ -161,6 +161,11 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
     /// Runs the retry timers: pushes the next hops to ask again onto `requests` and returns how
     /// many packets were dropped for next hops given up.
     pub(crate) fn poll(&mut self, now: Instant, requests: &mut Vec<A>) -> usize {
+        // The common case, nothing being resolved: `retain` would still scan every bucket the
+        // table ever grew to.
+        if self.pending.is_empty() {
+            return 0;
+        }
         let mut dropped = 0;
         let (interval, max) = (self.config.retry_interval, self.config.max_requests);
         self.pending.retain(|ip, p| {

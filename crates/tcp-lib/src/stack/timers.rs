@@ -69,11 +69,15 @@ impl Stack {
         for ip in requests {
             self.queue_arp(ArpOperation::Request, EthernetAddress::BROADCAST, EthernetAddress([0; 6]), ip);
         }
-        self.reassembler.expire(now);
+        if !self.reassembler.is_empty() {
+            self.reassembler.expire(now);
+        }
         if let Some(v6) = self.v6.as_mut() {
             let mut solicit = Vec::new();
             let dropped = v6.ndp.poll(now, &mut solicit);
-            v6.reassembler.expire(now);
+            if !v6.reassembler.is_empty() {
+                v6.reassembler.expire(now);
+            }
             self.stats.ndp_dropped += u64::try_from(dropped).unwrap_or(u64::MAX);
             for target in solicit {
                 self.send_solicit(target, None);

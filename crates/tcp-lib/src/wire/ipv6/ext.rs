@@ -111,8 +111,18 @@ pub struct Walk {
 /// # Errors
 /// [`Error::Truncated`] when a header runs past `payload`; [`Error::Malformed`] and
 /// [`Error::Unrecognized`] as the module documentation says.
+#[inline]
 pub fn walk(first: Protocol, payload: &[u8]) -> Result<Walk> {
-    let mut walk = Walk { protocol: first, offset: 0, fragment: None, headers: 0 };
+    let walk = Walk { protocol: first, offset: 0, fragment: None, headers: 0 };
+    // The common case: no extension header at all.
+    if !matches!(first, Protocol::HopByHop | Protocol::Ipv6Route | Protocol::Ipv6Opts | Protocol::Ipv6Frag) {
+        return Ok(walk);
+    }
+    walk_headers(walk, payload)
+}
+
+/// [`walk`] past its first extension header.
+fn walk_headers(mut walk: Walk, payload: &[u8]) -> Result<Walk> {
     loop {
         let len = match walk.protocol {
             Protocol::HopByHop | Protocol::Ipv6Route | Protocol::Ipv6Opts => {
