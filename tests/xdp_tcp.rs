@@ -2,16 +2,18 @@
 //! queue, one core) on one end of a veth pair in a private network namespace, the kernel's `std::net`
 //! clients behind the other end; generic and native XDP.
 //!
-//! * **Echo**: many concurrent connections, random message sizes, every echoed byte checked, then the
-//!   server's summary and buffer accounting.
+//! * **Echo**: many concurrent connections, half of them over IPv6 (the server given both
+//!   families), random message sizes, every echoed byte checked, then the server's summary and
+//!   buffer accounting.
 //! * **Bulk**: one connection streams `NC_XDP_BULK_MIB` MiB (default 64: 4 to 8 s on a
 //!   debug build sharing two cores) to the server while a second thread reads the echo back; both
 //!   sides generate the same deterministic stream (xorshift64), so every byte is compared at its
 //!   position, which locates a corruption where a SHA-256 of the whole would only flag it (and costs
 //!   nothing in a debug build, where an unoptimised SHA-256 would dominate the run).
 //!
-//! The kernel learns our MAC by ARP: its requests from `ncxt1` reach our stack through the XDP
-//! redirect on `ncxt0` and the stack answers; the test checks the kernel's neighbour entry afterwards.
+//! The kernel learns our MAC by ARP and by Neighbor Discovery: its requests and solicitations (to
+//! our solicited-node group) from `ncxt1` reach our stack through the XDP redirect on `ncxt0` and
+//! the stack answers; the test checks the kernel's neighbour entries for both addresses afterwards.
 //!
 //! veth hands frames over as the sender's stack left them: with TX checksum offload on, a TCP
 //! segment carries only the pseudo-header sum (`CHECKSUM_PARTIAL`) and may be a TSO super-frame, and
@@ -24,7 +26,7 @@
 //! those preconditions hold fails the test.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, SocketAddrV4, TcpStream};
 use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,13 +35,15 @@ use std::time::{Duration, Instant};
 use netchannels::cli::ServeArgs;
 use netchannels::echo::{Options, Report, run};
 use netchannels::netchannel::dev::XdpMode;
-use netchannels::tcp_lib::wire::Ipv4Cidr;
+use netchannels::tcp_lib::wire::{Ipv4Cidr, Ipv6Cidr};
 use netns_test::{ip, skip, tx_checksum_off};
 
 const OURS: &str = "ncxt0";
 const KERNELS: &str = "ncxt1";
 const KERNEL: &str = "10.205.0.1/24";
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 205, 0, 2);
+const KERNEL6: &str = "fd00:205::1/64";
+const SERVER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x205, 0, 0, 0, 0, 0, 2);
 const PORT: u16 = 7;
 const CONNECTIONS: usize = 48;
 const MESSAGES: usize = 12;
@@ -77,6 +81,7 @@ fn with_veth(body: impl FnOnce() -> Result<(), String> + Send + 'static) {
     netns_test::report(netns_test::run_isolated(move || {
         ip(&["link", "add", OURS, "type", "veth", "peer", "name", KERNELS])?;
         ip(&["addr", "add", KERNEL, "dev", KERNELS])?;
+        ip(&["-6", "addr", "add", KERNEL6, "dev", KERNELS, "nodad"])?;
         tx_checksum_off(KERNELS)?;
         ip(&["link", "set", "lo", "up"])?;
         ip(&["link", "set", OURS, "up"])?;
@@ -91,7 +96,10 @@ fn options(mode: XdpMode) -> Options {
             xdp: Some(OURS.into()),
             xdp_mode: Some(mode),
             queues: Some(1),
-            ips: vec![netchannels::cli::IpCidr::V4(Ipv4Cidr::new(SERVER, 24).expect("a /24"))],
+            ips: vec![
+                netchannels::cli::IpCidr::V4(Ipv4Cidr::new(SERVER, 24).expect("a /24")),
+                netchannels::cli::IpCidr::V6(Ipv6Cidr::new(SERVER6, 64).expect("a /64")),
+            ],
             ..ServeArgs::default()
         },
         progress: false,
@@ -139,8 +147,9 @@ fn xdp_attached() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("prog/xdp"))
 }
 
-/// The kernel's neighbour entry for our address names `ncxt0`'s MAC: its ARP request reached our
-/// stack through the XDP redirect, and the stack's reply reached the kernel through the TX ring.
+/// The kernel's neighbour entries for our addresses name `ncxt0`'s MAC: its ARP request and its
+/// neighbour solicitation reached our stack through the XDP redirect, and the stack's answers reached
+/// the kernel through the TX ring.
 fn check_arp() -> Result<(), String> {
     // `ip` and not /sys/class/net: sysfs shows the namespace it was mounted in, not this thread's.
     let show = |args: &[&str]| {
@@ -157,12 +166,13 @@ fn check_arp() -> Result<(), String> {
         .nth(1)
         .ok_or_else(|| format!("no MAC in `ip link show {OURS}`: {link:?}"))?
         .to_owned();
-    let neigh = show(&["neigh", "show", &SERVER.to_string(), "dev", KERNELS])?;
-    if neigh.contains(&mac) {
-        Ok(())
-    } else {
-        Err(format!("the kernel did not learn our MAC {mac} by ARP: `ip neigh` says {neigh:?}"))
+    for (by, addr) in [("ARP", SERVER.to_string()), ("Neighbor Discovery", SERVER6.to_string())] {
+        let neigh = show(&["neigh", "show", &addr, "dev", KERNELS])?;
+        if !neigh.contains(&mac) {
+            return Err(format!("the kernel did not learn our MAC {mac} by {by}: `ip neigh` says {neigh:?}"));
+        }
     }
+    Ok(())
 }
 
 fn xorshift(state: &mut u64) -> u64 {
@@ -173,11 +183,16 @@ fn xorshift(state: &mut u64) -> u64 {
 }
 
 /// One kernel client: `MESSAGES` messages of random size, each written whole and read back whole,
-/// then a half-close and the server's FIN.
+/// then a half-close and the server's FIN; odd clients over IPv6.
 fn kernel_client(index: usize) -> Result<u64, String> {
     let fail = |what: &str, e: &dyn std::fmt::Display| format!("client {index}: {what}: {e}");
-    let mut s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
-        .map_err(|e| fail("connect", &e))?;
+    let server = if index % 2 == 1 {
+        SocketAddr::from((SERVER6, PORT))
+    } else {
+        SocketAddr::from(SocketAddrV4::new(SERVER, PORT))
+    };
+    let mut s =
+        TcpStream::connect_timeout(&server, Duration::from_secs(10)).map_err(|e| fail("connect", &e))?;
     s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| fail("timeout", &e))?;
     s.set_nodelay(true).map_err(|e| fail("nodelay", &e))?;
     let mut state = (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
