@@ -77,6 +77,24 @@ pub const FCTRL_MPE: u32 = 1 << 8;
 pub const FCTRL_UPE: u32 = 1 << 9;
 /// FCTRL: accept broadcast.
 pub const FCTRL_BAM: u32 = 1 << 10;
+/// MCSTCTRL: multicast control (§8.2.3.7.2); MO (bits 1:0) picks the address bits the multicast
+/// table array is indexed by, 00 (the reset value) bits 47:36.
+pub const MCSTCTRL: u32 = 0x0_5090;
+/// MCSTCTRL: the multicast table array filters multicast frames (MFE).
+pub const MCSTCTRL_MFE: u32 = 1 << 2;
+/// Registers of the multicast table array: 4096 bits.
+pub const MTA_REGS: u32 = 128;
+/// MTA\[n\]: the multicast table array (§8.2.3.7.3), `n` < [`MTA_REGS`].
+#[must_use]
+pub const fn mta(n: u32) -> u32 {
+    0x0_5200 + 4 * n
+}
+/// The multicast table array bit of a destination MAC with MCSTCTRL.MO = 00: bits 47:36 of the
+/// address (§7.1.1.1.2), the high nibble of byte 4 and byte 5; register `bit >> 5`, bit `bit & 31`.
+#[must_use]
+pub const fn mta_bit(mac: [u8; 6]) -> u32 {
+    ((mac[4] as u32) >> 4) | ((mac[5] as u32) << 4)
+}
 /// Receive Checksum Control.
 pub const RXCSUM: u32 = 0x0_5000;
 /// RXCSUM: packet checksum disable: the write-back descriptor carries the RSS hash / Flow Director

@@ -9,9 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use netchannel::dev::MacAddr;
 use netchannel::pool::Audit;
 use netchannel::steering::FlowSteering;
 use tcp_lib::stack::Config as StackConfig;
+use tcp_lib::wire::ipv6::addr::{ALL_NODES, link_local, multicast_mac, solicited_node};
 use tcp_lib::wire::{EthernetAddress, Ipv4Cidr, Ipv6Cidr};
 
 use crate::Peer;
@@ -179,8 +181,20 @@ impl Builder {
     pub fn build(self) -> Result<Runtime, Error> {
         let options = OpenOptions { cores: self.cores, pcap: self.pcap.as_deref() };
         let opened = backend::open(&self.backend, &options)?;
+        if let (Some(v6), Some(nic)) = (self.ipv6, &opened.steering) {
+            // The 82599 filters multicast: let Neighbor Discovery's groups in (TAP and AF_XDP
+            // take every frame already).
+            let groups = ipv6_groups(opened.mac, v6).map(|g| MacAddr(g.0));
+            lock(nic).join_multicast(&groups);
+        }
         Ok(Runtime { opened, builder: self })
     }
+}
+
+/// The MACs of the IPv6 groups a stack with `mac` and the address `v6` joins (the all-nodes group
+/// and the solicited-node groups of its link-local and its global address; RFC 4861 §7.2.1).
+fn ipv6_groups(mac: EthernetAddress, v6: Ipv6Cidr) -> [EthernetAddress; 3] {
+    [ALL_NODES, solicited_node(link_local(mac)), solicited_node(v6.address())].map(multicast_mac)
 }
 
 /// An opened backend, ready to serve: [`run`](Self::run) starts a thread per core (two with the

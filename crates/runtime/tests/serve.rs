@@ -4,13 +4,14 @@
 //! flows, and under loss and reordering both ways. Every run ends with every buffer back.
 
 use std::io::{self, Read, Write};
-use std::net::SocketAddrV4;
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, NetDevice};
 use netchannel_runtime::{Core, Placement, Report, Runtime, Stopping, Stream};
 use tcp_lib::socket::{Interface, Stream as ClientStream};
 use tcp_lib::stack::{Config as StackConfig, Stack};
+use tcp_lib::wire::Ipv6Cidr;
 
 const PORT: u16 = 7;
 /// The bound on every run.
@@ -89,7 +90,7 @@ struct Conn<D: NetDevice> {
 /// and reading them back, non-blocking, on `iface`; returns the bytes echoed.
 fn clients<D: NetDevice>(
     iface: &Interface<D>,
-    server: SocketAddrV4,
+    server: SocketAddr,
     conns: usize,
     at_once: usize,
     size: usize,
@@ -164,6 +165,8 @@ struct Run {
     backlog: usize,
     /// Client connections open at once.
     at_once: usize,
+    /// Serve and connect over IPv6 (both ends dual-stack).
+    ipv6: bool,
 }
 
 impl Default for Run {
@@ -177,21 +180,34 @@ impl Default for Run {
             faults: None,
             backlog: 4096,
             at_once: usize::MAX,
+            ipv6: false,
         }
     }
 }
 
+const SERVER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+const PEER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+
 fn run(r: Run) -> Report {
-    let mut runtime = Runtime::builder()
+    let mut builder = Runtime::builder()
         .cores(r.cores)
         .placement(r.placement)
         .backlog(r.backlog)
-        .configure(|_, c| quick_timers(c))
-        .build()
-        .expect("the model opens");
-    let server = SocketAddrV4::new(runtime.ip().address(), PORT);
+        .configure(|_, c| quick_timers(c));
+    if r.ipv6 {
+        builder = builder.ipv6(Ipv6Cidr::new(SERVER6, 64).expect("a /64"));
+    }
+    let mut runtime = builder.build().expect("the model opens");
+    let server = if r.ipv6 {
+        SocketAddr::from((SERVER6, PORT))
+    } else {
+        SocketAddr::V4(SocketAddrV4::new(runtime.ip().address(), PORT))
+    };
     let peer = runtime.take_peer().expect("the model's peer");
     let mut config = peer.stack_config(runtime.ip());
+    if r.ipv6 {
+        config = config.with_ipv6(Ipv6Cidr::new(PEER6, 64).expect("a /64"));
+    }
     quick_timers(&mut config);
     let slow = r.slow;
     let (echoed, report) = runtime
@@ -243,6 +259,21 @@ fn connections_spread_over_three_cores_and_reach_them_from_any_queue() {
     // Every core's stack got frames, and the default channels carried ARP and SYNs.
     assert!(s.cores.iter().all(|c| c.stack.rx_frames > 0), "{s}");
     assert!(s.queues.iter().map(|q| q.channelizer.delivered).sum::<u64>() > 0, "{s}");
+    assert_eq!(s.dropped(), 0, "{s}");
+}
+
+/// IPv6 on the 82599 model: the peer's neighbour solicitations reach the server's stacks only
+/// through the multicast table array the runtime programs (the model filters multicast as the
+/// 82599 does), the answers are shared between the cores, and RSS spreads the IPv6 flows over
+/// the queues.
+#[test]
+fn ipv6_over_the_model_on_three_cores() {
+    let report = run(Run { cores: 3, conns: 48, ipv6: true, ..Run::default() });
+    let s = &report.snapshot;
+    let served: Vec<u64> =
+        s.cores.iter().map(|c| c.handoff.accepted_local + c.handoff.accepted_stolen).collect();
+    assert!(served.iter().filter(|&&n| n > 0).count() >= 2, "RSS spreads the IPv6 flows: {served:?}");
+    assert!(s.cores.iter().map(|c| c.stack.ndp_adverts).sum::<u64>() > 0, "{s}");
     assert_eq!(s.dropped(), 0, "{s}");
 }
 

@@ -486,6 +486,12 @@ impl Ixgbe {
             fctrl |= regs::FCTRL_UPE | regs::FCTRL_MPE;
         }
         m.write32(regs::FCTRL, fctrl);
+        // The multicast table array starts empty (its contents survive a reset, §8.2.3.7.3) and
+        // filters nothing until [`Ixgbe::join_multicast`] enables it.
+        for n in 0..regs::MTA_REGS {
+            m.write32(regs::mta(n), 0);
+        }
+        m.clear_bits(regs::MCSTCTRL, regs::MCSTCTRL_MFE);
         // RSS (§7.1.2.8): key, redirection table, then MRQC. The write-back descriptor carries the
         // hash or the filter id instead of the fragment checksum (RXCSUM.PCSD).
         nic.setup_rss();
@@ -686,6 +692,21 @@ impl Ixgbe {
     #[must_use]
     pub fn mac(&self) -> MacAddr {
         self.mac
+    }
+
+    /// Accepts frames to the multicast MACs `groups` besides our own and broadcast: their bits in
+    /// the multicast table array (§7.1.1.1.2; MCSTCTRL.MO = 00, address bits 47:36), and the
+    /// table's filter on. What IPv6 needs: the all-nodes group (`33:33:00:00:00:01`) and the
+    /// solicited-node group of each address (`33:33:ff:..`), where Neighbor Discovery reaches the
+    /// stack. The table is a 4096-bit hash, so a frame to another group whose bits collide passes
+    /// too (the stack drops it: it is not for a group it joined). Unicast MACs are ignored.
+    pub fn join_multicast(&mut self, groups: &[MacAddr]) {
+        let m = &*self.mmio;
+        for group in groups.iter().filter(|g| g.is_multicast()) {
+            let bit = regs::mta_bit(group.0);
+            m.set_bits(regs::mta(bit >> 5), 1 << (bit & 31));
+        }
+        m.set_bits(regs::MCSTCTRL, regs::MCSTCTRL_MFE);
     }
 
     /// The configuration the device was set up with.

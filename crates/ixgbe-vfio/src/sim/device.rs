@@ -177,6 +177,8 @@ struct Pass {
     rxen: bool,
     te: bool,
     fctrl: u32,
+    /// MCSTCTRL.MFE: the multicast table array filters multicast.
+    mta_filter: bool,
     crc_strip: bool,
     tx_pad: bool,
     max_frame: usize,
@@ -312,6 +314,7 @@ impl Device {
             rxen: get(regs, regs::RXCTRL) & regs::RXCTRL_RXEN != 0,
             te: get(regs, regs::DMATXCTL) & regs::DMATXCTL_TE != 0,
             fctrl: get(regs, regs::FCTRL),
+            mta_filter: get(regs, regs::MCSTCTRL) & regs::MCSTCTRL_MFE != 0,
             crc_strip: hlreg0 & regs::HLREG0_RXCRCSTRP != 0,
             tx_pad: hlreg0 & regs::HLREG0_TXPADEN != 0,
             max_frame,

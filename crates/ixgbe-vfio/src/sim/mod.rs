@@ -37,7 +37,7 @@
 //!
 //! # Not modelled
 //!
-//! Interrupts (EICR stays 0), the multicast table array (multicast frames need FCTRL.MPE), VLAN
+//! Interrupts (EICR stays 0), VLAN
 //! filtering and stripping, checksum offloads, header split and legacy RX descriptors (a queue whose
 //! SRRCTL.DESCTYPE is not advanced one-buffer is an unusable ring), TSO, DCB and virtualization, IPv6
 //! Flow Director filters, signature filters, the per-bucket filter chain limit, flow control. The

@@ -59,14 +59,17 @@ impl Device {
     }
 
     /// The destination address filter (§7.1.1.1).
-    fn accepts(&self, pass: &Pass, frame: &[u8]) -> (bool, bool, bool) {
+    fn accepts(&self, regs: &[AtomicU32], pass: &Pass, frame: &[u8]) -> (bool, bool, bool) {
         let dst: [u8; 6] = frame.get(..6).and_then(|d| d.try_into().ok()).unwrap_or([0; 6]);
         let mac = MacAddr(dst);
         if mac == MacAddr::BROADCAST {
             (pass.fctrl & regs::FCTRL_BAM != 0 || pass.fctrl & regs::FCTRL_MPE != 0, true, false)
         } else if mac.is_multicast() {
-            // The multicast table array is not modelled: multicast needs FCTRL.MPE.
-            (pass.fctrl & regs::FCTRL_MPE != 0, false, true)
+            // Multicast promiscuous, or the multicast table array's bit for the address
+            // (§7.1.1.1.2, MCSTCTRL.MO = 00).
+            let bit = regs::mta_bit(dst);
+            let in_table = pass.mta_filter && get(regs, regs::mta(bit >> 5)) & (1 << (bit & 31)) != 0;
+            (pass.fctrl & regs::FCTRL_MPE != 0 || in_table, false, true)
         } else {
             (pass.fctrl & regs::FCTRL_UPE != 0 || self.unicast.contains(&dst), false, false)
         }
@@ -80,7 +83,7 @@ impl Device {
         wire_len: usize,
         drop_when_full: bool,
     ) -> Outcome {
-        let (accept, broadcast, multicast) = self.accepts(pass, frame);
+        let (accept, broadcast, multicast) = self.accepts(regs, pass, frame);
         if !accept {
             self.stats.rx_wire += 1;
             self.stats.rx_dropped_filtered += 1;
