@@ -220,6 +220,17 @@ pub(crate) trait Handler {
         let _ = (conn, now);
         false
     }
+
+    /// Once a round, after the poll: work of the service's own beside its connections (echo's
+    /// UDP socket). The default: none.
+    ///
+    /// # Errors
+    ///
+    /// The service's: the core's service fails.
+    fn each_round(&mut self, core: &Core<'_>) -> io::Result<()> {
+        let _ = core;
+        Ok(())
+    }
 }
 
 /// A core's event loop over its listener on `port` and its connections, until the runtime stops:
@@ -251,6 +262,9 @@ pub(crate) fn event_loop<H: Handler>(
             Ok(()) => {}
             Err(e) if Stopping::is(&e) => break Ok(()),
             Err(e) => break Err(e),
+        }
+        if let Err(e) = handler.each_round(core) {
+            break 'serve Err(e);
         }
         let known = conns.len();
         let mut polled_at = known;

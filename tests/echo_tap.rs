@@ -1,5 +1,6 @@
-//! The echo service's `--tap` mode against the kernel's TCP: many concurrent `std::net` connections
-//! over IPv4 and IPv6 at once (the server given `--ip` once per family), in a private network
+//! The echo service's `--tap` mode against the kernel's TCP and UDP: many concurrent `std::net`
+//! connections over IPv4 and IPv6 at once (the server given `--ip` once per family, and `--udp`:
+//! a kernel UDP socket per family checks its echoes too), in a private network
 //! namespace, random message sizes, every echoed byte checked, and the server's summary and buffer
 //! accounting checked afterwards.
 //!
@@ -10,8 +11,9 @@
 //! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
 //! those preconditions hold fails the test.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use netchannels::cli::IpCidr;
 use netchannels::echo::{Options, run};
@@ -27,6 +29,8 @@ const PORT: u16 = 7;
 const CONNECTIONS: usize = 48;
 const MESSAGES: usize = 12;
 const MAX_SIZE: usize = 20_000;
+/// UDP datagrams each family's kernel socket sends to the echo (`--udp`).
+const DATAGRAMS: usize = 50;
 
 /// One kernel client: `MESSAGES` messages of random size, each written whole and read back whole,
 /// then a half-close and the server's FIN; odd clients over IPv6.
@@ -36,6 +40,26 @@ fn kernel_client(index: usize) -> Result<u64, String> {
     netns_test::echo_client(server, index as u64, MESSAGES, MAX_SIZE)
 }
 
+/// A kernel UDP socket sends `DATAGRAMS` datagrams of varied sizes to the echo port at `server`,
+/// one at a time, and checks every echo byte-exact.
+fn kernel_udp_client(server: SocketAddr) -> Result<u64, String> {
+    let bind: SocketAddr =
+        if server.is_ipv6() { (Ipv6Addr::UNSPECIFIED, 0).into() } else { (Ipv4Addr::UNSPECIFIED, 0).into() };
+    let s = UdpSocket::bind(bind).map_err(|e| format!("udp bind: {e}"))?;
+    s.connect(server).map_err(|e| format!("udp connect {server}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 2048];
+    for i in 0..DATAGRAMS {
+        let msg: Vec<u8> = (0..(i * 29) % 1400).map(|k| (k ^ i).to_le_bytes()[0]).collect();
+        s.send(&msg).map_err(|e| format!("udp send #{i} to {server}: {e}"))?;
+        let n = s.recv(&mut buf).map_err(|e| format!("udp echo #{i} from {server}: {e}"))?;
+        if buf[..n] != msg[..] {
+            return Err(format!("udp echo #{i} from {server}: {n} bytes back for {}", msg.len()));
+        }
+    }
+    Ok(DATAGRAMS as u64)
+}
+
 fn in_namespace() -> Result<(), String> {
     ip(&["tuntap", "add", "dev", IFACE, "mode", "tap"])?;
     ip(&["addr", "add", KERNEL, "dev", IFACE])?;
@@ -43,10 +67,19 @@ fn in_namespace() -> Result<(), String> {
     ip(&["link", "set", IFACE, "up"])?;
     let mut options = Options::tap(IFACE, Ipv4Cidr::new(SERVER, 24).expect("a /24"), PORT);
     options.serve.ips.push(IpCidr::V6(Ipv6Cidr::new(SERVER6, 64).expect("a /64")));
+    options.udp = true;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let server = s.spawn(|| run(&options, &stop));
         let clients: Vec<_> = (0..CONNECTIONS).map(|i| s.spawn(move || kernel_client(i))).collect();
+        let udp: Vec<_> = [SocketAddr::from((SERVER, PORT)), SocketAddr::from((SERVER6, PORT))]
+            .into_iter()
+            .map(|to| s.spawn(move || kernel_udp_client(to)))
+            .collect();
+        let udp: Vec<Result<u64, String>> = udp
+            .into_iter()
+            .map(|c| c.join().unwrap_or_else(|_| Err("a UDP client panicked".into())))
+            .collect();
         let results: Vec<Result<u64, String>> = clients
             .into_iter()
             .map(|c| c.join().unwrap_or_else(|_| Err("a client panicked".into())))
@@ -59,7 +92,11 @@ fn in_namespace() -> Result<(), String> {
         for r in results {
             sent += r?;
         }
+        for r in udp {
+            r?;
+        }
         let core = report.cores.first().ok_or("no core in the report")?;
+        assert_eq!(core.datagrams, 2 * DATAGRAMS as u64, "every UDP datagram echoed, both families");
         assert_eq!(report.cores.len(), 1);
         assert_eq!(core.served, CONNECTIONS as u64, "every connection served");
         assert_eq!(report.closed(), CONNECTIONS as u64, "every connection closed after the kernel's FIN");

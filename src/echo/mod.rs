@@ -37,13 +37,14 @@ mod client;
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use clap::builder::TypedValueParser as _;
 use netchannel_runtime::{Backend, Core, Snapshot, Stream};
+use tcp_lib::stack::UdpId;
 use tcp_lib::wire::Ipv4Cidr;
 
 pub use client::ClientReport;
@@ -106,6 +107,11 @@ pub struct Options {
     /// and the other cores steal from it
     #[arg(long, value_name = "N")]
     pub slow_core: Option<usize>,
+
+    /// Echo UDP datagrams on the same port too, over both families (every core binds it and echoes
+    /// the datagrams its stack receives)
+    #[arg(long)]
+    pub udp: bool,
 
     /// No flow-group migration (Affinity-Accept's balancer, through Flow Director)
     #[arg(long = "no-balance", action = clap::ArgAction::SetFalse)]
@@ -205,6 +211,8 @@ pub struct CoreReport {
     pub bytes: u64,
     /// Connections still open when the service stopped.
     pub open_at_exit: u64,
+    /// UDP datagrams echoed (`--udp`).
+    pub datagrams: u64,
 }
 
 /// Everything a run did ([`ServiceReport`]'s `details`: the backend that ran); [`fmt::Display`]
@@ -311,7 +319,7 @@ impl fmt::Display for Report {
                 f,
                 "  core {}: {} conns served ({} stolen, {} given away, {} closed, {} failed, {} open at exit), \
                  {:.1} MiB echoed; {} frames in ({} redirected), {} out, {} forwarded; drops: channels {}, TX \
-                 channel {}, malformed {} (stack {}); stack: {} listen drops, {} resets, {} not for us",
+                 channel {}, malformed {} (stack {}); stack: {} listen drops, {} resets, {} not for us{}",
                 c.core,
                 c.served,
                 stolen,
@@ -330,7 +338,12 @@ impl fmt::Display for Report {
                 malformed,
                 listen_drops,
                 resets,
-                not_for_us
+                not_for_us,
+                if c.datagrams > 0 {
+                    format!("; {} UDP datagrams echoed", c.datagrams)
+                } else {
+                    String::new()
+                }
             )?;
         }
         if let Some(warning) = self.malformed_warning() {
@@ -351,6 +364,7 @@ struct Live {
     failed: AtomicU64,
     bytes: AtomicU64,
     open_at_exit: AtomicU64,
+    datagrams: AtomicU64,
 }
 
 impl Live {
@@ -362,6 +376,7 @@ impl Live {
             failed: get(&self.failed),
             bytes: get(&self.bytes),
             open_at_exit: get(&self.open_at_exit),
+            datagrams: get(&self.datagrams),
         }
     }
 }
@@ -373,6 +388,8 @@ struct Echoing<'a> {
     buf: Vec<u8>,
     slow: bool,
     last_accept: Option<Instant>,
+    /// The UDP socket on the echo port (`--udp`).
+    udp: Option<UdpId>,
 }
 
 impl Handler for Echoing<'_> {
@@ -394,6 +411,20 @@ impl Handler for Echoing<'_> {
     /// the peer's end of stream, everything echoed.
     fn is_quiet(&self, out: &Vec<u8>) -> bool {
         out.is_empty()
+    }
+
+    /// Echoes every datagram the UDP socket holds back to its sender.
+    fn each_round(&mut self, core: &Core<'_>) -> io::Result<()> {
+        let Some(id) = self.udp else { return Ok(()) };
+        let (buf, live) = (&mut self.buf, self.live);
+        core.interface().with_stack(|stack| {
+            while let Ok(r) = stack.udp_recv_from(id, buf) {
+                // A full queue of frames drops the echo (counted by the stack), as UDP may.
+                if stack.udp_send_to(id, &buf[..r.len], r.from).is_ok() {
+                    add(&live.datagrams, 1);
+                }
+            }
+        })
     }
 
     fn step(&mut self, stream: &mut Stream<'_>, out: &mut Vec<u8>, _now: Instant) -> Step {
@@ -458,7 +489,16 @@ impl service::Service for Echo<'_> {
             open_at_exit: &live.open_at_exit,
         };
         let slow = self.options.slow_core == Some(core.id());
-        let mut echoing = Echoing { live, buf: vec![0; CHUNK], slow, last_accept: None };
+        let udp = if self.options.udp {
+            let any = SocketAddr::from((Ipv6Addr::UNSPECIFIED, self.options.port));
+            let bound = core.interface().with_stack(|s| s.udp_bind(any))?;
+            Some(bound.map_err(|e| {
+                io::Error::other(format!("--udp: binding UDP port {}: {e}", self.options.port))
+            })?)
+        } else {
+            None
+        };
+        let mut echoing = Echoing { live, buf: vec![0; CHUNK], slow, last_accept: None, udp };
         event_loop(core, self.options.port, &counters, &mut echoing)
     }
 
