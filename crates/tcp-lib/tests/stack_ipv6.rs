@@ -394,3 +394,37 @@ fn an_ipv4_only_stack_ignores_ipv6() {
     assert!(net.a.connect(b6(80)).is_err());
     assert_eq!(net.a.ipv6_addrs(), None);
 }
+
+#[test]
+fn an_ipv6_connection_moves_between_stacks_whole() {
+    let mut net = net();
+    let l = net.b.listen(80).unwrap();
+    let c = net.a.connect(b6(80)).unwrap();
+    let s = accept_one(&mut net, l, c);
+    let data = Rng(4).bytes(30_000);
+    assert_eq!(pump(&mut net, (c, s), &data), data);
+    // Bytes in flight and unread on both sides when it moves.
+    net.a.send(c, &data[..5_000]).unwrap();
+    net.step();
+    let (local, remote) = net.b.addrs(s).unwrap();
+    let detached = net.b.detach(s).unwrap();
+    assert_eq!((detached.local(), detached.remote()), (local, remote));
+    assert!(!net.b.contains(local, remote));
+    // Another stack with the same addresses (another core's) takes it, with the neighbour entry.
+    let config = *net.b.config();
+    let mut other = tcp_lib::stack::Stack::new(config, net.now);
+    let s2 = other.adopt(detached, net.now).unwrap();
+    assert!(other.contains(local, remote));
+    assert_eq!(other.arp_lookup(A6), Some(net.mac_a()), "the next hop came along");
+    net.b = other;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    assert!(net.run_until(2000, |n| {
+        while let Ok(k) = n.b.recv(s2, &mut buf) {
+            got.extend_from_slice(&buf[..k]);
+        }
+        got.len() == 5_000
+    }));
+    assert_eq!(got, data[..5_000]);
+    assert_eq!(net.b.stats().ndp_solicits, 0, "no resolution needed after the move");
+}
