@@ -5,7 +5,7 @@
 //! * **Echo**: many concurrent connections, half of them over IPv6 (the server given both
 //!   families), random message sizes, every echoed byte checked, then the server's summary and
 //!   buffer accounting.
-//! * **Bulk**: one connection streams `NC_XDP_BULK_MIB` MiB (default 64: 4 to 8 s on a
+//! * **Bulk**: one connection (over IPv4, and in the `_ipv6` tests over IPv6) streams `NC_XDP_BULK_MIB` MiB (default 64: 4 to 8 s on a
 //!   debug build sharing two cores) to the server while a second thread reads the echo back; both
 //!   sides generate the same deterministic stream (xorshift64), so every byte is compared at its
 //!   position, which locates a corruption where a SHA-256 of the whole would only flag it (and costs
@@ -150,7 +150,7 @@ fn xdp_attached() -> bool {
 /// The kernel's neighbour entries for our addresses name `ncxt0`'s MAC: its ARP request and its
 /// neighbour solicitation reached our stack through the XDP redirect, and the stack's answers reached
 /// the kernel through the TX ring.
-fn check_arp() -> Result<(), String> {
+fn check_arp(ipv4: bool, ipv6: bool) -> Result<(), String> {
     // `ip` and not /sys/class/net: sysfs shows the namespace it was mounted in, not this thread's.
     let show = |args: &[&str]| {
         Command::new("ip")
@@ -166,7 +166,8 @@ fn check_arp() -> Result<(), String> {
         .nth(1)
         .ok_or_else(|| format!("no MAC in `ip link show {OURS}`: {link:?}"))?
         .to_owned();
-    for (by, addr) in [("ARP", SERVER.to_string()), ("Neighbor Discovery", SERVER6.to_string())] {
+    let families = [(ipv4, "ARP", SERVER.to_string()), (ipv6, "Neighbor Discovery", SERVER6.to_string())];
+    for (_, by, addr) in families.into_iter().filter(|f| f.0) {
         let neigh = show(&["neigh", "show", &addr, "dev", KERNELS])?;
         if !neigh.contains(&mac) {
             return Err(format!("the kernel did not learn our MAC {mac} by {by}: `ip neigh` says {neigh:?}"));
@@ -245,7 +246,7 @@ fn echo(mode: XdpMode) -> Result<(), String> {
     assert_eq!(report.accept().map(|a| a.enqueued), Some(CONNECTIONS as u64), "{report}");
     assert!(report.runtime.errors.is_empty(), "{report}");
     assert_eq!(report.runtime.buffers.len(), 1, "the pool was checked for leaks");
-    check_arp()?;
+    check_arp(true, true)?;
     assert!(!xdp_attached(), "the XDP program is detached when the server stops");
     println!(
         "{mode:?}: {CONNECTIONS} kernel connections x {MESSAGES} messages, {sent} bytes echoed byte-exact in {:.2} s",
@@ -256,11 +257,11 @@ fn echo(mode: XdpMode) -> Result<(), String> {
 
 /// One connection: a writer thread streams `total` bytes, this thread reads the echo and compares
 /// it with the same stream; returns (bytes, first mismatch if any).
-fn bulk_client(total: u64) -> Result<u64, String> {
+fn bulk_client(server: SocketAddr, total: u64) -> Result<u64, String> {
     const SEED: u64 = 0x2545_f491_4f6c_dd1d;
     const CHUNK: usize = 64 * 1024;
-    let s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
-        .map_err(|e| format!("connect: {e}"))?;
+    let s =
+        TcpStream::connect_timeout(&server, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
     let mut w = s.try_clone().map_err(|e| e.to_string())?;
     let mut r = s;
@@ -307,14 +308,20 @@ fn bulk_client(total: u64) -> Result<u64, String> {
     })
 }
 
-fn bulk(mode: XdpMode) -> Result<(), String> {
+/// The bulk transfer over IPv4, or over IPv6 when `ipv6`.
+fn bulk(mode: XdpMode, ipv6: bool) -> Result<(), String> {
+    let server = if ipv6 {
+        SocketAddr::from((SERVER6, PORT))
+    } else {
+        SocketAddr::from(SocketAddrV4::new(SERVER, PORT))
+    };
     let mib =
         std::env::var("NC_XDP_BULK_MIB").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(BULK_MIB_DEFAULT);
     let total = mib << 20;
     let mut elapsed = Duration::ZERO;
     let (report, result) = serve(mode, || {
         let start = Instant::now();
-        let r = bulk_client(total);
+        let r = bulk_client(server, total);
         elapsed = start.elapsed();
         r
     })?;
@@ -326,7 +333,7 @@ fn bulk(mode: XdpMode) -> Result<(), String> {
     assert_eq!((core.served, report.closed(), core.failed), (1, 1, 0));
     let stack = &report.snapshot().cores.first().ok_or("no core in the snapshot")?.stack;
     assert_eq!(stack.rx_malformed, 0, "no frame with a bad checksum: {stack:?}");
-    check_arp()?;
+    check_arp(!ipv6, ipv6)?;
     println!(
         "{mode:?}: {mib} MiB kernel -> us -> kernel on one connection, compared byte for byte, in {:.2} s ({:.1} MiB/s each way)",
         elapsed.as_secs_f64(),
@@ -396,10 +403,20 @@ fn native_xdp_echo_serves_concurrent_kernel_clients() {
 
 #[test]
 fn generic_xdp_bulk_is_byte_exact() {
-    with_veth(|| bulk(XdpMode::Generic));
+    with_veth(|| bulk(XdpMode::Generic, false));
 }
 
 #[test]
 fn native_xdp_bulk_is_byte_exact() {
-    with_veth(|| bulk(XdpMode::Native));
+    with_veth(|| bulk(XdpMode::Native, false));
+}
+
+#[test]
+fn generic_xdp_bulk_is_byte_exact_ipv6() {
+    with_veth(|| bulk(XdpMode::Generic, true));
+}
+
+#[test]
+fn native_xdp_bulk_is_byte_exact_ipv6() {
+    with_veth(|| bulk(XdpMode::Native, true));
 }
