@@ -41,7 +41,7 @@ fn kernel_client(index: usize) -> Result<u64, String> {
 }
 
 /// A kernel UDP socket sends `DATAGRAMS` datagrams of varied sizes to the echo port at `server`,
-/// one at a time, and checks every echo byte-exact.
+/// one at a time, and checks every echo byte-exact (after knocking until the echo is up).
 fn kernel_udp_client(server: SocketAddr) -> Result<u64, String> {
     let bind: SocketAddr =
         if server.is_ipv6() { (Ipv6Addr::UNSPECIFIED, 0).into() } else { (Ipv4Addr::UNSPECIFIED, 0).into() };
@@ -49,10 +49,29 @@ fn kernel_udp_client(server: SocketAddr) -> Result<u64, String> {
     s.connect(server).map_err(|e| format!("udp connect {server}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 2048];
+    // The server may not have bound its UDP port (or even opened the TAP) when this starts, and
+    // UDP does not retry as a SYN does: knock until the echo answers (or ECONNREFUSED says the
+    // port is not bound yet), for at most 10 s.
+    s.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        s.send(b"knock").map_err(|e| format!("udp knock to {server}: {e}"))?;
+        match s.recv(&mut buf) {
+            Ok(5) if &buf[..5] == b"knock" => break,
+            Ok(n) => return Err(format!("udp knock from {server}: {n} unexpected bytes")),
+            Err(_) if std::time::Instant::now() < deadline => {}
+            Err(e) => return Err(format!("udp knock to {server}: no echo within 10 s: {e}")),
+        }
+    }
+    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
     for i in 0..DATAGRAMS {
         let msg: Vec<u8> = (0..(i * 29) % 1400).map(|k| (k ^ i).to_le_bytes()[0]).collect();
         s.send(&msg).map_err(|e| format!("udp send #{i} to {server}: {e}"))?;
-        let n = s.recv(&mut buf).map_err(|e| format!("udp echo #{i} from {server}: {e}"))?;
+        // Skipping the late echoes of knocks that were answered twice.
+        let mut n = s.recv(&mut buf).map_err(|e| format!("udp echo #{i} from {server}: {e}"))?;
+        while &buf[..n] == b"knock" {
+            n = s.recv(&mut buf).map_err(|e| format!("udp echo #{i} from {server}: {e}"))?;
+        }
         if buf[..n] != msg[..] {
             return Err(format!("udp echo #{i} from {server}: {n} bytes back for {}", msg.len()));
         }
@@ -96,7 +115,7 @@ fn in_namespace() -> Result<(), String> {
             r?;
         }
         let core = report.cores.first().ok_or("no core in the report")?;
-        assert_eq!(core.datagrams, 2 * DATAGRAMS as u64, "every UDP datagram echoed, both families");
+        assert!(core.datagrams >= 2 * DATAGRAMS as u64 + 2, "every UDP datagram echoed, both families");
         assert_eq!(report.cores.len(), 1);
         assert_eq!(core.served, CONNECTIONS as u64, "every connection served");
         assert_eq!(report.closed(), CONNECTIONS as u64, "every connection closed after the kernel's FIN");

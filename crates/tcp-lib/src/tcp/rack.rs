@@ -14,8 +14,11 @@
 //! What it marks is kept as one sequence number, `lost_below`: original transmissions leave in
 //! sequence order, so the segments RACK deems lost are a prefix of the data not SACKed, and the
 //! scoreboard counts every unSACKed byte below it as lost (`Scoreboard::mark_lost_below`).
-//! Retransmissions update RACK's clock but are not themselves checked: a lost retransmission is
-//! found as before (SACKs of data sent after it, or the RTO). RACK is off unless
+//! Retransmissions are checked by the same rule (RFC 8985 §6.2 step 5 makes no difference
+//! between them): one sent before the newest delivered transmission and older than RACK.rtt +
+//! RACK.reo_wnd is lost again, and [`detect`](Rack::detect) reports the lowest such, which the
+//! connection sends again when it is the segment at SND.UNA (a loss that otherwise waits for
+//! enough SACKs of later data or for the RTO). RACK is off unless
 //! [`Config::rack`](super::Config::rack) asks for it.
 
 use std::collections::VecDeque;
@@ -37,6 +40,17 @@ struct Sent {
     end: SeqNumber,
     at: Instant,
     retransmission: bool,
+}
+
+/// What [`Rack::detect`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Detected {
+    /// The end of the lost prefix of original transmissions.
+    pub(crate) lost_below: SeqNumber,
+    /// The start of the lowest retransmission deemed lost again.
+    pub(crate) lost_retransmission: Option<SeqNumber>,
+    /// When the reordering timer should check again.
+    pub(crate) timer: Option<Instant>,
 }
 
 /// The RACK state of a connection.
@@ -116,7 +130,10 @@ impl Rack {
             if newest.is_none_or(|(t, e)| sent_after(s.at, s.end, t, e)) {
                 *newest = Some((s.at, s.end));
             }
+            // RFC 8985 §6.2 step 2: reordering is an original transmission delivered below
+            // RACK.fack; a retransmission delivered there is the repair of a loss.
             match *fack {
+                Some(f) if s.end < f && s.retransmission => {}
                 Some(f) if s.end < f => {
                     *reordering = true;
                     reordered = true;
@@ -151,36 +168,33 @@ impl Rack {
         self.min_rtt.map_or(Duration::ZERO, |m| (m / 4).min(srtt))
     }
 
-    /// RFC 8985 §6.2 step 5: the original transmissions sent before RACK's segment and older than
-    /// RACK.rtt + `reo_wnd` are lost. Returns the end of the lost prefix (never below
-    /// `lost_below`, the prefix already lost) and, when a candidate is not old enough yet, when
-    /// the reordering timer should check again.
-    pub(crate) fn detect(
-        &self,
-        now: Instant,
-        reo_wnd: Duration,
-        lost_below: SeqNumber,
-    ) -> (SeqNumber, Option<Instant>) {
+    /// RFC 8985 §6.2 step 5: the transmissions sent before RACK's segment and older than
+    /// RACK.rtt + `reo_wnd` are lost. Returns the end of the lost prefix of original
+    /// transmissions (never below `lost_below`, the prefix already lost), the start of the lowest
+    /// retransmission lost again, and, when a candidate is not old enough yet, when the
+    /// reordering timer should check again.
+    pub(crate) fn detect(&self, now: Instant, reo_wnd: Duration, lost_below: SeqNumber) -> Detected {
+        let mut d = Detected { lost_below, lost_retransmission: None, timer: None };
         let (Some((newest_at, newest_end)), Some(rtt)) = (self.newest, self.rtt) else {
-            return (lost_below, None);
+            return d;
         };
-        let mut lost = lost_below;
-        let mut timer = None;
         for s in &self.log {
             if !sent_after(newest_at, newest_end, s.at, s.end) {
                 break;
             }
-            if s.retransmission || s.end <= lost {
+            if !s.retransmission && s.end <= d.lost_below {
                 continue;
             }
             let deadline = s.at + rtt + reo_wnd;
-            if deadline <= now {
-                lost = s.end;
+            if deadline > now {
+                d.timer = Some(d.timer.map_or(deadline, |t: Instant| t.max(deadline)));
+            } else if s.retransmission {
+                d.lost_retransmission = Some(d.lost_retransmission.map_or(s.start, |l| l.min(s.start)));
             } else {
-                timer = Some(timer.map_or(deadline, |t: Instant| t.max(deadline)));
+                d.lost_below = s.end;
             }
         }
-        (lost, timer)
+        d
     }
 }
 
@@ -208,10 +222,40 @@ mod tests {
         r.on_ack(s(0), t1, 100, |a, b| a == s(700) && b == s(800));
         let reo = r.reo_wnd(false, 100 * MS);
         assert_eq!(reo, 25 * MS);
-        let (lost, timer) = r.detect(t1, reo, s(0));
-        assert_eq!((lost, timer), (s(0), Some(t0 + 125 * MS)));
-        let (lost, timer) = r.detect(t0 + 125 * MS, reo, s(0));
-        assert_eq!((lost, timer), (s(700), None), "1..7 lost, 9 and 10 were sent after 8");
+        let d = r.detect(t1, reo, s(0));
+        assert_eq!((d.lost_below, d.timer), (s(0), Some(t0 + 125 * MS)));
+        let d = r.detect(t0 + 125 * MS, reo, s(0));
+        assert_eq!((d.lost_below, d.timer), (s(700), None), "1..7 lost, 9 and 10 were sent after 8");
+        assert_eq!(d.lost_retransmission, None);
+    }
+
+    /// A retransmission is checked like an original: lost once a transmission sent after it was
+    /// delivered and RACK.rtt + reo_wnd passed since it left; reported by its start, below the
+    /// originals' prefix.
+    #[test]
+    fn a_retransmission_sent_before_a_delivered_one_is_lost_again() {
+        let t0 = Instant::now();
+        let mut r = Rack::default();
+        r.on_rtt_sample(100 * MS);
+        for i in 0..4 {
+            r.on_sent(s(i * 100), s(i * 100 + 100), t0, false);
+        }
+        // The first segment resent at 200 ms, the second at 210 ms; the second's retransmission
+        // is SACKed at 310 ms, the first's is not.
+        r.on_sent(s(0), s(100), t0 + 200 * MS, true);
+        r.on_sent(s(100), s(200), t0 + 210 * MS, true);
+        r.on_ack(s(0), t0 + 310 * MS, 100, |a, _| a == s(100));
+        // Outside recovery the reordering window is a quarter of the minimum RTT; the sample is
+        // the second retransmission's 100 ms.
+        let reo = r.reo_wnd(false, 100 * MS);
+        assert_eq!(reo, 25 * MS);
+        let d = r.detect(t0 + 310 * MS, reo, s(400));
+        assert_eq!((d.lost_retransmission, d.timer), (None, Some(t0 + 300 * MS + reo)));
+        let d = r.detect(t0 + 300 * MS + reo, reo, s(400));
+        assert_eq!((d.lost_retransmission, d.lost_below, d.timer), (Some(s(0)), s(400), None));
+        // Sent again: the lost one is superseded.
+        r.on_sent(s(0), s(100), t0 + 330 * MS, true);
+        assert_eq!(r.detect(t0 + 330 * MS, reo, s(400)).lost_retransmission, None);
     }
 
     /// A delivery below the highest delivered one is reordering: the window stays open even in

@@ -56,11 +56,22 @@ impl Connection {
         let srtt = self.rtt.srtt().unwrap_or(Duration::MAX);
         let reo_wnd = self.recovery.rack.reo_wnd(plain, srtt);
         let marked = self.recovery.scoreboard.lost_below().unwrap_or(self.snd.una);
-        let (lost, timer) = self.recovery.rack.detect(now, reo_wnd, marked);
+        let detected = self.recovery.rack.detect(now, reo_wnd, marked);
+        let lost = detected.lost_below;
         if lost > self.snd.una && lost > marked {
             self.recovery.scoreboard.mark_lost_below(lost);
         }
-        self.timers.rack = timer;
+        self.timers.rack = detected.timer;
+        // The retransmission of the segment at SND.UNA was lost too: it goes again now rather
+        // than at the RTO. (A lost retransmission above SND.UNA waits, as before, for the SACKs
+        // of later data or the RTO: NextSeg does not go back below HighRxt.)
+        if self.recovery.active
+            && !self.recovery.fast_rexmit
+            && detected.lost_retransmission.is_some_and(|start| start <= self.snd.una)
+        {
+            self.recovery.fast_rexmit = true;
+            self.stats.fast_retransmits += 1;
+        }
         if !self.recovery.active
             && self.snd.una.partial_cmp(&self.recovery.recover) != Some(std::cmp::Ordering::Less)
             && self

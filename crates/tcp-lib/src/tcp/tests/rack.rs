@@ -100,3 +100,31 @@ fn without_rack_one_sack_waits_for_the_rto() {
     assert_eq!(s.conn.stats().lost_bytes, 0);
     assert_eq!(s.conn.stats().reordering, 3);
 }
+
+/// The retransmission of the segment at SND.UNA is lost too: once a retransmission sent after it
+/// is SACKed and RACK.rtt has passed since it left, it goes again (RFC 8985 §6.2 checks
+/// retransmissions like originals), where before it waited for the RTO (no new data was sent
+/// after it, so no SACK of later data could show the loss).
+#[test]
+fn a_lost_retransmission_at_snd_una_goes_again_before_the_rto() {
+    let mut s = ten_in_flight(true);
+    s.advance(100 * MS);
+    s.send(&sack(&[(7 * MSS, 8 * MSS)]));
+    s.advance(26 * MS);
+    let first: Vec<_> = s.drain().into_iter().filter(|o| !o.payload.is_empty()).collect();
+    assert_eq!(first.iter().map(|o| o.repr.seq_number).collect::<Vec<_>>(), [ours(0)], "S0 resent");
+    // The rest of the flight's tail arrives; PRR lets the next lost segment go.
+    s.advance(10 * MS);
+    s.send(&sack(&[(7 * MSS, 10 * MSS)]));
+    let next: Vec<_> =
+        s.drain().into_iter().filter(|o| !o.payload.is_empty()).map(|o| o.repr.seq_number).collect();
+    assert_eq!(next.first(), Some(&ours(MSS)), "S1 resent: {next:?}");
+    // S1's retransmission arrives an RTT later; S0's (sent before it) does not.
+    s.advance(100 * MS);
+    s.send(&sack(&[(MSS, 2 * MSS), (7 * MSS, 10 * MSS)]));
+    let again: Vec<_> =
+        s.drain().into_iter().filter(|o| !o.payload.is_empty()).map(|o| o.repr.seq_number).collect();
+    assert_eq!(again.first(), Some(&ours(0)), "S0 again, its retransmission lost: {again:?}");
+    let st = s.conn.stats();
+    assert_eq!(st.timeouts, 0, "{st:?}");
+}
