@@ -244,8 +244,10 @@
 //! ICMP errors are rate-limited by a token bucket ([`Config::icmp_errors`], Linux's 1,000 a
 //! second in bursts of 50; RFC 1812 §4.3.2.8), what the bucket refuses is counted in
 //! [`StackStats::icmp_rate_limited`], and none is sent for a datagram to a broadcast or
-//! multicast address or from an invalid source. UDP over IPv6 is not served yet: sends to an
-//! IPv6 destination are refused with [`Error::Unreachable`].
+//! multicast address or from an invalid source. Over IPv6 the same holds, with ICMPv6's port
+//! unreachable (RFC 4443 §3.1) and 20 bytes less payload per datagram
+//! ([`udp_max_payload_v6`](Stack::udp_max_payload_v6)); a socket bound to the unspecified
+//! address serves both families, one bound to one of our addresses its own.
 //!
 //! # Migration
 //!
