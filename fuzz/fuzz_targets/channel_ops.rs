@@ -1,11 +1,13 @@
-//! Arbitrary sequences of net-channel operations, checked against a `VecDeque` model.
+//! Arbitrary sequences of net-channel operations, checked against a `VecDeque` model, except that
+//! the producer may see up to a return batch of popped slots as still in use (the consumer hands
+//! slots back in batches: "Returning slots" in `netchannel::channel`).
 #![no_main]
 
 use std::collections::VecDeque;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use netchannel::channel::{Channel, PushError, WakeMode};
+use netchannel::channel::{Channel, PushError, RETURN_SLOTS, WakeMode};
 
 #[derive(Arbitrary, Debug)]
 enum Op {
@@ -37,13 +39,17 @@ fuzz_target!(|input: Input| {
     };
     let capacity = requested.next_power_of_two();
     assert_eq!(tx.capacity(), capacity);
+    // The most popped slots the consumer may hold back (documented at `RETURN_SLOTS`).
+    let batch = (capacity / 8).clamp(1, RETURN_SLOTS);
+    // What the producer last saw as free; nothing changes it until the consumer returns slots.
+    let mut free = capacity;
     let mut model = VecDeque::new();
     let mut out = vec![0u32; 256];
     for op in input.ops {
         match op {
             Op::Push(v) => {
                 let r = tx.push(v);
-                if model.len() < capacity {
+                if free > 0 {
                     assert_eq!(r, Ok(()));
                     model.push_back(v);
                 } else {
@@ -52,7 +58,7 @@ fuzz_target!(|input: Input| {
             }
             Op::PushBurst(items) => {
                 let n = tx.push_burst(&items);
-                assert_eq!(n, items.len().min(capacity - model.len()));
+                assert_eq!(n, items.len().min(free));
                 model.extend(&items[..n]);
             }
             Op::Pop => assert_eq!(rx.pop(), model.pop_front()),
@@ -69,8 +75,15 @@ fuzz_target!(|input: Input| {
                 assert_eq!(rx.request_wakeup(), model.is_empty() && mode != WakeMode::Poll);
             }
         }
+        free = tx.free_space();
+        assert!(free <= capacity - model.len(), "{free} free with {} queued", model.len());
+        assert!(free + batch > capacity - model.len(), "{free} free: more than a batch held back");
+        if model.is_empty() {
+            assert_eq!(free, capacity, "a consumer that has caught up holds nothing back");
+        }
     }
     let stats = tx.stats();
-    assert_eq!(stats.pushed - stats.popped, model.len() as u64);
+    assert_eq!(stats.pushed - rx.stats().popped, model.len() as u64);
+    assert!(stats.popped <= rx.stats().popped);
     assert!(stats.wakeups <= stats.wakeup_requests);
 });
