@@ -68,6 +68,7 @@ use crate::regs;
 mod dma;
 pub mod fdir;
 mod queue;
+mod ring;
 
 pub use queue::{IxgbeQueue, QueueStats};
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use netchannel::dev::{DevError, Link, NetDevice, PacketBatch};
-use netchannel::pool::{HugePages, Pool};
+use netchannel::pool::{HugePages, Pool, PoolCache};
 use netchannel::signature::FlowGroup;
 use netchannel::steering::{FlowSteering, SteeringError};
 
@@ -406,4 +406,68 @@ fn migrate_rewrites_the_filter_and_times_out_boundedly() {
     let stats = nic.stats();
     assert_eq!((stats.migrations, stats.fdir_cmd_timeouts), (1, 1));
     assert!(stats.fdir_cmd_polls >= u64::from(fdir::CMD_POLLS));
+}
+
+#[test]
+fn rx_without_fresh_buffers_drops_bad_descriptors_and_leaves_good_frames_in_the_ring() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let q = &mut queues[0];
+    let cache = pool.cache();
+    // The caller's cache (and the depot behind it) has nothing left to put in the ring.
+    let held: Vec<_> = std::iter::from_fn(|| cache.alloc()).collect();
+    let frame = [9u8; 60];
+    complete_rx(q, 0, &frame, rx::STAT_EOP, 4000); // bad: needs no fresh buffer
+    complete_rx(q, 1, &frame, rx::STAT_EOP, 60);
+    complete_rx(q, 2, &frame, rx::STAT_EOP, 60);
+    let mut batch = PacketBatch::with_capacity(8);
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 0);
+    let e = q.queue_stats();
+    assert_eq!((e.rx_bad_length, e.rx_no_buffer), (1, 1), "{e:?}");
+    assert_eq!(q.stats().rx_no_buffer, 1);
+    assert_eq!(bar.get(regs::rdt(0)), 0, "the bad slot went back to the device");
+    drop(held);
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 2, "the frames waited in the ring");
+    assert_eq!(batch.as_slice()[1].data(), &frame[..]);
+    assert_eq!(bar.get(regs::rdt(0)), 2);
+    batch.clear();
+    drop(queues);
+    drop(batch);
+    drop(cache);
+    pool.check_leaks().expect("every buffer back");
+}
+
+#[test]
+fn tx_drops_empty_frames_and_stops_before_a_packet_of_another_pool() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let other = Pool::builder(64).hugepages(HugePages::Never).build().expect("pool");
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let q = &mut queues[0];
+    let (cache, second, foreign) = (pool.cache(), pool.cache(), other.cache());
+    let packet = |c, fill: &[u8]| {
+        let mut p = PoolCache::alloc(c).expect("buffer");
+        p.extend_from_slice(fill).expect("fits");
+        p
+    };
+    let mut batch = PacketBatch::with_capacity(8);
+    batch.push(packet(&cache, &[1; 60])).expect("room");
+    batch.push(packet(&cache, &[])).expect("room"); // empty: dropped
+    batch.push(packet(&second, &[3; 70])).expect("room"); // another cache of the same pool
+    batch.push(packet(&foreign, &[4; 60])).expect("room");
+    batch.push(packet(&cache, &[5; 60])).expect("room");
+    assert_eq!(q.tx_burst(0, &mut batch).expect("tx"), 3, "two sent, one dropped");
+    assert_eq!(batch.len(), 2, "the foreign packet and the one after it wait");
+    assert_eq!(batch.as_slice()[0].data(), &[4; 60][..]);
+    assert_eq!((q.stats().tx_packets, q.stats().tx_bytes, q.stats().tx_dropped), (2, 130, 1));
+    assert_eq!(bar.get(regs::tdt(0)), 2);
+    let w1 = q.tx_ring().load_u64(DESC_LEN + 8, Ordering::Relaxed);
+    assert_eq!(w1 & tx::DTALEN_MASK, 70, "the second descriptor is the second cache's frame");
+    assert!(matches!(q.tx_burst(0, &mut batch), Err(DevError::WrongPool { .. })));
+    batch.clear();
+    drop(queues);
+    drop(batch);
+    drop((cache, second));
+    pool.check_leaks().expect("every buffer back, in flight ones included");
 }
