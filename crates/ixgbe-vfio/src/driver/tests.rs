@@ -149,6 +149,18 @@ impl DmaSpace for HeapDma {
     }
 }
 
+/// Drops the queues, the batch and the caches (in that order: the batch borrows a cache) and
+/// checks that every buffer is back in the pool.
+macro_rules! finish {
+    ($pool:ident, $queues:ident, $batch:ident, $caches:expr, $what:literal) => {{
+        $batch.clear();
+        drop($queues);
+        drop($batch);
+        drop($caches);
+        $pool.check_leaks().expect($what);
+    }};
+}
+
 fn pool() -> Pool {
     Pool::builder(4096).hugepages(HugePages::Never).build().expect("pool")
 }
@@ -290,11 +302,7 @@ fn rx_delivers_good_frames_and_drops_bad_descriptors() {
         assert_eq!(q.rx_ring().load_u64(slot * DESC_LEN + 8, Ordering::Relaxed), 0);
         assert_ne!(q.rx_ring().load_u64(slot * DESC_LEN, Ordering::Relaxed), 0xdead_beef);
     }
-    batch.clear();
-    drop(queues);
-    drop(batch);
-    drop(cache);
-    pool.check_leaks().expect("every buffer back");
+    finish!(pool, queues, batch, cache, "every buffer back");
 }
 
 #[test]
@@ -365,11 +373,7 @@ fn tx_fills_the_ring_and_cleans_in_batches() {
     assert_eq!(q.stats().tx_packets, 79);
     // Queue index checks.
     assert!(matches!(q.tx_burst(1, &mut batch), Err(DevError::NoSuchQueue { queue: 1, queues: 1 })));
-    batch.clear();
-    drop(queues);
-    drop(batch);
-    drop(cache);
-    pool.check_leaks().expect("every buffer back, in flight ones included");
+    finish!(pool, queues, batch, cache, "every buffer back, in flight ones included");
 }
 
 #[test]
@@ -431,11 +435,7 @@ fn rx_without_fresh_buffers_drops_bad_descriptors_and_leaves_good_frames_in_the_
     assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 2, "the frames waited in the ring");
     assert_eq!(batch.as_slice()[1].data(), &frame[..]);
     assert_eq!(bar.get(regs::rdt(0)), 2);
-    batch.clear();
-    drop(queues);
-    drop(batch);
-    drop(cache);
-    pool.check_leaks().expect("every buffer back");
+    finish!(pool, queues, batch, cache, "every buffer back");
 }
 
 #[test]
@@ -465,9 +465,5 @@ fn tx_drops_empty_frames_and_stops_before_a_packet_of_another_pool() {
     let w1 = q.tx_ring().load_u64(DESC_LEN + 8, Ordering::Relaxed);
     assert_eq!(w1 & tx::DTALEN_MASK, 70, "the second descriptor is the second cache's frame");
     assert!(matches!(q.tx_burst(0, &mut batch), Err(DevError::WrongPool { .. })));
-    batch.clear();
-    drop(queues);
-    drop(batch);
-    drop((cache, second));
-    pool.check_leaks().expect("every buffer back, in flight ones included");
+    finish!(pool, queues, batch, (cache, second), "every buffer back, in flight ones included");
 }
