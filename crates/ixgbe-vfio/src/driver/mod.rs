@@ -509,6 +509,7 @@ impl Ixgbe {
                 tx_ring,
                 dma: buffers.clone(),
                 cache: pool.cache(),
+                fdir: nic.config.fdir,
             };
             let queue = IxgbeQueue::new(parts).map_err(|QueueError::PoolExhausted { needed, got }| {
                 InitError::BadConfig(format!(

@@ -68,6 +68,8 @@ pub struct IxgbeQueue {
     rx_mask: usize,
     /// Inside a chain of descriptors (a frame without EOP) that is being dropped.
     rx_discard: bool,
+    /// Flow Director is on: count the descriptors that report a filter match.
+    rx_count_fdir: bool,
     /// Fresh receive buffers with their device addresses, taken from the caller's cache [`STASH`] at
     /// a time; the first `stash_len` are ours.
     stash: Box<Stash>,
@@ -167,6 +169,8 @@ pub(crate) struct QueueParts {
     pub(crate) tx_ring: DmaMemory,
     pub(crate) dma: BufferDma,
     pub(crate) cache: PoolCache,
+    /// Whether Flow Director is on: only then can a descriptor report a filter match (FLM).
+    pub(crate) fdir: bool,
 }
 
 /// Why a queue could not be set up.
@@ -180,7 +184,7 @@ impl IxgbeQueue {
     /// A queue over the given rings, with its RX ring filled with buffers from its own cache (the
     /// descriptors are written; the registers are the init sequence's business).
     pub(crate) fn new(parts: QueueParts) -> Result<Self, QueueError> {
-        let QueueParts { index, name, mac, mmio, rx_ring, tx_ring, dma, cache } = parts;
+        let QueueParts { index, name, mac, mmio, rx_ring, tx_ring, dma, cache, fdir } = parts;
         let rx_len = rx_ring.len() / DESC_LEN;
         let tx_len = tx_ring.len() / DESC_LEN;
         let pool_id = cache.pool().id();
@@ -190,6 +194,7 @@ impl IxgbeQueue {
             rx_next: 0,
             rx_mask: rx_len - 1,
             rx_discard: false,
+            rx_count_fdir: fdir,
             stash: Box::new(Stash { index: [0; STASH], addr: [0; STASH] }),
             stash_len: 0,
             tx_ring,
@@ -330,7 +335,8 @@ impl IxgbeQueue {
     /// address (the others are set aside); returns how many it holds now, 0 when the cache has none.
     /// With a linear translation of the whole pool (VFIO, the model) every index below the pool's
     /// buffer count is addressable, which one OR over the burst confirms when the count is a power of
-    /// two (a maximum otherwise); then the addresses are one multiply-add each, in a vector loop.
+    /// two (a maximum otherwise); the re-arm then computes each address with one multiply-add, and
+    /// only a page-wise translation stores addresses here.
     #[cold]
     #[inline(never)]
     fn refill_stash(&mut self, cache: &PoolCache) -> usize {
@@ -343,13 +349,11 @@ impl IxgbeQueue {
             }
             let fresh = &mut index[..got];
             let kept = match self.dma.rx_linear() {
-                Some((base, stride, buffers))
+                // The re-arm computes each address (`rx_fast`); `addr` is left alone.
+                Some((_, _, buffers))
                     if fresh.iter().fold(0, |m, &i| m | i) < buffers
                         || fresh.iter().fold(0, |m, &i| m.max(i)) < buffers =>
                 {
-                    for (a, &i) in addr.iter_mut().zip(fresh.iter()) {
-                        *a = base.wrapping_add(u64::from(i) * u64::from(stride));
-                    }
                     got
                 }
                 _ => {
@@ -469,9 +473,10 @@ impl IxgbeQueue {
     /// buffer a packet at once ([`PacketBatch::extend_received_with`]); the re-arm pops the stash and
     /// writes each slot's two descriptor words and its new buffer. Each loop keeps its few values in
     /// registers; no bounds check (the [`Ring`] checked the lengths once) and no counter in memory
-    /// (Flow Director matches are summed in a register and added once).
+    /// (Flow Director matches are summed in a register and added once, and only when `FDIR`: the
+    /// queue's Flow Director is on, without which no descriptor reports a match).
     #[inline(always)]
-    fn rx_fast<'c>(
+    fn rx_fast<'c, const FDIR: bool>(
         &mut self,
         cache: &'c PoolCache,
         batch: &mut PacketBatch<'c>,
@@ -479,6 +484,7 @@ impl IxgbeQueue {
         run: usize,
     ) -> (usize, u64) {
         let buf_len = self.dma.rx_buf_len();
+        let linear = self.dma.rx_linear();
         let stash_len = self.stash_len.min(STASH);
         let Self { rx_ring, rx_bufs, stash, .. } = self;
         let Some(mut ring) = Ring::new(rx_ring.descriptors(), rx_bufs) else {
@@ -499,19 +505,28 @@ impl IxgbeQueue {
                 if !Self::rx_good(status, buf_len) {
                     return None;
                 }
-                // Bit 2 (FLM) as a number: no branch.
-                fdir += (status & rx::STAT_FLM) >> 2;
+                if FDIR {
+                    // Bit 2 (FLM) as a number: no branch.
+                    fdir += (status & rx::STAT_FLM) >> 2;
+                }
                 // `len <= buf_len`, a 16-bit field.
                 Some(RxFrame { index: ring.slot(slot), len: u32::try_from(rx_len(status)).unwrap_or(0) })
             })
         };
         // The slots' old buffers are packets now; each slot takes a fresh one, from the top of the
-        // stash down.
+        // stash down (its address computed, or stored by `refill_stash` for a page-wise mapping).
         let from = stash_len - taken.min(stash_len);
-        let fresh = stash.index[from..stash_len].iter().zip(&stash.addr[from..stash_len]).rev();
-        for (i, (&index, &addr)) in fresh.enumerate() {
-            ring.replace(start + i, index);
-            arm(ring.descriptor(start + i), addr);
+        if let Some((base, stride, _)) = linear {
+            for (i, &index) in stash.index[from..stash_len].iter().rev().enumerate() {
+                ring.replace(start + i, index);
+                arm(ring.descriptor(start + i), base.wrapping_add(u64::from(index) * u64::from(stride)));
+            }
+        } else {
+            let fresh = stash.index[from..stash_len].iter().zip(&stash.addr[from..stash_len]).rev();
+            for (i, (&index, &addr)) in fresh.enumerate() {
+                ring.replace(start + i, index);
+                arm(ring.descriptor(start + i), addr);
+            }
         }
         self.stash_len = from;
         self.extra.rx_fdir_matches += fdir;
@@ -634,7 +649,11 @@ impl NetDevice for IxgbeQueue {
         while frames < room && consumed < limit {
             if !self.rx_discard && (self.stash_len > 0 || self.refill_stash(cache) > 0) {
                 let run = (room - frames).min(limit - consumed);
-                let (taken, len) = self.rx_fast(cache, batch, slot, run);
+                let (taken, len) = if self.rx_count_fdir {
+                    self.rx_fast::<true>(cache, batch, slot, run)
+                } else {
+                    self.rx_fast::<false>(cache, batch, slot, run)
+                };
                 frames += taken;
                 consumed += taken;
                 bytes += len;

@@ -340,6 +340,10 @@ impl<'c> PacketBatch<'c> {
     /// array of frames in between. Returns how many packets were appended and the sum of their
     /// lengths. Should `next` panic, the packets it produced so far are leaked, never dropped twice.
     ///
+    /// Unlike `extend_received`, the lengths are taken as given: the driver keeps them within the
+    /// pool's data room (its receive buffer size is at most that). A longer one cannot reach outside
+    /// the buffer (every read clamps the header to it), but it counts in the returned sum.
+    ///
     /// # Safety
     ///
     /// As [`extend_received`](Self::extend_received) for each frame `next` returns: it names a buffer

@@ -422,15 +422,19 @@ impl PoolCache {
         slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
         frames: &[RxFrame],
     ) -> u64 {
-        // SAFETY: forwarded from the caller, for the frames `get` returns.
-        unsafe { self.packets_from_received_with(slots, |i| frames.get(i).copied()) }.1
+        let room = self.layout.buf_len - self.layout.headroom;
+        let clamped = |i| frames.get(i).map(|&RxFrame { index, len }| RxFrame { index, len: len.min(room) });
+        // SAFETY: forwarded from the caller, for the frames `get` returns; their lengths are clamped.
+        unsafe { self.packets_from_received_with(slots, clamped) }.1
     }
 
     /// [`packets_from_received`](Self::packets_from_received) with the frames produced one at a time:
     /// `next(i)` gives the `i`th frame, or `None` to stop. A device's receive loop runs inside `next`,
     /// so each frame becomes a packet while its descriptor is in registers, with no array of frames
     /// in between. Returns how many packets were written (at most `slots.len()`) and the sum of their
-    /// lengths.
+    /// lengths. The lengths are written as given: the caller keeps them within the data room (a
+    /// longer one is still clamped to the buffer whenever the packet's data is read, as every
+    /// header is, but it would count in the sum).
     ///
     /// # Safety
     ///
@@ -444,19 +448,17 @@ impl PoolCache {
     ) -> (usize, u64) {
         let (base, stride) = (self.base, self.layout.stride);
         let headroom = self.layout.headroom;
-        let room = self.layout.buf_len - headroom;
         let mut bytes = 0u64;
         let mut written = 0;
         for slot in slots.iter_mut() {
-            let Some(RxFrame { index, len }) = next(written) else { break };
+            let Some(RxFrame { index, len: data_len }) = next(written) else { break };
             debug_assert!(index < self.layout.count, "buffer index {index} out of range");
             self.pool.shared.track(index);
-            let data_len = len.min(room);
             // SAFETY: `index < count` (the caller's contract), and the build checked that `count ×
             // stride` bytes fit in the region, so the slot is inside the mapping.
             let at = unsafe { base.add(index as usize * stride) };
             // SAFETY: the slot starts with an aligned header, and the caller owns the buffer, so
-            // nothing reads or writes it concurrently; `headroom + data_len <= buf_len`.
+            // nothing reads or writes it concurrently (the lengths it holds are clamped on every read).
             unsafe { at.cast::<Header>().write(Header { data_off: headroom, data_len }) };
             bytes += u64::from(data_len);
             slot.write(Packet { cache: self, slot: at, index });
