@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use netchannel::dev::{DevError, Link, NetDevice, PacketBatch};
-use netchannel::pool::{HugePages, Pool, PoolCache};
+use netchannel::pool::{HugePages, Packet, Pool, PoolCache};
 use netchannel::signature::FlowGroup;
 use netchannel::steering::{FlowSteering, SteeringError};
 
@@ -173,6 +173,22 @@ fn config(queues: u16) -> Config {
         link_timeout: Duration::from_millis(50),
         register_timeout: Duration::from_millis(50),
         ..Config::default()
+    }
+}
+
+/// Heap "DMA" whose buffer mapping is page-wise (4 KiB pages, each at its own address): the no-IOMMU
+/// translation, under which buffers that straddle two pages cannot be used.
+struct PagedHeapDma;
+
+impl DmaSpace for PagedHeapDma {
+    fn alloc(&self, len: usize) -> Result<DmaMemory, DmaError> {
+        HeapDma.alloc(len)
+    }
+
+    fn map(&self, start: usize, len: usize) -> Result<DmaMapping, DmaError> {
+        let guard = Box::new(HeapGuard { ptr: start, layout: None });
+        let pages = (0..len.div_ceil(4096)).map(|p| Iova((start + p * 4096) as u64)).collect();
+        Ok(DmaMapping::new(start, len, Translation::Pages { page_shift: 12, pages }, guard))
     }
 }
 
@@ -466,4 +482,46 @@ fn tx_drops_empty_frames_and_stops_before_a_packet_of_another_pool() {
     assert_eq!(w1 & tx::DTALEN_MASK, 70, "the second descriptor is the second cache's frame");
     assert!(matches!(q.tx_burst(0, &mut batch), Err(DevError::WrongPool { .. })));
     finish!(pool, queues, batch, (cache, second), "every buffer back, in flight ones included");
+}
+
+#[test]
+fn a_page_wise_mapping_sets_aside_straddling_buffers_and_translates_the_others() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (_nic, mut queues) =
+        Ixgbe::init("paged", Arc::clone(&bar) as Arc<dyn Mmio>, Arc::new(PagedHeapDma), &pool, config(1))
+            .expect("init");
+    let q = &mut queues[0];
+    let set_aside = q.queue_stats().quarantined;
+    assert!(set_aside > 0, "filling the ring met buffers across a page boundary");
+    let cache = pool.cache();
+    let mut batch = PacketBatch::with_capacity(64);
+    // Two rounds of 63 frames: the second re-arms with buffers from the stash, whose addresses
+    // the page-wise refill stored.
+    let frame = [5u8; 60];
+    for round in 0..2 {
+        for slot in 0..63 {
+            complete_rx(q, (round * 63 + slot) % 64, &frame, rx::STAT_EOP, 60);
+        }
+        assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 63, "round {round}");
+        assert!(batch.as_slice().iter().all(|p| p.data() == frame));
+        batch.clear();
+    }
+    assert!(q.queue_stats().quarantined > set_aside, "the refill set some aside too");
+    // TX: each frame's address comes from the page table (the buffers in use are those whose
+    // receive area lies in one page, so every frame here does).
+    for i in 0..32u8 {
+        let mut p = cache.alloc().expect("buffer");
+        p.extend_from_slice(&[i; 1500]).expect("fits");
+        batch.push(p).expect("room");
+    }
+    let offsets: Vec<usize> = batch.as_slice().iter().map(Packet::dma_offset).collect();
+    assert_eq!(q.tx_burst(0, &mut batch).expect("tx"), 32);
+    assert_eq!((q.stats().tx_packets, q.stats().tx_dropped), (32, 0));
+    let region = pool.region().as_ptr() as u64;
+    for (slot, offset) in offsets.into_iter().enumerate() {
+        let addr = q.tx_ring().load_u64(slot * DESC_LEN, Ordering::Relaxed);
+        assert_eq!(addr, region + offset as u64, "slot {slot}: identity pages");
+    }
+    finish!(pool, queues, batch, cache, "every buffer back, the set-aside ones included");
 }
