@@ -6,6 +6,14 @@
 //! is consumed only when a fresh buffer is at hand to replace it. TX slots between `tx_clean` and
 //! `tx_tail` own the buffers of frames in flight. Ring positions come from the queue's own counters;
 //! nothing the device writes (descriptor contents, RDH, TDH) is used as an index.
+//!
+//! The data path (the counts are in BENCHMARKS.md, "82599 driver data path"): RX scans the done
+//! descriptors of a run no longer than the stash of fresh buffers, making each good frame a packet in
+//! the caller's batch as it goes, then re-arms the run's slots from the stash (two short loops, as
+//! DPDK's vector receive and its `rxq_rearm`); anything else (a bad descriptor, a chain, no fresh
+//! buffer) takes a one-descriptor slow step. TX writes one descriptor per packet straight from the
+//! batch and takes the sent packets out without dropping them. Both index the ring through a
+//! `Ring` view (`ring.rs`), which checks the slices' lengths once per burst.
 
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
@@ -455,6 +463,13 @@ impl IxgbeQueue {
         }
     }
 
+    /// Whether the device has written back the descriptor in `slot` (DD).
+    #[inline]
+    fn rx_done(&self, slot: usize) -> bool {
+        // Relaxed: only DD is looked at; the fast path loads the status again with Acquire.
+        self.rx_ring.descriptor(slot).is_some_and(|d| d.load1(Ordering::Relaxed) & rx::STAT_DD != 0)
+    }
+
     /// Whether a done descriptor's status is a frame the fast path takes: EOP, no frame error, a
     /// length of 1 to `rx_buf_len` bytes.
     #[inline(always)]
@@ -647,7 +662,11 @@ impl NetDevice for IxgbeQueue {
         let (mut frames, mut consumed, mut bytes) = (0, 0, 0);
         let buf_len = self.dma.rx_buf_len();
         while frames < room && consumed < limit {
-            if !self.rx_discard && (self.stash_len > 0 || self.refill_stash(cache) > 0) {
+            // Fresh buffers are taken from the cache only when a frame waits for one: an idle queue
+            // holds no more of a scarce pool than its ring.
+            if !self.rx_discard
+                && (self.stash_len > 0 || (self.rx_done(slot) && self.refill_stash(cache) > 0))
+            {
                 let run = (room - frames).min(limit - consumed);
                 let (taken, len) = if self.rx_count_fdir {
                     self.rx_fast::<true>(cache, batch, slot, run)
@@ -671,6 +690,11 @@ impl NetDevice for IxgbeQueue {
                 break;
             }
             if !self.rx_discard && Self::rx_good(status, buf_len) {
+                if self.stash_len > 0 {
+                    // The device completed it after the scan looked (it writes descriptors
+                    // concurrently): the fast path takes it.
+                    continue;
+                }
                 // A good frame but no fresh buffer to replace it: leave it in the ring for the next
                 // burst.
                 self.extra.rx_no_buffer += 1;

@@ -218,7 +218,8 @@ impl PoolCache {
 
     /// [`alloc_burst`](Self::alloc_burst) without resetting the buffers' metadata: for a device's
     /// receive path, which writes every buffer's header when it hands the buffer over
-    /// ([`PacketBatch::extend_received`](crate::dev::PacketBatch::extend_received)) and keeps the
+    /// ([`PacketBatch::extend_received`](crate::dev::PacketBatch::extend_received) and
+    /// [`extend_received_with`](crate::dev::PacketBatch::extend_received_with)) and keeps the
     /// others as raw indices until it frees them. A packet made of such a buffer some other way
     /// ([`packet_from_raw`](Self::packet_from_raw)) has whatever data window the buffer's last user
     /// left, clamped to the buffer as every header is.
@@ -255,16 +256,19 @@ impl PoolCache {
     pub unsafe fn free_burst(&self, indices: &[u32]) {
         self.with_local(|l| {
             // The common case in one copy: every index in range (one OR, or one maximum, over the
-            // burst) and, after a spill if need be, room for all of them in the stack (within its
-            // capacity: no reallocation).
+            // burst), with the spills that freeing them one at a time would make done first: each
+            // time the stack is full before a push, the `batch` coldest go to the depot. Done up
+            // front they move the same buffers as long as only buffers already here go, so the depot
+            // and the stack end as they would (the per-index loop below handles the rest).
             let count = self.layout.count;
-            if indices.len() <= self.cache_size
+            let batch = self.batch.max(1);
+            let spills = (l.stack.len() + indices.len()).saturating_sub(self.cache_size).div_ceil(batch);
+            if spills * batch <= l.stack.len()
                 && (indices.iter().fold(0, |m, &i| m | i) < count
                     || indices.iter().fold(0, |m, &i| m.max(i)) < count)
             {
-                let over = (l.stack.len() + indices.len()).saturating_sub(self.cache_size);
-                if over > 0 {
-                    self.spill(l, over.max(self.batch));
+                for _ in 0..spills {
+                    self.spill(l, batch);
                 }
                 for &index in indices {
                     self.pool.shared.track(index);
