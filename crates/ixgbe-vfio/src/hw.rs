@@ -257,6 +257,17 @@ impl DmaMemory {
         // `repr(transparent)` over `[AtomicU64; 2]`).
         Some(unsafe { &*ptr.cast::<Descriptor>() })
     }
+
+    /// Every descriptor of the ring this memory holds: `len / 16` of them.
+    #[must_use]
+    #[inline]
+    pub fn descriptors(&self) -> &[Descriptor] {
+        // SAFETY: `descriptors * 16 <= len` bytes from the base, which is 8-byte aligned (the
+        // constructor's contract), valid while `self` lives, and accessed only atomically from this
+        // side, so shared references to `Descriptor`s (`repr(transparent)` over `[AtomicU64; 2]`) are
+        // sound, as in `descriptor`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<Descriptor>(), self.descriptors) }
+    }
 }
 
 /// Bytes per descriptor, both directions (§7.1.6, §7.2.3).

@@ -73,7 +73,8 @@ use crate::signature::Signature;
 use crate::sync::Arc;
 
 /// Names a consumer (a core's stack, an application thread): the value the registry stores for each
-/// signature, and the index of that consumer's channel in every channelizer.
+/// signature, and the index of that consumer's channel in every channelizer (below
+/// [`MAX_CONSUMERS`]: a channelizer's tables grow with the largest id attached).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConsumerId(pub u32);
 
@@ -196,8 +197,8 @@ impl<'c, D: NetDevice, R: Reclaim> ChannelizerBuilder<'c, D, R> {
             cache,
             registry,
             reader,
-            lanes: vec![Lane::new(default, burst)],
-            lane_of: Vec::new(),
+            default: Lane::new(default, burst),
+            lanes: Lanes::default(),
             dirty: vec![0; burst].into_boxed_slice(),
             malformed: vec![0; burst].into_boxed_slice(),
             tx_channels: Vec::new(),
@@ -210,7 +211,7 @@ impl<'c, D: NetDevice, R: Reclaim> ChannelizerBuilder<'c, D, R> {
 
 /// A destination channel and the buffer indices staged for it during the current burst: each burst
 /// reaches each channel with one `push_burst`, so one index publication and one wakeup check per
-/// consumer per burst (VJ's publish-per-burst), not per packet.
+/// consumer per burst (VJ's publish-per-burst), not per packet. The default channel's lane.
 struct Lane {
     tx: PacketTx,
     /// Room for one burst; `staged[..len]` are this burst's indices.
@@ -224,8 +225,25 @@ impl Lane {
     }
 }
 
-/// The lane of the default channel in [`Channelizer::lanes`].
-const DEFAULT_LANE: u32 = 0;
+/// The consumers' lanes, indexed by consumer id: the registry's value indexes them directly, so the
+/// per-packet dispatch is one bounds check, one load of the id's count and two stores into its block.
+#[derive(Default)]
+struct Lanes {
+    /// Each id's channel on this queue, if one is attached (else its packets go to the default
+    /// channel, counted as unattached).
+    tx: Vec<Option<PacketTx>>,
+    /// One block of `burst + 1` words per id (as many as `tx`): how many indices the id has staged in
+    /// this burst, then room for a burst of them. Count and indices share a block, so that the hot
+    /// loop keeps one base and one stride in registers.
+    blocks: Vec<u32>,
+}
+
+/// The most consumer ids a channelizer takes ([`Channelizer::attach`] refuses ids from here on): the
+/// tables above grow with the largest id, a burst of `u32`s per id.
+pub const MAX_CONSUMERS: u32 = 1 << 16;
+
+/// The id that stands for the default channel in [`Channelizer::dirty`].
+const DEFAULT_DIRTY: u32 = u32::MAX;
 
 /// The driver loop of one device queue. See the [module documentation](self).
 pub struct Channelizer<'c, D: NetDevice, R: Reclaim = Qsbr> {
@@ -234,11 +252,12 @@ pub struct Channelizer<'c, D: NetDevice, R: Reclaim = Qsbr> {
     cache: &'c PoolCache,
     registry: Arc<SignatureRegistry<R>>,
     reader: R::Reader,
-    /// The default channel's lane ([`DEFAULT_LANE`]), then one per attached consumer, densely.
-    lanes: Vec<Lane>,
-    /// Consumer id to its lane in `lanes`; [`DEFAULT_LANE`] for ids with no channel attached.
-    lane_of: Vec<u32>,
-    /// Lanes with packets staged in this burst; room for one burst.
+    /// The default channel's lane.
+    default: Lane,
+    /// The consumers' lanes, by id.
+    lanes: Lanes,
+    /// Ids with packets staged in this burst ([`DEFAULT_DIRTY`] for the default lane), in the
+    /// order of their first packet; room for one burst.
     dirty: Box<[u32]>,
     /// Indices of malformed frames of this burst, freed after it; room for one burst.
     malformed: Box<[u32]>,
@@ -252,7 +271,7 @@ impl<D: NetDevice, R: Reclaim> fmt::Debug for Channelizer<'_, D, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Channelizer")
             .field("queue", &self.queue)
-            .field("consumers", &(self.lanes.len() - 1))
+            .field("consumers", &self.lanes.tx.iter().flatten().count())
             .field("tx_channels", &self.tx_channels.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
@@ -278,40 +297,25 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     /// # Errors
     ///
     /// The channel comes back if it carries packets of another pool than this channelizer's cache,
-    /// or if `id` is `u32::MAX`.
+    /// or if `id` is [`MAX_CONSUMERS`] or more.
     pub fn attach(&mut self, id: ConsumerId, channel: PacketTx) -> Result<Option<PacketTx>, PacketTx> {
-        if channel.pool_id() != self.cache.pool().id() || id.0 == u32::MAX {
+        if channel.pool_id() != self.cache.pool().id() || id.0 >= MAX_CONSUMERS {
             return Err(channel);
         }
         let index = id.0 as usize;
-        if self.lane_of.len() <= index {
-            self.lane_of.resize(index + 1, DEFAULT_LANE);
+        let lanes = &mut self.lanes;
+        if lanes.tx.len() <= index {
+            let block = self.rx_batch.capacity() + 1;
+            lanes.tx.resize_with(index + 1, || None);
+            lanes.blocks.resize((index + 1) * block, 0);
         }
-        let lane = Lane::new(channel, self.rx_batch.capacity());
-        match self.lane_of[index] {
-            DEFAULT_LANE => {
-                // Lanes are at most one per consumer id plus the default, so they fit a `u32`.
-                let Ok(slot) = u32::try_from(self.lanes.len()) else { return Err(lane.tx) };
-                self.lanes.push(lane);
-                self.lane_of[index] = slot;
-                Ok(None)
-            }
-            slot => Ok(Some(std::mem::replace(&mut self.lanes[slot as usize], lane).tx)),
-        }
+        Ok(lanes.tx.get_mut(index).and_then(|tx| tx.replace(channel)))
     }
 
     /// Detaches consumer `id`'s channel; its packets go to the default channel until the registry
     /// stops naming it.
     pub fn detach(&mut self, id: ConsumerId) -> Option<PacketTx> {
-        let slot = *self.lane_of.get(id.0 as usize).filter(|&&slot| slot != DEFAULT_LANE)?;
-        self.lane_of[id.0 as usize] = DEFAULT_LANE;
-        // Nothing is staged between polls, so lanes can move: the last one takes the freed slot.
-        let lane = self.lanes.swap_remove(slot as usize);
-        let moved_from = u32::try_from(self.lanes.len()).unwrap_or(u32::MAX);
-        if let Some(entry) = self.lane_of.iter_mut().find(|entry| **entry == moved_from) {
-            *entry = slot;
-        }
-        Some(lane.tx)
+        self.lanes.tx.get_mut(id.0 as usize)?.take()
     }
 
     /// Adds a TX channel (a consumer's outgoing packets) that every poll drains into the device queue.
@@ -372,90 +376,122 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     fn receive(&mut self) -> Result<usize, DevError> {
         let n = self.device.rx_burst(self.queue, self.cache, &mut self.rx_batch)?;
         self.stats.rx += n as u64;
-        let Self { registry, reader, rx_batch, stats, lanes, lane_of, dirty, malformed, cache, .. } = self;
+        let Self { registry, reader, rx_batch, stats, default, lanes, dirty, malformed, cache, .. } = self;
         // Staged and malformed frames, and dirty lanes, are at most one burst each, so the cursors
         // below stay inside their boxes; the checked accesses turn a broken invariant into a lost
         // buffer instead of a panic between staging and `forget_all`.
         let burst = rx_batch.capacity();
         // Slices, not `Vec`s, and plain values moved into the closure: one load each where the loop
         // keeps them in memory, none per packet where it keeps them in registers.
-        let (lanes_run, lane_of) = (&mut lanes[..], &lane_of[..]);
+        let block = burst + 1;
+        let (blocks, ids) = (&mut lanes.blocks[..], lanes.tx.len());
+        debug_assert_eq!(blocks.len(), ids * block);
+        let default_staged = &mut default.staged[..];
         let (dirty_run, malformed_run, packets) = (&mut dirty[..], &mut malformed[..], rx_batch.as_slice());
         let counters = &mut *stats;
         // One read-side section for the whole burst.
-        let (n_dirty, n_malformed, n_slow) = registry.read(reader, move |view| {
-            let (mut n_dirty, mut n_malformed, mut n_slow) = (0usize, 0usize, 0usize);
-            // The lane of a consumer: its own if attached here, else the default one (counted).
-            let mut lane_for = |id: ConsumerId| {
-                let slot = lane_of.get(id.0 as usize).copied().unwrap_or(DEFAULT_LANE);
-                if slot == DEFAULT_LANE {
-                    counters.unattached += 1;
-                }
-                slot
-            };
-            for packet in packets {
+        let (n_dirty, n_malformed, n_slow, n_default) = registry.read(reader, move |view| {
+            let (mut n_dirty, mut n_malformed, mut n_slow, mut n_default) = (0usize, 0usize, 0usize, 0usize);
+            'packets: for packet in packets {
                 let data = packet.data();
-                // The common case inlined: IPv4 TCP/UDP, the signature in registers through the lookup;
-                // the listener's lookup only on a miss, out of line.
-                let slot = if let Some(sig) = classify_fast(data) {
-                    match view.lookup(&sig) {
-                        Some(id) => lane_for(id),
-                        None => {
-                            let (meta, a0) = sig.v4_words();
-                            lookup_listener_v4(view, meta, a0).map_or(DEFAULT_LANE, &mut lane_for)
+                let id = 'found: {
+                    // The common case inlined: IPv4 TCP/UDP, the signature in registers through the
+                    // lookup; the listener's lookup only on a miss, out of line.
+                    if let Some(sig) = classify_fast(data) {
+                        if let Some(id) = view.lookup(&sig) {
+                            break 'found id.0 as usize;
                         }
-                    }
-                } else {
-                    n_slow += 1;
-                    let verdict = classify_general(data);
-                    counters.classify.record(&verdict);
-                    match verdict {
-                        Classified::Flow { sig, .. } => view
-                            .lookup(&sig)
-                            .or_else(|| view.lookup(&sig.to_listener()))
-                            .map_or(DEFAULT_LANE, &mut lane_for),
-                        Classified::Other(_) => DEFAULT_LANE,
-                        Classified::Malformed(_) => {
-                            if let Some(slot) = malformed_run.get_mut(n_malformed) {
-                                *slot = packet.index();
-                                n_malformed += 1;
+                        let (meta, a0) = sig.v4_words();
+                        if let Some(id) = lookup_listener_v4(view, meta, a0) {
+                            break 'found id.0 as usize;
+                        }
+                    } else {
+                        n_slow += 1;
+                        let verdict = classify_general(data);
+                        counters.classify.record(&verdict);
+                        match verdict {
+                            Classified::Flow { sig, .. } => {
+                                if let Some(id) =
+                                    view.lookup(&sig).or_else(|| view.lookup(&sig.to_listener()))
+                                {
+                                    break 'found id.0 as usize;
+                                }
                             }
-                            continue;
+                            Classified::Other(_) => {}
+                            Classified::Malformed(_) => {
+                                if let Some(slot) = malformed_run.get_mut(n_malformed) {
+                                    *slot = packet.index();
+                                    n_malformed += 1;
+                                }
+                                continue 'packets;
+                            }
                         }
                     }
+                    // No consumer: the default lane.
+                    stage_default(default_staged, &mut n_default, dirty_run, &mut n_dirty, packet.index());
+                    continue 'packets;
                 };
-                let Some(lane) = lanes_run.get_mut(slot as usize) else { continue };
-                if lane.len == 0
+                if id >= ids {
+                    // An id no channel here was ever attached for: the default lane, counted.
+                    counters.unattached += 1;
+                    stage_default(default_staged, &mut n_default, dirty_run, &mut n_dirty, packet.index());
+                    continue;
+                }
+                // The consumer's block: its count, then its staged indices.
+                let base = id * block;
+                // SAFETY: `id < ids` (above) and `blocks.len() == ids * block` (`attach` grows both
+                // together), so `base < blocks.len()`.
+                let at = unsafe { *blocks.get_unchecked(base) } as usize;
+                if at == 0
                     && let Some(d) = dirty_run.get_mut(n_dirty)
                 {
-                    *d = slot;
+                    #[expect(clippy::cast_possible_truncation, reason = "ids are below MAX_CONSUMERS")]
+                    let id = id as u32;
+                    *d = id;
                     n_dirty += 1;
                 }
-                debug_assert!(lane.len < burst && lane.staged.len() == burst);
-                // SAFETY: `lane.len < burst == lane.staged.len()`: every lane's box holds a burst, its
-                // cursor is reset by `flush` after each burst, and one burst has at most `burst`
-                // packets (the batch's capacity), each staged once.
-                unsafe { *lane.staged.get_unchecked_mut(lane.len) = packet.index() };
-                lane.len += 1;
+                debug_assert!(at < burst);
+                // SAFETY: `at < burst`: the count is reset by the flush after each burst, and one burst
+                // has at most `burst` packets (the batch's capacity), each staged once. So `base + 1 +
+                // at < base + block <= blocks.len()`.
+                unsafe { *blocks.get_unchecked_mut(base + 1 + at) = packet.index() };
+                // SAFETY: `base < blocks.len()`, as above.
+                #[expect(clippy::cast_possible_truncation, reason = "`at < burst`, the batch's capacity")]
+                unsafe {
+                    *blocks.get_unchecked_mut(base) = (at + 1) as u32;
+                }
             }
-            (n_dirty, n_malformed, n_slow)
+            (n_dirty, n_malformed, n_slow, n_default)
         });
         stats.classify.flows += (n - n_slow) as u64;
         // SAFETY: every packet of the batch had its index staged in a lane or put in `malformed`,
         // exactly once (the cursors cannot run out: each holds a burst, and the batch holds at most
         // one burst).
         unsafe { rx_batch.forget_all() };
-        stats.dropped_malformed += n_malformed as u64;
-        // SAFETY: the malformed indices came from packets received into `cache`, each once, with no
-        // handle left: freeing them returns the buffers.
-        unsafe { cache.free_burst(&malformed[..n_malformed]) };
-        for &slot in &dirty[..n_dirty] {
-            let Some(lane) = lanes.get_mut(slot as usize) else { continue };
-            let sent = flush(lane, cache, &mut stats.dropped_full);
-            if slot == DEFAULT_LANE {
-                stats.to_default += sent;
-            } else {
-                stats.delivered += sent;
+        if n_malformed > 0 {
+            stats.dropped_malformed += n_malformed as u64;
+            // SAFETY: the malformed indices came from packets received into `cache`, each once, with
+            // no handle left: freeing them returns the buffers.
+            unsafe { cache.free_burst(&malformed[..n_malformed]) };
+        }
+        default.len = n_default;
+        for &id in &dirty[..n_dirty] {
+            if id == DEFAULT_DIRTY {
+                stats.to_default += flush(&mut default.tx, &default.staged, &mut default.len, cache, stats);
+                continue;
+            }
+            let i = id as usize;
+            let Some([count, staged @ ..]) = lanes.blocks.get_mut(i * block..(i + 1) * block) else {
+                continue;
+            };
+            let mut n = std::mem::take(count) as usize;
+            match lanes.tx.get_mut(i) {
+                Some(Some(tx)) => stats.delivered += flush(tx, staged, &mut n, cache, stats),
+                _ => {
+                    // Attached once, detached since: the default channel, counted.
+                    stats.unattached += n as u64;
+                    stats.to_default += flush(&mut default.tx, staged, &mut n, cache, stats);
+                }
             }
         }
         Ok(n)
@@ -491,21 +527,40 @@ fn lookup_listener_v4<R: Reclaim>(
     view.lookup(&Signature::from_v4_words(meta, a0).to_listener())
 }
 
-/// Sends a lane's staged indices with one `push_burst`, frees what does not fit (a full channel: drop
-/// and count), and returns how many were sent.
+/// Stages `index` in the default lane (its first packet of the burst marks the lane dirty).
 #[inline(always)]
-fn flush(lane: &mut Lane, cache: &PoolCache, dropped_full: &mut u64) -> u64 {
-    let staged = &lane.staged[..lane.len.min(lane.staged.len())];
-    lane.len = 0;
+fn stage_default(staged: &mut [u32], len: &mut usize, dirty: &mut [u32], n_dirty: &mut usize, index: u32) {
+    let Some(slot) = staged.get_mut(*len) else { return };
+    if *len == 0
+        && let Some(d) = dirty.get_mut(*n_dirty)
+    {
+        *d = DEFAULT_DIRTY;
+        *n_dirty += 1;
+    }
+    *slot = index;
+    *len += 1;
+}
+
+/// Sends the first `len` of `staged` with one `push_burst` into `tx`, frees what does not fit (a full
+/// channel: drop and count), resets `len`, and returns how many were sent.
+#[inline(always)]
+fn flush(
+    tx: &mut PacketTx,
+    staged: &[u32],
+    len: &mut usize,
+    cache: &PoolCache,
+    stats: &mut ChannelizerStats,
+) -> u64 {
+    let staged = &staged[..std::mem::take(len).min(staged.len())];
     if staged.is_empty() {
         return 0;
     }
-    // SAFETY: every staged index came from a packet received into `cache`, whose pool is the lane's
-    // (checked in `new` and `attach`); each was staged once and has no handle.
-    let sent = unsafe { lane.tx.push_raw_burst(staged) };
+    // SAFETY: every staged index came from a packet received into `cache`, whose pool is the
+    // channel's (checked in `build` and `attach`); each was staged once and has no handle.
+    let sent = unsafe { tx.push_raw_burst(staged) };
     let refused = &staged[sent..];
     if !refused.is_empty() {
-        *dropped_full += refused.len() as u64;
+        stats.dropped_full += refused.len() as u64;
         // SAFETY: the refused indices are still ours (the channel did not take them), of `cache`'s
         // pool, distinct, with no handle: freeing them returns the buffers.
         unsafe { cache.free_burst(refused) };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use netchannel::channel::{Channel, WakeMode};
-use netchannel::channelizer::{Channelizer, ChannelizerError, ConsumerId, SignatureRegistry};
+use netchannel::channelizer::{Channelizer, ChannelizerError, ConsumerId, MAX_CONSUMERS, SignatureRegistry};
 use netchannel::dev::{NetDevice, PacketBatch, Pair};
 use netchannel::pool::{HugePages, PacketRx, Pool, PoolCache};
 use netchannel::rcu::Qsbr;
@@ -229,6 +229,41 @@ fn a_consumer_without_a_channel_here_gets_nothing_and_nothing_is_lost() {
     assert_eq!(drain(&mut default_rx, &cache), [f]);
     let s = ch.stats();
     assert_eq!((s.unattached, s.to_default, s.delivered), (1, 1, 0));
+}
+
+#[test]
+fn ids_index_the_lanes_up_to_max_consumers_and_unattached_ones_reach_the_default_channel() {
+    let pool = pool(128);
+    let (nic, mut wire) = Pair::new(&pool).unwrap();
+    let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
+    let (cache, peer) = (pool.cache(), pool.cache());
+    let (default_tx, mut default_rx) = pool.packet_channel(16).unwrap();
+    let mut ch =
+        Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).build().expect("same pool");
+    let (tx, _) = pool.packet_channel(8).unwrap();
+    assert!(ch.attach(ConsumerId(MAX_CONSUMERS), tx).is_err(), "past the table's bound");
+    let (tx, mut rx) = pool.packet_channel(8).unwrap();
+    assert!(ch.attach(ConsumerId(MAX_CONSUMERS - 1), tx).expect("the last id").is_none());
+    let (tx, _) = pool.packet_channel(8).unwrap();
+    ch.attach(ConsumerId(5), tx).expect("same pool");
+    assert!(ch.detach(ConsumerId(5)).is_some());
+    // Port 1: the last id; port 2: a detached id inside the table; port 3: an id past every
+    // attached one; port 4: nobody.
+    let _r = [(1, MAX_CONSUMERS - 1), (2, 5), (3, MAX_CONSUMERS - 2)].map(|(port, id)| {
+        registry.register(listener(Proto::Udp, &format!("10.0.0.1:{port}")), ConsumerId(id)).unwrap()
+    });
+    let frames: Vec<Vec<u8>> =
+        (1..=4).map(|port| frame(UDP, "10.0.0.2:7", &format!("10.0.0.1:{port}"), b"x")).collect();
+    inject(&mut wire, &peer, &frames);
+    let _ = ch.poll().unwrap();
+    assert_eq!(drain(&mut rx, &cache), [frames[0].clone()]);
+    let mut to_default = drain(&mut default_rx, &cache);
+    to_default.sort();
+    let mut expected = frames[1..].to_vec();
+    expected.sort();
+    assert_eq!(to_default, expected);
+    let s = ch.stats();
+    assert_eq!((s.delivered, s.to_default, s.unattached), (1, 3, 2));
 }
 
 #[test]

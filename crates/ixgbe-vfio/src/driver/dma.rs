@@ -16,6 +16,9 @@ pub(crate) struct BufferDma {
     /// The IOVA of buffer 0's receive data when the mapping is linear and every buffer's receive
     /// area lies inside it: the data path's receive address is then one multiply-add.
     linear_rx: Option<u64>,
+    /// The IOVA of the region's first byte when the mapping is linear and reaches every buffer of the
+    /// pool: a packet's data (inside its buffer) is then at `base + dma_offset` with no check.
+    linear_all: Option<u64>,
     /// Buffers in the pool.
     buffers: u32,
     /// Bytes from one slot to the next.
@@ -46,7 +49,9 @@ impl BufferDma {
             (Some(base), Some(end)) if end <= mapping.len() => Some(base.wrapping_add(rx_data_off as u64)),
             _ => None,
         };
-        Some(Self { mapping, linear, linear_rx, buffers, stride, rx_data_off, rx_buf_len })
+        let all_end = (buffers as usize).checked_mul(stride);
+        let linear_all = linear.filter(|_| all_end.is_some_and(|end| end <= mapping.len()));
+        Some(Self { mapping, linear, linear_rx, linear_all, buffers, stride, rx_data_off, rx_buf_len })
     }
 
     /// Receive buffer length.
@@ -80,6 +85,22 @@ impl BufferDma {
             return None;
         }
         self.mapping.iova(offset).map(|iova| iova.0)
+    }
+
+    /// With a linear translation that reaches every buffer of the pool: the address of the region's
+    /// first byte, so that a packet of the pool transmits from `base + dma_offset`.
+    #[inline]
+    pub(crate) fn tx_linear(&self) -> Option<u64> {
+        self.linear_all
+    }
+
+    /// With a linear translation that reaches every buffer's receive area: the address of buffer 0's
+    /// receive data, the stride, and the number of buffers, so that buffer `i < buffers` receives at
+    /// `base + i * stride`. The stride as a `u32` (a buffer's size: it always fits) makes that a
+    /// 32 × 32-bit multiply, which vector units do in one instruction.
+    #[inline]
+    pub(crate) fn rx_linear(&self) -> Option<(u64, u32, u32)> {
+        Some((self.linear_rx?, u32::try_from(self.stride).ok()?, self.buffers))
     }
 
     /// The device address of fresh receive buffer `index` (its data starts at the pool's headroom).

@@ -68,6 +68,7 @@ use crate::regs;
 mod dma;
 pub mod fdir;
 mod queue;
+mod ring;
 
 pub use queue::{IxgbeQueue, QueueStats};
 
@@ -514,6 +515,7 @@ impl Ixgbe {
                 tx_ring,
                 dma: buffers.clone(),
                 cache: pool.cache(),
+                fdir: nic.config.fdir,
             };
             let queue = IxgbeQueue::new(parts).map_err(|QueueError::PoolExhausted { needed, got }| {
                 InitError::BadConfig(format!(

@@ -6,6 +6,14 @@
 //! is consumed only when a fresh buffer is at hand to replace it. TX slots between `tx_clean` and
 //! `tx_tail` own the buffers of frames in flight. Ring positions come from the queue's own counters;
 //! nothing the device writes (descriptor contents, RDH, TDH) is used as an index.
+//!
+//! The data path (the counts are in BENCHMARKS.md, "82599 driver data path"): RX scans the done
+//! descriptors of a run no longer than the stash of fresh buffers, making each good frame a packet in
+//! the caller's batch as it goes, then re-arms the run's slots from the stash (two short loops, as
+//! DPDK's vector receive and its `rxq_rearm`); anything else (a bad descriptor, a chain, no fresh
+//! buffer) takes a one-descriptor slow step. TX writes one descriptor per packet straight from the
+//! batch and takes the sent packets out without dropping them. Both index the ring through a
+//! `Ring` view (`ring.rs`), which checks the slices' lengths once per burst.
 
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
@@ -16,6 +24,7 @@ use netchannel::pool::PoolCache;
 
 use super::dma::BufferDma;
 use super::link_state;
+use super::ring::Ring;
 use crate::hw::{Descriptor, DmaMemory, Mmio};
 use crate::regs::{self, DESC_LEN, rx, tx};
 
@@ -67,9 +76,11 @@ pub struct IxgbeQueue {
     rx_mask: usize,
     /// Inside a chain of descriptors (a frame without EOP) that is being dropped.
     rx_discard: bool,
-    /// The frames of the current burst, collected before they become packets (a ring's worth).
-    rx_frames: Box<[RxFrame]>,
-    stash: Box<[u32]>,
+    /// Flow Director is on: count the descriptors that report a filter match.
+    rx_count_fdir: bool,
+    /// Fresh receive buffers with their device addresses, taken from the caller's cache [`STASH`] at
+    /// a time; the first `stash_len` are ours.
+    stash: Box<Stash>,
     stash_len: usize,
     // --- TX, hot ---
     tx_ring: DmaMemory,
@@ -134,6 +145,28 @@ fn rx_len(status: u64) -> usize {
     ((status >> rx::LEN_SHIFT) & 0xFFFF) as usize
 }
 
+/// Fresh receive buffers and the device addresses of their data, checked when they left the cache:
+/// two arrays, so that filling them is two vector loops.
+struct Stash {
+    index: [u32; STASH],
+    addr: [u64; STASH],
+}
+
+/// Why a run of the TX fast path stopped.
+enum TxStop {
+    /// It took as many packets as it was asked for.
+    Done,
+    /// The next packet is of another pool than the queue's.
+    Foreign,
+    /// The device cannot address the next packet: empty, longer than a descriptor takes, or
+    /// straddling two pages of a page-wise translation.
+    Unaddressable,
+}
+
+/// DD and EOP set, no frame error: the status bits of a descriptor the fast path takes.
+const RX_FAST_MASK: u64 = rx::STAT_DD | rx::STAT_EOP | rx::ERR_FRAME_MASK;
+const RX_FAST_OK: u64 = rx::STAT_DD | rx::STAT_EOP;
+
 /// Everything [`IxgbeQueue::new`] needs that the init sequence computed.
 pub(crate) struct QueueParts {
     pub(crate) index: u16,
@@ -144,6 +177,8 @@ pub(crate) struct QueueParts {
     pub(crate) tx_ring: DmaMemory,
     pub(crate) dma: BufferDma,
     pub(crate) cache: PoolCache,
+    /// Whether Flow Director is on: only then can a descriptor report a filter match (FLM).
+    pub(crate) fdir: bool,
 }
 
 /// Why a queue could not be set up.
@@ -157,7 +192,7 @@ impl IxgbeQueue {
     /// A queue over the given rings, with its RX ring filled with buffers from its own cache (the
     /// descriptors are written; the registers are the init sequence's business).
     pub(crate) fn new(parts: QueueParts) -> Result<Self, QueueError> {
-        let QueueParts { index, name, mac, mmio, rx_ring, tx_ring, dma, cache } = parts;
+        let QueueParts { index, name, mac, mmio, rx_ring, tx_ring, dma, cache, fdir } = parts;
         let rx_len = rx_ring.len() / DESC_LEN;
         let tx_len = tx_ring.len() / DESC_LEN;
         let pool_id = cache.pool().id();
@@ -167,8 +202,8 @@ impl IxgbeQueue {
             rx_next: 0,
             rx_mask: rx_len - 1,
             rx_discard: false,
-            rx_frames: vec![RxFrame::default(); rx_len].into_boxed_slice(),
-            stash: vec![0; STASH].into_boxed_slice(),
+            rx_count_fdir: fdir,
+            stash: Box::new(Stash { index: [0; STASH], addr: [0; STASH] }),
             stash_len: 0,
             tx_ring,
             tx_bufs: vec![0; tx_len].into_boxed_slice(),
@@ -304,22 +339,50 @@ impl IxgbeQueue {
         self.quarantine.clear();
     }
 
-    /// Takes a fresh buffer that the device can address, refilling the stash from `cache` when it is
-    /// empty; `None` when the cache has none.
-    #[inline]
-    fn fresh_rx_buffer(&mut self, cache: &PoolCache) -> Option<(u32, u64)> {
+    /// Refills the empty stash from `cache` with buffers the device can address, each with its
+    /// address (the others are set aside); returns how many it holds now, 0 when the cache has none.
+    /// With a linear translation of the whole pool (VFIO, the model) every index below the pool's
+    /// buffer count is addressable, which one OR over the burst confirms when the count is a power of
+    /// two (a maximum otherwise); the re-arm then computes each address with one multiply-add, and
+    /// only a page-wise translation stores addresses here.
+    #[cold]
+    #[inline(never)]
+    fn refill_stash(&mut self, cache: &PoolCache) -> usize {
         loop {
-            if self.stash_len == 0 {
-                self.stash_len = cache.alloc_burst(&mut self.stash);
-                if self.stash_len == 0 {
-                    return None;
-                }
+            let Stash { index, addr } = &mut *self.stash;
+            let got = cache.alloc_burst_raw(index).min(STASH);
+            if got == 0 {
+                self.stash_len = 0;
+                return 0;
             }
-            self.stash_len -= 1;
-            let index = self.stash[self.stash_len];
-            match self.dma.rx_addr(index) {
-                Some(addr) => return Some((index, addr)),
-                None => self.set_aside(index),
+            let fresh = &mut index[..got];
+            let kept = match self.dma.rx_linear() {
+                // The re-arm computes each address (`rx_fast`); `addr` is left alone.
+                Some((_, _, buffers))
+                    if fresh.iter().fold(0, |m, &i| m | i) < buffers
+                        || fresh.iter().fold(0, |m, &i| m.max(i)) < buffers =>
+                {
+                    got
+                }
+                _ => {
+                    let mut kept = 0;
+                    for i in 0..got {
+                        let idx = index[i];
+                        if let Some(a) = self.dma.rx_addr(idx) {
+                            index[kept] = idx;
+                            addr[kept] = a;
+                            kept += 1;
+                        } else {
+                            self.extra.quarantined += 1;
+                            self.quarantine.push(idx);
+                        }
+                    }
+                    kept
+                }
+            };
+            self.stash_len = kept;
+            if kept > 0 {
+                return kept;
             }
         }
     }
@@ -400,6 +463,151 @@ impl IxgbeQueue {
         }
     }
 
+    /// Whether the device has written back the descriptor in `slot` (DD).
+    #[inline]
+    fn rx_done(&self, slot: usize) -> bool {
+        // Relaxed: only DD is looked at; the fast path loads the status again with Acquire.
+        self.rx_ring.descriptor(slot).is_some_and(|d| d.load1(Ordering::Relaxed) & rx::STAT_DD != 0)
+    }
+
+    /// Whether a done descriptor's status is a frame the fast path takes: EOP, no frame error, a
+    /// length of 1 to `rx_buf_len` bytes.
+    #[inline(always)]
+    fn rx_good(status: u64, buf_len: usize) -> bool {
+        status & RX_FAST_MASK == RX_FAST_OK && rx_len(status).wrapping_sub(1) < buf_len
+    }
+
+    /// The RX fast path: takes up to `run` good frames from slot `start` on into `batch` as packets of
+    /// `cache` (`run` is cut to what the stash holds), and re-arms their slots with fresh buffers from
+    /// the stash; returns how many it took and the sum of their lengths. It stops at the first
+    /// descriptor that is not a good frame, which the caller looks at. The caller runs it only
+    /// outside a chain being dropped (`rx_discard` clear).
+    ///
+    /// Two passes, as DPDK's vector receive does (`ixgbe_rxq_rearm` after the scan): the scan loads
+    /// each status, checks it with one mask-and-compare and one length compare, and makes the slot's
+    /// buffer a packet at once ([`PacketBatch::extend_received_with`]); the re-arm pops the stash and
+    /// writes each slot's two descriptor words and its new buffer. Each loop keeps its few values in
+    /// registers; no bounds check (the [`Ring`] checked the lengths once) and no counter in memory
+    /// (Flow Director matches are summed in a register and added once, and only when `FDIR`: the
+    /// queue's Flow Director is on, without which no descriptor reports a match).
+    #[inline(always)]
+    fn rx_fast<'c, const FDIR: bool>(
+        &mut self,
+        cache: &'c PoolCache,
+        batch: &mut PacketBatch<'c>,
+        start: usize,
+        run: usize,
+    ) -> (usize, u64) {
+        let buf_len = self.dma.rx_buf_len();
+        let linear = self.dma.rx_linear();
+        let stash_len = self.stash_len.min(STASH);
+        let Self { rx_ring, rx_bufs, stash, .. } = self;
+        let Some(mut ring) = Ring::new(rx_ring.descriptors(), rx_bufs) else {
+            return (0, 0);
+        };
+        let mut fdir = 0;
+        // SAFETY: each frame names the buffer its slot owns, a buffer of this pool (the cache's,
+        // checked by the caller) that the queue allocated, that no packet exists for, and that
+        // appears once (each slot is read once); the slot gives it up below, taking a fresh one.
+        // Its data starts at the pool's headroom, where the buffer's receive address
+        // (`BufferDma::rx_addr`) points.
+        let (taken, bytes) = unsafe {
+            batch.extend_received_with(cache, run.min(stash_len), |i| {
+                let slot = start + i;
+                // Acquire: pairs with the device's Release store of the write-back's second word
+                // (hw.rs protocol): the first word and the frame's bytes are visible after it.
+                let status = ring.descriptor(slot).load1(Ordering::Acquire);
+                if !Self::rx_good(status, buf_len) {
+                    return None;
+                }
+                if FDIR {
+                    // Bit 2 (FLM) as a number: no branch.
+                    fdir += (status & rx::STAT_FLM) >> 2;
+                }
+                // `len <= buf_len`, a 16-bit field.
+                Some(RxFrame { index: ring.slot(slot), len: u32::try_from(rx_len(status)).unwrap_or(0) })
+            })
+        };
+        // The slots' old buffers are packets now; each slot takes a fresh one, from the top of the
+        // stash down (its address computed, or stored by `refill_stash` for a page-wise mapping).
+        let from = stash_len - taken.min(stash_len);
+        if let Some((base, stride, _)) = linear {
+            for (i, &index) in stash.index[from..stash_len].iter().rev().enumerate() {
+                ring.replace(start + i, index);
+                arm(ring.descriptor(start + i), base.wrapping_add(u64::from(index) * u64::from(stride)));
+            }
+        } else {
+            let fresh = stash.index[from..stash_len].iter().zip(&stash.addr[from..stash_len]).rev();
+            for (i, (&index, &addr)) in fresh.enumerate() {
+                ring.replace(start + i, index);
+                arm(ring.descriptor(start + i), addr);
+            }
+        }
+        self.stash_len = from;
+        self.extra.rx_fdir_matches += fdir;
+        (taken, bytes)
+    }
+
+    /// The TX fast path: writes a descriptor for each of up to `run` packets from the front of `batch`
+    /// into the ring from slot `start` on, and takes them out of the batch, their buffers owned by
+    /// the ring now; returns how many, the sum of their lengths, and why it stopped. It stops before
+    /// a packet of another pool ([`TxStop::Foreign`]) or one the device cannot address
+    /// ([`TxStop::Unaddressable`]), which stays at the front of the batch.
+    ///
+    /// A packet's pool is checked once per cache (the caches of the queue's pool seen before pass
+    /// with one pointer compare), and with a linear translation of the whole pool its address is
+    /// one add: its data lies inside its buffer, which lies inside the mapping.
+    #[inline(always)]
+    fn tx_fast(&mut self, batch: &mut PacketBatch<'_>, start: usize, run: usize) -> (usize, u64, TxStop) {
+        let Self { tx_ring, tx_bufs, dma, pool_id, .. } = self;
+        let Some(mut ring) = Ring::new(tx_ring.descriptors(), tx_bufs) else {
+            return (0, 0, TxStop::Done);
+        };
+        let linear = dma.tx_linear();
+        let mut known: *const PoolCache = std::ptr::null();
+        let mut bytes = 0u64;
+        let mut taken = 0;
+        let mut stop = TxStop::Done;
+        for packet in batch.as_slice().iter().take(run) {
+            let cache: *const PoolCache = packet.cache();
+            if cache != known {
+                if packet.pool_id() != *pool_id {
+                    stop = TxStop::Foreign;
+                    break;
+                }
+                known = cache;
+            }
+            let (offset, len) = packet.dma_window();
+            let addr = match linear {
+                Some(base) if len != 0 && len as u64 <= tx::DTALEN_MASK => {
+                    Some(base.wrapping_add(offset as u64))
+                }
+                Some(_) => None,
+                None if len != 0 && len as u64 <= tx::DTALEN_MASK => dma.addr(offset, len),
+                None => None,
+            };
+            let Some(addr) = addr else {
+                stop = TxStop::Unaddressable;
+                break;
+            };
+            let len = len as u64;
+            let cmd = tx::DCMD_EOP | tx::DCMD_RS | tx::DCMD_IFCS | tx::DCMD_DEXT | tx::DTYP_DATA;
+            let desc = ring.descriptor(start + taken);
+            // Relaxed: published by the Release fence before the TDT write.
+            desc.store0(addr, Ordering::Relaxed);
+            // Relaxed: as above.
+            desc.store1(cmd | len | len << tx::PAYLEN_SHIFT, Ordering::Relaxed);
+            ring.replace(start + taken, packet.index());
+            bytes += len;
+            taken += 1;
+        }
+        // SAFETY: the first `taken` packets' buffers are in the ring now (`tx_bufs`), each once; the
+        // queue frees them into its own cache (of the same pool, checked above) when the device is
+        // done with them.
+        unsafe { batch.forget_front(taken) };
+        (taken, bytes, stop)
+    }
+
     /// Clears `reg`'s enable bit and waits until the device reports the queue stopped.
     fn disable(&self, reg: u32) -> bool {
         self.mmio.clear_bits(reg, regs::DCTL_ENABLE);
@@ -445,73 +653,63 @@ impl NetDevice for IxgbeQueue {
         if cache.pool().id() != self.pool_id {
             return Err(DevError::WrongPool { what: "the cache passed to rx_burst", expected: self.pool_id });
         }
-        // Frames are collected as (buffer, length) pairs and turned into packets in one pass at the
-        // end; at most a ring's worth, and at most what the batch has room for.
-        let room = batch.remaining().min(self.rx_frames.len());
-        let ring = self.rx_bufs.len();
+        // At most what the batch has room for, and at most the `ring - 1` slots the device owns: the
+        // slot at the tail is never read here.
+        let room = batch.remaining();
+        let limit = self.rx_bufs.len().saturating_sub(1);
+        let start = self.rx_next;
+        let mut slot = start;
+        let (mut frames, mut consumed, mut bytes) = (0, 0, 0);
         let buf_len = self.dma.rx_buf_len();
-        let mut slot = self.rx_next;
-        let mut frames = 0;
-        let mut consumed = 0;
-        // At most the `ring - 1` slots the device owns: the slot at the tail is never read here.
-        while frames < room && consumed + 1 < ring {
-            // `slot` is below the ring size (masked), so both lookups succeed.
-            let (Some(desc), Some(&index)) = (self.rx_ring.descriptor(slot), self.rx_bufs.get(slot)) else {
-                break;
-            };
-            // Acquire: pairs with the device's Release store of the write-back's second word (hw.rs
-            // protocol): the first word and the frame's bytes are visible after it.
-            let status = desc.load1(Ordering::Acquire);
+        while frames < room && consumed < limit {
+            // Fresh buffers are taken from the cache only when a frame waits for one: an idle queue
+            // holds no more of a scarce pool than its ring.
+            if !self.rx_discard
+                && (self.stash_len > 0 || (self.rx_done(slot) && self.refill_stash(cache) > 0))
+            {
+                let run = (room - frames).min(limit - consumed);
+                let (taken, len) = if self.rx_count_fdir {
+                    self.rx_fast::<true>(cache, batch, slot, run)
+                } else {
+                    self.rx_fast::<false>(cache, batch, slot, run)
+                };
+                frames += taken;
+                consumed += taken;
+                bytes += len;
+                slot = (slot + taken) & self.rx_mask;
+                if taken == run.min(self.stash_len + taken) {
+                    // It stopped for want of room or of fresh buffers, not at a descriptor.
+                    continue;
+                }
+            }
+            // A descriptor the fast path did not take: not done yet, inside a chain being dropped,
+            // a bad one, or any when the cache has no fresh buffer.
+            // Acquire: as in `rx_fast`.
+            let status = self.rx_ring.descriptor(slot).map_or(0, |d| d.load1(Ordering::Acquire));
             if status & rx::STAT_DD == 0 {
                 break;
             }
-            let len = rx_len(status);
-            if status & (rx::STAT_EOP | rx::ERR_FRAME_MASK) == rx::STAT_EOP
-                && len.wrapping_sub(1) < buf_len
-                && !self.rx_discard
-            {
-                let Some((fresh, addr)) = self.fresh_rx_buffer(cache) else {
-                    // No replacement: leave the frame in the ring for the next burst.
-                    self.extra.rx_no_buffer += 1;
-                    self.stats.rx_no_buffer += 1;
-                    break;
-                };
-                // The slot takes `fresh`; its old buffer, holding the frame, moves to `rx_frames`.
-                if let (Some(own), Some(frame)) = (self.rx_bufs.get_mut(slot), self.rx_frames.get_mut(frames))
-                {
-                    *own = fresh;
-                    // `len < buf_len`, a 16-bit field.
-                    *frame = RxFrame { index, len: u32::try_from(len).unwrap_or(0) };
-                    frames += 1;
+            if !self.rx_discard && Self::rx_good(status, buf_len) {
+                if self.stash_len > 0 {
+                    // The device completed it after the scan looked (it writes descriptors
+                    // concurrently): the fast path takes it.
+                    continue;
                 }
-                self.arm_rx(slot, addr);
-                // Bit 2 (FLM) as a number: no branch.
-                self.extra.rx_fdir_matches += (status & rx::STAT_FLM) >> 2;
-            } else {
-                // The slot keeps its buffer.
-                self.drop_descriptor(slot, status);
+                // A good frame but no fresh buffer to replace it: leave it in the ring for the next
+                // burst.
+                self.extra.rx_no_buffer += 1;
+                self.stats.rx_no_buffer += 1;
+                break;
             }
+            // The slot keeps its buffer.
+            self.drop_descriptor(slot, status);
             slot = (slot + 1) & self.rx_mask;
             consumed += 1;
         }
-        let received = &self.rx_frames[..frames];
-        // SAFETY: each frame's buffer was taken out of its ring slot above (the slot holds a fresh
-        // buffer now): a buffer of this pool (the cache's, checked above) that the queue owned, no
-        // packet exists for, and that appears once. Its data starts at the pool's headroom, where
-        // `alloc_burst` left it when it went into the ring.
-        let (delivered, bytes) = unsafe { batch.extend_received(cache, received) };
-        if delivered < frames {
-            // Unreachable (`frames <= batch.remaining()`), but the buffers must not leak.
-            self.stats.rx_dropped += (frames - delivered) as u64;
-            for frame in &self.rx_frames[delivered..frames] {
-                // SAFETY: as above; the packet is dropped at once, freeing the buffer.
-                drop(unsafe { cache.packet_from_raw(frame.index) });
-            }
-        }
         if consumed > 0 {
-            self.check_tail_slot(self.rx_next.wrapping_sub(1) & self.rx_mask);
+            self.check_tail_slot(start.wrapping_sub(1) & self.rx_mask);
             self.rx_next = slot;
-            self.stats.rx_packets += delivered as u64;
+            self.stats.rx_packets += frames as u64;
             self.stats.rx_bytes += bytes;
             // Release: orders the descriptor stores above before the tail write that hands them to
             // the device; pairs with the device reading descriptors after it sees RDT.
@@ -519,76 +717,61 @@ impl NetDevice for IxgbeQueue {
             // The device may fill up to, not including, the slot before our cursor.
             self.mmio.write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_mask));
         }
-        Ok(delivered)
+        Ok(frames)
     }
 
     /// Transmits frames from the front of `batch`: one advanced data descriptor per frame
     /// (EOP | RS | IFCS | DEXT | DTYP_DATA, PAYLEN = length), the buffer index kept beside the
     /// descriptor until the device reports it sent, one TDT write per burst. A full ring leaves frames
-    /// in the batch. A frame the device cannot address (empty, or straddling two DMA pages) is
-    /// dropped and counted.
+    /// in the batch, and so does a packet of another pool (and everything after it). A frame the
+    /// device cannot address (empty, or straddling two DMA pages) is dropped and counted.
     fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
         if queue != 0 {
             return Err(DevError::NoSuchQueue { queue, queues: 1 });
         }
         self.clean_tx();
         let free = self.tx_mask - (self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_mask);
-        let mut take = batch.len().min(free);
-        if take < batch.len() {
+        let want = batch.len().min(free);
+        if want < batch.len() {
             self.extra.tx_ring_full += 1;
         }
-        if let Some(foreign) = batch.as_slice()[..take].iter().position(|p| p.pool_id() != self.pool_id) {
-            if foreign == 0 {
-                return Err(DevError::WrongPool {
-                    what: "the first packet handed to tx_burst",
-                    expected: self.pool_id,
-                });
-            }
-            take = foreign;
-        }
-        if take == 0 {
-            return Ok(0);
-        }
-        let mut slot = self.tx_tail;
-        let mut sent = 0u64;
+        let start = self.tx_tail;
+        let mut slot = start;
+        let mut taken = 0;
         let mut bytes = 0u64;
-        for packet in batch.drain_front(take) {
-            let len = packet.len();
-            let addr = if len == 0 || len as u64 > tx::DTALEN_MASK {
-                None
-            } else {
-                self.dma.addr(packet.dma_offset(), len)
-            };
-            let Some(addr) = addr else {
-                self.stats.tx_dropped += 1;
-                continue;
-            };
-            let len = len as u64;
-            let cmd = tx::DCMD_EOP | tx::DCMD_RS | tx::DCMD_IFCS | tx::DCMD_DEXT | tx::DTYP_DATA;
-            let (Some(desc), Some(own)) = (self.tx_ring.descriptor(slot), self.tx_bufs.get_mut(slot)) else {
-                // Unreachable: `slot` is masked to the ring. Dropping the packet frees it.
-                self.stats.tx_dropped += 1;
-                continue;
-            };
-            // Relaxed: published by the Release fence before the TDT write.
-            desc.store0(addr, Ordering::Relaxed);
-            // Relaxed: as above.
-            desc.store1(cmd | len | len << tx::PAYLEN_SHIFT, Ordering::Relaxed);
-            *own = packet.into_raw();
-            slot = (slot + 1) & self.tx_mask;
-            sent += 1;
+        while taken < want {
+            let (n, len, stop) = self.tx_fast(batch, slot, want - taken);
+            taken += n;
             bytes += len;
+            slot = (slot + n) & self.tx_mask;
+            match stop {
+                // `run` is used up, or the ring view failed (it cannot: the ring's lengths are fixed).
+                TxStop::Done => break,
+                TxStop::Foreign if taken == 0 => {
+                    return Err(DevError::WrongPool {
+                        what: "the first packet handed to tx_burst",
+                        expected: self.pool_id,
+                    });
+                }
+                TxStop::Foreign => break,
+                TxStop::Unaddressable => {
+                    // Dropping the packet frees it.
+                    drop(batch.drain_front(1));
+                    self.stats.tx_dropped += 1;
+                    taken += 1;
+                }
+            }
         }
-        if slot != self.tx_tail {
+        if slot != start {
             self.tx_tail = slot;
             // Release: orders the descriptor stores before the tail write; pairs with the device
             // fetching descriptors after it sees TDT.
             fence(Ordering::Release);
             self.mmio.write32(self.tdt, reg_pos(slot));
         }
-        self.stats.tx_packets += sent;
+        self.stats.tx_packets += ((slot.wrapping_sub(start)) & self.tx_mask) as u64;
         self.stats.tx_bytes += bytes;
-        Ok(take)
+        Ok(taken)
     }
 }
 
@@ -612,7 +795,7 @@ impl Drop for IxgbeQueue {
         unsafe { self.cache.free_burst(&self.rx_bufs) };
         // SAFETY: the first `stash_len` stash entries are distinct fresh buffers this queue allocated
         // and never handed on.
-        unsafe { self.cache.free_burst(&self.stash[..self.stash_len]) };
+        unsafe { self.cache.free_burst(self.stash.index.get(..self.stash_len).unwrap_or_default()) };
         let (start, end, len) = (self.tx_clean, self.tx_tail, self.tx_bufs.len());
         if start <= end {
             // SAFETY: slots `tx_clean..tx_tail` own the buffers of frames in flight, now stopped.

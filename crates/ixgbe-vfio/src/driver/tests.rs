@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use netchannel::dev::{DevError, Link, NetDevice, PacketBatch};
-use netchannel::pool::{HugePages, Pool};
+use netchannel::pool::{HugePages, Packet, Pool, PoolCache};
 use netchannel::signature::FlowGroup;
 use netchannel::steering::{FlowSteering, SteeringError};
 
@@ -149,6 +149,18 @@ impl DmaSpace for HeapDma {
     }
 }
 
+/// Drops the queues, the batch and the caches (in that order: the batch borrows a cache) and
+/// checks that every buffer is back in the pool.
+macro_rules! finish {
+    ($pool:ident, $queues:ident, $batch:ident, $caches:expr, $what:literal) => {{
+        $batch.clear();
+        drop($queues);
+        drop($batch);
+        drop($caches);
+        $pool.check_leaks().expect($what);
+    }};
+}
+
 fn pool() -> Pool {
     Pool::builder(4096).hugepages(HugePages::Never).build().expect("pool")
 }
@@ -161,6 +173,22 @@ fn config(queues: u16) -> Config {
         link_timeout: Duration::from_millis(50),
         register_timeout: Duration::from_millis(50),
         ..Config::default()
+    }
+}
+
+/// Heap "DMA" whose buffer mapping is page-wise (4 KiB pages, each at its own address): the no-IOMMU
+/// translation, under which buffers that straddle two pages cannot be used.
+struct PagedHeapDma;
+
+impl DmaSpace for PagedHeapDma {
+    fn alloc(&self, len: usize) -> Result<DmaMemory, DmaError> {
+        HeapDma.alloc(len)
+    }
+
+    fn map(&self, start: usize, len: usize) -> Result<DmaMapping, DmaError> {
+        let guard = Box::new(HeapGuard { ptr: start, layout: None });
+        let pages = (0..len.div_ceil(4096)).map(|p| Iova((start + p * 4096) as u64)).collect();
+        Ok(DmaMapping::new(start, len, Translation::Pages { page_shift: 12, pages }, guard))
     }
 }
 
@@ -290,11 +318,7 @@ fn rx_delivers_good_frames_and_drops_bad_descriptors() {
         assert_eq!(q.rx_ring().load_u64(slot * DESC_LEN + 8, Ordering::Relaxed), 0);
         assert_ne!(q.rx_ring().load_u64(slot * DESC_LEN, Ordering::Relaxed), 0xdead_beef);
     }
-    batch.clear();
-    drop(queues);
-    drop(batch);
-    drop(cache);
-    pool.check_leaks().expect("every buffer back");
+    finish!(pool, queues, batch, cache, "every buffer back");
 }
 
 #[test]
@@ -365,11 +389,7 @@ fn tx_fills_the_ring_and_cleans_in_batches() {
     assert_eq!(q.stats().tx_packets, 79);
     // Queue index checks.
     assert!(matches!(q.tx_burst(1, &mut batch), Err(DevError::NoSuchQueue { queue: 1, queues: 1 })));
-    batch.clear();
-    drop(queues);
-    drop(batch);
-    drop(cache);
-    pool.check_leaks().expect("every buffer back, in flight ones included");
+    finish!(pool, queues, batch, cache, "every buffer back, in flight ones included");
 }
 
 #[test]
@@ -406,4 +426,102 @@ fn migrate_rewrites_the_filter_and_times_out_boundedly() {
     let stats = nic.stats();
     assert_eq!((stats.migrations, stats.fdir_cmd_timeouts), (1, 1));
     assert!(stats.fdir_cmd_polls >= u64::from(fdir::CMD_POLLS));
+}
+
+#[test]
+fn rx_without_fresh_buffers_drops_bad_descriptors_and_leaves_good_frames_in_the_ring() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let q = &mut queues[0];
+    let cache = pool.cache();
+    // The caller's cache (and the depot behind it) has nothing left to put in the ring.
+    let held: Vec<_> = std::iter::from_fn(|| cache.alloc()).collect();
+    let frame = [9u8; 60];
+    complete_rx(q, 0, &frame, rx::STAT_EOP, 4000); // bad: needs no fresh buffer
+    complete_rx(q, 1, &frame, rx::STAT_EOP, 60);
+    complete_rx(q, 2, &frame, rx::STAT_EOP, 60);
+    let mut batch = PacketBatch::with_capacity(8);
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 0);
+    let e = q.queue_stats();
+    assert_eq!((e.rx_bad_length, e.rx_no_buffer), (1, 1), "{e:?}");
+    assert_eq!(q.stats().rx_no_buffer, 1);
+    assert_eq!(bar.get(regs::rdt(0)), 0, "the bad slot went back to the device");
+    drop(held);
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 2, "the frames waited in the ring");
+    assert_eq!(batch.as_slice()[1].data(), &frame[..]);
+    assert_eq!(bar.get(regs::rdt(0)), 2);
+    finish!(pool, queues, batch, cache, "every buffer back");
+}
+
+#[test]
+fn tx_drops_empty_frames_and_stops_before_a_packet_of_another_pool() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let other = Pool::builder(64).hugepages(HugePages::Never).build().expect("pool");
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let q = &mut queues[0];
+    let (cache, second, foreign) = (pool.cache(), pool.cache(), other.cache());
+    let packet = |c, fill: &[u8]| {
+        let mut p = PoolCache::alloc(c).expect("buffer");
+        p.extend_from_slice(fill).expect("fits");
+        p
+    };
+    let mut batch = PacketBatch::with_capacity(8);
+    batch.push(packet(&cache, &[1; 60])).expect("room");
+    batch.push(packet(&cache, &[])).expect("room"); // empty: dropped
+    batch.push(packet(&second, &[3; 70])).expect("room"); // another cache of the same pool
+    batch.push(packet(&foreign, &[4; 60])).expect("room");
+    batch.push(packet(&cache, &[5; 60])).expect("room");
+    assert_eq!(q.tx_burst(0, &mut batch).expect("tx"), 3, "two sent, one dropped");
+    assert_eq!(batch.len(), 2, "the foreign packet and the one after it wait");
+    assert_eq!(batch.as_slice()[0].data(), &[4; 60][..]);
+    assert_eq!((q.stats().tx_packets, q.stats().tx_bytes, q.stats().tx_dropped), (2, 130, 1));
+    assert_eq!(bar.get(regs::tdt(0)), 2);
+    let w1 = q.tx_ring().load_u64(DESC_LEN + 8, Ordering::Relaxed);
+    assert_eq!(w1 & tx::DTALEN_MASK, 70, "the second descriptor is the second cache's frame");
+    assert!(matches!(q.tx_burst(0, &mut batch), Err(DevError::WrongPool { .. })));
+    finish!(pool, queues, batch, (cache, second), "every buffer back, in flight ones included");
+}
+
+#[test]
+fn a_page_wise_mapping_sets_aside_straddling_buffers_and_translates_the_others() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (_nic, mut queues) =
+        Ixgbe::init("paged", Arc::clone(&bar) as Arc<dyn Mmio>, Arc::new(PagedHeapDma), &pool, config(1))
+            .expect("init");
+    let q = &mut queues[0];
+    let set_aside = q.queue_stats().quarantined;
+    assert!(set_aside > 0, "filling the ring met buffers across a page boundary");
+    let cache = pool.cache();
+    let mut batch = PacketBatch::with_capacity(64);
+    // Two rounds of 63 frames: the second re-arms with buffers from the stash, whose addresses
+    // the page-wise refill stored.
+    let frame = [5u8; 60];
+    for round in 0..2 {
+        for slot in 0..63 {
+            complete_rx(q, (round * 63 + slot) % 64, &frame, rx::STAT_EOP, 60);
+        }
+        assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 63, "round {round}");
+        assert!(batch.as_slice().iter().all(|p| p.data() == frame));
+        batch.clear();
+    }
+    assert!(q.queue_stats().quarantined > set_aside, "the refill set some aside too");
+    // TX: each frame's address comes from the page table (the buffers in use are those whose
+    // receive area lies in one page, so every frame here does).
+    for i in 0..32u8 {
+        let mut p = cache.alloc().expect("buffer");
+        p.extend_from_slice(&[i; 1500]).expect("fits");
+        batch.push(p).expect("room");
+    }
+    let offsets: Vec<usize> = batch.as_slice().iter().map(Packet::dma_offset).collect();
+    assert_eq!(q.tx_burst(0, &mut batch).expect("tx"), 32);
+    assert_eq!((q.stats().tx_packets, q.stats().tx_dropped), (32, 0));
+    let region = pool.region().as_ptr() as u64;
+    for (slot, offset) in offsets.into_iter().enumerate() {
+        let addr = q.tx_ring().load_u64(slot * DESC_LEN, Ordering::Relaxed);
+        assert_eq!(addr, region + offset as u64, "slot {slot}: identity pages");
+    }
+    finish!(pool, queues, batch, cache, "every buffer back, the set-aside ones included");
 }

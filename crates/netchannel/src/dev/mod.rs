@@ -333,6 +333,44 @@ impl<'c> PacketBatch<'c> {
         (n, bytes)
     }
 
+    /// [`extend_received`](Self::extend_received) with the frames produced one at a time: `next(i)`
+    /// gives the `i`th frame or `None` to stop, and each becomes a packet at once, for up to `max`
+    /// frames (and no more than there is room for). A DMA driver runs its descriptor loop inside
+    /// `next`, so that a frame goes from the descriptor's status straight into a packet, with no
+    /// array of frames in between. Returns how many packets were appended and the sum of their
+    /// lengths. Should `next` panic, the packets it produced so far are leaked, never dropped twice.
+    ///
+    /// Unlike `extend_received`, the lengths are taken as given: the driver keeps them within the
+    /// pool's data room (its receive buffer size is at most that). A longer one cannot reach outside
+    /// the buffer (every read clamps the header to it), but it counts in the returned sum.
+    ///
+    /// # Safety
+    ///
+    /// As [`extend_received`](Self::extend_received) for each frame `next` returns: it names a buffer
+    /// of `cache`'s pool that the caller owns (and gives up) and no packet exists for, and no index
+    /// is returned twice.
+    #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
+    #[inline(always)]
+    pub unsafe fn extend_received_with(
+        &mut self,
+        cache: &'c PoolCache,
+        max: usize,
+        next: impl FnMut(usize) -> Option<RxFrame>,
+    ) -> (usize, u64) {
+        let n = max.min(self.remaining());
+        let len = self.packets.len();
+        // As in `extend_received`: the spare capacity has room for `remaining()` packets.
+        let Some(slots) = self.packets.spare_capacity_mut().get_mut(..n) else {
+            return (0, 0);
+        };
+        // SAFETY: the caller's contract, for each frame `next` returns.
+        let (written, bytes) = unsafe { cache.packets_from_received_with(slots, next) };
+        // SAFETY: `packets_from_received_with` initialized the first `written` of the `n` slots after
+        // the first `len`.
+        unsafe { self.packets.set_len(len + written) };
+        (written, bytes)
+    }
+
     /// Rebuilds the packets of buffers `indices` with `cache` ([`PoolCache::packet_from_raw`]) and
     /// appends them, as many as there is room for; returns how many it appended and the sum of their
     /// lengths. A device's receive path: one capacity check for the run, and a loop that writes each
@@ -373,6 +411,30 @@ impl<'c> PacketBatch<'c> {
         // SAFETY: zero is within capacity and no element needs dropping (the caller owns each
         // buffer by index now, and `Packet` holds nothing else that needs a destructor).
         unsafe { self.packets.set_len(0) };
+    }
+
+    /// Removes the first `n` packets (fewer if it holds fewer) without dropping them: their buffers
+    /// are not freed. A DMA driver's transmit path: it has put each one's index in a descriptor and
+    /// owns the buffer until the device is done with it. The rest move to the front.
+    ///
+    /// # Safety
+    ///
+    /// The caller has taken over the buffer of each of the first `n` packets by its
+    /// [`Packet::index`] (the packets' cache frees it later), exactly once each: otherwise the
+    /// buffers leak.
+    #[inline]
+    pub unsafe fn forget_front(&mut self, n: usize) {
+        let len = self.packets.len();
+        let n = n.min(len);
+        let base = self.packets.as_mut_ptr();
+        // SAFETY: `n <= len`, so the offset stays inside the storage (one past its last packet at most).
+        let rest = unsafe { base.add(n) };
+        // SAFETY: the `len - n` packets after the first `n` are initialized; moving them to the front
+        // (the ranges may overlap: `copy` allows it) leaves the first `len - n` slots initialized.
+        unsafe { std::ptr::copy(rest, base, len - n) };
+        // SAFETY: the first `len - n` slots are initialized (above); the first `n` packets are
+        // forgotten, their buffers the caller's now.
+        unsafe { self.packets.set_len(len - n) };
     }
 
     /// Removes and returns every packet, front first (the batch keeps its storage).

@@ -208,7 +208,24 @@ impl PoolCache {
     /// (`free_burst`), turned into a packet (`packet_from_raw`) or sent to someone who does.
     #[must_use]
     pub fn alloc_burst(&self, out: &mut [u32]) -> usize {
-        let n = self.with_local(|l| {
+        let n = self.alloc_burst_raw(out);
+        for &index in &out[..n] {
+            // SAFETY: each index was in range in the stack, and popping it made us its only owner.
+            unsafe { self.reset_header(index) };
+        }
+        n
+    }
+
+    /// [`alloc_burst`](Self::alloc_burst) without resetting the buffers' metadata: for a device's
+    /// receive path, which writes every buffer's header when it hands the buffer over
+    /// ([`PacketBatch::extend_received`](crate::dev::PacketBatch::extend_received) and
+    /// [`extend_received_with`](crate::dev::PacketBatch::extend_received_with)) and keeps the
+    /// others as raw indices until it frees them. A packet made of such a buffer some other way
+    /// ([`packet_from_raw`](Self::packet_from_raw)) has whatever data window the buffer's last user
+    /// left, clamped to the buffer as every header is.
+    #[must_use]
+    pub fn alloc_burst_raw(&self, out: &mut [u32]) -> usize {
+        self.with_local(|l| {
             let mut n = 0;
             while n < out.len() {
                 if l.stack.is_empty() && self.refill(l) == 0 {
@@ -224,12 +241,7 @@ impl PoolCache {
             l.stats.allocs += n as u64;
             self.publish(l);
             n
-        });
-        for &index in &out[..n] {
-            // SAFETY: each index was in range in the stack, and popping it made us its only owner.
-            unsafe { self.reset_header(index) };
-        }
-        n
+        })
     }
 
     /// Frees buffers given as raw indices into this cache, spilling to the depot as needed.
@@ -243,6 +255,29 @@ impl PoolCache {
     /// would alias each other's `&mut` data.
     pub unsafe fn free_burst(&self, indices: &[u32]) {
         self.with_local(|l| {
+            // The common case in one copy: every index in range (one OR, or one maximum, over the
+            // burst), with the spills that freeing them one at a time would make done first: each
+            // time the stack is full before a push, the `batch` coldest go to the depot. Done up
+            // front they move the same buffers as long as only buffers already here go, so the depot
+            // and the stack end as they would (the per-index loop below handles the rest).
+            let count = self.layout.count;
+            let batch = self.batch.max(1);
+            let spills = (l.stack.len() + indices.len()).saturating_sub(self.cache_size).div_ceil(batch);
+            if spills * batch <= l.stack.len()
+                && (indices.iter().fold(0, |m, &i| m | i) < count
+                    || indices.iter().fold(0, |m, &i| m.max(i)) < count)
+            {
+                for _ in 0..spills {
+                    self.spill(l, batch);
+                }
+                for &index in indices {
+                    self.pool.shared.track(index);
+                }
+                l.stack.extend_from_slice(indices);
+                l.stats.frees += indices.len() as u64;
+                self.publish(l);
+                return;
+            }
             for &index in indices {
                 if index < self.layout.count {
                     self.pool.shared.track(index);

@@ -54,7 +54,7 @@ fn clamp_window(data_off: u32, data_len: u32, buf_len: u32) -> (usize, usize) {
     (off as usize, len as usize)
 }
 
-impl Packet<'_> {
+impl<'c> Packet<'c> {
     #[inline(always)]
     fn buf_len(&self) -> usize {
         self.cache.layout.buf_len as usize
@@ -204,6 +204,24 @@ impl Packet<'_> {
     #[inline]
     pub fn dma_offset(&self) -> usize {
         self.buffer_offset() + self.headroom()
+    }
+
+    /// [`dma_offset`](Self::dma_offset) and [`len`](Self::len) together, from one read of the
+    /// packet's metadata: what a transmit descriptor needs.
+    #[must_use]
+    #[inline]
+    pub fn dma_window(&self) -> (usize, usize) {
+        let (off, len) = self.window();
+        (self.buffer_offset() + off, len)
+    }
+
+    /// The cache this packet's buffer returns to when it is dropped. Two packets of one cache are
+    /// of one pool: a device that checks the pool of every packet it is handed can check a cache
+    /// it has seen before with one pointer compare.
+    #[must_use]
+    #[inline]
+    pub fn cache(&self) -> &'c PoolCache {
+        self.cache
     }
 
     /// Sets the data's length, keeping its start; new bytes hold whatever the buffer held.
@@ -404,25 +422,49 @@ impl PoolCache {
         slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
         frames: &[RxFrame],
     ) -> u64 {
+        let room = self.layout.buf_len - self.layout.headroom;
+        let clamped = |i| frames.get(i).map(|&RxFrame { index, len }| RxFrame { index, len: len.min(room) });
+        // SAFETY: forwarded from the caller, for the frames `get` returns; their lengths are clamped.
+        unsafe { self.packets_from_received_with(slots, clamped) }.1
+    }
+
+    /// [`packets_from_received`](Self::packets_from_received) with the frames produced one at a time:
+    /// `next(i)` gives the `i`th frame, or `None` to stop. A device's receive loop runs inside `next`,
+    /// so each frame becomes a packet while its descriptor is in registers, with no array of frames
+    /// in between. Returns how many packets were written (at most `slots.len()`) and the sum of their
+    /// lengths. The lengths are written as given: the caller keeps them within the data room (a
+    /// longer one is still clamped to the buffer whenever the packet's data is read, as every
+    /// header is, but it would count in the sum).
+    ///
+    /// # Safety
+    ///
+    /// As [`PoolCache::packet_from_raw`] for each frame's index `next` returns.
+    #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
+    #[inline(always)]
+    pub(crate) unsafe fn packets_from_received_with<'c>(
+        &'c self,
+        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
+        mut next: impl FnMut(usize) -> Option<RxFrame>,
+    ) -> (usize, u64) {
         let (base, stride) = (self.base, self.layout.stride);
         let headroom = self.layout.headroom;
-        let room = self.layout.buf_len - headroom;
         let mut bytes = 0u64;
-        for (slot, frame) in slots.iter_mut().zip(frames) {
-            let index = frame.index;
+        let mut written = 0;
+        for slot in slots.iter_mut() {
+            let Some(RxFrame { index, len: data_len }) = next(written) else { break };
             debug_assert!(index < self.layout.count, "buffer index {index} out of range");
             self.pool.shared.track(index);
-            let data_len = frame.len.min(room);
             // SAFETY: `index < count` (the caller's contract), and the build checked that `count ×
             // stride` bytes fit in the region, so the slot is inside the mapping.
             let at = unsafe { base.add(index as usize * stride) };
             // SAFETY: the slot starts with an aligned header, and the caller owns the buffer, so
-            // nothing reads or writes it concurrently; `headroom + data_len <= buf_len`.
+            // nothing reads or writes it concurrently (the lengths it holds are clamped on every read).
             unsafe { at.cast::<Header>().write(Header { data_off: headroom, data_len }) };
             bytes += u64::from(data_len);
             slot.write(Packet { cache: self, slot: at, index });
+            written += 1;
         }
-        bytes
+        (written, bytes)
     }
 }
 
@@ -531,5 +573,55 @@ mod tests {
         assert_ne!(line(&p), line(&q));
         assert_eq!(p.slot.as_ptr() as usize % 64, 0);
         assert_eq!(q.slot.as_ptr() as usize % 64, 0);
+    }
+
+    #[test]
+    fn a_device_receive_and_transmit_cycle_through_the_raw_paths() {
+        use crate::dev::PacketBatch;
+        // A cache of 4 that spills 2 at a time, over 8 buffers.
+        let pool = pool(8, 2, 4);
+        let cache = pool.cache();
+        let mut fresh = [0u32; 6];
+        assert_eq!(cache.alloc_burst_raw(&mut fresh), 6);
+        // The device "receives" into the first five; the producer stops at the fourth frame.
+        let mut batch = PacketBatch::with_capacity(8);
+        // SAFETY: fresh buffers of `cache`'s pool, each returned once.
+        let (n, bytes) = unsafe {
+            batch.extend_received_with(&cache, 5, |i| {
+                (i < 3).then(|| RxFrame { index: fresh[i], len: 10 * (u32::try_from(i).unwrap() + 1) })
+            })
+        };
+        assert_eq!((n, bytes, batch.len()), (3, 60, 3));
+        let p = &batch.as_slice()[2];
+        assert_eq!((p.index(), p.headroom(), p.len()), (fresh[2], 128, 30));
+        assert_eq!(p.dma_window(), (p.dma_offset(), p.len()));
+        assert!(std::ptr::eq(p.cache(), &cache));
+        // A frame longer than the data room is clamped to it; `max` bounds the run.
+        // SAFETY: as above.
+        let (n, _) = unsafe {
+            batch.extend_received_with(&cache, 1, |i| Some(RxFrame { index: fresh[3 + i], len: 9999 }))
+        };
+        assert_eq!((n, batch.as_slice()[3].len()), (1, 2048));
+        // The device "transmits" the first two: their buffers are its now, the rest move up.
+        let sent: Vec<u32> = batch.as_slice()[..2].iter().map(Packet::index).collect();
+        // SAFETY: `sent` holds the first two packets' buffers, each once.
+        unsafe { batch.forget_front(2) };
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch.as_slice()[0].index(), fresh[2]);
+        // SAFETY: past the end: nothing moves.
+        unsafe { batch.forget_front(0) };
+        assert_eq!(batch.len(), 2);
+        batch.clear();
+        // The device is done: the two come back with the two fresh ones never used, into a cache
+        // holding two, so the burst spills (the cache keeps at most 4).
+        let back = [sent[0], sent[1], fresh[4], fresh[5]];
+        // SAFETY: buffers of this pool owned by the "device", distinct, given up.
+        unsafe { cache.free_burst(&back) };
+        assert!(cache.len() <= 4, "{}", cache.len());
+        assert!(cache.stats().spills >= 1);
+        assert_eq!(cache.stats().rejected, 0);
+        drop(batch);
+        drop(cache);
+        pool.check_leaks().expect("every buffer back");
     }
 }
