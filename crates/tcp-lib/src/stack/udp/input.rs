@@ -60,61 +60,65 @@ impl TokenBucket {
 
 impl Stack {
     /// A UDP datagram received over IPv4 with header `ip` (its payload `bytes`, the UDP header
-    /// first).
+    /// first). A datagram for no socket draws an ICMP port unreachable quoting the IP header and
+    /// the first 64 bits of the datagram (RFC 792: the UDP header, whose ports let the sender find
+    /// its socket).
     pub(in crate::stack) fn receive_udp<D: Deliver + ?Sized>(
         &mut self,
         ip: &Ipv4Repr,
         bytes: &[u8],
         deliver: &mut D,
     ) {
-        let parsed = UdpPacket::new_checked(bytes)
-            .and_then(|p| UdpRepr::parse(&p, ip.src_addr, ip.dst_addr, self.config.checksum));
-        let repr = match parsed {
-            Ok(repr) => repr,
-            Err(e) => {
-                if e == WireError::Checksum {
-                    self.stats.udp_checksum_errors += 1;
-                }
-                self.stats.rx_malformed += 1;
-                return;
-            }
-        };
-        if self.invalid_source(IpAddr::V4(ip.src_addr)) {
-            self.stats.udp_bad_source += 1;
-            return;
-        }
-        let from = SocketAddr::from((ip.src_addr, repr.src_port));
-        let to = SocketAddr::from((ip.dst_addr, repr.dst_port));
-        if self.udp_input(from, to, repr.payload, deliver) {
-            return;
-        }
-        let dst = ip.dst_addr;
-        if no_icmp_error_to(IpAddr::V4(dst))
+        let (src, dst) = (ip.src_addr, ip.dst_addr);
+        let parsed =
+            UdpPacket::new_checked(bytes).and_then(|p| UdpRepr::parse(&p, src, dst, self.config.checksum));
+        if self.udp_datagram(parsed, (src.into(), dst.into()), deliver)
             || self.config.ip.broadcast() == Some(dst)
             || !self.icmp_error_allowed()
         {
             return;
         }
-        // RFC 792: the internet header and the first 64 bits of the datagram (the UDP header,
-        // whose ports let the sender find its socket).
         let quoted = &bytes[..bytes.len().min(8)];
         let reason = DstUnreachable::PortUnreachable;
-        let repr = Icmpv4Repr::DstUnreachable { reason, next_hop_mtu: 0, header: *ip, data: quoted };
-        self.send_icmp(ip.src_addr, &repr);
+        self.send_icmp(
+            src,
+            &Icmpv4Repr::DstUnreachable { reason, next_hop_mtu: 0, header: *ip, data: quoted },
+        );
         self.stats.icmp_port_unreachable += 1;
     }
 
     /// A UDP datagram received over IPv6 with header `ip` (to one of our unicast addresses; its
     /// payload `bytes`, the UDP header first). A datagram for no socket draws an ICMPv6 port
-    /// unreachable (RFC 4443 §3.1) quoting as much of it as fits in the minimum MTU.
+    /// unreachable (RFC 4443 §3.1) quoting as much of it as fits in the minimum MTU (RFC 4443
+    /// §2.4 (c): 1280 less the IPv6 and ICMPv6 headers of the error and the quoted IPv6 header).
     pub(in crate::stack) fn receive_udp6<D: Deliver + ?Sized>(
         &mut self,
         ip: &Ipv6Repr,
         bytes: &[u8],
         deliver: &mut D,
     ) {
-        let parsed = UdpPacket::new_checked(bytes)
-            .and_then(|p| UdpRepr::parse_v6(&p, ip.src_addr, ip.dst_addr, self.config.checksum));
+        let (src, dst) = (ip.src_addr, ip.dst_addr);
+        let parsed =
+            UdpPacket::new_checked(bytes).and_then(|p| UdpRepr::parse_v6(&p, src, dst, self.config.checksum));
+        if self.udp_datagram(parsed, (src.into(), dst.into()), deliver) || !self.icmp_error_allowed() {
+            return;
+        }
+        let quoted = &bytes[..bytes.len().min(1280 - 40 - 8 - 40)];
+        let reason = icmpv6::DstUnreachable::PortUnreachable;
+        self.send_icmpv6(src, &Icmpv6Repr::DstUnreachable { reason, header: *ip, data: quoted }, Some(dst));
+        self.stats.icmp_port_unreachable += 1;
+    }
+
+    /// What both families do with a parsed datagram from `src` to `dst`: count a malformed one,
+    /// drop one from a source no host can have, hand the rest to [`udp_input`](Self::udp_input).
+    /// Returns false only when it found no socket and may draw a port unreachable (not to a
+    /// broadcast or multicast destination).
+    fn udp_datagram<D: Deliver + ?Sized>(
+        &mut self,
+        parsed: crate::wire::Result<UdpRepr<'_>>,
+        (src, dst): (IpAddr, IpAddr),
+        deliver: &mut D,
+    ) -> bool {
         let repr = match parsed {
             Ok(repr) => repr,
             Err(e) => {
@@ -122,28 +126,15 @@ impl Stack {
                     self.stats.udp_checksum_errors += 1;
                 }
                 self.stats.rx_malformed += 1;
-                return;
+                return true;
             }
         };
-        if self.invalid_source(IpAddr::V6(ip.src_addr)) {
+        if self.invalid_source(src) {
             self.stats.udp_bad_source += 1;
-            return;
+            return true;
         }
-        let from = SocketAddr::from((ip.src_addr, repr.src_port));
-        let to = SocketAddr::from((ip.dst_addr, repr.dst_port));
-        if self.udp_input(from, to, repr.payload, deliver) {
-            return;
-        }
-        if no_icmp_error_to(IpAddr::V6(ip.dst_addr)) || !self.icmp_error_allowed() {
-            return;
-        }
-        // RFC 4443 §2.4 (c): as much of the invoking packet as fits in the minimum MTU (1280,
-        // less the IPv6 and ICMPv6 headers of the error and the quoted IPv6 header).
-        let quoted = &bytes[..bytes.len().min(1280 - 40 - 8 - 40)];
-        let reason = icmpv6::DstUnreachable::PortUnreachable;
-        let repr = Icmpv6Repr::DstUnreachable { reason, header: *ip, data: quoted };
-        self.send_icmpv6(ip.src_addr, &repr, Some(ip.dst_addr));
-        self.stats.icmp_port_unreachable += 1;
+        let (from, to) = (SocketAddr::new(src, repr.src_port), SocketAddr::new(dst, repr.dst_port));
+        self.udp_input(from, to, repr.payload, deliver) || no_icmp_error_to(dst)
     }
 
     /// A datagram's payload from `from` to `to` (checked, from a valid source) to the socket
