@@ -7,6 +7,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::{Config, IP_LEN, IP6_LEN, PreparedSlice};
+#[cfg(doc)]
 use crate::tcp::Transmit;
 use crate::wire::ipv4::ECN_ECT0;
 use crate::wire::{Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, Protocol, TcpPacket, TcpRepr, checksum};
@@ -23,9 +24,9 @@ trait IpVersion: Copy {
     fn pseudo_header(ends: Ends<Self>, length: u32) -> u16;
 }
 
-/// What the IP header of a connection's segment needs of its [`Transmit`], taken by value (a
-/// reference to the `Transmit` would keep the whole `Option` the connection returned in memory,
-/// and cost a `memcpy` per segment).
+/// What the IP header of a connection's segment needs: its ends and [`Transmit::ect`], taken by
+/// value (a reference to the `Transmit` would keep the whole `Option` the connection returned in
+/// memory, and cost a `memcpy` per segment).
 #[derive(Clone, Copy)]
 struct Ends<A> {
     src: A,
@@ -93,17 +94,25 @@ impl IpVersion for Ipv6Addr {
     }
 }
 
-/// Writes the IP header and the TCP segment of `t` into `buf` (exactly the family's IP header
-/// and `seg.buffer_len()` bytes); the TCP checksum as [`Config::tx_checksum`] says. A
-/// `Transmit` whose ends are of two families (which no connection makes) writes nothing.
+/// Writes the IP header and the TCP segment `seg` of a connection with `(local, remote)` into
+/// `buf` (exactly the family's IP header and `seg.buffer_len()` bytes), ECN-capable when `ect`
+/// ([`Transmit::ect`]); the TCP checksum as [`Config::tx_checksum`] says. Ends of two families
+/// (which no connection has) write nothing.
 #[inline]
-pub(super) fn segment(buf: &mut [u8], seg: &TcpRepr<'_>, t: &Transmit, ident: u16, config: &Config) {
-    match (t.src, t.dst) {
+pub(super) fn segment(
+    buf: &mut [u8],
+    seg: &TcpRepr<'_>,
+    (local, remote): (SocketAddr, SocketAddr),
+    ect: bool,
+    ident: u16,
+    config: &Config,
+) {
+    match (local, remote) {
         (SocketAddr::V4(s), SocketAddr::V4(d)) => {
-            emit_ip_tcp(buf, seg, Ends { src: *s.ip(), dst: *d.ip(), ect: t.ect }, ident, config);
+            emit_ip_tcp(buf, seg, Ends { src: *s.ip(), dst: *d.ip(), ect }, ident, config);
         }
         (SocketAddr::V6(s), SocketAddr::V6(d)) => {
-            emit_ip_tcp(buf, seg, Ends { src: *s.ip(), dst: *d.ip(), ect: t.ect }, ident, config);
+            emit_ip_tcp(buf, seg, Ends { src: *s.ip(), dst: *d.ip(), ect }, ident, config);
         }
         _ => {}
     }
@@ -115,17 +124,18 @@ pub(super) fn segment_prepared(
     buf: &mut [u8],
     seg: &TcpRepr<'_>,
     slice: &PreparedSlice,
-    t: &Transmit,
+    (local, remote): (SocketAddr, SocketAddr),
+    ect: bool,
     ident: u16,
     config: &Config,
 ) -> bool {
-    match (t.src, t.dst) {
+    match (local, remote) {
         (SocketAddr::V4(s), SocketAddr::V4(d)) => {
-            let ends = Ends { src: *s.ip(), dst: *d.ip(), ect: t.ect };
+            let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
             emit_ip_tcp_prepared(buf, seg, slice, ends, ident, config)
         }
         (SocketAddr::V6(s), SocketAddr::V6(d)) => {
-            let ends = Ends { src: *s.ip(), dst: *d.ip(), ect: t.ect };
+            let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
             emit_ip_tcp_prepared(buf, seg, slice, ends, ident, config)
         }
         _ => false,

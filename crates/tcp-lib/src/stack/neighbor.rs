@@ -82,7 +82,9 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
         self.entries.len()
     }
 
-    /// The hardware address of `ip`, if resolved and fresh.
+    /// The hardware address of `ip`, if resolved and fresh. The check of the entry found last is
+    /// inlined into the callers (every segment of a connection asks it); the table is not.
+    #[inline]
     pub(crate) fn lookup(&mut self, ip: A, now: Instant) -> Option<EthernetAddress> {
         if let Some((last, mac, expires)) = self.last
             && last == ip
@@ -90,6 +92,11 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
         {
             return Some(mac);
         }
+        self.lookup_table(ip, now)
+    }
+
+    #[inline(never)]
+    fn lookup_table(&mut self, ip: A, now: Instant) -> Option<EthernetAddress> {
         match self.entries.get(&ip) {
             Some(&(mac, expires)) if expires > now => {
                 self.last = Some((ip, mac, expires));

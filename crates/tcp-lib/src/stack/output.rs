@@ -259,9 +259,10 @@ impl Stack {
         appended: &mut usize,
     ) -> Drained {
         let now = self.now;
-        let Some(remote_ip) = self.slot_entry(index).map(|e| e.conn.remote().ip()) else {
+        let Some(ends) = self.slot_entry(index).map(|e| (e.conn.local(), e.conn.remote())) else {
             return Drained::All;
         };
+        let remote_ip = ends.1.ip();
         let Some(hop) = self.next_hop(remote_ip) else { return Drained::All };
         let ip_len = if remote_ip.is_ipv6() { IP6_LEN } else { IP_LEN };
         loop {
@@ -281,7 +282,7 @@ impl Stack {
                     None => t.segment(&self.scratch),
                 };
                 let mut frame = vec![0u8; ETH_LEN + ip_len + seg.buffer_len()];
-                emit::segment(&mut frame[ETH_LEN..], &seg, &t, ident, &self.config);
+                emit::segment(&mut frame[ETH_LEN..], &seg, ends, t.ect, ident, &self.config);
                 self.ident = ident;
                 self.send_frame_to(hop, frame);
                 continue;
@@ -307,12 +308,19 @@ impl Stack {
                 .emit(&mut EthernetFrame::new_unchecked(&mut data[..]));
             match &lent {
                 Some(slice) => {
-                    let precomputed =
-                        emit::segment_prepared(&mut data[ETH_LEN..], &seg, slice, &t, ident, &self.config);
+                    let precomputed = emit::segment_prepared(
+                        &mut data[ETH_LEN..],
+                        &seg,
+                        slice,
+                        ends,
+                        t.ect,
+                        ident,
+                        &self.config,
+                    );
                     self.stats.tx_prepared += 1;
                     self.stats.tx_prepared_sums += u64::from(precomputed);
                 }
-                None => emit::segment(&mut data[ETH_LEN..], &seg, &t, ident, &self.config),
+                None => emit::segment(&mut data[ETH_LEN..], &seg, ends, t.ect, ident, &self.config),
             }
             if out.push(packet).is_err() {
                 self.stats.tx_dropped += 1;

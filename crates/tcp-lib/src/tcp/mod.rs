@@ -177,7 +177,6 @@
 //! `rules.rs` the segment rules shared with `time_wait.rs`.
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
@@ -490,13 +489,11 @@ pub struct Stats {
 /// **Contract:** `repr` is the complete header (ports, flags, sequence and acknowledgment numbers,
 /// window, options) with an empty payload; the payload is the first `payload_len` bytes of the
 /// buffer passed to `poll_transmit`. [`segment`](Self::segment) joins the two into the
-/// [`TcpRepr`] to emit from `src` to `dst`.
+/// [`TcpRepr`] to emit from the connection's [`local`](Connection::local) to its
+/// [`remote`](Connection::remote) address (which never change, so a `Transmit` does not carry
+/// them: the two `SocketAddr`s would be 64 of its bytes, copied with every segment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transmit {
-    /// The local address (the IP source).
-    pub src: SocketAddr,
-    /// The remote address (the IP destination).
-    pub dst: SocketAddr,
     /// The header; its `payload` is empty.
     pub repr: TcpRepr<'static>,
     /// Payload bytes at the start of the caller's buffer.

@@ -119,7 +119,7 @@ impl Connection {
     /// 128-byte `Transmit` to change one field costs a `memcpy` per segment).
     fn transmit_ect(&mut self, repr: TcpRepr<'static>, payload_len: usize, ect: bool) -> Transmit {
         self.stats.segments_out += 1;
-        Transmit { src: self.local, dst: self.remote, repr, payload_len, ect }
+        Transmit { repr, payload_len, ect }
     }
 
     /// The next segment to send, its payload copied into `buf` (see [`Transmit`] for the
