@@ -77,6 +77,53 @@
 //! Discovery are described in the `ipv6` module (`stack/ipv6.rs`); routing for both families
 //! ([`add_route`](Stack::add_route), gateways, source selection) in `stack/route.rs`.
 //!
+//! Two dual-stack stacks on an in-memory pair: Neighbor Discovery resolves the peer, a TCP
+//! connection and a UDP datagram go over IPv6, and the same listener would take IPv4 too.
+//!
+//! ```
+//! use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+//! use std::time::{Duration, Instant};
+//! use netchannel::dev::{NetDevice, Pair};
+//! use netchannel::pool::{HugePages, Pool};
+//! use tcp_lib::stack::{Config, Stack};
+//! use tcp_lib::wire::{EthernetAddress, Ipv4Cidr, Ipv6Cidr};
+//!
+//! let pool = Pool::builder(1024).hugepages(HugePages::Never).build()?;
+//! let (mut dev_a, mut dev_b) = Pair::builder(&pool).build()?;
+//! let cache = pool.cache();
+//! let mut now = Instant::now();
+//! let v6 = |host: u16| Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, host);
+//! let config = |dev: &Pair, host: u8| {
+//!     let v4 = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, host), 24).expect("a /24");
+//!     Config::new(EthernetAddress(dev.info().mac.0), v4)
+//!         .with_ipv6(Ipv6Cidr::new(v6(u16::from(host)), 64).expect("a /64"))
+//! };
+//! let mut a = Stack::new(config(&dev_a, 1), now);
+//! let mut b = Stack::new(config(&dev_b, 2), now);
+//!
+//! let listener = b.listen(80)?; // both families
+//! let client = a.connect(SocketAddr::from((v6(2), 80)))?;
+//! let echo = b.udp_bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, 7)))?;
+//! let udp = a.udp_bind(SocketAddr::from((v6(1), 0)))?;
+//! a.udp_send_to(udp, b"ping", SocketAddr::from((v6(2), 7)))?;
+//! let (mut server, mut datagram) = (None, None);
+//! let mut buf = [0u8; 64];
+//! for _ in 0..100 {
+//!     a.poll(now, &mut dev_a, &cache)?;
+//!     b.poll(now, &mut dev_b, &cache)?;
+//!     server = server.or_else(|| b.accept(listener));
+//!     if let Ok(r) = b.udp_recv_from(echo, &mut buf) {
+//!         datagram = Some((buf[..r.len].to_vec(), r.from));
+//!     }
+//!     now += Duration::from_millis(1);
+//! }
+//! let server = server.expect("accepted over IPv6");
+//! assert_eq!(b.addrs(server)?.1, a.addrs(client)?.0);
+//! assert_eq!(datagram, Some((b"ping".to_vec(), a.udp_local_addr(udp)?)));
+//! assert!(a.stats().ndp_solicits >= 1, "B's address was resolved by Neighbor Discovery");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Demultiplexing and timers
 //!
 //! Connections live in a slab (a `Vec` of slots with generation counters, so a stale
