@@ -78,7 +78,7 @@ fn icmp6_in(frame: &[u8]) -> Option<(EthernetAddress, Ipv6Repr, Icmpv6Repr<'_>)>
     Some((dst_mac, ip, repr))
 }
 
-/// Moves `data` from `from` to `to` over `ab` and returns what arrived.
+/// Sends `data` from A's end of connection `c` and returns what B's end `s` received.
 fn pump(net: &mut Net, (c, s): (StreamId, StreamId), data: &[u8]) -> Vec<u8> {
     let (mut sent, mut got) = (0, Vec::new());
     let mut buf = vec![0u8; 65536];

@@ -278,8 +278,14 @@ fn inspect(local: &Local, frame: &[u8]) -> bool {
 /// The address and MAC a Neighbor Discovery message teaches (RFC 4861): a solicitation's or a
 /// router advertisement's sender with its source link-layer option, an advertisement's target
 /// with its target link-layer option. Only messages that arrived with hop limit 255 (from the
-/// link) and a valid checksum; the stack that receives the frame checks the rest again.
+/// link), directly after the fixed header (no extension header) and with a valid checksum; the
+/// stack that receives the frame checks the rest again.
 fn ndp_sender(bytes: &[u8]) -> Option<(IpAddr, EthernetAddress)> {
+    // Every IPv6 frame a core pops comes here: the fixed header's next header (ICMPv6) and hop
+    // limit (255) turn away the data frames before anything is parsed.
+    if bytes.get(6..8) != Some(&[58, 255]) {
+        return None;
+    }
     let packet = Ipv6Packet::new_checked(bytes).ok()?;
     let (ip, payload) = Ipv6Repr::parse_with_payload(&packet).ok()?;
     if ip.next_header != Protocol::Icmpv6 || ip.hop_limit != 255 {

@@ -489,8 +489,8 @@ impl Stack {
     /// `tcp` for a connection to `remote`: the MSS clamped to what the MTU allows over its
     /// family (an IPv6 header is 20 bytes longer).
     pub(super) fn tcp_for(&self, remote: IpAddr, mut tcp: crate::tcp::Config) -> crate::tcp::Config {
-        let headers = if remote.is_ipv6() { IP6_LEN - IP_LEN } else { 0 };
-        tcp.mss = tcp.mss.min(self.mtu_mss().saturating_sub(u16::try_from(headers).unwrap_or(0)).max(64));
+        let extra: u16 = if remote.is_ipv6() { 20 } else { 0 };
+        tcp.mss = tcp.mss.min(self.mtu_mss().saturating_sub(extra).max(64));
         tcp
     }
 

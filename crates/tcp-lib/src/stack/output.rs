@@ -156,7 +156,7 @@ impl Stack {
             return;
         }
         // The source of an IPv6 packet that prompts a solicitation (RFC 4861 §7.2.2).
-        let frame_src = frame.get(ETH_LEN + 8..ETH_LEN + 24).map(<[u8]>::to_vec).unwrap_or_default();
+        let prompted_by = frame.get(ETH_LEN + 8..ETH_LEN + 24).and_then(|b| <[u8; 16]>::try_from(b).ok());
         let now = self.now;
         let enqueued = match hop {
             IpAddr::V4(h) => self.arp.enqueue(h, frame, now),
@@ -169,7 +169,7 @@ impl Stack {
             (Enqueued::RequestNow, IpAddr::V4(h)) => {
                 self.queue_arp(ArpOperation::Request, EthernetAddress::BROADCAST, EthernetAddress([0; 6]), h);
             }
-            (Enqueued::RequestNow, IpAddr::V6(h)) => self.send_solicit(h, ipv6_source(&frame_src)),
+            (Enqueued::RequestNow, IpAddr::V6(h)) => self.send_solicit(h, prompted_by.map(Ipv6Addr::from)),
             (Enqueued::Queued, _) => {}
             (Enqueued::Dropped, IpAddr::V4(_)) => self.stats.arp_dropped += 1,
             (Enqueued::Dropped, IpAddr::V6(_)) => self.stats.ndp_dropped += 1,
@@ -360,11 +360,6 @@ impl Stack {
             }
         }
     }
-}
-
-/// The address in 16 bytes, if they are 16.
-fn ipv6_source(bytes: &[u8]) -> Option<Ipv6Addr> {
-    <[u8; 16]>::try_from(bytes).ok().map(Ipv6Addr::from)
 }
 
 enum Drained {
