@@ -336,6 +336,7 @@ use crate::wire::{ArpOperation, EthernetAddress, FragmentReassembler};
 mod config; // Config, Ipv6Config, ListenerConfig, Error
 mod connections; // the connection table: lookup, insert, ready list, reclaim
 mod emit; // a connection's segment into its frame: IP header of its family, TCP, checksum
+mod family; // TcpFamily: what TCP does differently per IP family (header, pseudo-header, parse)
 mod flows; // FlowKey and FlowMap: the tables keyed by 4-tuple, one map per family
 mod hash; // keyed hashes: ISNs, SYN cookies, ephemeral ports, the tables' hash
 mod ipv4; // receive below TCP: Ethernet, ARP, IPv4, ICMP (echo, PMTU); ping
@@ -351,8 +352,8 @@ mod stats; // StackStats, PollStats
 mod streams; // connect, send, recv, close, ... on a StreamId
 mod tcp_input; // a received TCP segment to its connection, TIME-WAIT record or listener
 mod time_wait; // the TIME-WAIT table of compact records
-mod timers;
-mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver // poll_timeout, handle_timeout, the timer heap
+mod timers; // poll_timeout, handle_timeout, the timer heap
+mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver
 
 /// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
 /// next to [`Stack::send_prepared`].

@@ -2,65 +2,19 @@
 //! or draws a reset; a segment for no connection from a source address no peer can have is
 //! dropped instead ([`Stack::invalid_source`]).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr};
 
+use super::family::TcpFamily;
 use super::flows::FlowKey;
 use super::{Deliver, ListenerId, Phase, Stack};
 use crate::tcp::{TimeWaitAction, reset_for};
-use crate::wire::{ChecksumPolicy, Result as WireResult, TcpPacket, TcpRepr};
-
-/// An IP address type TCP segments arrive from: parses the segment over its pseudo-header.
-pub(super) trait TcpAddr: Copy + Into<IpAddr> {
-    /// Parses (and verifies, as `policy` says) a segment from `src` to `dst`.
-    fn parse<'a>(
-        packet: &TcpPacket<&'a [u8]>,
-        src: Self,
-        dst: Self,
-        policy: ChecksumPolicy,
-    ) -> WireResult<TcpRepr<'a>>;
-    /// This address with `port`.
-    fn socket(self, port: u16) -> SocketAddr;
-}
-
-impl TcpAddr for Ipv4Addr {
-    #[inline]
-    fn parse<'a>(
-        packet: &TcpPacket<&'a [u8]>,
-        src: Self,
-        dst: Self,
-        policy: ChecksumPolicy,
-    ) -> WireResult<TcpRepr<'a>> {
-        TcpRepr::parse(packet, src, dst, policy)
-    }
-
-    #[inline]
-    fn socket(self, port: u16) -> SocketAddr {
-        SocketAddr::V4(SocketAddrV4::new(self, port))
-    }
-}
-
-impl TcpAddr for Ipv6Addr {
-    #[inline]
-    fn parse<'a>(
-        packet: &TcpPacket<&'a [u8]>,
-        src: Self,
-        dst: Self,
-        policy: ChecksumPolicy,
-    ) -> WireResult<TcpRepr<'a>> {
-        TcpRepr::parse_v6(packet, src, dst, policy)
-    }
-
-    #[inline]
-    fn socket(self, port: u16) -> SocketAddr {
-        SocketAddr::V6(SocketAddrV6::new(self, port, 0, 0))
-    }
-}
+use crate::wire::TcpPacket;
 
 impl Stack {
     /// A TCP segment from `src` to `dst` (one of our unicast addresses, of the same family); `ce`
     /// when its IP header said Congestion Experienced. Generic over the family so that the IPv4
-    /// path matches on no `IpAddr` (see [`TcpAddr`]).
-    pub(super) fn receive_tcp<A: TcpAddr, D: Deliver + ?Sized>(
+    /// path matches on no `IpAddr` (see [`TcpFamily`]).
+    pub(super) fn receive_tcp<A: TcpFamily, D: Deliver + ?Sized>(
         &mut self,
         src: A,
         dst: A,
