@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use super::Pool;
-use super::region::{Header, Layout};
+use super::region::{FullHeader, Layout};
 use crate::channel::Consumer;
 use crate::sync::{Arc, AtomicUsize, Ordering};
 
@@ -170,10 +170,10 @@ impl PoolCache {
         self.pool.shared.track(index);
         // SAFETY: forwarded from the caller.
         let slot = unsafe { self.slot(index) };
-        let header = Header { data_off: self.layout.headroom, data_len: 0 };
+        let header = FullHeader::fresh(self.layout.headroom, 0);
         // SAFETY: the slot starts 64-byte aligned (page-aligned base, stride a multiple of 64) with a
         // header's worth of bytes, and the caller owns the buffer, so nothing else accesses it.
-        unsafe { slot.cast::<Header>().write(header) };
+        unsafe { slot.cast::<FullHeader>().write(header) };
     }
 
     /// The pool this cache belongs to.

@@ -100,6 +100,7 @@
 mod cache;
 mod channel;
 mod error;
+mod offload;
 mod packet;
 mod region;
 
@@ -115,6 +116,7 @@ pub use cache::{CacheStats, PoolCache};
 use cache::{Depot, Local};
 pub use channel::{PacketPushError, PacketRx, PacketTx};
 pub use error::{LeakError, PacketError, PoolError};
+pub use offload::{GsoKind, Offload};
 pub use packet::{Packet, RxFrame};
 use region::Layout;
 pub use region::{HUGE_PAGE_SIZE, HugePages, Region};

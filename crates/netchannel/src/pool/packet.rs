@@ -5,8 +5,8 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
-use super::region::Header;
-use super::{HEADER_SIZE, PacketError, PoolCache};
+use super::region::{FullHeader, Header, OFFLOAD_OFFSET};
+use super::{HEADER_SIZE, Offload, PacketError, PoolCache};
 
 /// An owned packet buffer, borrowed from the [`PoolCache`] it returns to when dropped.
 ///
@@ -300,6 +300,30 @@ impl<'c> Packet<'c> {
         self.set_header(self.cache.layout.headroom as usize, 0);
     }
 
+    /// The frame's [`Offload`] metadata: what a device reported receiving it, or what was asked of
+    /// the device that sends it. [`Offload::NONE`] on a fresh buffer.
+    #[must_use]
+    #[inline]
+    pub fn offload(&self) -> Offload {
+        self.cache.pool.shared.track(self.index);
+        // SAFETY: the slot is at least `HEADER_SIZE` bytes, which hold a `FullHeader`.
+        let at = unsafe { self.slot.add(OFFLOAD_OFFSET) };
+        // SAFETY: the slot is aligned and in the region, its header holds a `FullHeader` (written
+        // whole whenever the buffer became fresh), and this handle owns the buffer.
+        unsafe { at.cast::<Offload>().read() }
+    }
+
+    /// Sets the frame's [`Offload`] metadata (kept across length changes; a device that cannot do
+    /// what it asks refuses the frame).
+    #[inline]
+    pub fn set_offload(&mut self, offload: Offload) {
+        self.cache.pool.shared.track(self.index);
+        // SAFETY: as in `offload`.
+        let at = unsafe { self.slot.add(OFFLOAD_OFFSET) };
+        // SAFETY: as in `offload`; `&mut self` makes this the only access through this handle.
+        unsafe { at.cast::<Offload>().write(offload) };
+    }
+
     /// Gives up the handle without freeing the buffer and returns its index: ownership now travels
     /// as the index (through a channel, into a NIC descriptor). The metadata stays in the buffer;
     /// [`PoolCache::packet_from_raw`] rebuilds the packet, and [`PoolCache::free_burst`] frees it.
@@ -459,7 +483,7 @@ impl PoolCache {
             let at = unsafe { base.add(index as usize * stride) };
             // SAFETY: the slot starts with an aligned header, and the caller owns the buffer, so
             // nothing reads or writes it concurrently (the lengths it holds are clamped on every read).
-            unsafe { at.cast::<Header>().write(Header { data_off: headroom, data_len }) };
+            unsafe { at.cast::<FullHeader>().write(FullHeader::fresh(headroom, data_len)) };
             bytes += u64::from(data_len);
             slot.write(Packet { cache: self, slot: at, index });
             written += 1;

@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::ptr::NonNull;
 
-use super::{HEADER_SIZE, PoolError};
+use super::{HEADER_SIZE, Offload, PoolError};
 
 /// The hugepage size the pool maps (`MAP_HUGE_2MB`).
 pub const HUGE_PAGE_SIZE: usize = 2 << 20;
@@ -149,7 +149,7 @@ pub(super) struct Layout {
     pub(super) count: u32,
 }
 
-/// The metadata at the start of each slot.
+/// The data window at the start of each slot: what a length change rewrites.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub(super) struct Header {
@@ -159,7 +159,28 @@ pub(super) struct Header {
     pub(super) data_len: u32,
 }
 
-const _: () = assert!(size_of::<Header>() <= HEADER_SIZE);
+/// The metadata at the start of each slot: the data window, then the frame's offload metadata.
+/// A fresh buffer's (allocated or received) is written whole; a length change rewrites only the
+/// window, so the offload metadata stays.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(super) struct FullHeader {
+    pub(super) window: Header,
+    pub(super) offload: Offload,
+}
+
+impl FullHeader {
+    /// A fresh buffer's metadata: `data_len` bytes at `data_off`, nothing to offload.
+    #[inline(always)]
+    pub(super) const fn fresh(data_off: u32, data_len: u32) -> Self {
+        Self { window: Header { data_off, data_len }, offload: Offload::NONE }
+    }
+}
+
+/// Where [`FullHeader::offload`] lies in the slot.
+pub(super) const OFFLOAD_OFFSET: usize = std::mem::offset_of!(FullHeader, offload);
+
+const _: () = assert!(size_of::<FullHeader>() <= HEADER_SIZE);
 
 #[cfg(all(test, not(loom)))]
 mod tests {
