@@ -16,7 +16,7 @@
 //!   `Stack::poll` does per frame, without a device's `rx_burst`/`tx_burst`.
 //! * **tcp-lib over IPv6** (`tcplib_segment_ack`, id `segment_ack_v6`): the same, the client
 //!   writing Ethernet/IPv6/TCP frames (the server's neighbour entry for it set in `setup`).
-//! * **smoltcp 0.12** (`smoltcp_segment_ack`): the frame handed to a one-frame `Device`,
+//! * **smoltcp 0.14** (`smoltcp_segment_ack`): the frame handed to a one-frame `Device`,
 //!   `Interface::poll` (ingress, then egress: the ACK, written into a reused buffer), then
 //!   `tcp::Socket::recv_slice` of the 64 bytes. Congestion control: CUBIC in both (smoltcp's
 //!   `socket-tcp-cubic`, on in the workspace since issue 25; before, smoltcp ran none).
