@@ -244,12 +244,94 @@ impl fmt::Debug for PacketBatch<'_> {
     }
 }
 
+/// The storage of an empty [`PacketBatch`], detached from any cache: a loop that builds a batch
+/// per call (a stack's poll, which borrows the caller's cache only for the call) keeps one and
+/// allocates once instead of once per call.
+///
+/// ```
+/// use netchannel::dev::{BatchStorage, PacketBatch};
+/// use netchannel::pool::{HugePages, Pool};
+///
+/// let pool = Pool::builder(64).hugepages(HugePages::Never).build()?;
+/// let mut storage = BatchStorage::new(32);
+/// for _ in 0..3 {
+///     let cache = pool.cache();
+///     let mut batch = PacketBatch::from_storage(std::mem::take(&mut storage));
+///     batch.push(cache.alloc().expect("a free buffer")).expect("room");
+///     assert_eq!((batch.len(), batch.capacity()), (1, 32));
+///     storage = batch.into_storage(); // frees the packet; keeps the allocation
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct BatchStorage {
+    /// Always empty: it holds an allocation, never a packet.
+    packets: Vec<Packet<'static>>,
+    capacity: usize,
+}
+
+// SAFETY: a `BatchStorage` holds no packet (its vector is empty whenever one exists: `new`
+// allocates an empty one, `into_storage` empties the batch first), only an allocation, which any
+// thread may free or reuse; what makes `Packet` neither `Send` nor `Sync` (its cache reference) is
+// never present.
+unsafe impl Send for BatchStorage {}
+// SAFETY: as above: a shared `&BatchStorage` gives access to nothing but two lengths.
+unsafe impl Sync for BatchStorage {}
+
+impl BatchStorage {
+    /// Storage for a batch of `capacity` packets.
+    #[must_use]
+    pub fn new(capacity: usize) -> Self {
+        Self { packets: Vec::with_capacity(capacity), capacity }
+    }
+}
+
+impl Default for BatchStorage {
+    /// No allocation (a batch of capacity 0 until replaced).
+    fn default() -> Self {
+        Self { packets: Vec::new(), capacity: 0 }
+    }
+}
+
+impl fmt::Debug for BatchStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchStorage").field("capacity", &self.capacity).finish()
+    }
+}
+
+/// An empty vector of packets of one lifetime as one of another, keeping its allocation.
+fn relabel<'a, 'b>(packets: Vec<Packet<'a>>) -> Vec<Packet<'b>> {
+    debug_assert!(packets.is_empty());
+    let mut packets = std::mem::ManuallyDrop::new(packets);
+    let (ptr, capacity) = (packets.as_mut_ptr(), packets.capacity());
+    // SAFETY: `Packet<'a>` and `Packet<'b>` differ only in a lifetime, so they have one layout and the
+    // allocation (from `Vec<Packet<'a>>`, with this pointer and capacity) is one `Vec<Packet<'b>>`
+    // may own; the length is 0, so no value of the old lifetime is reinterpreted (callers pass
+    // empty vectors; one that is not leaks its packets' buffers, never aliases them).
+    unsafe { Vec::from_raw_parts(ptr.cast::<Packet<'b>>(), 0, capacity) }
+}
+
 impl<'c> PacketBatch<'c> {
     /// An empty batch with room for `capacity` packets (the burst size; 32 is typical).
     #[must_use]
     #[inline]
     pub fn with_capacity(capacity: usize) -> Self {
         Self { packets: Vec::with_capacity(capacity), capacity }
+    }
+
+    /// An empty batch in `storage`'s allocation, with its capacity.
+    #[must_use]
+    #[inline]
+    pub fn from_storage(storage: BatchStorage) -> Self {
+        Self { packets: relabel(storage.packets), capacity: storage.capacity }
+    }
+
+    /// Frees the packets it holds and gives back its allocation, for
+    /// [`from_storage`](Self::from_storage).
+    #[must_use]
+    #[inline]
+    pub fn into_storage(mut self) -> BatchStorage {
+        self.packets.clear();
+        BatchStorage { packets: relabel(self.packets), capacity: self.capacity }
     }
 
     /// How many packets it holds at most.

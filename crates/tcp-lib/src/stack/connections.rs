@@ -1,9 +1,15 @@
 //! The connection table: the slab of [`Entry`](super::Entry)s behind every [`StreamId`], its
-//! demultiplexing map, the ready list, and reclaiming a slot.
+//! demultiplexing map, the ready list, and reclaiming a slot. A reclaimed connection's small ring
+//! storage waits in a bounded free list ([`MAX_SPARES`]) for the next connection, so that short
+//! connections allocate nothing for their buffers.
 
 use super::flows::FlowKey;
 use super::{Entry, Error, ListenerId, Phase, Stack, StreamId};
 use crate::tcp::Connection;
+
+/// The most reclaimed connections' storage the stack keeps for new ones (each at most 8 KiB:
+/// two rings of [`RETAINED_STORAGE`](crate::tcp::buffer::RETAINED_STORAGE)).
+pub(super) const MAX_SPARES: usize = 64;
 
 impl Stack {
     pub(super) fn entry(&self, id: StreamId) -> Result<&Entry, Error> {
@@ -33,6 +39,9 @@ impl Stack {
         phase: Phase,
         app_owned: bool,
     ) -> u32 {
+        if let Some(spare) = self.spares.pop() {
+            conn.adopt(spare);
+        }
         conn.set_budget(&self.budget);
         let key = FlowKey::new(conn.local(), conn.remote());
         let entry = Entry {
@@ -72,6 +81,12 @@ impl Stack {
         }
         if e.ready {
             self.ready.retain(|&i| i != index);
+        }
+        if self.spares.len() < MAX_SPARES {
+            let spare = e.conn.into_spare();
+            if spare.bytes() > 0 {
+                self.spares.push(spare);
+            }
         }
         self.stats.connections_reclaimed += 1;
     }

@@ -321,6 +321,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Instant;
 
+use netchannel::dev::BatchStorage;
 #[cfg(doc)]
 use netchannel::dev::{NetDevice, PacketBatch};
 #[cfg(doc)]
@@ -329,7 +330,7 @@ use netchannel::signature::FlowGroup;
 
 #[cfg(doc)]
 use crate::tcp;
-use crate::tcp::{BufferBudget, Connection, TimeWait};
+use crate::tcp::{BufferBudget, Connection, Spare, TimeWait};
 use crate::wire::{ArpOperation, EthernetAddress, FragmentReassembler};
 
 // Where things live (each file's own doc says more).
@@ -453,6 +454,10 @@ pub struct Stack {
     time_wait_order: VecDeque<(Instant, flows::FlowKey)>,
     frames: VecDeque<Vec<u8>>,
     scratch: Vec<u8>,
+    /// The allocation of [`poll`](Self::poll)'s packet batch, kept between polls.
+    batch: BatchStorage,
+    /// Reclaimed connections' ring storage for new ones (at most `connections::MAX_SPARES`).
+    spares: Vec<Spare>,
     port_filter: Option<Box<dyn Fn(FlowGroup) -> bool>>,
     accept_hook: Option<Box<dyn AcceptHook>>,
     ping_replies: VecDeque<PingReply>,
@@ -522,6 +527,8 @@ impl Stack {
             time_wait_order: VecDeque::new(),
             frames: VecDeque::new(),
             scratch: vec![0; usize::from(config.tcp.mss)],
+            batch: BatchStorage::new(poll::BURST),
+            spares: Vec::with_capacity(connections::MAX_SPARES),
             port_filter: None,
             accept_hook: None,
             ping_replies: VecDeque::new(),

@@ -10,7 +10,7 @@ use netchannel::pool::PoolCache;
 use super::{Deliver, PollStats, Stack, StreamId};
 
 /// Frames received per `rx_burst` in [`Stack::poll`].
-const BURST: usize = 32;
+pub(super) const BURST: usize = 32;
 /// Most receive bursts per [`Stack::poll`].
 const MAX_RX_BURSTS: usize = 8;
 
@@ -101,10 +101,28 @@ impl Stack {
         cache: &PoolCache,
         deliver: &mut R,
     ) -> Result<PollStats, DevError> {
+        // The batch lives in the stack's storage between polls: no allocation per poll.
+        let mut batch = PacketBatch::from_storage(std::mem::take(&mut self.batch));
+        if batch.capacity() < BURST {
+            batch = PacketBatch::with_capacity(BURST);
+        }
+        let polled = self.poll_batch(now, device, cache, deliver, &mut batch);
+        self.batch = batch.into_storage();
+        polled
+    }
+
+    /// [`poll_deliver`](Self::poll_deliver)'s receive and transmit bursts through `batch`.
+    fn poll_batch<'c, D: NetDevice + ?Sized, R: Deliver + ?Sized>(
+        &mut self,
+        now: Instant,
+        device: &mut D,
+        cache: &'c PoolCache,
+        deliver: &mut R,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<PollStats, DevError> {
         let mut stats = PollStats::default();
-        let mut batch = PacketBatch::with_capacity(BURST);
         for _ in 0..MAX_RX_BURSTS {
-            let n = device.rx_burst(0, cache, &mut batch)?;
+            let n = device.rx_burst(0, cache, batch)?;
             for packet in batch.drain() {
                 self.receive_deliver(now, packet.data(), deliver);
             }
@@ -115,11 +133,11 @@ impl Stack {
         }
         self.handle_timeout(now);
         loop {
-            let n = self.transmit(now, cache, &mut batch);
+            let n = self.transmit(now, cache, batch);
             if n == 0 {
                 break;
             }
-            stats.transmitted += device.tx_burst(0, &mut batch)?;
+            stats.transmitted += device.tx_burst(0, batch)?;
             if !batch.is_empty() {
                 stats.dropped += batch.len();
                 self.stats.tx_dropped += u64::try_from(batch.len()).unwrap_or(u64::MAX);

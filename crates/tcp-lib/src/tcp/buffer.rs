@@ -53,6 +53,10 @@ pub(crate) struct RingBuffer {
 /// The first allocation of a buffer's storage, in bytes (less if the capacity is smaller).
 const MIN_ALLOCATION: usize = 512;
 
+/// The most storage [`RingBuffer::release`] keeps for reuse: a short connection's (a request and
+/// a response), not a bulk transfer's.
+pub(crate) const RETAINED_STORAGE: usize = 4096;
+
 impl Drop for RingBuffer {
     fn drop(&mut self) {
         if let Some((budget, _)) = &self.budget {
@@ -152,9 +156,15 @@ impl RingBuffer {
     }
 
     /// Frees the storage of an empty buffer (a no-op with bytes stored). Only when nothing more
-    /// will be written past the end: out-of-order bytes there are dropped too.
+    /// will be written past the end: out-of-order bytes there are dropped too. Storage of at most
+    /// [`RETAINED_STORAGE`] bytes is kept (emptied, still charged to the budget) for
+    /// [`take_storage`](Self::take_storage) to hand to the next connection.
     pub(crate) fn release(&mut self) {
-        if self.len == 0 {
+        if self.len == 0 && self.storage.capacity() <= RETAINED_STORAGE {
+            self.storage.clear();
+            self.head = 0;
+            self.cap = self.limit;
+        } else if self.len == 0 {
             self.storage = Vec::new();
             self.head = 0;
             self.cap = self.limit;
@@ -163,6 +173,37 @@ impl RingBuffer {
             }
             self.charged = 0;
         }
+    }
+
+    /// Takes the storage out (emptied, its charge refunded), leaving the ring empty with none:
+    /// for a ring no longer used, whose storage [`with_storage`](Self::with_storage) gives to
+    /// another.
+    pub(crate) fn take_storage(&mut self) -> Vec<u8> {
+        if let Some((budget, _)) = &self.budget {
+            budget.refund(self.charged);
+        }
+        self.charged = 0;
+        self.head = 0;
+        self.len = 0;
+        self.cap = self.limit;
+        let mut storage = std::mem::take(&mut self.storage);
+        storage.clear();
+        storage
+    }
+
+    /// Gives a ring that has no storage yet `storage`'s allocation (emptied first; charged to the
+    /// ring's budget, if attached), which its writes use before they allocate. A ring that has
+    /// storage keeps its own (`storage` is dropped).
+    pub(crate) fn give_storage(&mut self, mut storage: Vec<u8>) {
+        if self.storage.capacity() != 0 || self.len != 0 {
+            return;
+        }
+        storage.clear();
+        if let Some((budget, _)) = &self.budget {
+            budget.charge(storage.capacity());
+        }
+        self.charged = if self.budget.is_some() { storage.capacity() } else { 0 };
+        self.storage = storage;
     }
 
     /// The storage index of logical offset `off` (from the head), for `off < 2 * capacity`.
@@ -405,8 +446,9 @@ pub(crate) struct Assembler {
 }
 
 impl Assembler {
+    /// No ranges; nothing allocated until out-of-order data arrives.
     pub(crate) fn new(max_ranges: usize) -> Self {
-        Self { ranges: Vec::with_capacity(max_ranges + 1), max_ranges }
+        Self { ranges: Vec::new(), max_ranges }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -480,8 +522,9 @@ impl Assembler {
     }
 
     /// Forgets every range and frees the storage (a connection that receives no more data).
+    /// Forgets every range (keeping the few bytes of their storage).
     pub(crate) fn release(&mut self) {
-        self.ranges = Vec::new();
+        self.ranges.clear();
     }
 }
 

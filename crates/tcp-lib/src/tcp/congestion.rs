@@ -66,6 +66,64 @@ impl CongestionAlgorithm {
     }
 }
 
+/// The algorithm a connection runs, held inline in the connection: no allocation per connection
+/// and no virtual call per event (the [`CongestionControl`] trait stays the interface).
+#[derive(Clone, Debug)]
+pub(crate) enum Controller {
+    NewReno(NewReno),
+    Cubic(Cubic),
+}
+
+impl CongestionAlgorithm {
+    /// A fresh [`Controller`] running the algorithm.
+    pub(crate) fn controller(self) -> Controller {
+        match self {
+            Self::NewReno => Controller::NewReno(NewReno::new()),
+            Self::Cubic => Controller::Cubic(Cubic::new()),
+        }
+    }
+}
+
+/// Forwards a call to the algorithm the controller holds.
+macro_rules! dispatch {
+    ($self:ident, $c:ident => $call:expr) => {
+        match $self {
+            Controller::NewReno($c) => $call,
+            Controller::Cubic($c) => $call,
+        }
+    };
+}
+
+impl CongestionControl for Controller {
+    fn window(&self) -> usize {
+        dispatch!(self, c => c.window())
+    }
+
+    fn ssthresh(&self) -> usize {
+        dispatch!(self, c => c.ssthresh())
+    }
+
+    fn on_established(&mut self, initial_window: usize) {
+        dispatch!(self, c => c.on_established(initial_window));
+    }
+
+    fn on_ack(&mut self, acked: usize, mss: usize, now: Instant, srtt: Duration) {
+        dispatch!(self, c => c.on_ack(acked, mss, now, srtt));
+    }
+
+    fn on_enter_recovery(&mut self, flight: usize, mss: usize) {
+        dispatch!(self, c => c.on_enter_recovery(flight, mss));
+    }
+
+    fn on_exit_recovery(&mut self) {
+        dispatch!(self, c => c.on_exit_recovery());
+    }
+
+    fn on_rto(&mut self, flight: usize, mss: usize) {
+        dispatch!(self, c => c.on_rto(flight, mss));
+    }
+}
+
 /// NewReno: RFC 5681, with cwnd = ssthresh through fast recovery (the connection's PRR, RFC
 /// 9937, paces what recovery sends; the RFC 6582 inflation and deflation are not used).
 #[derive(Clone, Debug)]

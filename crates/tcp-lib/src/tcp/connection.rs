@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::budget::{BufferBudget, Side};
 use super::buffer::{Assembler, RingBuffer};
-use super::congestion::CongestionControl;
+use super::congestion::{CongestionControl, Controller};
 use super::prepared::PreparedSegments;
 use super::rack::Rack;
 use super::rtt::RttEstimator;
@@ -28,7 +28,10 @@ use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 mod ack;
 mod input;
 mod output;
+mod spare;
 mod timers;
+
+pub(crate) use spare::Spare;
 
 /// The MSS assumed when the peer's SYN has no MSS option (RFC 9293 §3.7.1).
 const DEFAULT_MSS: u16 = 536;
@@ -98,7 +101,7 @@ pub struct Connection {
     /// The RTT estimate and the RTO (RFC 6298).
     rtt: RttEstimator,
     /// Congestion control: the window arithmetic ([`Config::congestion`]).
-    cc: Box<dyn CongestionControl>,
+    cc: Controller,
     /// A reset to send before anything else.
     pending_rst: Option<TcpRepr<'static>>,
     /// The pending reset is our abort's: it carries our timestamps (RFC 7323 §3.2: SHOULD).
@@ -427,7 +430,7 @@ impl Connection {
                 fast_rexmit: false,
                 scoreboard: Scoreboard::new(),
                 high_rxt: iss,
-                rxt_marks: Vec::with_capacity(MAX_RXT_MARKS),
+                rxt_marks: Vec::new(),
                 recover_fs: 0,
                 prr_delivered: 0,
                 prr_out: 0,
@@ -440,7 +443,7 @@ impl Connection {
             },
             ecn: EcnState { ok: false, echo: false, cwr_pending: false, reduced_until: iss },
             rtt: RttEstimator::new(config.initial_rto, config.min_rto),
-            cc: config.congestion.build(),
+            cc: config.congestion.controller(),
             pending_rst: None,
             rst_with_ts: false,
             stats: Stats::default(),
@@ -878,7 +881,7 @@ impl Connection {
         self.snd.stream.release();
         self.rcv.ooo.release();
         self.recovery.scoreboard = Scoreboard::default();
-        self.recovery.rxt_marks = Vec::new();
+        self.recovery.rxt_marks.clear();
         self.recovery.rack.release();
         self.rcv.buf.release();
     }

@@ -199,6 +199,7 @@ mod tests;
 pub use budget::{BudgetStats, BufferBudget};
 pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
 pub use connection::Connection;
+pub(crate) use connection::Spare;
 pub use prepared::{PreparedSegments, PreparedSlice};
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 

@@ -42,7 +42,8 @@ pub(crate) struct Hole {
 
 impl Scoreboard {
     pub(crate) fn new() -> Self {
-        Self { ranges: Vec::with_capacity(MAX_SACK_RANGES + 1), lost_below: None }
+        // Nothing allocated until a SACK arrives (most connections see none).
+        Self { ranges: Vec::new(), lost_below: None }
     }
 
     pub(crate) fn is_empty(&self) -> bool {

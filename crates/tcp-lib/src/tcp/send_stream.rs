@@ -76,6 +76,17 @@ impl SendStream {
         }
     }
 
+    /// Gives the ring, if it has no storage yet, a finished stream's (see
+    /// [`RingBuffer::give_storage`]).
+    pub(super) fn give_storage(&mut self, storage: Vec<u8>) {
+        self.buf.give_storage(storage);
+    }
+
+    /// The ring's storage (emptied), for another stream; this one is left without any.
+    pub(super) fn take_storage(&mut self) -> Vec<u8> {
+        self.buf.take_storage()
+    }
+
     /// Lets the ring hold `capacity` bytes (never fewer than it holds now).
     pub(super) fn set_capacity(&mut self, capacity: usize) {
         self.buf.set_capacity(capacity);

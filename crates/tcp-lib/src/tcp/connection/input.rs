@@ -15,6 +15,7 @@
 //! hole before it (bytes already delivered are never rewritten either). Linux keeps the first of
 //! two out-of-order copies that start at different points, too.
 
+use crate::tcp::congestion::CongestionControl;
 use std::time::Instant;
 
 use super::{Connection, DEFAULT_MSS, DEFAULT_MSS_V6, MAX_WSCALE, MIN_MSS, TS_OPTION_LEN, distance};

@@ -3,6 +3,7 @@
 //! data and the FIN under the windows, Nagle and SWS avoidance, zero-window probes, keepalives and
 //! ACKs; with the advertised window, the header every segment carries and its SACK blocks.
 
+use crate::tcp::congestion::CongestionControl;
 use std::time::{Duration, Instant};
 
 use super::{Connection, MAX_RXT_MARKS, MIN_PERSIST, distance};

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::{LOCAL, REMOTE};
+use crate::tcp::buffer::RETAINED_STORAGE;
 use crate::tcp::{Config, CongestionAlgorithm, Connection, State};
 use crate::wire::{ChecksumPolicy, SeqNumber, TcpPacket, TcpRepr};
 
@@ -508,9 +509,11 @@ fn time_wait_releases_the_buffers() {
     let mut buf = vec![0; 8000];
     assert_eq!(p.a.recv(&mut buf), 3000);
     assert!(buf[..3000].iter().all(|&b| b == 2));
-    assert_eq!(p.a.buffers_allocated(), (0, 0));
+    // Storage beyond what is kept for the next connection is freed (a small ring's is kept).
+    let (send, recv) = p.a.buffers_allocated();
+    assert!(send == 0 && recv <= RETAINED_STORAGE, "{send}, {recv}");
     assert_eq!(p.b.recv(&mut buf), 5000);
-    assert_eq!(p.b.buffers_allocated(), (0, 0));
+    assert_eq!(p.b.buffers_allocated().1, 0, "5000 bytes of storage are more than is kept");
     assert!(p.a.recv_finished() && p.b.recv_finished());
     assert!(p.run_until(|p| p.a.is_closed() && p.b.is_closed(), Duration::from_secs(70)));
 }
