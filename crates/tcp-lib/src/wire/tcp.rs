@@ -662,6 +662,33 @@ impl<'a> TcpOption<'a> {
     }
 }
 
+/// Two NOPs and a timestamps option: the 12 option bytes of a segment that carries only
+/// timestamps (RFC 7323 Appendix A's recommended layout).
+const ALIGNED_TIMESTAMP_LEN: usize = 12;
+
+/// The first word of [`ALIGNED_TIMESTAMP_LEN`]'s layout: NOP, NOP, kind 8, length 10.
+const ALIGNED_TIMESTAMP_HEAD: [u8; 4] = [kind::NOP, kind::NOP, kind::TIMESTAMP, 10];
+
+/// The timestamps of options laid out as two NOPs and a timestamps option, and nothing else.
+#[inline]
+fn aligned_timestamp(options: &[u8]) -> Option<Timestamp> {
+    let bytes: &[u8; ALIGNED_TIMESTAMP_LEN] = options.try_into().ok()?;
+    if bytes[..4] != ALIGNED_TIMESTAMP_HEAD {
+        return None;
+    }
+    Some(Timestamp { tsval: be32(bytes, 4), tsecr: be32(bytes, 8) })
+}
+
+/// The option bytes [`aligned_timestamp`] reads.
+#[inline]
+fn aligned_timestamp_bytes(ts: Timestamp) -> [u8; ALIGNED_TIMESTAMP_LEN] {
+    let mut bytes = [0; ALIGNED_TIMESTAMP_LEN];
+    bytes[..4].copy_from_slice(&ALIGNED_TIMESTAMP_HEAD);
+    bytes[4..8].copy_from_slice(&ts.tsval.to_be_bytes());
+    bytes[8..].copy_from_slice(&ts.tsecr.to_be_bytes());
+    bytes
+}
+
 /// An iterator over the options of a header. It ends after End of Option List, at the end of the
 /// bytes, or after yielding the first error; it always ends, since every step consumes at least one
 /// byte.
@@ -811,7 +838,15 @@ impl<'a> Repr<'a> {
             payload: &bytes[header_len..],
             ..Self::default()
         };
-        for option in TcpOptions::new(&bytes[HEADER_LEN..header_len]) {
+        let options = &bytes[HEADER_LEN..header_len];
+        // The layout of nearly every segment of a connection with timestamps (two NOPs and the
+        // timestamps, as Linux and we send them) read at once, as Linux's
+        // tcp_fast_parse_options does; any other layout takes the general walk.
+        if let Some(ts) = aligned_timestamp(options) {
+            repr.timestamp = Some(ts);
+            return Ok(repr);
+        }
+        for option in TcpOptions::new(options) {
             match option? {
                 TcpOption::EndOfList | TcpOption::NoOperation | TcpOption::Unknown { .. } => {}
                 TcpOption::MaxSegmentSize(mss) => repr.max_seg_size = Some(mss),
@@ -960,9 +995,10 @@ impl<'a> Repr<'a> {
                 out = TcpOption::Timestamp(ts).emit(out);
             }
             (false, Some(ts)) => {
-                out = TcpOption::NoOperation.emit(out);
-                out = TcpOption::NoOperation.emit(out);
-                out = TcpOption::Timestamp(ts).emit(out);
+                // The layout `aligned_timestamp` reads back, written at once.
+                let (aligned, rest) = std::mem::take(&mut out).split_at_mut(ALIGNED_TIMESTAMP_LEN);
+                aligned.copy_from_slice(&aligned_timestamp_bytes(ts));
+                out = rest;
             }
             (true, None) => {
                 out = TcpOption::NoOperation.emit(out);
@@ -1300,6 +1336,43 @@ pub(crate) mod tests {
                 prop_assert!(p.option_iter().count() <= p.options().len());
             }
             let _ = Repr::parse(&p, SRC, DST, ChecksumPolicy::Trust);
+        }
+
+        #[test]
+        fn aligned_timestamps_read_as_the_general_walk_reads_them(
+            tsval in any::<u32>(), tsecr in any::<u32>(), layout in 0usize..4,
+        ) {
+            let ts = Timestamp { tsval, tsecr };
+            let [v0, v1, v2, v3] = tsval.to_be_bytes();
+            let [e0, e1, e2, e3] = tsecr.to_be_bytes();
+            let option = [8, 10, v0, v1, v2, v3, e0, e1, e2, e3];
+            // The aligned layout (the fast path), and layouts only the general walk reads.
+            let options: Vec<u8> = match layout {
+                0 => [&[1, 1][..], &option].concat(),
+                1 => [&option[..], &[1, 1]].concat(),
+                2 => [&option[..], &[0, 0]].concat(),
+                _ => [&[1][..], &option, &[0]].concat(),
+            };
+            let mut bytes = vec![0u8; HEADER_LEN + options.len()];
+            let mut p = Packet::new_unchecked(&mut bytes[..]);
+            p.set_src_port(1);
+            p.set_dst_port(2);
+            p.set_header_len(32);
+            p.set_flags(ACK);
+            p.options_mut().copy_from_slice(&options);
+            let repr = Repr::parse(&Packet::new_unchecked(&bytes[..]), SRC, DST, ChecksumPolicy::Trust).unwrap();
+            prop_assert_eq!(repr.timestamp, Some(ts));
+            prop_assert_eq!(aligned_timestamp(&options).is_some(), layout == 0);
+            let walked = TcpOptions::new(&options).filter_map(|o| match o {
+                Ok(TcpOption::Timestamp(t)) => Some(t),
+                _ => None,
+            });
+            prop_assert_eq!(walked.last(), Some(ts));
+            // What emit writes for timestamps alone is the aligned layout.
+            let sent = Repr { timestamp: Some(ts), ack_number: Some(SeqNumber(0)), src_port: 1, dst_port: 2, ..Repr::default() };
+            let mut out = vec![0u8; sent.buffer_len()];
+            sent.emit_unsummed(&mut Packet::new_unchecked(&mut out[..]));
+            prop_assert_eq!(&out[HEADER_LEN..], &[&[1u8, 1][..], &option].concat()[..]);
         }
 
         #[test]
