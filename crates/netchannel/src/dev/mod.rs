@@ -115,6 +115,36 @@ pub struct DeviceInfo {
     pub mtu: usize,
     /// How many RX/TX queue pairs this value serves: `queue` arguments are `0..queues`.
     pub queues: u16,
+    /// What the device finishes on frames it sends and reports on frames it receives (the
+    /// [`Offload`](crate::pool::Offload) metadata it honours); [`DeviceOffloads::NONE`] for most.
+    pub offloads: DeviceOffloads,
+}
+
+/// The offloads a device offers: which [`Offload`](crate::pool::Offload) requests it honours on
+/// transmit, and which metadata it may set on receive. Callers ask a device only for what it lists
+/// here: a device without an offload does not finish what a frame asks for (the in-memory and
+/// AF_XDP devices and the 82599 driver send it as it is; see each device for its own rule).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DeviceOffloads {
+    /// Transmit: finishes a partial TCP/UDP checksum
+    /// ([`Offload::with_partial_checksum`](crate::pool::Offload::with_partial_checksum)).
+    pub tx_checksum: bool,
+    /// Transmit: the largest TCP super-segment it cuts, in IP packet bytes (IP header included),
+    /// over IPv4 and IPv6 ([`Offload::with_segmentation`](crate::pool::Offload::with_segmentation));
+    /// 0: none.
+    pub tx_tso_max: u32,
+    /// Receive: may hand up coalesced TCP frames larger than the MTU, marked with their
+    /// segmentation; the receiving pool's data room must hold them.
+    pub rx_coalesced: bool,
+    /// Receive: may mark frames whose checksums need no check (verified by the device, or partial
+    /// from a sender on the same machine: [`Offload::checksum_trusted`](crate::pool::Offload::checksum_trusted)).
+    pub rx_checksum: bool,
+}
+
+impl DeviceOffloads {
+    /// No offload either way: what every device reports.
+    pub const NONE: Self =
+        Self { tx_checksum: false, tx_tso_max: 0, rx_coalesced: false, rx_checksum: false };
 }
 
 /// Whether the link is up.

@@ -19,7 +19,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use super::{DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketBatch};
+use super::{DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch};
 use crate::pool::PoolCache;
 
 /// Why a TAP device could not be opened; the message says what to do about it.
@@ -274,7 +274,13 @@ impl AsFd for Tap {
 impl NetDevice for Tap {
     /// The MTU is read from the kernel on each call (1500 if that fails).
     fn info(&self) -> DeviceInfo {
-        DeviceInfo { name: self.name.clone(), mac: self.mac, mtu: self.mtu().unwrap_or(1500), queues: 1 }
+        DeviceInfo {
+            name: self.name.clone(),
+            mac: self.mac,
+            mtu: self.mtu().unwrap_or(1500),
+            queues: 1,
+            offloads: DeviceOffloads::NONE,
+        }
     }
 
     /// Up when the interface is administratively up and has carrier (`IFF_UP | IFF_RUNNING`).
