@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
-use netchannel::dev::{DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RxFrame};
+use netchannel::dev::{
+    DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RxFrame,
+};
 use netchannel::pool::PoolCache;
 
 use super::dma::BufferDma;
@@ -626,7 +628,13 @@ impl IxgbeQueue {
 
 impl NetDevice for IxgbeQueue {
     fn info(&self) -> DeviceInfo {
-        DeviceInfo { name: self.name.clone(), mac: self.mac, mtu: super::MTU, queues: 1 }
+        DeviceInfo {
+            name: self.name.clone(),
+            mac: self.mac,
+            mtu: super::MTU,
+            queues: 1,
+            offloads: DeviceOffloads::NONE,
+        }
     }
 
     fn link(&self) -> Link {

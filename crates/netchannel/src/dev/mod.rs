@@ -14,7 +14,9 @@
 //!
 //! * [`Pair`]: two in-memory ends joined by a zero-copy wire (net channels of buffer indices), the
 //!   link of deterministic tests.
-//! * [`Tap`]: a Linux TAP interface, so the kernel's own stack can be the peer.
+//! * [`Tap`]: a Linux TAP interface, so the kernel's own stack can be the peer; optionally with
+//!   checksum and TCP segmentation offload both ways ([`TapOptions::offloads`]), the one device whose
+//!   [`DeviceInfo::offloads`] is not [`DeviceOffloads::NONE`].
 //! * [`PcapWriter`]: wraps any device and records every frame it receives and transmits in a pcap
 //!   file.
 //! * [`FaultInjector`]: wraps any device and drops, duplicates, reorders, corrupts, delays and
@@ -47,7 +49,7 @@ pub use pair::{DEFAULT_WIRE_CAPACITY, Pair, PairBuilder};
 #[cfg(not(loom))]
 pub use pcap::{PcapStats, PcapWriter};
 #[cfg(not(loom))]
-pub use tap::{Tap, TapError};
+pub use tap::{OFFLOAD_DATA_ROOM, Tap, TapError, TapOptions, TapStats};
 #[cfg(not(loom))]
 pub use xdp::{AfXdp, AfXdpBuilder, XdpError, XdpMode, XdpQueue, XdpStats, ZeroCopy, rx_queues};
 
@@ -115,6 +117,36 @@ pub struct DeviceInfo {
     pub mtu: usize,
     /// How many RX/TX queue pairs this value serves: `queue` arguments are `0..queues`.
     pub queues: u16,
+    /// What the device finishes on frames it sends and reports on frames it receives (the
+    /// [`Offload`](crate::pool::Offload) metadata it honours); [`DeviceOffloads::NONE`] for most.
+    pub offloads: DeviceOffloads,
+}
+
+/// The offloads a device offers: which [`Offload`](crate::pool::Offload) requests it honours on
+/// transmit, and which metadata it may set on receive. Callers ask a device only for what it lists
+/// here: a device without an offload does not finish what a frame asks for (a [`Tap`] refuses,
+/// drops and counts it; the in-memory and AF_XDP devices and the 82599 driver send it as it is).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DeviceOffloads {
+    /// Transmit: finishes a partial TCP/UDP checksum
+    /// ([`Offload::with_partial_checksum`](crate::pool::Offload::with_partial_checksum)).
+    pub tx_checksum: bool,
+    /// Transmit: the largest TCP super-segment it cuts, in IP packet bytes (IP header included),
+    /// over IPv4 and IPv6 ([`Offload::with_segmentation`](crate::pool::Offload::with_segmentation));
+    /// 0: none.
+    pub tx_tso_max: u32,
+    /// Receive: may hand up coalesced TCP frames larger than the MTU, marked with their
+    /// segmentation; the receiving pool's data room must hold them.
+    pub rx_coalesced: bool,
+    /// Receive: may mark frames whose checksums need no check (verified by the device, or partial
+    /// from a sender on the same machine: [`Offload::checksum_trusted`](crate::pool::Offload::checksum_trusted)).
+    pub rx_checksum: bool,
+}
+
+impl DeviceOffloads {
+    /// No offload either way: what every device but an offloading TAP reports.
+    pub const NONE: Self =
+        Self { tx_checksum: false, tx_tso_max: 0, rx_coalesced: false, rx_checksum: false };
 }
 
 /// Whether the link is up.

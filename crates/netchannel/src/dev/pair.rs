@@ -34,7 +34,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::{
-    DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, packet_in_pool, wrong_pool,
+    DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, packet_in_pool,
+    wrong_pool,
 };
 use crate::channel::{BuildError, Channel, Consumer, Producer, Wait, WakeMode};
 use crate::pool::{Pool, PoolCache};
@@ -109,6 +110,7 @@ impl PairBuilder {
                     mac: MacAddr([0x02, 0x6e, 0x63, hi, lo, side]),
                     mtu,
                     queues: 1,
+                    offloads: DeviceOffloads::NONE,
                 },
                 stats: DeviceStats::default(),
                 scratch: [0; BURST],

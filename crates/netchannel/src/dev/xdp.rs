@@ -118,7 +118,10 @@ use std::time::Duration;
 use self::ring::Ring;
 use self::setup::{getsockopt, ifreq};
 use self::umem::{Held, Owned, Umem};
-use super::{DevError, DeviceInfo, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RxFrame, wrong_pool};
+use super::{
+    DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RxFrame,
+    wrong_pool,
+};
 use crate::pool::{Pool, PoolCache};
 
 pub use self::error::XdpError;
@@ -679,6 +682,7 @@ impl NetDevice for AfXdp {
             mac: self.shared.mac,
             mtu: self.shared.mtu().unwrap_or(1500),
             queues: self.queue_count(),
+            offloads: DeviceOffloads::NONE,
         }
     }
 
@@ -856,6 +860,7 @@ impl NetDevice for XdpQueue {
             mac: self.shared.mac,
             mtu: self.shared.mtu().unwrap_or(1500),
             queues: 1,
+            offloads: DeviceOffloads::NONE,
         }
     }
 

@@ -49,7 +49,7 @@ const GSO_TCP4: u8 = 1 << 2;
 const GSO_TCP6: u8 = 1 << 3;
 const GSO_ECN: u8 = 1 << 4;
 
-/// Offload metadata of one frame (see the [module documentation](self)). A small `Copy` value;
+/// Offload metadata of one frame: virtio-net's header fields (VIRTIO 1.2 §5.1.6). A small `Copy` value;
 /// the builders return a changed copy.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(C)]
