@@ -7,6 +7,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use super::Pool;
+use super::region::Release;
 use super::region::{FullHeader, Layout};
 use crate::channel::Consumer;
 use crate::sync::{Arc, AtomicUsize, Ordering};
@@ -64,6 +65,8 @@ pub struct PoolCache {
     pub(super) cache_size: usize,
     /// `local.stack.len()`, mirrored for [`Pool::audit`] with a plain (non-RMW) relaxed store.
     pub(super) mirror: Arc<CachePadded<AtomicUsize>>,
+    /// The cache frames of shared buffers borrow (`PoolCache::frames`, `shared.rs`), made on first use.
+    pub(super) frames: std::cell::OnceCell<Box<PoolCache>>,
     pub(super) pool: Pool,
 }
 
@@ -141,9 +144,27 @@ impl PoolCache {
     #[inline(always)]
     pub(super) fn push_free(&self, local: &mut Local, index: u32) {
         if local.stack.len() >= self.cache_size {
-            self.spill(local, self.batch);
+            self.push_free_full(local, index);
+            return;
         }
-        // Never reallocates: after the check the stack holds fewer than `cache_size` (its capacity).
+        // Never reallocates: the stack holds fewer than `cache_size` (its capacity).
+        local.stack.push(index);
+        local.stats.frees += 1;
+    }
+
+    /// [`push_free`](Self::push_free) into a full stack: spills a batch first. A frame of a shared
+    /// buffer is dropped into the frames cache (`PoolCache::frames`), whose size is zero, so its
+    /// token always lands here, where its reference is released: the plain path pays nothing.
+    #[cold]
+    #[inline(never)]
+    fn push_free_full(&self, local: &mut Local, index: u32) {
+        if index & super::FRAME_TAG != 0 {
+            self.free_token(local, index);
+            return;
+        }
+        self.spill(local, self.batch);
+        // Never reallocates: after the spill the stack holds fewer than its capacity (at least
+        // `cache_size`, and at least one).
         local.stack.push(index);
         local.stats.frees += 1;
     }
@@ -244,8 +265,11 @@ impl PoolCache {
         })
     }
 
-    /// Frees buffers given as raw indices into this cache, spilling to the depot as needed.
-    /// Out-of-range indices are ignored and counted in [`CacheStats::rejected`].
+    /// Frees buffers given as raw indices into this cache, spilling to the depot as needed. A
+    /// frame's token (its [`Packet::index`](super::Packet::index), with
+    /// [`FRAME_TAG`](super::FRAME_TAG)) releases the frame's reference to its shared buffer, which is
+    /// freed here when that was the last. Other out-of-range indices are ignored and counted in
+    /// [`CacheStats::rejected`].
     ///
     /// # Safety
     ///
@@ -283,7 +307,7 @@ impl PoolCache {
                     self.pool.shared.track(index);
                     self.push_free(l, index);
                 } else {
-                    l.stats.rejected += 1;
+                    self.free_token(l, index);
                 }
             }
             self.publish(l);
@@ -327,7 +351,15 @@ impl PoolCache {
                         l.stack[kept] = index;
                         kept += 1;
                     } else {
-                        l.stats.rejected += 1;
+                        // A frame's token: its buffer is kept here when that was its last reference.
+                        match self.release_token(index) {
+                            Release::Freed(index) => {
+                                l.stack[kept] = index;
+                                kept += 1;
+                            }
+                            Release::Released => {}
+                            Release::Rejected => l.stats.rejected += 1,
+                        }
                     }
                 }
                 l.stack.truncate(kept);
@@ -391,7 +423,7 @@ mod tests {
         assert_eq!(a.stats().spills, 3);
         assert_eq!(
             pool.audit(),
-            Audit { total: 10, in_depot: 6, in_caches: 4, outstanding: 0, live_caches: 1 }
+            Audit { total: 10, in_depot: 6, in_caches: 4, outstanding: 0, live_caches: 1, shared: 0 }
         );
         a.flush();
         assert_eq!(pool.audit().in_depot, 10);

@@ -15,6 +15,9 @@ pub enum PacketPushError<'c> {
     Full(Packet<'c>),
     /// The packet belongs to a different pool than the channel.
     WrongPool(Packet<'c>),
+    /// The packet is a frame of a shared buffer, which only a device sends (the receiver would
+    /// rebuild a writable packet of it): send the [`SharedPacket`](super::SharedPacket) instead.
+    SharedFrame(Packet<'c>),
 }
 
 impl<'c> PacketPushError<'c> {
@@ -22,7 +25,7 @@ impl<'c> PacketPushError<'c> {
     #[must_use]
     pub fn into_inner(self) -> Packet<'c> {
         match self {
-            Self::Full(packet) | Self::WrongPool(packet) => packet,
+            Self::Full(packet) | Self::WrongPool(packet) | Self::SharedFrame(packet) => packet,
         }
     }
 }
@@ -34,6 +37,11 @@ impl fmt::Display for PacketPushError<'_> {
             Self::WrongPool(p) => {
                 write!(f, "buffer {} belongs to another pool than the channel", p.index())
             }
+            Self::SharedFrame(p) => write!(
+                f,
+                "buffer {} is a frame of a shared buffer: hand it to a device, or send the shared handle",
+                p.index() & !super::FRAME_TAG
+            ),
         }
     }
 }
@@ -84,6 +92,9 @@ impl PacketTx {
     pub fn push<'c>(&mut self, packet: Packet<'c>) -> Result<(), PacketPushError<'c>> {
         if packet.cache.pool.shared.id != self.pool_id {
             return Err(PacketPushError::WrongPool(packet));
+        }
+        if packet.is_frame() {
+            return Err(PacketPushError::SharedFrame(packet));
         }
         match self.tx.push(packet.index) {
             Ok(()) => {

@@ -44,6 +44,12 @@ pub enum PoolError {
     Map(io::Error),
     /// The depot's index stack could not be allocated.
     OutOfMemory,
+    /// More buffers than [`MAX_BUFFERS`](super::MAX_BUFFERS): indices must stay below
+    /// [`FRAME_TAG`](super::FRAME_TAG).
+    TooManyBuffers {
+        /// The requested number of buffers.
+        buffers: u32,
+    },
 }
 
 impl fmt::Display for PoolError {
@@ -66,6 +72,11 @@ impl fmt::Display for PoolError {
             }
             Self::Map(e) => write!(f, "cannot map the pool's region: {e}"),
             Self::OutOfMemory => f.write_str("cannot allocate the pool's free-index stack"),
+            Self::TooManyBuffers { buffers } => write!(
+                f,
+                "{buffers} buffers is more than a pool holds ({}): use several pools",
+                super::MAX_BUFFERS
+            ),
         }
     }
 }
@@ -103,6 +114,9 @@ pub enum PacketError {
         /// The data's length.
         len: usize,
     },
+    /// The packet is a frame of a shared buffer, and the change would write the shared data, which
+    /// other handles read.
+    SharedPayload,
 }
 
 impl fmt::Display for PacketError {
@@ -117,11 +131,48 @@ impl fmt::Display for PacketError {
             Self::TooShort { requested, len } => {
                 write!(f, "cannot strip {requested} bytes from a {len}-byte packet")
             }
+            Self::SharedPayload => f.write_str(
+                "a frame of a shared buffer cannot write the shared data (other handles read it): copy it into a fresh packet to change it",
+            ),
         }
     }
 }
 
 impl std::error::Error for PacketError {}
+
+/// Why [`SharedPacket::frame`](super::SharedPacket::frame) refused; nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// Another frame of the buffer is in flight: its headers occupy the headroom until the device is
+    /// done with it.
+    InFlight,
+    /// The headers do not fit in front of the shared data.
+    NoHeadroom {
+        /// The header bytes asked for.
+        requested: usize,
+        /// The headroom in front of the shared data.
+        available: usize,
+    },
+    /// The cache is of another pool than the buffer.
+    WrongPool,
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InFlight => f.write_str(
+                "a frame of this shared buffer is still in flight: copy the data into a fresh packet for this send",
+            ),
+            Self::NoHeadroom { requested, available } => write!(
+                f,
+                "{requested} header bytes do not fit the {available} bytes in front of the shared data: share it with more headroom, or copy it"
+            ),
+            Self::WrongPool => f.write_str("the cache is of another pool than the shared buffer"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
 
 /// What [`Pool::check_leaks`](super::Pool::check_leaks) found wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -103,6 +103,7 @@ mod error;
 mod offload;
 mod packet;
 mod region;
+mod shared;
 
 use std::fmt;
 use std::sync::PoisonError;
@@ -110,16 +111,18 @@ use std::sync::PoisonError;
 use crossbeam_utils::CachePadded;
 
 use crate::channel::Channel;
-use crate::sync::{Arc, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::sync::{Arc, AtomicU32, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 pub use cache::{CacheStats, PoolCache};
 use cache::{Depot, Local};
 pub use channel::{PacketPushError, PacketRx, PacketTx};
-pub use error::{LeakError, PacketError, PoolError};
+pub use error::{FrameError, LeakError, PacketError, PoolError};
 pub use offload::{GsoKind, Offload};
 pub use packet::{Packet, RxFrame};
+pub use region::FRAME_TAG;
 use region::Layout;
 pub use region::{HUGE_PAGE_SIZE, HugePages, Region};
+pub use shared::SharedPacket;
 
 /// Bytes of metadata at the start of every slot (one cache line).
 pub const HEADER_SIZE: usize = 64;
@@ -136,6 +139,10 @@ pub const DEFAULT_HEADROOM: usize = 128;
 /// How many buffers a cache moves to or from the depot at once unless told otherwise.
 pub const DEFAULT_BATCH: usize = 64;
 
+/// The most buffers a pool holds: indices stay below [`FRAME_TAG`], the bit that marks a frame of a
+/// shared buffer.
+pub const MAX_BUFFERS: u32 = FRAME_TAG;
+
 /// Where a pool's buffers are, from [`Pool::audit`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Audit {
@@ -149,6 +156,8 @@ pub struct Audit {
     pub outstanding: usize,
     /// Caches currently alive.
     pub live_caches: usize,
+    /// Buffers shared by reference right now ([`SharedPacket`]; counted in `outstanding` too).
+    pub shared: usize,
 }
 
 /// Under loom, one tracked cell per buffer: every access to a buffer's memory touches its cell, so the
@@ -165,6 +174,8 @@ unsafe impl Sync for Tracks {}
 
 #[derive(Debug)]
 struct Shared {
+    /// Buffers shared right now, for [`Pool::audit`].
+    shared_live: AtomicUsize,
     id: u64,
     layout: Layout,
     data_room: u32,
@@ -174,6 +185,13 @@ struct Shared {
     region: Region,
     #[cfg(loom)]
     tracks: Tracks,
+    /// Under loom, one more tracked cell per buffer for the headroom a frame of a shared buffer
+    /// writes (its other bytes are read by every handle at once).
+    #[cfg(loom)]
+    frame_tracks: Tracks,
+    /// Under loom, the shared buffers' state words (loom's atomics cannot live in the region).
+    #[cfg(loom)]
+    states: Box<[AtomicU32]>,
 }
 
 impl Shared {
@@ -183,15 +201,51 @@ impl Shared {
         self.depot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records an access to buffer `index`'s memory for the model checker; nothing outside loom.
+    /// Records an access to buffer `index`'s memory for the model checker (for a frame's index,
+    /// with [`FRAME_TAG`], to its headroom); nothing outside loom.
     #[inline(always)]
     fn track(&self, index: u32) {
         #[cfg(loom)]
-        if let Some(cell) = self.tracks.0.get(index as usize) {
-            cell.with_mut(|_| ());
+        {
+            let tracks = if index & FRAME_TAG == 0 { &self.tracks } else { &self.frame_tracks };
+            if let Some(cell) = tracks.0.get((index & !FRAME_TAG) as usize) {
+                cell.with_mut(|_| ());
+            }
         }
         #[cfg(not(loom))]
         let _ = index;
+    }
+
+    /// Records a read of shared buffer `index`'s data for the model checker (any number of handles
+    /// read at once); nothing outside loom.
+    #[inline(always)]
+    fn track_read(&self, index: u32) {
+        #[cfg(loom)]
+        if let Some(cell) = self.tracks.0.get(index as usize) {
+            cell.with(|_| ());
+        }
+        #[cfg(not(loom))]
+        let _ = index;
+    }
+
+    /// The state word of shared buffer `index` (`shared.rs`): in the buffer's header, or under loom
+    /// in a side array.
+    #[inline(always)]
+    fn state(&self, index: u32) -> &AtomicU32 {
+        debug_assert!(index < self.layout.count, "buffer index {index} out of range");
+        #[cfg(loom)]
+        return &self.states[index as usize];
+        #[cfg(not(loom))]
+        {
+            let at = index as usize * self.layout.stride + region::SHARED_STATE_OFFSET;
+            // SAFETY: `index < count` (every caller holds a reference to the buffer or checked), so
+            // the word lies in the slot's header inside the mapping, 4-byte aligned (slots are
+            // 64-byte aligned, the offset a multiple of 4). Only atomics access these bytes: the
+            // header writes of fresh buffers stop before them.
+            let word = self.region.base.as_ptr().wrapping_add(at).cast::<AtomicU32>();
+            // SAFETY: as above: in the mapping, aligned, accessed only atomically while the pool lives.
+            unsafe { &*word }
+        }
     }
 }
 
@@ -280,6 +334,9 @@ impl Builder {
             .checked_mul(stride)
             .filter(|&len| len <= max_len)
             .ok_or(PoolError::RegionTooLarge { buffers: self.buffers, stride })?;
+        if self.buffers > MAX_BUFFERS {
+            return Err(PoolError::TooManyBuffers { buffers: self.buffers });
+        }
         let layout = Layout { stride, buf_len: headroom + data_room, headroom, count: self.buffers };
         let count = self.buffers as usize;
         Ok((layout, data_room, len, self.batch.min(count), cache_size.min(count)))
@@ -300,6 +357,7 @@ impl Builder {
         free.extend((0..self.buffers).rev());
 
         let shared = Shared {
+            shared_live: AtomicUsize::new(0),
             // Relaxed: the id only has to be unique, which the RMW's atomicity guarantees; it orders
             // no other memory.
             id: NEXT_POOL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -311,6 +369,10 @@ impl Builder {
             region,
             #[cfg(loom)]
             tracks: Tracks((0..self.buffers).map(|_| crate::sync::UnsafeCell::new(())).collect()),
+            #[cfg(loom)]
+            frame_tracks: Tracks((0..self.buffers).map(|_| crate::sync::UnsafeCell::new(())).collect()),
+            #[cfg(loom)]
+            states: (0..self.buffers).map(|_| AtomicU32::new(0)).collect(),
         };
         Ok(Pool { shared: Arc::new(shared) })
     }
@@ -364,19 +426,27 @@ impl Pool {
     /// A fresh per-thread cache on this pool, starting empty (its first allocation refills it).
     #[must_use]
     pub fn cache(&self) -> PoolCache {
+        self.new_cache(self.shared.cache_size)
+    }
+
+    /// A fresh cache that holds up to `cache_size` free buffers (zero: the cache that frames of
+    /// shared buffers borrow, `PoolCache::frames`).
+    fn new_cache(&self, cache_size: usize) -> PoolCache {
         let shared = &*self.shared;
         let mirror = Arc::new(CachePadded::new(AtomicUsize::new(0)));
         shared.lock_depot().caches.push(Arc::clone(&mirror));
         PoolCache {
             local: std::cell::UnsafeCell::new(Local {
-                stack: Vec::with_capacity(shared.cache_size),
+                // At least one: a push after a spill never reallocates.
+                stack: Vec::with_capacity(cache_size.max(1)),
                 stats: CacheStats::default(),
             }),
             base: shared.region.base,
             layout: shared.layout,
             batch: shared.batch,
-            cache_size: shared.cache_size,
+            cache_size,
             mirror,
+            frames: std::cell::OnceCell::new(),
             pool: self.clone(),
         }
     }
@@ -467,6 +537,8 @@ impl Pool {
             in_caches,
             outstanding: total.saturating_sub(in_depot + in_caches),
             live_caches: depot.caches.len(),
+            // Relaxed: a count, as above.
+            shared: self.shared.shared_live.load(Ordering::Relaxed),
         }
     }
 
@@ -597,6 +669,12 @@ mod tests {
         ));
         let (layout, _, len, batch, cache) = Pool::builder(1 << 20).validate().unwrap();
         assert_eq!((layout.stride, len, batch, cache), (2240, 2240 << 20, 64, 128));
+        // Indices stay below the frame tag: 2^31 buffers of 128 bytes fit the address space, one more
+        // does not fit the indices.
+        assert!(Pool::builder(MAX_BUFFERS).headroom(0).data_room(1).validate().is_ok());
+        let e = Pool::builder(MAX_BUFFERS + 1).headroom(0).data_room(1).validate().unwrap_err();
+        assert!(matches!(e, PoolError::TooManyBuffers { buffers: 0x8000_0001 }));
+        assert!(e.to_string().contains("use several pools"), "{e}");
         let e = never(Pool::builder(0)).unwrap_err();
         assert_eq!(e.to_string(), "a buffer pool needs at least one buffer");
     }

@@ -61,7 +61,7 @@ impl<'c> Packet<'c> {
     }
 
     #[inline(always)]
-    fn header(&self) -> Header {
+    pub(super) fn header(&self) -> Header {
         self.cache.pool.shared.track(self.index);
         // SAFETY: the slot is aligned and in the region (`PoolCache::slot`), and this handle owns the
         // buffer, so nothing writes the header concurrently.
@@ -69,7 +69,7 @@ impl<'c> Packet<'c> {
     }
 
     #[inline(always)]
-    fn set_header(&mut self, data_off: usize, data_len: usize) {
+    pub(super) fn set_header(&mut self, data_off: usize, data_len: usize) {
         debug_assert!(data_off + data_len <= self.buf_len());
         // Both fit: their sum is at most `buf_len`, a `u32`.
         let header = Header {
@@ -89,7 +89,7 @@ impl<'c> Packet<'c> {
     /// nothing: that case is one add, one compare and one predicted branch, and the clamp proper is
     /// out of line. The sum is taken in `u64`, so it cannot overflow on any target.
     #[inline(always)]
-    fn window(&self) -> (usize, usize) {
+    pub(super) fn window(&self) -> (usize, usize) {
         let Header { data_off, data_len } = self.header();
         let buf_len = self.cache.layout.buf_len;
         if u64::from(data_off) + u64::from(data_len) <= u64::from(buf_len) {
@@ -100,12 +100,14 @@ impl<'c> Packet<'c> {
     }
 
     #[inline(always)]
-    fn buffer_ptr(&self) -> NonNull<u8> {
+    pub(super) fn buffer_ptr(&self) -> NonNull<u8> {
         // SAFETY: every slot is `HEADER_SIZE + buf_len` bytes or more, so the buffer starts inside it.
         unsafe { self.slot.add(HEADER_SIZE) }
     }
 
-    /// The buffer's index in its pool.
+    /// The buffer's index in its pool; for a frame of a shared buffer ([`Packet::is_frame`]), the
+    /// index with [`FRAME_TAG`](super::FRAME_TAG) set: the token a driver hands back to
+    /// [`PoolCache::free_burst`] to release the frame.
     #[must_use]
     #[inline]
     pub fn index(&self) -> u32 {
@@ -161,10 +163,14 @@ impl<'c> Packet<'c> {
         unsafe { std::slice::from_raw_parts(start.as_ptr(), len) }
     }
 
-    /// The packet's data, writable.
+    /// The packet's data, writable. On a frame of a shared buffer ([`Packet::is_frame`]), only the
+    /// data's bytes in front of the shared data (the headers): other handles read the rest.
     #[must_use]
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
+        if self.is_frame() {
+            return self.frame_data_mut();
+        }
         let (off, len) = self.window();
         // SAFETY: `off <= buf_len`, so the pointer stays inside the buffer.
         let start = unsafe { self.buffer_ptr().add(off) };
@@ -182,10 +188,14 @@ impl<'c> Packet<'c> {
     }
 
     /// The whole buffer, writable (a NIC-style driver receives into it, then calls
-    /// [`Packet::set_len`]).
+    /// [`Packet::set_len`]). On a frame of a shared buffer, only the headroom in front of the shared
+    /// data.
     #[must_use]
     #[inline]
     pub fn buffer_mut(&mut self) -> &mut [u8] {
+        if self.is_frame() {
+            return self.frame_buffer_mut();
+        }
         self.cache.pool.shared.track(self.index);
         // SAFETY: as in `buffer`, and `&mut self` makes this the only reference into the buffer.
         unsafe { std::slice::from_raw_parts_mut(self.buffer_ptr().as_ptr(), self.buf_len()) }
@@ -195,7 +205,9 @@ impl<'c> Packet<'c> {
     #[must_use]
     #[inline]
     pub fn buffer_offset(&self) -> usize {
-        self.index as usize * self.cache.layout.stride + HEADER_SIZE
+        // From the slot's address rather than the index, which a frame tags: the same cost (one
+        // load, one subtract), and right for frames too.
+        self.slot.as_ptr() as usize - self.cache.base.as_ptr() as usize + HEADER_SIZE
     }
 
     /// The byte offset of the first data byte within the pool's [`Region`](super::Region): add the region's DMA
@@ -253,9 +265,13 @@ impl<'c> Packet<'c> {
     ///
     /// # Errors
     ///
-    /// [`PacketError::TooLong`] when they do not fit; the packet is unchanged.
+    /// [`PacketError::TooLong`] when they do not fit, [`PacketError::SharedPayload`] on a frame of a
+    /// shared buffer; the packet is unchanged.
     #[inline]
     pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<(), PacketError> {
+        if self.is_frame() {
+            return Err(PacketError::SharedPayload);
+        }
         let old = self.len();
         let new = old.saturating_add(bytes.len());
         self.set_len(new)?;
@@ -268,9 +284,14 @@ impl<'c> Packet<'c> {
     ///
     /// # Errors
     ///
-    /// [`PacketError::NoHeadroom`] when the headroom is smaller than `n`.
+    /// [`PacketError::NoHeadroom`] when the headroom is smaller than `n`; on a frame of a shared
+    /// buffer, [`PacketError::SharedPayload`] when the data starts inside the shared data (the new
+    /// bytes would overwrite it).
     #[inline]
     pub fn prepend(&mut self, n: usize) -> Result<&mut [u8], PacketError> {
+        if self.is_frame() {
+            return self.frame_prepend(n);
+        }
         let (off, len) = self.window();
         if n > off {
             return Err(PacketError::NoHeadroom { requested: n, available: off });

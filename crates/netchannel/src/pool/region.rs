@@ -182,6 +182,47 @@ pub(super) const OFFLOAD_OFFSET: usize = std::mem::offset_of!(FullHeader, offloa
 
 const _: () = assert!(size_of::<FullHeader>() <= HEADER_SIZE);
 
+/// The bit a frame's index carries: [`Packet::index`](super::Packet::index) and
+/// [`Packet::into_raw`](super::Packet::into_raw) of a frame of a shared buffer return the buffer's index with this bit set (pools have at most
+/// [`MAX_BUFFERS`](super::MAX_BUFFERS), so no plain index has it). It is the frame's token: a device
+/// hands it back through [`PoolCache::free_burst`](super::PoolCache::free_burst) like any index it was given, which drops the
+/// frame's reference instead of freeing the buffer.
+pub const FRAME_TAG: u32 = 1 << 31;
+
+/// What releasing a frame's token did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Release {
+    /// Not the token of a frame in flight: nothing changed.
+    Rejected,
+    /// The frame's reference went; others remain.
+    Released,
+    /// The frame's was the last reference: the caller frees buffer `.0`.
+    Freed(u32),
+}
+
+/// One reference in the state word.
+pub(super) const REF: u32 = 2;
+
+/// The in-flight frame bit of the state word.
+pub(super) const FRAME: u32 = 1;
+
+/// A state word past this aborts a clone or a frame, as `Arc` does on overflow: reachable only by
+/// leaking about a billion handles (`mem::forget`).
+pub(super) const MAX_STATE: u32 = u32::MAX / 2;
+
+/// Where a shared buffer's state word (an `AtomicU32`: reference count and in-flight frame bit, see
+/// `shared.rs`) lies in the slot: right after the [`FullHeader`], on the header's cache line. Only
+/// shared buffers read or write it; a fresh buffer's header write leaves it alone.
+pub(super) const SHARED_STATE_OFFSET: usize = size_of::<FullHeader>();
+
+/// Where a shared buffer's payload window (two `u32`s: offset from the buffer's start, length) lies:
+/// written once when the buffer becomes shared, immutable while it is; a frame of the buffer reads it
+/// to know which bytes it must not write.
+pub(super) const SHARED_PAYLOAD_OFFSET: usize = SHARED_STATE_OFFSET + size_of::<u32>();
+
+const _: () = assert!(SHARED_PAYLOAD_OFFSET + size_of::<Header>() <= HEADER_SIZE);
+const _: () = assert!(SHARED_STATE_OFFSET.is_multiple_of(align_of::<u32>()));
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
