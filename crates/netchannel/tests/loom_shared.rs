@@ -7,7 +7,7 @@
 //! --test loom_shared`. Under loom every access to a buffer's data and to its headroom touches a
 //! loom-tracked cell (`Shared::track`, `Shared::track_read` in `src/pool/mod.rs`): the shared data is
 //! read by every handle at once, the headroom written by one frame at a time, and the final free is an
-//! exclusive access, so a missing happens-before edge (the Acquire fence on the last decrement, the
+//! exclusive access, so a missing happens-before edge (the Acquire after the last decrement, the
 //! Acquire of taking the frame bit, the Release of giving it back) or a missing in-flight check is
 //! reported by loom as a concurrent access. Each model ends with the leak check.
 #![cfg(loom)]
@@ -36,7 +36,7 @@ fn shared_data(pool: &Pool) -> SharedPacket {
 }
 
 /// Two threads read the data and drop their references at once: exactly one frees the buffer, and
-/// only after the other's read (the Acquire fence after the last decrement; without it loom reports
+/// only after the other's read (the Acquire load after the last decrement; without it loom reports
 /// the free racing with the other thread's read).
 #[test]
 fn the_last_of_two_references_frees_once() {

@@ -25,7 +25,9 @@
 //!
 //! The header is one cache line holding the packet's metadata: `data_off` (where the data starts,
 //! measured from the buffer's start; a fresh buffer has `data_off = headroom`) and `data_len`, two
-//! native-endian `u32`s; the other 56 bytes are reserved. Metadata lives *in* the buffer, not in a side
+//! native-endian `u32`s; then 8 bytes of [`Offload`] metadata; then, read only by [shared
+//! buffers](#shared-buffers), a 4-byte state word and the shared data's offset and length (8
+//! bytes); the other 36 bytes are reserved. Metadata lives *in* the buffer, not in a side
 //! array, so it travels with the buffer when only the index crosses cores: the consumer's first touch of
 //! the packet pulls the header line it needs anyway, and two cores owning adjacent indices never write
 //! the same cache line (a side array of 8-byte entries would put eight buffers on one line). With the
@@ -54,6 +56,76 @@
 //! rebuild it on the other side with the `unsafe` [`PoolCache::packet_from_raw`]. Whoever holds an index
 //! obtained this way owns the buffer. [`Pool::audit`] counts where buffers are, and
 //! [`Pool::check_leaks`] verifies, once every cache is gone, that each buffer came back exactly once.
+//!
+//! # Shared buffers
+//!
+//! The zero-copy send of Sandstorm (Marinos, Watson and Handley, "Network stack specialization for
+//! performance", SIGCOMM 2014): content that is sent again and again (a web server's pre-segmented
+//! responses) is put into packet buffers once, and each send hands those buffers to the device with
+//! only the per-connection headers written. [`Packet::into_shared`] turns a packet into a
+//! [`SharedPacket`]: its data becomes read-only, `Clone` adds a reference, and the handle is
+//! `Send + Sync`, so every core can hold the prepared content. [`SharedPacket::frame`] makes a
+//! [`Packet`] for a device's `tx_burst` whose data is the headers, written into the headroom in front
+//! of the shared data, followed by the shared data. The headroom holds one frame's headers, so one
+//! frame of a buffer is in flight at a time: `frame` refuses a second one with
+//! [`FrameError::InFlight`] and never waits (the caller copies the data into a fresh buffer for that
+//! send). The buffer returns to the pool when its last reference goes: the last handle dropped (into
+//! the depot) or the last frame released (into the cache that releases it), whichever comes last, on
+//! whatever thread. [`SharedPacket::try_into_packet`] takes a buffer with no other reference back
+//! for writing. [`Pool::audit`] counts the buffers shared, and a leaked one is missing in
+//! [`Pool::check_leaks`].
+//!
+//! **The state word.** One `AtomicU32` in the buffer's header: bit 0 is set while a frame is in
+//! flight, the rest count references (handles, and the frame in flight). It is in the header, not a
+//! side array, because a driver frees a frame by index alone.
+//!
+//! **How frames come back.** A frame's [`index`](Packet::index) is the buffer's with [`FRAME_TAG`]
+//! (bit 31) set; pools hold at most [`MAX_BUFFERS`] (2^31) buffers, so no plain index has it. A
+//! DMA driver puts that index in its ring as usual and hands it back to [`PoolCache::free_burst`] on
+//! TX completion (the 82599 driver does, unchanged): the tagged index fails `free_burst`'s range check
+//! and lands in its existing per-index loop, which releases the frame's reference. A frame dropped as
+//! a packet (a TAP device drops it once written) borrows its cache's *frames cache*, a cache of size
+//! zero, so its drop always takes the existing "cache full" branch, which releases the reference.
+//! [`PoolCache::reclaim`] releases tokens sent back through a channel, and
+//! [`PoolCache::frame_from_raw`] rebuilds a frame from its token. Packet channels refuse frames
+//! ([`PacketPushError::SharedFrame`]): a receiver would rebuild a plain, writable packet. A device
+//! that recomputes the index from a DMA address on completion (AF_XDP's completion ring) loses the
+//! tag and would keep the reference forever: such a device must keep the token.
+//!
+//! **What a frame may write.** Only the bytes in front of the shared data: on a frame,
+//! [`Packet::data_mut`] covers the data's bytes in front of it (the headers) and
+//! [`Packet::buffer_mut`] the headroom; [`Packet::extend_from_slice`] and a [`Packet::prepend`] once
+//! the data starts inside the shared data are [`PacketError::SharedPayload`]. Safe code therefore
+//! cannot write the shared data while other handles read it. A device (the `unsafe` side) must only
+//! read a frame's buffer, never receive into it, and free each token once.
+//!
+//! **Cost for plain packets.** Nothing on allocation, drop, `free_burst` or receive (the frames cache
+//! and the range check above are the branches those paths already take); the four writers above test
+//! the tag (one compare and branch). `ICOUNT_BENCHES="icount_driver icount_channel" scripts/icount.sh
+//! check` shows it, and `benches/icount_pool.rs` counts a send by reference against a send by copy.
+//!
+//! **Ordering.** (1) *The last reference frees once, after every read.* Dropping a handle
+//! decrements the word with Release; releasing a frame clears the bit and its reference in one
+//! Release read-modify-write. Whoever takes the count to zero, and only they (the decrements are
+//! atomic), then loads the word with Acquire: it reads that last decrement, and every
+//! read-modify-write of the word continues the release sequence of every earlier one, so the load
+//! synchronises with all of them, and every other holder's reads of the data (and a device's reads
+//! of a frame) happen before the buffer is freed and reused. This is `Arc`'s argument, with an
+//! Acquire load where `Arc` has a fence (the same edge; ThreadSanitizer models loads, not fences,
+//! as `Arc` itself does under it). (2) *One frame at a time, after the last one's device reads.*
+//! `frame` takes the bit with a compare-exchange (Acquire) that fails while it is set; the release
+//! above clears it (Release) only once the device is done with the frame. So the previous device's
+//! reads of the headroom happen before the next frame's header writes. The device reads a frame's
+//! headers after the sending core wrote them through the device's own publication (a channel's
+//! Release/Acquire, or the 82599 driver's Release fence before its tail write). (3) *Clones are
+//! Relaxed*: a reference is made from a live one, so the count cannot reach zero meanwhile, and the
+//! handle reaches another core only through something that synchronises, which also publishes the
+//! data written before [`Packet::into_shared`]. (4) *Taking the buffer back*
+//! ([`SharedPacket::try_into_packet`]) is a compare-exchange from one reference to none with
+//! Acquire, pairing with the others' Release decrements like (1). loom checks (1) and (2) in
+//! `tests/loom_shared.rs` (each model fails with its Acquire, its Release or its in-flight check
+//! removed); `tests/shared_stress.rs` runs cores sharing and dropping buffers under
+//! ThreadSanitizer.
 //!
 //! # Example
 //!

@@ -14,7 +14,7 @@ use std::ptr::NonNull;
 use super::cache::Local;
 use super::region::{FRAME, FRAME_TAG, FullHeader, Header, MAX_STATE, REF, Release, SHARED_PAYLOAD_OFFSET};
 use super::{FrameError, HEADER_SIZE, Packet, PacketError, Pool, PoolCache, Shared};
-use crate::sync::{Ordering, fence};
+use crate::sync::Ordering;
 
 /// A pool buffer shared by reference: its data is read-only, `Clone` adds a reference (one atomic
 /// increment), and the buffer goes back to the pool when the last reference goes, whichever thread
@@ -25,6 +25,29 @@ use crate::sync::{Ordering, fence};
 /// device's `tx_burst` with only the headers written per send, into the headroom in front of the
 /// data; [`SharedPacket::try_into_packet`] takes the buffer back for writing once no other reference
 /// is left.
+///
+/// ```
+/// use netchannel::pool::{FrameError, HugePages, Pool};
+///
+/// let pool = Pool::builder(64).hugepages(HugePages::Never).build()?;
+/// let cache = pool.cache();
+/// let mut segment = cache.alloc().expect("a free buffer");
+/// segment.extend_from_slice(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")?;
+/// let segment = segment.into_shared().expect("a plain packet");
+/// let for_another_core = segment.clone(); // Send + Sync: one atomic increment
+///
+/// let mut frame = segment.frame(&cache, 54)?; // Ethernet, IPv4, TCP headers in the headroom
+/// frame.data_mut().copy_from_slice(&[0u8; 54]); // only the headers are writable
+/// assert_eq!(frame.len(), 54 + segment.len());
+/// // Its headers occupy the headroom until the device is done: this send copies instead.
+/// assert_eq!(for_another_core.frame(&cache, 54).unwrap_err(), FrameError::InFlight);
+/// drop(frame); // the device is done with it (TAP: written; 82599: `free_burst` on completion)
+///
+/// drop((segment, for_another_core)); // the last reference frees the buffer
+/// drop(cache);
+/// pool.check_leaks()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct SharedPacket {
     pool: Pool,
     slot: NonNull<u8>,
@@ -332,23 +355,27 @@ impl Drop for SharedPacket {
     fn drop(&mut self) {
         let shared = &*self.pool.shared;
         // Release: this handle's reads of the data happen before the decrement, so before the
-        // Acquire fence of whoever drops the last reference and frees the buffer.
+        // Acquire of whoever drops the last reference and frees the buffer.
         if shared.state(self.index).fetch_sub(REF, Ordering::Release) != REF {
             return;
         }
-        // Acquire: pairs with every other reference's Release decrement (the read-modify-writes
-        // form one release sequence), so all their reads happen before the buffer is reused.
-        fence(Ordering::Acquire);
         shared.last_reference_gone(self.index);
         shared.lock_depot().free.push(self.index);
     }
 }
 
 impl Shared {
-    /// Records that buffer `index` stops being shared (its last reference went): the count for
-    /// [`Pool::audit`], and under loom an exclusive access to the buffer and its headroom, which the
-    /// model checker reports unless every reference's accesses happen before it.
+    /// Called by whoever took buffer `index`'s last reference (its count to zero) before it frees
+    /// the buffer: orders every other reference's accesses before the free, counts the buffer
+    /// unshared for [`Pool::audit`], and under loom makes an exclusive access to the buffer and its
+    /// headroom, which the model checker reports unless every reference's accesses happen before it.
     pub(super) fn last_reference_gone(&self, index: u32) {
+        // Acquire: reads the decrement that took the count to zero (or a later value), which
+        // continues the release sequence of every earlier Release decrement and frame release (they
+        // are all read-modify-writes of this word), so it synchronises with each: every reference's
+        // reads happen before the buffer is reused. `Arc`'s argument, with an Acquire load in place
+        // of its fence: the same edge, and one that ThreadSanitizer models (it ignores fences).
+        let _ = self.state(index).load(Ordering::Acquire);
         self.track(index);
         self.track(index | FRAME_TAG);
         // Relaxed: a count for `Pool::audit`.
@@ -379,15 +406,13 @@ impl PoolCache {
         // The device's accesses to the frame end here.
         shared.track(token);
         // Release: the frame's accesses (the device's reads) happen before the next frame's header
-        // writes (its Acquire compare-exchange) and before the final free (its Acquire fence).
+        // writes (its Acquire compare-exchange) and before the final free (`last_reference_gone`).
         let released = shared.state(index).fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
             (s & FRAME != 0 && s >= REF + FRAME).then(|| s - (REF + FRAME))
         });
         match released {
             Err(_) => Release::Rejected,
             Ok(old) if old == REF + FRAME => {
-                // Acquire: as in `SharedPacket::drop`.
-                fence(Ordering::Acquire);
                 shared.last_reference_gone(index);
                 Release::Freed(index)
             }
