@@ -375,13 +375,16 @@ impl PoolCache {
     }
 
     /// Returns every free buffer this cache holds to the depot (for a thread about to go idle, so
-    /// others can use them).
+    /// others can use them), and those of its frames cache (`PoolCache::frames`).
     pub fn flush(&self) {
         self.with_local(|l| {
             if !l.stack.is_empty() {
                 self.spill(l, l.stack.len());
             }
         });
+        if let Some(frames) = self.frames.get() {
+            frames.flush();
+        }
     }
 }
 

@@ -86,8 +86,9 @@ impl PacketTx {
     ///
     /// # Errors
     ///
-    /// The packet comes back in [`PacketPushError::Full`] when the channel is full and in
-    /// [`PacketPushError::WrongPool`] when it is not from this channel's pool.
+    /// The packet comes back in [`PacketPushError::Full`] when the channel is full, in
+    /// [`PacketPushError::WrongPool`] when it is not from this channel's pool, and in
+    /// [`PacketPushError::SharedFrame`] when it is a frame of a shared buffer.
     #[inline]
     pub fn push<'c>(&mut self, packet: Packet<'c>) -> Result<(), PacketPushError<'c>> {
         if packet.cache.pool.shared.id != self.pool_id {

@@ -348,6 +348,9 @@ impl<'c> Packet<'c> {
     /// Gives up the handle without freeing the buffer and returns its index: ownership now travels
     /// as the index (through a channel, into a NIC descriptor). The metadata stays in the buffer;
     /// [`PoolCache::packet_from_raw`] rebuilds the packet, and [`PoolCache::free_burst`] frees it.
+    /// A frame of a shared buffer returns its token (the index with
+    /// [`FRAME_TAG`](super::FRAME_TAG)): [`PoolCache::frame_from_raw`] rebuilds it, and
+    /// [`PoolCache::free_burst`] releases it.
     #[must_use = "the buffer leaks unless the index is turned back into a packet or freed"]
     #[inline]
     pub fn into_raw(self) -> u32 {
@@ -412,6 +415,8 @@ impl PoolCache {
     /// [`Packet::into_raw`] or [`PoolCache::alloc_burst`], possibly through a channel, and nobody
     /// else kept it), and no other packet for it exists. Two handles on one buffer would hand out
     /// aliasing `&mut` references to its bytes; an out-of-range index would point outside the region.
+    /// A frame's token (with [`FRAME_TAG`](super::FRAME_TAG)) is not an index:
+    /// [`PoolCache::frame_from_raw`] takes it.
     #[must_use]
     #[inline]
     pub unsafe fn packet_from_raw(&self, index: u32) -> Packet<'_> {

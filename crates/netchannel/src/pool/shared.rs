@@ -266,7 +266,8 @@ impl SharedPacket {
     /// the bytes in front of the shared data). The frame holds a reference: the buffer stays while
     /// it is in flight, however it is freed (dropped, or its [`index`](Packet::index), which carries
     /// [`FRAME_TAG`], handed to [`PoolCache::free_burst`] by a driver on TX completion). Never
-    /// blocks.
+    /// blocks. The frame starts with no [offload metadata](super::Offload) (set it with
+    /// [`Packet::set_offload`]).
     ///
     /// # Errors
     ///
@@ -332,6 +333,7 @@ impl SharedPacket {
         // handle its only owner: nothing else reads or writes it.
         let mut packet = unsafe { cache.packet_from_raw(this.index) };
         packet.set_header(this.off as usize, this.len as usize);
+        packet.set_offload(super::Offload::NONE); // whatever the last frame asked for
         // SAFETY: `this` is never used or dropped again, so its pool handle is moved out once.
         drop(unsafe { std::ptr::read(&raw const this.pool) });
         Ok(packet)
@@ -386,7 +388,8 @@ impl Shared {
 impl PoolCache {
     /// The cache that frames of shared buffers borrow ([`SharedPacket::frame`]): its cache size is
     /// zero, so a frame's drop takes [`PoolCache::push_free`]'s cold path, which releases the
-    /// frame's reference: plain packets pay nothing for it. Made on first use.
+    /// frame's reference: plain packets pay nothing for it. Made on first use, registered like any
+    /// cache ([`Audit::live_caches`](super::Audit::live_caches) counts it), dropped with this one.
     pub(super) fn frames(&self) -> &Self {
         self.frames.get_or_init(|| Box::new(self.pool.new_cache(0)))
     }
@@ -567,6 +570,9 @@ mod tests {
         drop(frame);
         assert_eq!(pool.audit().shared, 0);
         assert_eq!(pool.audit().outstanding, 0);
+        // Freed into the frames cache; a flush empties it too.
+        cache.flush();
+        assert_eq!(pool.audit().in_caches, 0);
         drop(cache);
         pool.check_leaks().unwrap();
     }
@@ -638,11 +644,13 @@ mod tests {
         let twin = shared.clone();
         let shared = shared.try_into_packet(&cache).unwrap_err();
         drop(twin);
-        let frame = shared.frame(&cache, 1).unwrap();
+        let mut frame = shared.frame(&cache, 1).unwrap();
+        frame.set_offload(crate::pool::Offload::NONE.with_partial_checksum(1, 16));
         let shared = shared.try_into_packet(&cache).unwrap_err();
         drop(frame);
         let mut packet = shared.try_into_packet(&cache).unwrap();
         assert_eq!((packet.data(), packet.headroom()), (&b"abc"[..], 128));
+        assert_eq!(packet.offload(), crate::pool::Offload::NONE, "not the last frame's");
         packet.data_mut()[0] = b'x';
         packet.extend_from_slice(b"d").unwrap();
         assert_eq!(pool.audit().shared, 0);
