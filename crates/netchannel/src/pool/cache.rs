@@ -36,6 +36,11 @@ pub struct CacheStats {
     pub spills: u64,
     /// Out-of-range indices passed to `free_burst` or found in a reclaimed channel, and ignored.
     pub rejected: u64,
+    /// Frames of shared buffers taken on this cache ([`SharedPacket::frame`](super::SharedPacket::frame)).
+    pub frames: u64,
+    /// Frames refused on this cache because another frame of the buffer was in flight (the
+    /// caller copied instead).
+    pub frames_refused: u64,
 }
 
 /// The state only the owning thread touches.

@@ -69,7 +69,7 @@
 //! of the shared data, followed by the shared data. The headroom holds one frame's headers, so one
 //! frame of a buffer is in flight at a time: `frame` refuses a second one with
 //! [`FrameError::InFlight`] and never waits (the caller copies the data into a fresh buffer for that
-//! send). The buffer returns to the pool when its last reference goes: the last handle dropped (into
+//! send; [`CacheStats::frames`] and [`CacheStats::frames_refused`] count both outcomes). The buffer returns to the pool when its last reference goes: the last handle dropped (into
 //! the depot) or the last frame released (into the cache that releases it), whichever comes last, on
 //! whatever thread. [`SharedPacket::try_into_packet`] takes a buffer with no other reference back
 //! for writing. [`Pool::audit`] counts the buffers shared, and a leaked one is missing in

@@ -288,6 +288,7 @@ impl SharedPacket {
         let mut cur = state.load(Ordering::Relaxed);
         loop {
             if cur & FRAME != 0 {
+                cache.with_local(|l| l.stats.frames_refused += 1);
                 return Err(FrameError::InFlight);
             }
             if cur > MAX_STATE {
@@ -306,6 +307,7 @@ impl SharedPacket {
         // SAFETY: the slot's header is aligned and in the region; the frame bit (taken above) makes
         // this the only frame, and shared handles never read the header's window or offload fields.
         unsafe { self.slot.cast::<FullHeader>().write(header) };
+        cache.with_local(|l| l.stats.frames += 1);
         Ok(Packet { cache: cache.frames(), slot: self.slot, index: self.index | FRAME_TAG })
     }
 
@@ -528,6 +530,7 @@ mod tests {
         assert_eq!((shared.ref_count(), shared.frame_in_flight()), (2, true));
         assert_eq!(shared.frame(&cache, 4).unwrap_err(), FrameError::InFlight);
         assert_eq!(shared.clone().frame(&cache, 4).unwrap_err(), FrameError::InFlight);
+        assert_eq!((cache.stats().frames, cache.stats().frames_refused), (1, 2));
         // Writes that would reach the shared data are refused, never done.
         assert_eq!(frame.extend_from_slice(b"!"), Err(PacketError::SharedPayload));
         frame.strip_front(5).unwrap();
