@@ -359,7 +359,7 @@ mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver
 /// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
 /// next to [`Stack::send_prepared`].
 pub use crate::tcp::{PreparedSegments, PreparedSlice};
-pub use config::{Config, Error, Ipv6Config, ListenerConfig};
+pub use config::{Config, ConfigError, Error, Ipv6Config, ListenerConfig};
 pub use ipv4::PingReply;
 pub use listener::AcceptHook;
 pub use migrate::{AdoptError, Detached};
@@ -464,6 +464,9 @@ pub struct Stack {
     /// The UDP sockets.
     udp: udp::UdpTable,
     ident: u16,
+    /// The frame being received arrived with a checksum trusted (`Offload::checksum_trusted`):
+    /// its TCP or UDP checksum is not verified.
+    rx_trusted: bool,
     stats: StackStats,
     /// What the connections' rings hold together ([`Config::buffer_memory`]).
     budget: Arc<BufferBudget>,
@@ -526,7 +529,7 @@ impl Stack {
             time_wait: FlowMap::new(tables),
             time_wait_order: VecDeque::new(),
             frames: VecDeque::new(),
-            scratch: vec![0; usize::from(config.tcp.mss)],
+            scratch: vec![0; usize::from(config.tcp.mss).max(config.super_segment_limit())],
             batch: BatchStorage::new(poll::BURST),
             spares: Vec::with_capacity(connections::MAX_SPARES),
             port_filter: None,
@@ -534,6 +537,7 @@ impl Stack {
             ping_replies: VecDeque::new(),
             udp: udp::UdpTable::new(tables, config.icmp_errors),
             ident: 0,
+            rx_trusted: false,
             stats: StackStats::default(),
             budget: Arc::new(BufferBudget::new(config.buffer_memory)),
         };

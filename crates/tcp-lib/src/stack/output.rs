@@ -7,13 +7,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Instant;
 
 use netchannel::dev::PacketBatch;
-use netchannel::pool::PoolCache;
+use netchannel::pool::{GsoKind, Offload, PoolCache};
 
 use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
 use super::{ETH_LEN, IP_LEN, IP6_LEN, Stack, emit};
-use crate::tcp::State;
+use crate::tcp::{State, Transmit};
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
@@ -265,6 +265,8 @@ impl Stack {
         let remote_ip = ends.1.ip();
         let Some(hop) = self.next_hop(remote_ip) else { return Drained::All };
         let ip_len = if remote_ip.is_ipv6() { IP6_LEN } else { IP_LEN };
+        let super_max = self.super_payload(ip_len, cache);
+        let partial = self.config.tx_partial_checksum;
         loop {
             let mac = self.neighbor_lookup(hop);
             if mac.is_some() && out.is_full() {
@@ -272,6 +274,9 @@ impl Stack {
             }
             let ident = self.ident.wrapping_add(1);
             let Some(e) = self.slots.get_mut(index) else { return Drained::All };
+            // Super-segments only into pool buffers: a frame queued for ARP goes out without
+            // offloads.
+            e.conn.set_super_segment_limit(if mac.is_some() { super_max } else { 0 });
             let Some(mac) = mac else {
                 // Unresolved next hop: the segment waits (bounded) in the ARP queue.
                 let Some((t, lent)) = e.conn.poll_transmit_prepared(now, &mut self.scratch) else {
@@ -282,7 +287,7 @@ impl Stack {
                     None => t.segment(&self.scratch),
                 };
                 let mut frame = vec![0u8; ETH_LEN + ip_len + seg.buffer_len()];
-                emit::segment(&mut frame[ETH_LEN..], &seg, ends, t.ect, ident, &self.config);
+                emit::segment(&mut frame[ETH_LEN..], &seg, ends, (t.ect, false), ident, &self.config);
                 self.ident = ident;
                 self.send_frame_to(hop, frame);
                 continue;
@@ -313,14 +318,22 @@ impl Stack {
                         &seg,
                         slice,
                         ends,
-                        t.ect,
+                        (t.ect, partial),
                         ident,
                         &self.config,
                     );
                     self.stats.tx_prepared += 1;
                     self.stats.tx_prepared_sums += u64::from(precomputed);
                 }
-                None => emit::segment(&mut data[ETH_LEN..], &seg, ends, t.ect, ident, &self.config),
+                None => {
+                    emit::segment(&mut data[ETH_LEN..], &seg, ends, (t.ect, partial), ident, &self.config)
+                }
+            }
+            if partial {
+                packet.set_offload(offload_for(&t, &seg, ip_len, remote_ip.is_ipv6()));
+                if t.segment_size != 0 {
+                    self.stats.tx_super_segments += 1;
+                }
             }
             if out.push(packet).is_err() {
                 self.stats.tx_dropped += 1;
@@ -365,4 +378,33 @@ impl Stack {
 enum Drained {
     All,
     Stopped,
+}
+
+/// The offload metadata of a connection's segment `t` (header `seg`) sent with a partial
+/// checksum: the TCP checksum at `ETH_LEN + ip_len + 16`, and for a super-segment the cut size
+/// and the headers each cut repeats, with ECN when the first cut carries CWR.
+fn offload_for(t: &Transmit, seg: &TcpRepr<'_>, ip_len: usize, v6: bool) -> Offload {
+    let l4 = u16::try_from(ETH_LEN + ip_len).unwrap_or(u16::MAX);
+    let offload = Offload::NONE.with_partial_checksum(l4, 16);
+    if t.segment_size == 0 {
+        return offload;
+    }
+    let kind = if v6 { GsoKind::Tcp6 } else { GsoKind::Tcp4 };
+    let header_len = l4.saturating_add(u16::try_from(seg.header_len()).unwrap_or(u16::MAX));
+    let offload = offload.with_segmentation(kind, t.segment_size, header_len);
+    if seg.cwr { offload.with_ecn() } else { offload }
+}
+
+impl Stack {
+    /// The most payload bytes of a super-segment to a peer behind an IP header of `ip_len`
+    /// bytes: the configured limit ([`Config::super_segment_limit`]) clamped to what a buffer
+    /// of `cache`'s pool holds behind the Ethernet header, less the headers (the TCP header at
+    /// its longest, 60 bytes); 0 when off.
+    fn super_payload(&self, ip_len: usize, cache: &PoolCache) -> usize {
+        let limit = self.config.super_segment_limit();
+        if limit == 0 {
+            return 0;
+        }
+        limit.min(cache.pool().data_room().saturating_sub(ETH_LEN)).saturating_sub(ip_len + 60)
+    }
 }

@@ -120,7 +120,7 @@ impl Connection {
     /// 128-byte `Transmit` to change one field costs a `memcpy` per segment).
     fn transmit_ect(&mut self, repr: TcpRepr<'static>, payload_len: usize, ect: bool) -> Transmit {
         self.stats.segments_out += 1;
-        Transmit { repr, payload_len, ect }
+        Transmit { repr, payload_len, ect, segment_size: 0 }
     }
 
     /// The next segment to send, its payload copied into `buf` (see [`Transmit`] for the
@@ -379,7 +379,17 @@ impl Connection {
             self.cc.window().saturating_add(extra + self.recovery.tlp_budget).saturating_sub(cc_flight)
         };
         let usable = self.snd.wnd.saturating_sub(in_flight).min(cc_room);
-        let mut size = unsent.min(usable).min(mss).min(buf.len());
+        // A super-segment (TSO) holds whole segments; more only when a device cuts it.
+        let most = if self.snd.super_max > mss { self.snd.super_max / mss * mss } else { mss };
+        let mut size = unsent.min(usable).min(most).min(buf.len());
+        if size > mss && size % mss != 0 {
+            // The short last segment goes along only where the data ends and Nagle would let it go
+            // now (Linux's tcp_mss_split_point); else the super-segment stops at a whole segment.
+            let tail_ok = size == unsent && (self.snd.nodelay || in_flight == 0 || self.snd.fin_queued);
+            if !tail_ok {
+                size -= size % mss;
+            }
+        }
         // A resend stops at the next SACKed byte.
         let mut clipped = false;
         if self.snd.nxt < self.snd.max
@@ -391,7 +401,7 @@ impl Connection {
         }
         // Prepared content goes in its own segments, on its cuts (their sums are precomputed).
         if self.snd.stream.has_pieces()
-            && let Some(limit) = self.snd.stream.prepared_limit(sent, mss)
+            && let Some(limit) = self.snd.stream.prepared_limit(sent, if size > mss { most } else { mss })
             && limit < size
         {
             size = limit;
@@ -458,7 +468,14 @@ impl Connection {
             self.snd.fin_seq = Some(seq + n);
         }
         if self.config.rack {
-            self.recovery.rack.on_sent(seq, end, now, seq < self.snd.max);
+            // Each segment a super-segment is cut into is a transmission of its own to RACK, so
+            // that the loss of one is told apart from its delivered neighbours.
+            let mut start = seq;
+            while distance(start, end) > mss {
+                self.recovery.rack.on_sent(start, start + mss, now, seq < self.snd.max);
+                start += mss;
+            }
+            self.recovery.rack.on_sent(start, end, now, seq < self.snd.max);
         }
         self.prr_sent(n);
         self.snd.nxt = end;
@@ -466,7 +483,12 @@ impl Connection {
         self.timers.rto.get_or_insert(now + self.rtt.rto());
         self.timers.persist = None;
         self.arm_tlp(now);
-        Some(self.transmit_ect(repr, n, ect))
+        let mut t = self.transmit_ect(repr, n, ect);
+        if n > mss {
+            t.segment_size = u16::try_from(mss).unwrap_or(u16::MAX);
+            self.stats.segments_out += (n.div_ceil(mss) - 1) as u64;
+        }
+        Some(t)
     }
 
     /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,
