@@ -293,15 +293,21 @@ fn bulk_transfer_in_super_segments_cut_in_software_is_byte_exact() {
 
 #[test]
 fn a_lost_cut_segment_is_repaired_by_one_segment() {
-    for v6 in [false, true] {
+    for (v6, rack) in [(false, false), (true, false), (false, true), (true, true)] {
         let pool = pool();
         let cache = pool.cache();
         let mut rig = rig(&pool, v6, Mode::Segment, true, 65_535);
+        if rack {
+            // RACK (RFC 8985) logs each cut as a transmission of its own.
+            let mut c = *rig.a.config();
+            c.tcp.rack = true;
+            rig.a = Stack::new(c, rig.now);
+        }
         // The third cut of the 20th super-segment is lost.
         rig.dev_a.drop = Some((20, 2));
         let data = Rng(9).bytes(4 << 20);
         let (got, _) = rig.transfer(&cache, v6, &data);
-        assert!(got == data, "byte-exact after the loss (v6: {v6})");
+        assert!(got == data, "byte-exact after the loss (v6: {v6}, RACK: {rack})");
         let lost = rig.dev_a.dropped.expect("a cut segment was dropped");
         let mss = mss_of(v6);
         assert_eq!(lost.len, mss, "a whole cut segment was lost");
@@ -412,4 +418,48 @@ fn offload_settings_are_checked_and_clamped() {
     c.tso_max_size = 100_000;
     let e = c.check_offloads(1 << 20).unwrap_err().to_string();
     assert!(e.contains("65535"), "{e}");
+}
+
+/// The TCP data frames A sends on its next poll, taken off the wire before B sees them: payload
+/// length, PSH, and the segment size of a super-segment.
+fn data_frames(rig: &mut Rig, cache: &PoolCache) -> Vec<(usize, bool, Option<u16>)> {
+    rig.a.poll(rig.now, &mut rig.dev_a, cache).unwrap();
+    let mut batch = PacketBatch::with_capacity(64);
+    rig.dev_b.rx_burst(0, cache, &mut batch).unwrap();
+    let mut frames = Vec::new();
+    for packet in batch.drain() {
+        let Some((_, len)) = tcp_data(packet.data()) else { continue };
+        let tcp = &packet.data()[14 + 20..];
+        let psh = TcpPacket::new_checked(tcp).is_ok_and(|t| t.psh());
+        frames.push((len, psh, packet.offload().segmentation().map(|(_, mss, _)| mss)));
+    }
+    frames
+}
+
+#[test]
+fn a_short_tail_goes_along_only_where_nagle_lets_it() {
+    let pool = pool();
+    let cache = pool.cache();
+    let mut rig = rig(&pool, false, Mode::Pass, true, 65_535);
+    let (c, _) = rig.open(&cache, false);
+    let mss = mss_of(false);
+    let seg = u16::try_from(mss).unwrap();
+    // Past the initial window (RFC 3390: 4380 bytes here), all acknowledged.
+    rig.a.send(c, &[0; 64 * 1024]).unwrap();
+    for _ in 0..300 {
+        rig.step(&cache, &mut |_, p| p.len());
+    }
+    assert!(rig.a.connection_stats(c).unwrap().cwnd > 8 * mss);
+    // Nothing in flight: three segments and the short rest in one super-segment, PSH at its end.
+    rig.a.send(c, &vec![1; 3 * mss + 100]).unwrap();
+    assert_eq!(data_frames(&mut rig, &cache), [(3 * mss + 100, true, Some(seg))]);
+    // With that unacknowledged, Nagle holds the short rest of the next write back.
+    rig.a.send(c, &vec![2; 3 * mss + 100]).unwrap();
+    let frames = data_frames(&mut rig, &cache);
+    assert_eq!(frames.iter().map(|f| (f.0, f.2)).collect::<Vec<_>>(), [(3 * mss, Some(seg))]);
+    // A single segment's worth is an ordinary segment.
+    rig.a.set_nodelay(c, true).unwrap();
+    rig.a.send(c, &vec![3; 500]).unwrap();
+    assert_eq!(data_frames(&mut rig, &cache), [(600, true, None)]);
+    rig.finish(cache, &pool);
 }
