@@ -12,6 +12,7 @@ use crate::tcp::BufferBudget;
 use crate::tcp::{self, ConnectionError};
 use crate::wire::ipv4::reassembly::Config as ReassemblyConfig;
 use crate::wire::{ChecksumPolicy, EthernetAddress, Ipv4Cidr, Ipv6Cidr};
+use netchannel::dev::DeviceOffloads;
 #[cfg(doc)]
 use netchannel::pool::Offload;
 
@@ -184,6 +185,32 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// This configuration with the transmit offloads `offloads` (a device's
+    /// [`DeviceInfo::offloads`](netchannel::dev::DeviceInfo::offloads)) offers:
+    /// [`tx_partial_checksum`](Self::tx_partial_checksum) when it finishes partial checksums, and
+    /// [`tso_max_size`](Self::tso_max_size) its largest super-segment when it also cuts them (0
+    /// otherwise). What it reports on receive needs no setting: [`Stack::poll`] reads each frame's
+    /// metadata.
+    ///
+    /// ```
+    /// # use std::net::Ipv4Addr;
+    /// use netchannel::dev::DeviceOffloads;
+    /// # use tcp_lib::stack::Config;
+    /// # use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    /// # let cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24).expect("a /24");
+    /// let tap = DeviceOffloads { tx_checksum: true, tx_tso_max: 65_535, ..DeviceOffloads::NONE };
+    /// let config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr).with_device_offloads(tap);
+    /// assert!(config.tx_partial_checksum && config.tso_max_size == 65_535);
+    /// let plain = config.with_device_offloads(DeviceOffloads::NONE);
+    /// assert!(!plain.tx_partial_checksum && plain.tso_max_size == 0);
+    /// ```
+    #[must_use]
+    pub fn with_device_offloads(mut self, offloads: DeviceOffloads) -> Self {
+        self.tx_partial_checksum = offloads.tx_checksum;
+        self.tso_max_size = if offloads.tx_checksum { offloads.tx_tso_max as usize } else { 0 };
+        self
     }
 
     /// The super-segment limit in IP bytes [`Stack::new`] keeps: 0 without partial checksums,
