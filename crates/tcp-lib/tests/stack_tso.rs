@@ -463,3 +463,55 @@ fn a_short_tail_goes_along_only_where_nagle_lets_it() {
     assert_eq!(data_frames(&mut rig, &cache), [(600, true, None)]);
     rig.finish(cache, &pool);
 }
+
+#[test]
+fn a_connection_adopted_by_a_stack_without_tso_sends_ordinary_segments() {
+    let pool = pool();
+    let cache = pool.cache();
+    let mut rig = rig(&pool, false, Mode::Segment, true, 65_535);
+    let (c, s) = rig.open(&cache, false);
+    rig.a.send(c, &[5; 256 * 1024]).unwrap();
+    let mut got = 0;
+    for _ in 0..20 {
+        rig.step(&cache, &mut |_, p| {
+            got += p.len();
+            p.len()
+        });
+    }
+    assert!(rig.dev_a.supers > 0, "super-segments before the move");
+    // The same address on a stack without offloads takes the connection over.
+    let detached = rig.a.detach(c).unwrap();
+    let mut plain = *rig.a.config();
+    plain.tx_partial_checksum = false;
+    plain.tso_max_size = 0;
+    plain.gratuitous_arp = false;
+    rig.a = Stack::new(plain, rig.now);
+    rig.a.learn_neighbor(B_IP, rig.b.config().mac);
+    let c = rig.a.adopt(detached, rig.now).unwrap();
+    let (supers, partial) = (rig.dev_a.supers, rig.dev_a.partial_only);
+    let data = Rng(13).bytes(1 << 20);
+    let mut sent = 0;
+    for _ in 0..5_000 {
+        if sent < data.len()
+            && let Ok(n) = rig.a.send(c, &data[sent..])
+        {
+            sent += n;
+        }
+        rig.step(&cache, &mut |_, p| {
+            got += p.len();
+            p.len()
+        });
+        if got == 256 * 1024 + data.len() {
+            break;
+        }
+    }
+    assert_eq!(got, 256 * 1024 + data.len(), "everything arrived");
+    assert_eq!(
+        (rig.dev_a.supers, rig.dev_a.partial_only),
+        (supers, partial),
+        "no offload asked after the move"
+    );
+    assert!(rig.dev_a.wire.iter().all(|w| w.len <= mss_of(false)));
+    let _ = s;
+    rig.finish(cache, &pool);
+}

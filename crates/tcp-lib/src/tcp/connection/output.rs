@@ -379,16 +379,9 @@ impl Connection {
             self.cc.window().saturating_add(extra + self.recovery.tlp_budget).saturating_sub(cc_flight)
         };
         let usable = self.snd.wnd.saturating_sub(in_flight).min(cc_room);
-        // A super-segment (TSO) holds whole segments; more only when a device cuts it.
-        let most = if self.snd.super_max > mss { self.snd.super_max / mss * mss } else { mss };
-        let mut size = unsent.min(usable).min(most).min(buf.len());
-        if size > mss && size % mss != 0 {
-            // The short last segment goes along only where the data ends and Nagle would let it go
-            // now (Linux's tcp_mss_split_point); else the super-segment stops at a whole segment.
-            let tail_ok = size == unsent && (self.snd.nodelay || in_flight == 0 || self.snd.fin_queued);
-            if !tail_ok {
-                size -= size % mss;
-            }
+        let mut size = unsent.min(usable).min(mss).min(buf.len());
+        if size == mss && self.snd.super_max > mss {
+            size = self.super_size(unsent.min(usable).min(buf.len()), unsent, in_flight, mss);
         }
         // A resend stops at the next SACKed byte.
         let mut clipped = false;
@@ -401,7 +394,8 @@ impl Connection {
         }
         // Prepared content goes in its own segments, on its cuts (their sums are precomputed).
         if self.snd.stream.has_pieces()
-            && let Some(limit) = self.snd.stream.prepared_limit(sent, if size > mss { most } else { mss })
+            && let Some(limit) =
+                self.snd.stream.prepared_limit(sent, if size > mss { usize::MAX } else { mss })
             && limit < size
         {
             size = limit;
@@ -454,7 +448,8 @@ impl Connection {
             self.snd.last_seg = seq;
         }
         if seq < self.snd.max {
-            self.stats.retransmits += 1;
+            // A resent super-segment is as many retransmissions as it has segments.
+            self.stats.retransmits += n.div_ceil(mss).max(1) as u64;
             if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
                 self.snd.rtt_timing = None;
             }
@@ -468,14 +463,7 @@ impl Connection {
             self.snd.fin_seq = Some(seq + n);
         }
         if self.config.rack {
-            // Each segment a super-segment is cut into is a transmission of its own to RACK, so
-            // that the loss of one is told apart from its delivered neighbours.
-            let mut start = seq;
-            while distance(start, end) > mss {
-                self.recovery.rack.on_sent(start, start + mss, now, seq < self.snd.max);
-                start += mss;
-            }
-            self.recovery.rack.on_sent(start, end, now, seq < self.snd.max);
+            self.rack_sent(seq, end, now, mss);
         }
         self.prr_sent(n);
         self.snd.nxt = end;
@@ -486,9 +474,33 @@ impl Connection {
         let mut t = self.transmit_ect(repr, n, ect);
         if n > mss {
             t.segment_size = u16::try_from(mss).unwrap_or(u16::MAX);
-            self.stats.segments_out += (n.div_ceil(mss) - 1) as u64;
+            self.stats.segments_out += n.div_ceil(mss) as u64 - 1;
         }
         Some(t)
+    }
+
+    /// The payload of a super-segment (TSO) when `fits` bytes (at least one segment of `mss`)
+    /// fit the windows and the buffer: whole segments up to the limit, and the short last one
+    /// only where the data ends (`unsent`) and Nagle would let it go now (Linux's
+    /// `tcp_mss_split_point`).
+    #[cold]
+    #[inline(never)]
+    fn super_size(&self, fits: usize, unsent: usize, in_flight: usize, mss: usize) -> usize {
+        let size = fits.min(self.snd.super_max / mss * mss);
+        let tail_ok = size == unsent && (self.snd.nodelay || in_flight == 0 || self.snd.fin_queued);
+        if tail_ok { size } else { size - size % mss }
+    }
+
+    /// Logs `start..end` with RACK: each segment a super-segment is cut into as a transmission of
+    /// its own, so that the loss of one is told apart from its delivered neighbours.
+    fn rack_sent(&mut self, start: SeqNumber, end: SeqNumber, now: Instant, mss: usize) {
+        let retransmission = start < self.snd.max;
+        let mut from = start;
+        while distance(from, end) > mss {
+            self.recovery.rack.on_sent(from, from + mss, now, retransmission);
+            from += mss;
+        }
+        self.recovery.rack.on_sent(from, end, now, retransmission);
     }
 
     /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,
