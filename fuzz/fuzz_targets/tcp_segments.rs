@@ -532,8 +532,7 @@ impl Harness {
         if let Some(budget) = &budget {
             conn.set_budget(budget);
         }
-        let super_limit = setup.super_segments.map_or(0, usize::from);
-        conn.set_super_segment_limit(super_limit);
+        conn.set_super_segment_limit(setup.super_segments.map_or(0, usize::from));
         let iss = SeqNumber::new(setup.iss);
         let irs = SeqNumber::new(setup.irs);
         Self {
@@ -546,7 +545,7 @@ impl Harness {
             buf: vec![0; BUF_LEN],
             buf_len: setup.short_buf.map_or(BUF_LEN, |n| usize::from(n).clamp(1, BUF_LEN)),
             lend: setup.lend,
-            super_limit,
+            super_limit: setup.super_segments.map_or(0, usize::from),
             error: None,
             iss,
             rcv_nxt: irs + 1,
@@ -646,14 +645,10 @@ impl Harness {
         assert_ne!(state, State::Closed, "a closed connection sends only resets");
         let seq = repr.seq_number;
         self.snd_max = self.snd_max.max(seq + repr.segment_len());
-        if t.segment_size == 0 {
-            assert!(payload.len() <= self.conn.send_mss().max(1), "a segment over the MSS");
-        } else {
-            // A super-segment: more than one segment of at most the MSS, within the limit.
-            let cut = usize::from(t.segment_size);
-            assert!(cut <= self.conn.send_mss().max(1), "super-segment cuts over the MSS");
-            assert!(payload.len() > cut && payload.len() <= self.super_limit, "a super-segment's size");
-        }
+        // At most the MSS; a super-segment: more than one cut of at most the MSS, within the limit.
+        let (mss, cut) = (self.conn.send_mss().max(1), usize::from(t.segment_size));
+        let ok = if cut == 0 { payload.len() <= mss } else { cut <= mss && payload.len() > cut };
+        assert!(ok && payload.len() <= mss.max(self.super_limit), "a segment over the MSS or its limit");
         if let Some(ts) = repr.timestamp {
             let ms = ((self.now - self.base).as_millis() % (1 << 32)) as u32;
             let off = ts.tsval.wrapping_sub(ms);
