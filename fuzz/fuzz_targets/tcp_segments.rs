@@ -11,7 +11,8 @@
 //! back and checked. The invariants:
 //! * nothing panics; `poll_transmit` stops; timers move forward (a bounded number fire per advance);
 //! * every transmit emits to bytes that parse back (checksum verified) to the same segment, with
-//!   every SACK block it carries fitting in the options;
+//!   every SACK block it carries fitting in the options; a segment is at most the MSS, or (with a
+//!   super-segment limit, TSO) a super-segment of more than one cut of at most the MSS within it;
 //! * the peer's stream is a function of the sequence number (`peer_byte`): every byte the
 //!   application reads is the byte at its position in that stream, at a position the peer did
 //!   send; every SACK block we send covers bytes the peer sent, above the cumulative ACK;
@@ -195,6 +196,8 @@ struct Setup {
     short_buf: Option<u16>,
     /// Drain with `poll_transmit_prepared` (payload in prepared content is lent).
     lend: bool,
+    /// Let the connection send super-segments of up to this many payload bytes (TSO).
+    super_segments: Option<u16>,
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -473,6 +476,8 @@ struct Harness {
     buf: Vec<u8>,
     buf_len: usize,
     lend: bool,
+    /// The super-segment limit set on the connection (0: none).
+    super_limit: usize,
     /// The last state seen.
     state: State,
     error: Option<ConnectionError>,
@@ -527,6 +532,7 @@ impl Harness {
         if let Some(budget) = &budget {
             conn.set_budget(budget);
         }
+        conn.set_super_segment_limit(setup.super_segments.map_or(0, usize::from));
         let iss = SeqNumber::new(setup.iss);
         let irs = SeqNumber::new(setup.irs);
         Self {
@@ -539,6 +545,7 @@ impl Harness {
             buf: vec![0; BUF_LEN],
             buf_len: setup.short_buf.map_or(BUF_LEN, |n| usize::from(n).clamp(1, BUF_LEN)),
             lend: setup.lend,
+            super_limit: setup.super_segments.map_or(0, usize::from),
             error: None,
             iss,
             rcv_nxt: irs + 1,
@@ -638,7 +645,10 @@ impl Harness {
         assert_ne!(state, State::Closed, "a closed connection sends only resets");
         let seq = repr.seq_number;
         self.snd_max = self.snd_max.max(seq + repr.segment_len());
-        assert!(payload.len() <= self.conn.send_mss().max(1), "a segment over the MSS");
+        // At most the MSS; a super-segment: more than one cut of at most the MSS, within the limit.
+        let (mss, cut) = (self.conn.send_mss().max(1), usize::from(t.segment_size));
+        let ok = if cut == 0 { payload.len() <= mss } else { cut <= mss && payload.len() > cut };
+        assert!(ok && payload.len() <= mss.max(self.super_limit), "a segment over the MSS or its limit");
         if let Some(ts) = repr.timestamp {
             let ms = ((self.now - self.base).as_millis() % (1 << 32)) as u32;
             let off = ts.tsval.wrapping_sub(ms);

@@ -31,11 +31,11 @@ use std::time::{Duration, Instant};
 
 use kernel_support::{
     Family, Host, Observer, OnTap, Sink, Source, env_bytes, in_private_namespace, kernel_connect,
-    kernel_read_all, kernel_write_all, new_pool, open_tap, parse_tcp_any, splitmix, stack_config,
-    thread_netns, with_timeouts,
+    kernel_read_all, kernel_write_all, new_pool, open_tap, our_drain, our_feed, parse_tcp_any, splitmix,
+    stack_config, thread_netns, with_timeouts,
 };
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, PcapWriter};
-use tcp_lib::stack::{Error, ListenerConfig, Stack, StreamId};
+use tcp_lib::stack::{Error, ListenerConfig, StreamId};
 use tcp_lib::tcp::{ConnectionError, Keepalive, State};
 use tcp_lib::wire::TcpControl;
 
@@ -63,34 +63,6 @@ fn kernel_accept(l: &TcpListener) -> Result<TcpStream, String> {
 
 fn kernel_listen(family: Family, port: u16) -> Result<TcpListener, String> {
     TcpListener::bind(family.kernel(port)).map_err(|e| format!("kernel bind :{port}: {e}"))
-}
-
-/// Reads what is buffered on `s` into `sink`; true at the end of the stream.
-fn our_drain(stack: &mut Stack, s: StreamId, sink: &mut Sink, buf: &mut [u8]) -> Result<bool, String> {
-    loop {
-        match stack.recv(s, buf) {
-            Ok(0) => return Ok(true),
-            Ok(n) => sink.put(&buf[..n]),
-            Err(Error::WouldBlock) => return Ok(false),
-            Err(e) => return Err(format!("our recv after {} bytes: {e}", sink.len)),
-        }
-    }
-}
-
-/// Sends what fits of `src` on `s`; shuts the sending side once all is queued.
-fn our_feed(stack: &mut Stack, s: StreamId, src: &mut Source, shut: &mut bool) -> Result<(), String> {
-    while !src.is_done() {
-        match stack.send(s, src.chunk()) {
-            Ok(n) => src.consume(n),
-            Err(Error::WouldBlock) => return Ok(()),
-            Err(e) => return Err(format!("our send after {} bytes: {e}", src.produced())),
-        }
-    }
-    if !*shut {
-        stack.shutdown_write(s).map_err(|e| e.to_string())?;
-        *shut = true;
-    }
-    Ok(())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

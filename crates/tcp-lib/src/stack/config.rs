@@ -12,6 +12,9 @@ use crate::tcp::BufferBudget;
 use crate::tcp::{self, ConnectionError};
 use crate::wire::ipv4::reassembly::Config as ReassemblyConfig;
 use crate::wire::{ChecksumPolicy, EthernetAddress, Ipv4Cidr, Ipv6Cidr};
+use netchannel::dev::DeviceOffloads;
+#[cfg(doc)]
+use netchannel::pool::Offload;
 
 /// The configuration of a [`Stack`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +74,48 @@ pub struct Config {
     /// every receiver trusts checksums (above), or whose NIC fills them. IPv4 header checksums
     /// and RSTs, SYN cookies, ARP and ICMP are always filled.
     pub tx_checksum: bool,
+    /// The device finishes partial checksums (virtio-net's `VIRTIO_NET_HDR_F_NEEDS_CSUM`, Linux's
+    /// `NETIF_F_HW_CSUM`; `false`, the default: it does not). When `true`, the data and ACK
+    /// segments a connection sends into pool buffers carry only the pseudo-header sum in their
+    /// checksum field and [`Offload::with_partial_checksum`] in their buffer, and the device sums
+    /// the rest; segments queued while a next hop is resolved, and control frames, are summed in
+    /// full. Takes precedence over [`tx_checksum`](Self::tx_checksum).
+    pub tx_partial_checksum: bool,
+    /// TCP segmentation offload (TSO): the largest TCP super-segment the device takes, in IP
+    /// packet bytes (IP header, TCP header and payload; 0, the default: off). With it, a
+    /// connection whose windows allow sends up to this many bytes in one pool buffer, a whole
+    /// number of MSS-sized segments (the last one short only where the sendable data ends), with
+    /// the IP length of the whole, a partial checksum and
+    /// [`Offload::with_segmentation`] (and [`Offload::with_ecn`] when it sets CWR), and the
+    /// device cuts it into wire segments, as Linux's TSO/GSO does (`tcp_gso_segment`): each with
+    /// a copy of the headers, its own sequence number and checksum, PSH and FIN only on the last,
+    /// CWR only on the first, and the timestamps option (RFC 7323) of the whole on each. The
+    /// sender counts every cut segment as sent on its own (RACK, SACK, PRR), so a lost one is
+    /// resent alone. Without a device that cuts, [`wire::gso::segment`] does it in software.
+    ///
+    /// Needs [`tx_partial_checksum`](Self::tx_partial_checksum) (without it the stack sends no
+    /// super-segments), and buffers that hold a super-segment: [`Stack::new`] clamps the limit to
+    /// 65535, and [`Stack::transmit`] to what a buffer of its pool holds (less the Ethernet
+    /// header); [`Config::check_offloads`] refuses both instead. A limit up to one MSS segment
+    /// changes nothing.
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// use tcp_lib::stack::Config;
+    /// use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    ///
+    /// let cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24).expect("a /24");
+    /// let mut config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr);
+    /// // A TAP device with `TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6` on, buffers of 64 KiB and more.
+    /// config.tx_partial_checksum = true;
+    /// config.tso_max_size = 65535;
+    /// assert!(config.check_offloads(65536 + 256).is_ok());
+    /// // Buffers of a 2 KiB data room cannot hold one: the error names the fix.
+    /// assert!(config.check_offloads(2048).is_err());
+    /// ```
+    ///
+    /// [`wire::gso::segment`]: crate::wire::gso::segment
+    pub tso_max_size: usize,
     /// The receive queue limits of UDP sockets bound with [`Stack::udp_bind`].
     pub udp: UdpConfig,
     /// The rate limit on ICMP errors sent (port unreachable for UDP datagrams to no socket).
@@ -103,13 +148,77 @@ impl Config {
             ttl: 64,
             checksum: ChecksumPolicy::Verify,
             tx_checksum: true,
+            tx_partial_checksum: false,
+            tso_max_size: 0,
             udp: UdpConfig::default(),
             icmp_errors: IcmpRateLimit::default(),
         }
     }
 }
 
+/// The largest IP packet a TCP super-segment may be (IPv4's total length field).
+pub(super) const MAX_SUPER_SEGMENT: usize = 65_535;
+
 impl Config {
+    /// Checks the offload settings ([`tso_max_size`](Self::tso_max_size)) against each other
+    /// and against pool buffers of `data_room` bytes, refusing what [`Stack::new`] and
+    /// [`Stack::transmit`] would otherwise clamp.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the fix: a super-segment limit without partial checksums,
+    /// above 65535 bytes, or above what a buffer holds.
+    pub fn check_offloads(&self, data_room: usize) -> Result<(), ConfigError> {
+        if self.tso_max_size == 0 {
+            return Ok(());
+        }
+        if !self.tx_partial_checksum {
+            return Err(ConfigError(
+                "tso_max_size needs tx_partial_checksum: set it (the device must finish the checksums of the segments it cuts) or set tso_max_size to 0",
+            ));
+        }
+        if self.tso_max_size > MAX_SUPER_SEGMENT {
+            return Err(ConfigError("tso_max_size above 65535 IP bytes: set it to 65535 or less"));
+        }
+        if self.tso_max_size + super::ETH_LEN > data_room {
+            return Err(ConfigError(
+                "tso_max_size plus the 14-byte Ethernet header exceeds the pool's data room: build the pool with Pool::builder(n).data_room(tso_max_size + 14) or more, or lower tso_max_size",
+            ));
+        }
+        Ok(())
+    }
+
+    /// This configuration with the transmit offloads `offloads` (a device's
+    /// [`DeviceInfo::offloads`](netchannel::dev::DeviceInfo::offloads)) offers:
+    /// [`tx_partial_checksum`](Self::tx_partial_checksum) when it finishes partial checksums, and
+    /// [`tso_max_size`](Self::tso_max_size) its largest super-segment when it also cuts them (0
+    /// otherwise). What it reports on receive needs no setting: [`Stack::poll`] reads each frame's
+    /// metadata.
+    ///
+    /// ```
+    /// # use std::net::Ipv4Addr;
+    /// use netchannel::dev::DeviceOffloads;
+    /// # use tcp_lib::stack::Config;
+    /// # use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    /// # let cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24).expect("a /24");
+    /// let tap = DeviceOffloads { tx_checksum: true, tx_tso_max: 65_535, ..DeviceOffloads::NONE };
+    /// let config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr).with_device_offloads(tap);
+    /// assert!(config.tx_partial_checksum && config.tso_max_size == 65_535);
+    /// let plain = config.with_device_offloads(DeviceOffloads::NONE);
+    /// assert!(!plain.tx_partial_checksum && plain.tso_max_size == 0);
+    /// ```
+    #[must_use]
+    pub fn with_device_offloads(mut self, offloads: DeviceOffloads) -> Self {
+        self.tx_partial_checksum = offloads.tx_checksum;
+        self.tso_max_size = if offloads.tx_checksum { offloads.tx_tso_max as usize } else { 0 };
+        self
+    }
+
+    /// The super-segment limit in IP bytes [`Stack::new`] keeps: 0 without partial checksums,
+    /// at most 65535.
+    pub(super) fn super_segment_limit(&self) -> usize {
+        if self.tx_partial_checksum { self.tso_max_size.min(MAX_SUPER_SEGMENT) } else { 0 }
+    }
+
     /// The hop limit of emitted IPv6 packets other than Neighbor Discovery's.
     pub(super) fn hop_limit6(&self) -> u8 {
         self.ipv6.map_or(64, |v6| v6.hop_limit)
@@ -233,3 +342,16 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Settings of a [`Config`] that do not fit each other or the device's buffers
+/// ([`Config::check_offloads`]); its text names the fix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConfigError(&'static str);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -13,23 +13,24 @@ use crate::wire::{TcpPacket, TcpRepr, checksum};
 
 /// Writes the IP header and the TCP segment `seg` of a connection with `(local, remote)` into
 /// `buf` (exactly the family's IP header and `seg.buffer_len()` bytes), ECN-capable when `ect`
-/// ([`Transmit::ect`]); the TCP checksum as [`Config::tx_checksum`] says. Ends of two families
-/// (which no connection has) write nothing.
+/// ([`Transmit::ect`]); the TCP checksum as [`Config::tx_checksum`] says, or only its
+/// pseudo-header sum when `partial` (the device finishes it). Ends of two families (which no
+/// connection has) write nothing.
 #[inline]
 pub(super) fn segment(
     buf: &mut [u8],
     seg: &TcpRepr<'_>,
     (local, remote): (SocketAddr, SocketAddr),
-    ect: bool,
+    (ect, partial): (bool, bool),
     ident: u16,
     config: &Config,
 ) {
     match (local, remote) {
         (SocketAddr::V4(s), SocketAddr::V4(d)) => {
-            emit_ip_tcp(buf, seg, Ends { src: *s.ip(), dst: *d.ip(), ect }, ident, config);
+            emit_ip_tcp(buf, seg, Ends { src: *s.ip(), dst: *d.ip(), ect }, partial, ident, config);
         }
         (SocketAddr::V6(s), SocketAddr::V6(d)) => {
-            emit_ip_tcp(buf, seg, Ends { src: *s.ip(), dst: *d.ip(), ect }, ident, config);
+            emit_ip_tcp(buf, seg, Ends { src: *s.ip(), dst: *d.ip(), ect }, partial, ident, config);
         }
         _ => {}
     }
@@ -42,43 +43,62 @@ pub(super) fn segment_prepared(
     seg: &TcpRepr<'_>,
     slice: &PreparedSlice,
     (local, remote): (SocketAddr, SocketAddr),
-    ect: bool,
+    (ect, partial): (bool, bool),
     ident: u16,
     config: &Config,
 ) -> bool {
     match (local, remote) {
         (SocketAddr::V4(s), SocketAddr::V4(d)) => {
             let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
-            emit_ip_tcp_prepared(buf, seg, slice, ends, ident, config)
+            emit_ip_tcp_prepared(buf, seg, slice, ends, partial, ident, config)
         }
         (SocketAddr::V6(s), SocketAddr::V6(d)) => {
             let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
-            emit_ip_tcp_prepared(buf, seg, slice, ends, ident, config)
+            emit_ip_tcp_prepared(buf, seg, slice, ends, partial, ident, config)
         }
         _ => false,
     }
 }
 
-fn emit_ip_tcp<A: TcpFamily>(buf: &mut [u8], seg: &TcpRepr<'_>, ends: Ends<A>, ident: u16, config: &Config) {
+fn emit_ip_tcp<A: TcpFamily>(
+    buf: &mut [u8],
+    seg: &TcpRepr<'_>,
+    ends: Ends<A>,
+    partial: bool,
+    ident: u16,
+    config: &Config,
+) {
     let (header, tcp) = buf.split_at_mut(A::HEADER_LEN);
     A::emit_header(header, ends, seg.buffer_len(), ident, config);
     let mut tcp = TcpPacket::new_unchecked(tcp);
-    if config.tx_checksum {
+    if partial {
+        seg.emit_unsummed(&mut tcp);
+        tcp.set_checksum(partial_sum(ends, seg.buffer_len()));
+    } else if config.tx_checksum {
         A::emit_summed(seg, &mut tcp, ends);
     } else {
         seg.emit_unsummed(&mut tcp);
     }
 }
 
+/// The checksum field of a segment of `tcp_len` bytes whose sum the device finishes: the
+/// pseudo-header sum alone, not complemented (what Linux's `tcp_v4_send_check` leaves for
+/// `CHECKSUM_PARTIAL`; for a super-segment, over the length of the whole).
+fn partial_sum<A: TcpFamily>(ends: Ends<A>, tcp_len: usize) -> u16 {
+    A::pseudo_header(ends, u32::try_from(tcp_len).unwrap_or(u32::MAX))
+}
+
 /// [`emit_ip_tcp`] for a segment whose payload is prepared content: `seg` is the header (empty
 /// payload), `slice` the payload, written straight from the prepared bytes; the checksum adds the
 /// precomputed payload sum when there is one (returns whether), else sums the payload; none at
-/// all without [`Config::tx_checksum`] (returns false).
+/// all without [`Config::tx_checksum`] (returns false), the pseudo-header sum alone when
+/// `partial`.
 fn emit_ip_tcp_prepared<A: TcpFamily>(
     buf: &mut [u8],
     seg: &TcpRepr<'_>,
     slice: &PreparedSlice,
     ends: Ends<A>,
+    partial: bool,
     ident: u16,
     config: &Config,
 ) -> bool {
@@ -86,9 +106,12 @@ fn emit_ip_tcp_prepared<A: TcpFamily>(
     let tcp_len = header_len + slice.len;
     let (ip, tcp) = buf.split_at_mut(A::HEADER_LEN);
     A::emit_header(ip, ends, tcp_len, ident, config);
-    if !config.tx_checksum {
+    if partial || !config.tx_checksum {
         seg.emit_unsummed(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]));
         tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
+        if partial {
+            TcpPacket::new_unchecked(&mut tcp[..header_len]).set_checksum(partial_sum(ends, tcp_len));
+        }
         return false;
     }
     A::emit_summed(seg, &mut TcpPacket::new_unchecked(&mut tcp[..header_len]), ends);

@@ -7,6 +7,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
 use super::flows::FlowKey;
+use netchannel::pool::Offload;
+
 use super::{Deliver, Error, Stack, StreamId};
 #[cfg(doc)]
 use crate::tcp::Connection;
@@ -92,6 +94,27 @@ impl Stack {
     /// [`receive_with`](Self::receive_with) for any [`Deliver`]: TCP payload as there, and UDP
     /// datagrams offered in place too ([`Deliver::udp`]).
     pub fn receive_deliver<D: Deliver + ?Sized>(&mut self, now: Instant, frame: &[u8], deliver: &mut D) {
+        self.receive_offload(now, frame, Offload::NONE, deliver);
+    }
+
+    /// [`receive_deliver`](Self::receive_deliver) for a frame with the device's offload
+    /// metadata (a pool buffer's [`Packet::offload`](netchannel::pool::Packet::offload), which
+    /// [`poll`](Self::poll) passes): when [`Offload::checksum_trusted`] (the device verified the
+    /// checksums, or the frame carries a partial checksum from a sender on this machine), its TCP
+    /// or UDP checksum is not verified even under
+    /// [`ChecksumPolicy::Verify`](crate::wire::ChecksumPolicy::Verify), and counted in
+    /// [`StackStats::rx_checksum_trusted`](super::StackStats::rx_checksum_trusted). Segments a
+    /// device coalesced (GRO/LRO, up to 65535 bytes of IP packet) are taken as any segment: whole
+    /// where the window holds them, offered whole to `deliver`. (`receive`, `receive_with` and
+    /// `receive_deliver` are this with [`Offload::NONE`].)
+    pub fn receive_offload<D: Deliver + ?Sized>(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        offload: Offload,
+        deliver: &mut D,
+    ) {
+        self.rx_trusted = offload.checksum_trusted();
         self.advance(now);
         self.stats.rx_frames += 1;
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
@@ -169,6 +192,8 @@ impl Stack {
             match self.reassembler.add(&packet, self.now) {
                 Ok(Some(datagram)) => {
                     self.stats.rx_reassembled += 1;
+                    // One fragment's metadata speaks for no datagram: its checksum is verified.
+                    self.rx_trusted = false;
                     self.receive_datagram(&datagram.header, &datagram.payload, deliver);
                 }
                 Ok(None) => {}

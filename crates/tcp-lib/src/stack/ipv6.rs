@@ -172,6 +172,7 @@ impl Stack {
                 match v6.reassembler.add(&packet, now) {
                     Ok(Some(datagram)) => {
                         self.stats.rx_reassembled += 1;
+                        self.rx_trusted = false;
                         self.receive_datagram6(&datagram.header, &datagram.payload, deliver);
                     }
                     Ok(None) => {}

@@ -264,6 +264,32 @@
 //! them. Bytes given to [`send`](Stack::send) take the copying path: into the send ring, from it
 //! into the scratch buffer, from there into the frame, summed on the way.
 //!
+//! # Offloads: partial checksums and TCP super-segments (TSO)
+//!
+//! Each pool buffer carries [`Offload`](netchannel::pool::Offload) metadata (the fields of the
+//! virtio-net header, which Linux's TAP speaks). On send, [`Config::tx_partial_checksum`] leaves
+//! the TCP checksum of the segments written into pool buffers to the device (the field holds the
+//! pseudo-header sum), and [`Config::tso_max_size`] lets a connection hand the device one
+//! super-segment of up to 64 KiB, a whole number of MSS-sized segments that the device cuts as
+//! Linux's TSO/GSO does (`tcp_gso_segment`; [`wire::gso::segment`](crate::wire::gso::segment)
+//! does it in software), so a bulk sender pays one frame, one header and one device write per
+//! 45 segments. The connection accounts for each cut segment as sent on its own: RACK
+//! (RFC 8985) logs each, SACK (RFC 2018, RFC 6675) and PRR (RFC 6937) count bytes, and
+//! retransmissions stay one segment long, so a lost cut costs one segment again, not 64 KiB.
+//! Every cut repeats the header, timestamps option (RFC 7323) included; PSH and FIN go on the
+//! last, CWR (RFC 3168) on the first; the short last segment goes along only where the data ends
+//! and Nagle would send it. [`StackStats::tx_super_segments`] counts them. Both are off by
+//! default: with them off the transmit path is the one without offloads.
+//!
+//! On receive, [`poll`](Stack::poll) passes each buffer's metadata to
+//! [`receive_offload`](Stack::receive_offload): a frame whose checksum the device verified, or
+//! that carries a partial checksum from a sender on the same machine, is not checked again
+//! ([`StackStats::rx_checksum_trusted`]), and segments the device coalesced (GRO, up to 65535
+//! bytes of IP packet) are taken whole where the window holds them and offered whole to in-place
+//! delivery. `tests/stack_tso.rs` runs both on a [`Pair`](netchannel::dev::Pair) of 64 KiB
+//! buffers: cut in software (the receiver verifying every checksum), with one cut lost, and
+//! whole.
+//!
 //! # UDP
 //!
 //! [`udp_bind`](Stack::udp_bind) takes a local port (0: an ephemeral one, picked as
@@ -313,6 +339,9 @@
 //! IPv6 has no duplicate address detection, MLD reports or neighbour reachability states yet (see
 //! `stack/ipv6.rs`).
 //! SYN-cookie connections lose window scaling, SACK and timestamps (see above).
+//! A sender with TSO does not wait to fill a super-segment (Linux's `tcp_tso_should_defer`): it
+//! sends what the windows allow when it is polled; UDP datagrams are not segmented by the device
+//! (no UDP GSO).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -359,7 +388,7 @@ mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver
 /// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
 /// next to [`Stack::send_prepared`].
 pub use crate::tcp::{PreparedSegments, PreparedSlice};
-pub use config::{Config, Error, Ipv6Config, ListenerConfig};
+pub use config::{Config, ConfigError, Error, Ipv6Config, ListenerConfig};
 pub use ipv4::PingReply;
 pub use listener::AcceptHook;
 pub use migrate::{AdoptError, Detached};
@@ -464,6 +493,9 @@ pub struct Stack {
     /// The UDP sockets.
     udp: udp::UdpTable,
     ident: u16,
+    /// The frame being received arrived with a checksum trusted (`Offload::checksum_trusted`):
+    /// its TCP or UDP checksum is not verified.
+    rx_trusted: bool,
     stats: StackStats,
     /// What the connections' rings hold together ([`Config::buffer_memory`]).
     budget: Arc<BufferBudget>,
@@ -526,7 +558,7 @@ impl Stack {
             time_wait: FlowMap::new(tables),
             time_wait_order: VecDeque::new(),
             frames: VecDeque::new(),
-            scratch: vec![0; usize::from(config.tcp.mss)],
+            scratch: vec![0; usize::from(config.tcp.mss).max(config.super_segment_limit())],
             batch: BatchStorage::new(poll::BURST),
             spares: Vec::with_capacity(connections::MAX_SPARES),
             port_filter: None,
@@ -534,6 +566,7 @@ impl Stack {
             ping_replies: VecDeque::new(),
             udp: udp::UdpTable::new(tables, config.icmp_errors),
             ident: 0,
+            rx_trusted: false,
             stats: StackStats::default(),
             budget: Arc::new(BufferBudget::new(config.buffer_memory)),
         };

@@ -124,7 +124,7 @@ impl Stack {
         for _ in 0..MAX_RX_BURSTS {
             let n = device.rx_burst(0, cache, batch)?;
             for packet in batch.drain() {
-                self.receive_deliver(now, packet.data(), deliver);
+                self.receive_offload(now, packet.data(), packet.offload(), deliver);
             }
             stats.received += n;
             if n < BURST {

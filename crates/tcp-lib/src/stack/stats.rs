@@ -85,6 +85,13 @@ pub struct StackStats {
     pub tx_prepared: u64,
     /// Of those, segments whose payload sum was precomputed (a prepared cut).
     pub tx_prepared_sums: u64,
+    /// TCP super-segments handed to the device to cut ([`Config::tso_max_size`]).
+    pub tx_super_segments: u64,
+    /// TCP segments and UDP datagrams whose checksum was not verified under
+    /// [`ChecksumPolicy::Verify`](crate::wire::ChecksumPolicy::Verify) because their frame's
+    /// offload metadata said it need not be (`Offload::checksum_trusted`: verified by the
+    /// device, or a partial checksum from a sender on this machine).
+    pub rx_checksum_trusted: u64,
     /// Bytes of send and receive ring storage the connections hold now (a gauge, not a
     /// counter): at most [`Config::buffer_memory`] plus
     /// [`BufferBudget::GUARANTEED`](crate::tcp::BufferBudget::GUARANTEED) a ring.

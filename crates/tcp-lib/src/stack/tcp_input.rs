@@ -8,7 +8,7 @@ use super::family::TcpFamily;
 use super::flows::FlowKey;
 use super::{Deliver, ListenerId, Phase, Stack};
 use crate::tcp::{TimeWaitAction, reset_for};
-use crate::wire::TcpPacket;
+use crate::wire::{ChecksumPolicy, TcpPacket};
 
 impl Stack {
     /// A TCP segment from `src` to `dst` (one of our unicast addresses, of the same family); `ce`
@@ -26,7 +26,7 @@ impl Stack {
             self.stats.rx_malformed += 1;
             return;
         };
-        let Ok(seg) = A::parse(&packet, src, dst, self.config.checksum) else {
+        let Ok(seg) = A::parse(&packet, src, dst, self.rx_checksum()) else {
             self.stats.rx_malformed += 1;
             return;
         };
@@ -93,6 +93,17 @@ impl Stack {
         if let Some(rst) = reset_for(&seg) {
             self.send_tcp_control(local, remote, &rst);
         }
+    }
+
+    /// The checksum policy for the transport header of the frame being received:
+    /// [`Config::checksum`](super::Config::checksum), or `Trust` (counted) for a frame whose
+    /// offload metadata said its checksum need not be checked ([`Stack::receive_offload`]).
+    pub(super) fn rx_checksum(&mut self) -> ChecksumPolicy {
+        if self.rx_trusted && self.config.checksum.verify() {
+            self.stats.rx_checksum_trusted += 1;
+            return ChecksumPolicy::Trust;
+        }
+        self.config.checksum
     }
 
     /// Whether `src` is an address no TCP (or UDP) peer can have (for IPv6 see

@@ -163,6 +163,9 @@ struct SendSide {
     last_seg: SeqNumber,
     /// Payload bytes per segment we send (the peer's MSS, clamped, minus the timestamps option).
     mss: usize,
+    /// The most payload bytes in one segment handed to a device that cuts it into `mss`-sized
+    /// segments (TSO; see [`Connection::set_super_segment_limit`]); at most `mss`: off.
+    super_max: usize,
     /// The path MTU learned from ICMP fragmentation-needed messages (RFC 1191), if any; it caps
     /// `mss`.
     path_mtu: Option<usize>,
@@ -375,6 +378,7 @@ impl Connection {
                 usage_end: iss,
                 last_seg: iss,
                 mss: usize::from(DEFAULT_MSS),
+                super_max: 0,
                 path_mtu: None,
                 wscale: 0,
                 retries: 0,
@@ -708,6 +712,17 @@ impl Connection {
     pub fn set_budget(&mut self, budget: &Arc<BufferBudget>) {
         self.snd.stream.set_budget(budget);
         self.rcv.buf.set_budget(budget, Side::Rx);
+    }
+
+    /// Lets [`poll_transmit`](Self::poll_transmit) return TCP super-segments of up to `bytes`
+    /// payload bytes, for a device that cuts them into segments of
+    /// [`Transmit::segment_size`](super::Transmit::segment_size) bytes (TCP segmentation offload, as Linux's TSO): a whole
+    /// number of segments, the last one short only where the sendable data ends. The send
+    /// bookkeeping (RACK, SACK, PRR, retransmission) counts each cut segment as sent on its own,
+    /// and retransmissions stay one segment long. 0 (the default) or anything up to the MSS:
+    /// ordinary segments.
+    pub fn set_super_segment_limit(&mut self, bytes: usize) {
+        self.snd.super_max = bytes;
     }
 
     /// Disables (`true`) or enables Nagle's algorithm.

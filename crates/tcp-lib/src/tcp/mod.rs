@@ -502,6 +502,10 @@ pub struct Transmit {
     /// Send the segment as ECN-Capable Transport, ECT(0) in the IP header (RFC 3168 §5): new data
     /// on a connection that negotiated ECN. `false`: Not-ECT.
     pub ect: bool,
+    /// A super-segment ([`Connection::set_super_segment_limit`]): the device cuts the payload
+    /// into segments of this many bytes (the last may be shorter), each behind a copy of the
+    /// header. 0: an ordinary segment.
+    pub segment_size: u16,
 }
 
 impl Transmit {

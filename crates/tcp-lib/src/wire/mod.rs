@@ -112,6 +112,7 @@ pub mod arp;
 pub mod checksum;
 pub mod ethernet;
 mod fragments;
+pub mod gso;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ipv4;

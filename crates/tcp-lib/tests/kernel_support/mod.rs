@@ -26,9 +26,10 @@ use std::time::{Duration, Instant};
 
 use netchannel::dev::{
     DevError, DeviceInfo, DeviceStats, FaultInjector, Link, NetDevice, PacketBatch, PcapWriter, Tap,
+    TapOptions,
 };
 use netchannel::pool::{HugePages, Pool, PoolCache};
-use tcp_lib::stack::{Config, Stack};
+use tcp_lib::stack::{Config, Error, Stack, StreamId};
 use tcp_lib::wire::{
     ChecksumPolicy, EtherType, EthernetFrame, EthernetRepr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Ipv6Cidr,
     Ipv6Packet, Ipv6Repr, Protocol, TcpControl, TcpPacket, TcpRepr,
@@ -97,7 +98,13 @@ pub use netns_test::in_private_namespace;
 /// Creates the TAP, addresses the kernel's side (`10.88.0.1/24` and `fd00:88::1/64`, the latter
 /// without duplicate address detection so that it is usable at once) and brings it up (and `lo`).
 pub fn open_tap() -> Result<Tap, String> {
-    let tap = Tap::open(IFACE).map_err(|e| format!("Tap::open({IFACE}): {e}"))?;
+    open_tap_with(TapOptions::default())
+}
+
+/// [`open_tap`] with `options` (offloads).
+pub fn open_tap_with(options: TapOptions) -> Result<Tap, String> {
+    let tap =
+        Tap::open_with(IFACE, options).map_err(|e| format!("Tap::open_with({IFACE}, {options:?}): {e}"))?;
     ip(&["link", "set", "lo", "up"])?;
     ip(&["addr", "add", &format!("{KERNEL_IP}/24"), "dev", IFACE])?;
     ip(&["-6", "addr", "add", &format!("{KERNEL_IP6}/64"), "dev", IFACE, "nodad"])?;
@@ -368,6 +375,34 @@ impl Sink {
             None => Ok(()),
         }
     }
+}
+
+/// Reads what is buffered on `s` into `sink`; true at the end of the stream.
+pub fn our_drain(stack: &mut Stack, s: StreamId, sink: &mut Sink, buf: &mut [u8]) -> Result<bool, String> {
+    loop {
+        match stack.recv(s, buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => sink.put(&buf[..n]),
+            Err(Error::WouldBlock) => return Ok(false),
+            Err(e) => return Err(format!("our recv after {} bytes: {e}", sink.len)),
+        }
+    }
+}
+
+/// Sends what fits of `src` on `s`; shuts the sending side once all is queued.
+pub fn our_feed(stack: &mut Stack, s: StreamId, src: &mut Source, shut: &mut bool) -> Result<(), String> {
+    while !src.is_done() {
+        match stack.send(s, src.chunk()) {
+            Ok(n) => src.consume(n),
+            Err(Error::WouldBlock) => return Ok(()),
+            Err(e) => return Err(format!("our send after {} bytes: {e}", src.produced())),
+        }
+    }
+    if !*shut {
+        stack.shutdown_write(s).map_err(|e| e.to_string())?;
+        *shut = true;
+    }
+    Ok(())
 }
 
 /// A byte count from the environment (`VAR`, in bytes, with an optional `K`/`M` suffix), or

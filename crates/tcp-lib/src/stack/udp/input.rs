@@ -70,8 +70,8 @@ impl Stack {
         deliver: &mut D,
     ) {
         let (src, dst) = (ip.src_addr, ip.dst_addr);
-        let parsed =
-            UdpPacket::new_checked(bytes).and_then(|p| UdpRepr::parse(&p, src, dst, self.config.checksum));
+        let policy = self.rx_checksum();
+        let parsed = UdpPacket::new_checked(bytes).and_then(|p| UdpRepr::parse(&p, src, dst, policy));
         if self.udp_datagram(parsed, (src.into(), dst.into()), deliver)
             || self.config.ip.broadcast() == Some(dst)
             || !self.icmp_error_allowed()
@@ -98,8 +98,8 @@ impl Stack {
         deliver: &mut D,
     ) {
         let (src, dst) = (ip.src_addr, ip.dst_addr);
-        let parsed =
-            UdpPacket::new_checked(bytes).and_then(|p| UdpRepr::parse_v6(&p, src, dst, self.config.checksum));
+        let policy = self.rx_checksum();
+        let parsed = UdpPacket::new_checked(bytes).and_then(|p| UdpRepr::parse_v6(&p, src, dst, policy));
         if self.udp_datagram(parsed, (src.into(), dst.into()), deliver) || !self.icmp_error_allowed() {
             return;
         }

@@ -120,7 +120,7 @@ impl Connection {
     /// 128-byte `Transmit` to change one field costs a `memcpy` per segment).
     fn transmit_ect(&mut self, repr: TcpRepr<'static>, payload_len: usize, ect: bool) -> Transmit {
         self.stats.segments_out += 1;
-        Transmit { repr, payload_len, ect }
+        Transmit { repr, payload_len, ect, segment_size: 0 }
     }
 
     /// The next segment to send, its payload copied into `buf` (see [`Transmit`] for the
@@ -380,6 +380,9 @@ impl Connection {
         };
         let usable = self.snd.wnd.saturating_sub(in_flight).min(cc_room);
         let mut size = unsent.min(usable).min(mss).min(buf.len());
+        if size == mss && self.snd.super_max > mss {
+            size = self.super_size(unsent.min(usable).min(buf.len()), unsent, in_flight, mss);
+        }
         // A resend stops at the next SACKed byte.
         let mut clipped = false;
         if self.snd.nxt < self.snd.max
@@ -391,7 +394,8 @@ impl Connection {
         }
         // Prepared content goes in its own segments, on its cuts (their sums are precomputed).
         if self.snd.stream.has_pieces()
-            && let Some(limit) = self.snd.stream.prepared_limit(sent, mss)
+            && let Some(limit) =
+                self.snd.stream.prepared_limit(sent, if size > mss { usize::MAX } else { mss })
             && limit < size
         {
             size = limit;
@@ -444,7 +448,8 @@ impl Connection {
             self.snd.last_seg = seq;
         }
         if seq < self.snd.max {
-            self.stats.retransmits += 1;
+            // A resent super-segment is as many retransmissions as it has segments.
+            self.stats.retransmits += n.div_ceil(mss).max(1) as u64;
             if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
                 self.snd.rtt_timing = None;
             }
@@ -458,7 +463,7 @@ impl Connection {
             self.snd.fin_seq = Some(seq + n);
         }
         if self.config.rack {
-            self.recovery.rack.on_sent(seq, end, now, seq < self.snd.max);
+            self.rack_sent(seq, end, now, mss);
         }
         self.prr_sent(n);
         self.snd.nxt = end;
@@ -466,7 +471,36 @@ impl Connection {
         self.timers.rto.get_or_insert(now + self.rtt.rto());
         self.timers.persist = None;
         self.arm_tlp(now);
-        Some(self.transmit_ect(repr, n, ect))
+        let mut t = self.transmit_ect(repr, n, ect);
+        if n > mss {
+            t.segment_size = u16::try_from(mss).unwrap_or(u16::MAX);
+            self.stats.segments_out += n.div_ceil(mss) as u64 - 1;
+        }
+        Some(t)
+    }
+
+    /// The payload of a super-segment (TSO) when `fits` bytes (at least one segment of `mss`)
+    /// fit the windows and the buffer: whole segments up to the limit, and the short last one
+    /// only where the data ends (`unsent`) and Nagle would let it go now (Linux's
+    /// `tcp_mss_split_point`).
+    #[cold]
+    #[inline(never)]
+    fn super_size(&self, fits: usize, unsent: usize, in_flight: usize, mss: usize) -> usize {
+        let size = fits.min(self.snd.super_max / mss * mss);
+        let tail_ok = size == unsent && (self.snd.nodelay || in_flight == 0 || self.snd.fin_queued);
+        if tail_ok { size } else { size - size % mss }
+    }
+
+    /// Logs `start..end` with RACK: each segment a super-segment is cut into as a transmission of
+    /// its own, so that the loss of one is told apart from its delivered neighbours.
+    fn rack_sent(&mut self, start: SeqNumber, end: SeqNumber, now: Instant, mss: usize) {
+        let retransmission = start < self.snd.max;
+        let mut from = start;
+        while distance(from, end) > mss {
+            self.recovery.rack.on_sent(from, from + mss, now, retransmission);
+            from += mss;
+        }
+        self.recovery.rack.on_sent(from, end, now, retransmission);
     }
 
     /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,
