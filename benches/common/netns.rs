@@ -7,7 +7,7 @@
 
 use std::net::Ipv4Addr;
 
-use netchannel::dev::Tap;
+use netchannel::dev::{Tap, TapOptions};
 
 pub(crate) use netns_test::{ip, namespace_unavailable, tx_checksum_off};
 
@@ -28,7 +28,12 @@ pub(crate) fn in_private_namespace<T: Send + 'static>(
 /// Creates the TAP `name` (in the calling thread's namespace), gives the kernel's side `kernel_ip/24`
 /// and brings it up.
 pub(crate) fn open_tap(name: &str, kernel_ip: Ipv4Addr) -> Result<Tap, String> {
-    let tap = Tap::open(name).map_err(|e| e.to_string())?;
+    open_tap_with(name, kernel_ip, TapOptions::default())
+}
+
+/// [`open_tap`] with `options` (offloads).
+pub(crate) fn open_tap_with(name: &str, kernel_ip: Ipv4Addr, options: TapOptions) -> Result<Tap, String> {
+    let tap = Tap::open_with(name, options).map_err(|e| e.to_string())?;
     ip(&["addr", "add", &format!("{kernel_ip}/24"), "dev", name])?;
     ip(&["link", "set", name, "up"])?;
     Ok(tap)

@@ -103,6 +103,16 @@ impl<'c, D: Sleep> LibEndpoint<'c, D> {
         Self { stack, dev, cache, listener: None, in_place: None, v6: false }
     }
 
+    /// The same endpoint with the transmit offloads its device offers (a TAP opened with
+    /// offloads: TSO super-segments and partial checksums).
+    pub(crate) fn with_offloads(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
+        let offloads = dev.info().offloads;
+        let config =
+            lib_config(dev.info().mac.0, ip, buf, trust_checksums::<D>()).with_device_offloads(offloads);
+        let stack = Stack::new(config, Instant::now());
+        Self { stack, dev, cache, listener: None, in_place: None, v6: false }
+    }
+
     /// The same endpoint with IPv6 on (`fd00::N/64` besides `10.0.0.N/24`), connecting over
     /// IPv6: the IPv4 endpoint's twin, for what IPv6 costs in the same harness.
     pub(crate) fn new_v6(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {

@@ -119,6 +119,7 @@ fn child(args: &[String]) -> Result<(), String> {
         "tcp-lib-inplace" => Some(Kind::TcpLibInPlace),
         "tcp-lib-v6" => Some(Kind::TcpLibV6),
         "smoltcp" => Some(Kind::Smoltcp),
+        "tcp-lib-tso" => Some(Kind::TcpLibTso),
         "kernel-lo" => None,
         _ => return Err(format!("unknown contender {who}")),
     };
@@ -259,16 +260,20 @@ fn main() {
                     "tcp-lib writer",
                     "smoltcp writer",
                     "tcp-lib-inplace writer",
+                    "tcp-lib-tso reader",
+                    "tcp-lib-tso writer",
                 ]);
                 for round in 0..settings.rounds {
                     eprintln!("tap round {round}:");
-                    rotated(round, 5, |i| {
+                    rotated(round, 7, |i| {
                         let (kind, mode) = match i {
                             0 => (Kind::TcpLib, TapMode::Reader),
                             1 => (Kind::Smoltcp, TapMode::Reader),
                             2 => (Kind::TcpLib, TapMode::Writer),
                             3 => (Kind::Smoltcp, TapMode::Writer),
-                            _ => (Kind::TcpLibInPlace, TapMode::Writer),
+                            4 => (Kind::TcpLibInPlace, TapMode::Writer),
+                            5 => (Kind::TcpLibTso, TapMode::Reader),
+                            _ => (Kind::TcpLibTso, TapMode::Writer),
                         };
                         record(&mut ser[i], round, tap_run(kind, mode, &settings));
                     });
@@ -277,7 +282,23 @@ fn main() {
             });
             match r {
                 Ok(mut ser) => {
+                    let tso = ser.split_off(5);
                     let writer = ser.split_off(2);
+                    // With offloads: tcp-lib-tso first, then smoltcp (no offloads: it has none) and
+                    // tcp-lib without them, same rounds.
+                    for (mode, at) in [("reader", 0), ("writer", 1)] {
+                        let plain = if at == 0 { &ser } else { &writer };
+                        let rows = [tso[at].clone(), plain[1].clone(), plain[0].clone()];
+                        table(
+                            &format!(
+                                "Over TAP with offloads (TSO, partial checksums, coalesced receive), {mode} mode, {} MiB",
+                                s.tap_bytes >> 20
+                            ),
+                            "MB",
+                            1e6,
+                            &rows,
+                        );
+                    }
                     table(
                         &format!(
                             "Over TAP, reader mode (the stack sends, the kernel reads), {} MiB",

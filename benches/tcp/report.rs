@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use crate::measure::Sample;
 
 /// Samples of one contender over the rounds.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Series {
     pub(crate) name: String,
     /// The successful runs, each with the round it ran in (ratios pair samples of the same round).

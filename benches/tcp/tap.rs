@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Instant;
 
+use netchannel::dev::TapOptions;
+
 use crate::endpoint::{Endpoint, InPlace, LibEndpoint};
 use crate::kernel::io_err;
 use crate::measure::{Clock, Sample, Side};
 use crate::settings::Settings;
 use crate::smol::SmolEndpoint;
-use crate::stacks::{Kind, new_pool};
+use crate::stacks::{Kind, new_offload_pool, new_pool};
 use crate::workload::{drive, recv_some, send_some};
 use crate::{CHUNK, DEADLINE, PORT, TAP_KERNEL_IP, TAP_NAME, TAP_STACK_IP, common, netns};
 
@@ -28,8 +30,9 @@ pub(crate) enum TapMode {
 /// listens, the kernel connects (as in smoltcp's benchmark). Wall time runs from the kernel's
 /// `connect` to the last byte read by the receiving application.
 pub(crate) fn tap_run(kind: Kind, mode: TapMode, s: &Settings) -> Result<Sample, String> {
-    let tap = netns::open_tap(TAP_NAME, TAP_KERNEL_IP)?;
-    let pool = new_pool()?;
+    let offloads = kind == Kind::TcpLibTso;
+    let tap = netns::open_tap_with(TAP_NAME, TAP_KERNEL_IP, TapOptions { offloads })?;
+    let pool = if offloads { new_offload_pool()? } else { new_pool()? };
     let cache = pool.cache();
     let bytes = s.tap_bytes;
     let busy = s.busy;
@@ -85,6 +88,18 @@ pub(crate) fn tap_run(kind: Kind, mode: TapMode, s: &Settings) -> Result<Sample,
             let mut ep = LibEndpoint::new(tap, &cache, TAP_STACK_IP, s.buf);
             ep.in_place = Some(InPlace::new());
             tap_stack(&mut ep, mode, bytes, busy, &done)
+        }
+        Kind::TcpLibTso => {
+            let mut ep = LibEndpoint::with_offloads(tap, &cache, TAP_STACK_IP, s.buf);
+            let side = tap_stack(&mut ep, mode, bytes, busy, &done);
+            let t = ep.dev.tap_stats();
+            eprintln!(
+                "  tcp-lib-tso {mode:?}: {} super-segments out, {} coalesced frames in, {} checksums trusted",
+                t.tx_super_segments,
+                t.rx_coalesced,
+                ep.stack.stats().rx_checksum_trusted
+            );
+            side
         }
         Kind::Smoltcp => {
             tap_stack(&mut SmolEndpoint::new(tap, &cache, TAP_STACK_IP, s.buf), mode, bytes, busy, &done)
