@@ -57,6 +57,16 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME", conflicts_with_all = ["xdp", "pci"], help_heading = "Backend (default: the 82599 model with an in-process client)")]
     pub tap: Option<String>,
 
+    /// Open the TAP without offloads: one Ethernet frame per read and write, every checksum
+    /// computed (by default the TAP sends TSO super-segments with partial checksums and takes the
+    /// kernel's coalesced segments)
+    #[arg(
+        long,
+        requires = "tap",
+        help_heading = "Backend (default: the 82599 model with an in-process client)"
+    )]
+    pub tap_no_offloads: bool,
+
     /// Serve the Linux interface IFACE through AF_XDP: all its RX queues, one core each, unless
     /// --queues N (needs root, or CAP_NET_ADMIN + CAP_NET_RAW + CAP_BPF)
     #[arg(long, value_name = "IFACE", value_parser = interface, conflicts_with_all = ["tap", "pci"], help_heading = "Backend (default: the 82599 model with an in-process client)")]
@@ -122,6 +132,7 @@ impl Default for ServeArgs {
     fn default() -> Self {
         Self {
             tap: None,
+            tap_no_offloads: false,
             xdp: None,
             xdp_mode: None,
             xdp_busy_poll: None,
@@ -201,7 +212,11 @@ impl ServeArgs {
     #[must_use]
     pub fn backend(&self) -> Backend {
         if let Some(name) = &self.tap {
-            Backend::tap(name.clone())
+            if self.tap_no_offloads {
+                Backend::tap_without_offloads(name.clone())
+            } else {
+                Backend::tap(name.clone())
+            }
         } else if let Some(iface) = &self.xdp {
             Backend::Xdp {
                 iface: iface.clone(),
@@ -518,6 +533,9 @@ mod tests {
             parse(&["--tap=tap1", "--ip=10.1.0.2/16", "--port=8", "--placement", "split", "--duration=1.5"])
                 .unwrap();
         assert_eq!(t.serve.backend(), Backend::tap("tap1"));
+        let plain = parse(&["--tap=tap1", "--tap-no-offloads"]).unwrap();
+        assert_eq!(plain.serve.backend(), Backend::tap_without_offloads("tap1"));
+        assert!(parse(&["--tap-no-offloads"]).is_err(), "only with --tap");
         assert_eq!(t.serve.ip(), "10.1.0.2/16".parse().unwrap());
         assert_eq!((t.port, t.serve.placement), (8, Placement::Split));
         assert_eq!(t.serve.duration, Some(Duration::from_millis(1500)));

@@ -79,7 +79,7 @@ fn kernel_udp_client(server: SocketAddr) -> Result<u64, String> {
     Ok(DATAGRAMS as u64)
 }
 
-fn in_namespace() -> Result<(), String> {
+fn in_namespace(offloads: bool) -> Result<(), String> {
     ip(&["tuntap", "add", "dev", IFACE, "mode", "tap"])?;
     ip(&["addr", "add", KERNEL, "dev", IFACE])?;
     ip(&["-6", "addr", "add", KERNEL6, "dev", IFACE, "nodad"])?;
@@ -87,6 +87,7 @@ fn in_namespace() -> Result<(), String> {
     let mut options = Options::tap(IFACE, Ipv4Cidr::new(SERVER, 24).expect("a /24"), PORT);
     options.serve.ips.push(IpCidr::V6(Ipv6Cidr::new(SERVER6, 64).expect("a /64")));
     options.udp = true;
+    options.serve.tap_no_offloads = !offloads;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let server = s.spawn(|| run(&options, &stop));
@@ -126,11 +127,23 @@ fn in_namespace() -> Result<(), String> {
         assert_eq!(accept.local, CONNECTIONS as u64);
         assert!(report.runtime.errors.is_empty(), "{report}");
         assert_eq!(report.runtime.buffers.len(), 1, "the pool was checked for leaks");
+        let stack = &report.runtime.snapshot.cores.first().ok_or("no core in the runtime's report")?.stack;
+        assert_eq!(
+            stack.rx_checksum_trusted > 0,
+            offloads,
+            "the kernel's partial checksums trusted: {stack:?}"
+        );
         Ok(())
     })
 }
 
 #[test]
 fn tap_echo_serves_concurrent_kernel_clients() {
-    netns_test::in_private_namespace(in_namespace);
+    netns_test::in_private_namespace(|| in_namespace(true));
+}
+
+/// The same over a TAP opened without offloads (`--tap-no-offloads`): plain frames both ways.
+#[test]
+fn tap_echo_without_offloads_serves_concurrent_kernel_clients() {
+    netns_test::in_private_namespace(|| in_namespace(false));
 }

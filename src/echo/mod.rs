@@ -257,7 +257,7 @@ impl Report {
 fn malformed_warning(backend: &Backend, snapshot: &Snapshot) -> Option<String> {
     let malformed = snapshot.rx_malformed();
     let (kind, iface) = match backend {
-        Backend::Tap { name } => ("TAP", name.as_str()),
+        Backend::Tap { name, .. } => ("TAP", name.as_str()),
         Backend::Xdp { iface, .. } => ("AF_XDP", iface.as_str()),
         _ => return None,
     };

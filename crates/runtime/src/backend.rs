@@ -6,7 +6,7 @@
 //! | backend | ports (one per core) | pool | steering | peer |
 //! |---|---|---|---|---|
 //! | [`Backend::Model`] | the 82599 model's queues, `cores` of them (1 by default) | sized, hugepages preferred | Flow Director | the other end of the model's wire |
-//! | [`Backend::Tap`] | the TAP interface (exactly one core) | sized, no hugepages | - | - |
+//! | [`Backend::Tap`] | the TAP interface (exactly one core), with offloads by default | sized, no hugepages; with offloads 64 KiB buffers made resident as used | - | - |
 //! | [`Backend::Xdp`] | one AF_XDP queue each ([`AfXdp::into_queues`]) | sized, no hugepages | - | - |
 //! | [`Backend::Pci`] | the card's queues, `cores` of them (1 by default) | sized, hugepages preferred | Flow Director | - |
 //!
@@ -21,6 +21,12 @@
 //! traffic); TAP and AF_XDP record their port (several ports: one file each, `PATH.qN`), and the PCI
 //! backend records each queue into `PATH.qN`.
 //!
+//! A TAP opened with offloads ([`Backend::tap`]; [`Backend::tap_without_offloads`] for plain frames)
+//! carries the virtio-net header: each core's stack is configured from the device's
+//! `DeviceOffloads` (`tcp_lib::stack::Config::with_device_offloads`), so it hands the kernel TSO
+//! super-segments of up to 64 KiB with partial checksums, and takes the kernel's coalesced
+//! segments, whose checksums the kernel vouches for, whole.
+//!
 //! Every [`OpenError`] says what failed and how to fix it.
 
 use std::fmt;
@@ -33,7 +39,7 @@ use ixgbe_vfio::regs::MAX_QUEUES;
 use ixgbe_vfio::sim::{Model, SimConfig, SimStats, SimThread, Wire};
 use netchannel::channel::BuildError;
 use netchannel::dev::xdp::{self, AfXdp, BusyPoll, XdpError, XdpMode};
-use netchannel::dev::{NetDevice, Pair, PcapWriter, Tap, TapError};
+use netchannel::dev::{NetDevice, OFFLOAD_DATA_ROOM, Pair, PcapWriter, Tap, TapError, TapOptions};
 use netchannel::pool::{Audit, HugePages, LeakError, Pool, PoolError};
 use tcp_lib::wire::EthernetAddress;
 
@@ -53,6 +59,10 @@ pub enum Backend {
     Tap {
         /// The interface's name, e.g. `tap0`.
         name: String,
+        /// Open it with offloads (the virtio-net header: TSO super-segments and partial
+        /// checksums out, the kernel's coalesced segments in, [`netchannel::dev::TapOptions`]);
+        /// the stack is configured from what the TAP offers. On by default.
+        offloads: bool,
     },
     /// AF_XDP on `iface`: queues 0..n (n = `queues`, or all of the interface's RX queues), one core
     /// each.
@@ -77,7 +87,14 @@ impl Backend {
     /// The TAP interface `name`.
     #[must_use]
     pub fn tap(name: impl Into<String>) -> Self {
-        Self::Tap { name: name.into() }
+        Self::Tap { name: name.into(), offloads: true }
+    }
+
+    /// The TAP interface `name`, opened without offloads: one Ethernet frame per read and write,
+    /// every checksum computed by the stack.
+    #[must_use]
+    pub fn tap_without_offloads(name: impl Into<String>) -> Self {
+        Self::Tap { name: name.into(), offloads: false }
     }
 
     /// AF_XDP on every RX queue of `iface`, native XDP where the driver has it
@@ -99,7 +116,8 @@ impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Model => f.write_str("the 82599 model"),
-            Self::Tap { name } => write!(f, "TAP {name}"),
+            Self::Tap { name, offloads: true } => write!(f, "TAP {name}"),
+            Self::Tap { name, offloads: false } => write!(f, "TAP {name} (no offloads)"),
             Self::Xdp { iface, .. } => write!(f, "AF_XDP on {iface}"),
             Self::Pci { addr } => write!(f, "the 82599 at {addr}"),
         }
@@ -303,7 +321,7 @@ pub(crate) struct Finished {
 pub(crate) fn open(backend: &Backend, options: &OpenOptions<'_>) -> Result<Opened, OpenError> {
     match backend {
         Backend::Model => open_model(options),
-        Backend::Tap { name } => open_tap(backend, name, options),
+        Backend::Tap { name, offloads } => open_tap(backend, name, *offloads, options),
         Backend::Xdp { iface, queues, mode, busy_poll } => {
             open_xdp(backend, iface, *queues, (*mode, *busy_poll), options)
         }
@@ -441,7 +459,12 @@ fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
-fn open_tap(backend: &Backend, name: &str, options: &OpenOptions<'_>) -> Result<Opened, OpenError> {
+fn open_tap(
+    backend: &Backend,
+    name: &str,
+    offloads: bool,
+    options: &OpenOptions<'_>,
+) -> Result<Opened, OpenError> {
     if let Some(cores) = options.cores
         && cores != 1
     {
@@ -450,11 +473,28 @@ fn open_tap(backend: &Backend, name: &str, options: &OpenOptions<'_>) -> Result<
             why: format!("has one queue: serve it with 1 core (--cores 1), not {cores}"),
         });
     }
-    let tap = Tap::open(name).map_err(|source| OpenError::Tap { name: name.to_owned(), source })?;
+    let tap = Tap::open_with(name, TapOptions { offloads })
+        .map_err(|source| OpenError::Tap { name: name.to_owned(), source })?;
     let mac = EthernetAddress(tap.info().mac.0);
     let mut description = format!("TAP {}", tap.name());
-    tracing::info!(iface = tap.name(), mac = %tap.info().mac, link = ?tap.link(), "opened the TAP interface");
-    let pool = sized_pool("pool", 1, Rings::Tap, HugePages::Never)?;
+    if offloads {
+        description.push_str(" with offloads (TSO, partial checksums, coalesced receive)");
+    }
+    tracing::info!(iface = tap.name(), mac = %tap.info().mac, link = ?tap.link(), offloads, "opened the TAP interface");
+    let pool = if offloads {
+        // Buffers that hold a 64 KiB super-segment, made resident as they are used: a TAP
+        // holds none in rings, so the few in use at a time are what the process touches.
+        let n = u32::try_from(PoolDemand::new(1, Rings::Tap).total()).unwrap_or(u32::MAX);
+        let pool = Pool::builder(n)
+            .data_room(OFFLOAD_DATA_ROOM)
+            .populate(false)
+            .hugepages(HugePages::Never)
+            .build()
+            .map_err(|source| OpenError::Pool { what: "pool", buffers: n, source })?;
+        checked(pool, "pool", 1, Rings::Tap)?
+    } else {
+        sized_pool("pool", 1, Rings::Tap, HugePages::Never)?
+    };
     let (ports, pcap) = record(vec![Port::Tap(tap)], options.pcap)?;
     if let Some(path) = options.pcap {
         description.push_str(&format!(", recorded to {}", path.display()));
@@ -824,7 +864,18 @@ mod tests {
             let opened = open(&Backend::tap("ncrt0"), &options(None)).map_err(|e| e.to_string())?;
             assert_eq!(opened.ports.len(), 1);
             assert_eq!(opened.ports[0].kind(), "TAP");
+            assert_eq!(
+                opened.description,
+                "TAP ncrt0 with offloads (TSO, partial checksums, coalesced receive)"
+            );
+            assert!(opened.ports[0].info().offloads.tx_tso_max > 0, "opened with offloads");
+            assert_eq!(opened.pool.data_room(), OFFLOAD_DATA_ROOM, "buffers that hold a super-segment");
+            finish_clean(opened, 1);
+            // Without offloads: plain frames, the usual buffers.
+            let opened =
+                open(&Backend::tap_without_offloads("ncrt0"), &options(None)).map_err(|e| e.to_string())?;
             assert_eq!(opened.description, "TAP ncrt0");
+            assert_eq!(opened.ports[0].info().offloads, netchannel::dev::DeviceOffloads::NONE);
             assert!(opened.peer.is_none() && opened.steering.is_none());
             assert_eq!(opened.mac, EthernetAddress(opened.ports[0].info().mac.0));
             let finished = finish_clean(opened, 1);

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use netchannel::dev::MacAddr;
+use netchannel::dev::{MacAddr, NetDevice};
 use netchannel::pool::Audit;
 use netchannel::steering::FlowSteering;
 use tcp_lib::stack::Config as StackConfig;
@@ -396,7 +396,10 @@ impl Runtime {
                 .zip(inboxes)
                 .enumerate()
                 .map(|(core, ((port, ends), inbox))| {
-                    let mut stack = StackConfig::new(opened.mac, builder.ip);
+                    // What the device finishes for the stack (a TAP with offloads: TSO and
+                    // partial checksums); nothing for the others.
+                    let mut stack =
+                        StackConfig::new(opened.mac, builder.ip).with_device_offloads(port.info().offloads);
                     if let Some(v6) = builder.ipv6 {
                         stack = stack.with_ipv6(v6);
                     }

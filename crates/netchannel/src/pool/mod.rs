@@ -332,6 +332,7 @@ pub struct Builder {
     data_room: usize,
     headroom: usize,
     hugepages: HugePages,
+    populate: bool,
     batch: usize,
     cache_size: Option<usize>,
 }
@@ -355,6 +356,17 @@ impl Builder {
     /// Whether to back the region with hugepages ([`HugePages::Prefer`] by default).
     pub fn hugepages(mut self, mode: HugePages) -> Self {
         self.hugepages = mode;
+        self
+    }
+
+    /// Whether every page of normal (not huge) pages is made resident when the pool is built
+    /// (`true`, the default: a NIC may DMA into any buffer at once). `false` leaves pages to be
+    /// touched as buffers are first used: for a pool only the CPU and the kernel's copies touch
+    /// (a TAP's), whose large buffers (64 KiB for offloads) would otherwise make the whole pool
+    /// resident although a few of them are in use at a time. Hugepages are always populated.
+    #[inline]
+    pub fn populate(mut self, populate: bool) -> Self {
+        self.populate = populate;
         self
     }
 
@@ -422,7 +434,7 @@ impl Builder {
     /// smaller than a batch) or a region that cannot be mapped.
     pub fn build(self) -> Result<Pool, PoolError> {
         let (layout, data_room, len, batch, cache_size) = self.validate()?;
-        let region = Region::map(len, self.hugepages)?;
+        let region = Region::map(len, self.hugepages, self.populate)?;
         let mut free = Vec::new();
         free.try_reserve_exact(self.buffers as usize).map_err(|_| PoolError::OutOfMemory)?;
         // Reversed, so the first allocations hand out 0, 1, 2, ...: adjacent, prefetch-friendly slots.
@@ -481,6 +493,7 @@ impl Pool {
             data_room: DEFAULT_DATA_ROOM,
             headroom: DEFAULT_HEADROOM,
             hugepages: HugePages::default(),
+            populate: true,
             batch: DEFAULT_BATCH,
             cache_size: None,
         }

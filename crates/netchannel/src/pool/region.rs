@@ -52,11 +52,12 @@ impl fmt::Debug for Region {
 }
 
 impl Region {
-    /// Maps `len` bytes (rounded up to the page size) as `mode` asks.
-    pub(super) fn map(len: usize, mode: HugePages) -> Result<Self, PoolError> {
+    /// Maps `len` bytes (rounded up to the page size) as `mode` asks, normal pages made resident
+    /// at once when `populate`.
+    pub(super) fn map(len: usize, mode: HugePages, populate: bool) -> Result<Self, PoolError> {
         if mode != HugePages::Never {
             let huge_len = len.next_multiple_of(HUGE_PAGE_SIZE);
-            match Self::map_anonymous(huge_len, libc::MAP_HUGETLB | libc::MAP_HUGE_2MB) {
+            match Self::map_anonymous(huge_len, libc::MAP_HUGETLB | libc::MAP_HUGE_2MB | libc::MAP_POPULATE) {
                 Ok(base) => {
                     return Ok(Self { base, len: huge_len, page_size: HUGE_PAGE_SIZE, hugepages: true });
                 }
@@ -74,12 +75,13 @@ impl Region {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         let page_size = usize::try_from(page).ok().filter(|p| p.is_power_of_two()).unwrap_or(4096);
         let len = len.next_multiple_of(page_size);
-        let base = Self::map_anonymous(len, 0).map_err(PoolError::Map)?;
+        let base = Self::map_anonymous(len, if populate { libc::MAP_POPULATE } else { 0 })
+            .map_err(PoolError::Map)?;
         Ok(Self { base, len, page_size, hugepages: false })
     }
 
     fn map_anonymous(len: usize, extra_flags: libc::c_int) -> io::Result<NonNull<u8>> {
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE | extra_flags;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags;
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
         // existing memory; failure is reported as MAP_FAILED.
         let p = unsafe {
