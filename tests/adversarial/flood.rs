@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::{Net, echo_client, need, serve};
 
-const NET: Net = Net { iface: "ncadv1", net: 211 };
+const NET: Net = Net { iface: "ncadv1", net: 211, plain_frames: false };
 const HPING3: &str = "/usr/sbin/hping3";
 /// Kernel clients, each running sessions one after another while the floods last.
 const CLIENTS: u64 = 20;

@@ -47,6 +47,11 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 struct Net {
     iface: &'static str,
     net: u8,
+    /// Open the TAP without offloads (`--tap-no-offloads`): what the kernel's sniffers see is then
+    /// each segment as it would cross a wire. With offloads (the default) a super-segment reaches
+    /// the kernel whole, its segment size in the virtio-net header, which a raw socket on the TAP
+    /// does not show.
+    plain_frames: bool,
 }
 
 impl Net {
@@ -121,7 +126,8 @@ fn serve<T: Send>(net: Net, body: impl FnOnce() -> Result<T, String> + Send) -> 
     ip(&["tuntap", "add", "dev", net.iface, "mode", "tap"])?;
     ip(&["addr", "add", &format!("{}/24", net.kernel()), "dev", net.iface])?;
     ip(&["link", "set", net.iface, "up"])?;
-    let options = Options::tap(net.iface, Ipv4Cidr::new(net.server(), 24).expect("a /24"), PORT);
+    let mut options = Options::tap(net.iface, Ipv4Cidr::new(net.server(), 24).expect("a /24"), PORT);
+    options.serve.tap_no_offloads = net.plain_frames;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let server = s.spawn(|| run(&options, &stop));

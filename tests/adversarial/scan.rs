@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::{Net, need, run_bounded, serve};
 
-const NET: Net = Net { iface: "ncadv2", net: 212 };
+const NET: Net = Net { iface: "ncadv2", net: 212, plain_frames: false };
 const NMAP: &str = "/usr/bin/nmap";
 const LIMIT: Duration = Duration::from_secs(120);
 
