@@ -19,9 +19,16 @@
 //! reference ([`Stack::send_prepared`](tcp_lib::stack::Stack::send_prepared), through the core's
 //! [`Interface::with_stack`](tcp_lib::socket::Interface::with_stack)): no byte of it is copied
 //! into the connection's send ring, and a segment that is one of the prepared cuts gets its
-//! checksum from the table. The one copy left is from the prepared bytes into the frame's pool
-//! buffer (a pool buffer belongs to one frame and goes to the device; there is no shared,
-//! reference-counted TX buffer to point a descriptor at). `--copy` serves the same bytes through
+//! checksum from the table. Each core also keeps a copy of the responses in pool buffers of its
+//! pool, one [`POOL_CUT`]-byte segment a buffer ([`Content::in_pool`]; the runtime's pool grows by
+//! what that takes, [`Builder::service_buffers`](netchannel_runtime::Builder::service_buffers)), and a
+//! segment that is one of those buffers goes to the device by reference: the stack writes its
+//! Ethernet, IP and TCP headers into the buffer's headroom and hands the buffer over, with no copy
+//! of the payload (Sandstorm's zero-copy send). One frame of a buffer is in flight at a time: a
+//! connection sending a segment whose buffer is still at the device (another connection's send of
+//! the same response) copies it into a fresh buffer instead, and the summary counts both.
+//! Per-core copies, not one shared by every core: the cores never wait on each other's frames, and
+//! each core's copy lives exactly as long as its service. `--copy` serves the same bytes through
 //! the stream's `write` ([`Stack::send`](tcp_lib::stack::Stack::send)) instead: copied into the send ring, from it into the
 //! stack's scratch buffer, from there into the frame, and summed on the way.
 //!
@@ -110,7 +117,9 @@ use netchannel_runtime::{Core, Interface, Snapshot, Stream};
 use tcp_lib::stack::{Error as StackError, PreparedSegments};
 
 pub use client::ClientReport;
-pub use content::{Content, DEMO_SIZES, SEGMENT_SIZES, demo_bytes, demo_name};
+pub use content::{
+    Content, DEMO_SIZES, InPool, MAX_POOL_BUFFERS, POOL_CUT, SEGMENT_SIZES, demo_bytes, demo_name,
+};
 pub use http::{MAX_REQUEST, Method, Parsed, Request, parse};
 pub use report::{CoreReport, Report, Served};
 
@@ -265,6 +274,7 @@ struct Live {
     idle_timeouts: AtomicU64,
     refused: AtomicU64,
     cpu: OnceLock<Duration>,
+    in_pool: OnceLock<InPool>,
 }
 
 impl Live {
@@ -284,6 +294,7 @@ impl Live {
             idle_timeouts: get(&self.idle_timeouts),
             refused: get(&self.refused),
             cpu: self.cpu.get().copied(),
+            in_pool: self.in_pool.get().copied().unwrap_or_default(),
         }
     }
 }
@@ -566,6 +577,17 @@ fn thread_cpu() -> Option<Duration> {
 /// The HTTP service of one core: an event loop over its listener and its connections, until the
 /// runtime stops.
 fn serve(core: &Core<'_>, svc: &Service<'_>, live: &Live) -> io::Result<()> {
+    // The core's copy of the responses in its pool, sent by reference (dropped when the service
+    // ends; connections still holding a response keep its buffers until the stack goes).
+    let pooled = if svc.options.copy {
+        None
+    } else {
+        let budget = svc.content.pool_buffers().min(MAX_POOL_BUFFERS);
+        let (content, done) = core.interface().with_cache(|cache| svc.content.in_pool(cache, budget))?;
+        let _ = live.in_pool.set(done);
+        Some(content)
+    };
+    let svc = &Service { options: svc.options, content: pooled.as_ref().unwrap_or(svc.content) };
     let cpu_start = thread_cpu();
     let counters = Counters {
         accepted: &live.conns,
@@ -696,7 +718,10 @@ pub fn run(options: &Options, content: Arc<Content>, stop: &AtomicBool) -> Resul
     if content.is_empty() {
         return Err(format!("nothing to serve: {}", content.source));
     }
-    let runtime = cli::build(options.serve.builder())?;
+    let builder = options.serve.builder();
+    // Room in the pool for each core's copy of the responses, sent by reference.
+    let per_core = if options.copy { 0 } else { content.pool_buffers().min(MAX_POOL_BUFFERS) };
+    let runtime = cli::build(builder.service_buffers(per_core))?;
     let plan = Plan::new(&options.serve, options.conns, options.requests, options.seed, options.progress);
     let served = service::serve(&Service { options, content: &content }, options.port, plan, runtime, stop)?;
     let details = Served { copy: options.copy, source: content.source.clone() };
@@ -781,12 +806,21 @@ mod tests {
         let report = model_run(2, Placement::Same, false);
         let (prepared, sums) = report.prepared_segments();
         assert!(prepared > 240 && sums * 10 >= prepared * 9, "{report}");
+        // Sent by reference from each core's copy of the responses in the pool, every buffer back.
+        let (by_reference, copied) = report.by_reference();
+        assert!(by_reference * 10 > prepared * 6 && by_reference + copied <= prepared, "{report}");
+        for c in &report.cores {
+            let p = c.in_pool;
+            assert!(p.pooled == p.responses && p.responses > 30 && p.error.is_none(), "{p:?}");
+        }
     }
 
     #[test]
     fn model_serves_every_byte_copied() {
         let report = model_run(2, Placement::Same, true);
         assert_eq!(report.prepared_segments(), (0, 0), "{report}");
+        assert_eq!(report.by_reference(), (0, 0), "{report}");
+        assert!(report.cores.iter().all(|c| c.in_pool == InPool::default()), "{report}");
     }
 
     #[test]

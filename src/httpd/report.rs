@@ -7,6 +7,7 @@ use std::time::Duration;
 use netchannel_runtime::stats::CoreStats;
 
 use super::client::ClientReport;
+use super::content::InPool;
 use crate::service::{ServiceReport, write_latency};
 use crate::util::mib;
 
@@ -35,6 +36,8 @@ pub struct CoreReport {
     /// CPU time of the core's thread while it served (Linux schedstat), when known; with the
     /// `split` placement its channelizer's thread is not counted.
     pub cpu: Option<Duration>,
+    /// What the core put into its pool of its copy of the responses (nothing with `--copy`).
+    pub in_pool: InPool,
 }
 
 impl CoreReport {
@@ -96,6 +99,18 @@ impl Report {
         )
     }
 
+    /// Segments the server's stacks sent by reference (from the pool copies of the responses),
+    /// and segments of those copies sent by copy because the buffer's frame was still in flight,
+    /// over every core.
+    #[must_use]
+    pub fn by_reference(&self) -> (u64, u64) {
+        let cores = &self.snapshot().cores;
+        (
+            cores.iter().map(|c| c.stack.tx_by_reference).sum(),
+            cores.iter().map(|c| c.stack.tx_by_reference_copied).sum(),
+        )
+    }
+
     /// Resets the server's stacks sent, over every core.
     #[must_use]
     pub fn resets(&self) -> u64 {
@@ -112,7 +127,11 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let runtime = &self.runtime;
-        let mode = if self.details.copy { "copy (Stack::send)" } else { "prepared (Stack::send_prepared)" };
+        let mode = if self.details.copy {
+            "copy (Stack::send)"
+        } else {
+            "prepared, by reference (Stack::send_prepared of pool buffers)"
+        };
         writeln!(
             f,
             "summary: HTTP on {}, port {}, {mode}; {}",
@@ -183,6 +202,18 @@ impl fmt::Display for Report {
                 c.idle_timeouts,
                 c.refused,
             )?;
+            let p = &c.in_pool;
+            if p.responses > 0 {
+                let (by_ref, copied) =
+                    stats.map_or((0, 0), |s| (s.stack.tx_by_reference, s.stack.tx_by_reference_copied));
+                let why = p.error.map_or_else(String::new, |e| format!(" (the rest by copy: {e})"));
+                writeln!(
+                    f,
+                    "    by reference: {} of {} responses in the pool ({} buffers){why}; {by_ref} segments sent by \
+                     reference, {copied} copied (the buffer's frame still in flight)",
+                    p.pooled, p.responses, p.buffers
+                )?;
+            }
         }
         self.write_runtime(f)
     }
