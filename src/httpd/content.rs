@@ -38,9 +38,10 @@ pub const POOL_CUT: usize = SEGMENT_SIZES[0];
 /// The most pool buffers one core's copy of the responses takes (about 140 MiB); responses beyond
 /// it are sent by copy.
 pub const MAX_POOL_BUFFERS: usize = 1 << 16;
-/// The demo set's file sizes (when no `--dir` is given).
-pub const DEMO_SIZES: [usize; 9] =
-    [1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10];
+/// The demo set's file sizes (when no `--dir` is given): powers of two, and the 24 KiB object of
+/// Sandstorm's zero-copy experiment (Marinos, Watson, Handley, SIGCOMM 2014).
+pub const DEMO_SIZES: [usize; 10] =
+    [1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 24 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10];
 /// The most bytes loaded from a directory.
 const MAX_CONTENT: u64 = 1 << 30;
 
