@@ -7,12 +7,12 @@
 //! ([`Content::respond`]) and queueing it by reference. The three variants hold a file's body three
 //! times: a `--dir` of 1 GiB (the most [`Content::load`] takes) prepares about 3 GiB.
 //!
-//! By default each core also keeps a copy of the responses in pool buffers of its runtime's pool
-//! ([`Content::in_pool`]: each 1448-byte segment in a buffer of its own, [`POOL_CUT`]), so that the
-//! stack sends a segment by reference: only its headers are written, into the buffer's headroom.
-//! The pool is made larger by what that takes ([`Content::pool_buffers`], at most
-//! [`MAX_POOL_BUFFERS`] a core); responses beyond it are sent by copy, and the summary says how
-//! many.
+//! By default each core also keeps copies of the responses in pool buffers of its runtime's pool
+//! ([`Content::in_pool`]: each 1448-byte segment, [`POOL_CUT`], in `--pool-copies` buffers of its
+//! own), so that the stack sends a segment by reference: only its headers are written, into the
+//! headroom of a copy with no frame in flight. The pool is made larger by what that takes
+//! ([`Content::pool_buffers`], at most [`MAX_POOL_BUFFERS`] a core); responses beyond it are sent by
+//! copy, and the summary says how many.
 //!
 //! The generated demo set is written, for other servers to serve the same files, to a directory
 //! the caller names or to a fresh temporary one that is removed when the [`Content`] is dropped
@@ -312,26 +312,27 @@ impl Content {
         files.chain(self.not_found.all()).chain(self.not_allowed.all()).chain(errors)
     }
 
-    /// Pool buffers a copy of every response in the pool takes ([`in_pool`](Self::in_pool)).
+    /// Pool buffers `copies` copies of every response in the pool take ([`in_pool`](Self::in_pool)).
     #[must_use]
-    pub fn pool_buffers(&self) -> usize {
-        self.responses().map(|r| r.len().div_ceil(POOL_CUT)).sum()
+    pub fn pool_buffers(&self, copies: usize) -> usize {
+        self.responses().map(|r| r.len().div_ceil(POOL_CUT)).sum::<usize>().saturating_mul(copies)
     }
 
     /// A copy of the content whose responses are also in buffers of `cache`'s pool, cut at
-    /// [`POOL_CUT`] (sent by reference), as many as `budget` buffers hold; the others are as they
+    /// [`POOL_CUT`], `copies` buffers a segment (sent by reference from whichever has no frame in
+    /// flight), as many as `budget` buffers hold; the others are as they
     /// are (sent by copy), and so are all after the pool ran out of free buffers. The bytes are
     /// copied once more (into the copy's own prepared responses); the files are shared.
     #[must_use]
-    pub fn in_pool(&self, cache: &PoolCache, budget: usize) -> (Self, InPool) {
+    pub fn in_pool(&self, cache: &PoolCache, budget: usize, copies: usize) -> (Self, InPool) {
         let mut done = InPool::default();
         let mut pool = |r: &Arc<PreparedSegments>| {
             done.responses += 1;
-            let need = r.len().div_ceil(POOL_CUT);
+            let need = r.len().div_ceil(POOL_CUT).saturating_mul(copies);
             if done.error.is_some() || done.buffers + need > budget {
                 return Arc::clone(r);
             }
-            match PreparedSegments::in_pool(r.data(), &SEGMENT_SIZES, POOL_CUT, cache) {
+            match PreparedSegments::in_pool(r.data(), &SEGMENT_SIZES, (POOL_CUT, copies), cache) {
                 Ok(p) => {
                     done.pooled += 1;
                     done.buffers += need;

@@ -19,14 +19,18 @@
 //! reference ([`Stack::send_prepared`](tcp_lib::stack::Stack::send_prepared), through the core's
 //! [`Interface::with_stack`](tcp_lib::socket::Interface::with_stack)): no byte of it is copied
 //! into the connection's send ring, and a segment that is one of the prepared cuts gets its
-//! checksum from the table. Each core also keeps a copy of the responses in pool buffers of its
-//! pool, one [`POOL_CUT`]-byte segment a buffer ([`Content::in_pool`]; the runtime's pool grows by
-//! what that takes, [`Builder::service_buffers`](netchannel_runtime::Builder::service_buffers)), and a
-//! segment that is one of those buffers goes to the device by reference: the stack writes its
-//! Ethernet, IP and TCP headers into the buffer's headroom and hands the buffer over, with no copy
-//! of the payload (Sandstorm's zero-copy send). One frame of a buffer is in flight at a time: a
-//! connection sending a segment whose buffer is still at the device (another connection's send of
-//! the same response) copies it into a fresh buffer instead, and the summary counts both.
+//! checksum from the table. Each core also keeps copies of the responses in pool buffers of its
+//! pool, each [`POOL_CUT`]-byte segment in `--pool-copies` buffers ([`Content::in_pool`]; the
+//! runtime's pool grows by what that takes,
+//! [`Builder::service_buffers`](netchannel_runtime::Builder::service_buffers)), and a segment that
+//! is one of those buffers goes to the device by reference: the stack writes its Ethernet, IP and
+//! TCP headers into the headroom of a copy with no frame in flight and hands that buffer over, with
+//! no copy of the payload (Sandstorm's zero-copy send). One frame of a buffer is in flight at a
+//! time, and a driver lets go of sent frames in batches (the 82599 reclaims its TX ring lazily; a
+//! TAP at once, as it writes): when every copy is still at the device (other connections sending
+//! the same response, or the previous one) the segment is copied into a fresh buffer instead, and
+//! the summary counts both. On the 82599 model with 32 connections fetching one 24 KiB file, 1
+//! copy sent 4% of the segments by reference, 4 copies 14%, 16 copies 59%, 64 copies all.
 //! Per-core copies, not one shared by every core: the cores never wait on each other's frames, and
 //! each core's copy lives exactly as long as its service. `--copy` serves the same bytes through
 //! the stream's `write` ([`Stack::send`](tcp_lib::stack::Stack::send)) instead: copied into the send ring, from it into the
@@ -146,6 +150,8 @@ const MAX_REFUSING: usize = 1024;
 pub const DEFAULT_MAX_CONNS: usize = 10_000;
 /// The default `--header-timeout`.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default `--pool-copies`.
+pub const DEFAULT_POOL_COPIES: usize = 4;
 /// The default `--idle-timeout`.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -199,6 +205,12 @@ pub struct Options {
     /// (Stack::send_prepared)
     #[arg(long)]
     pub copy: bool,
+
+    /// Pool buffers each 1448-byte segment of the responses is copied into, per core, for sending
+    /// by reference: a segment goes by reference from a copy whose previous frame the device has
+    /// let go of, and is copied when all are still in flight (0: none, every segment copied)
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_POOL_COPIES, value_parser = clap::value_parser!(u16).range(0..=256).map(usize::from))]
+    pub pool_copies: usize,
 
     /// Client connections, all open at once (model backend)
     #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=60_000).map(usize::from))]
@@ -579,11 +591,13 @@ fn thread_cpu() -> Option<Duration> {
 fn serve(core: &Core<'_>, svc: &Service<'_>, live: &Live) -> io::Result<()> {
     // The core's copy of the responses in its pool, sent by reference (dropped when the service
     // ends; connections still holding a response keep its buffers until the stack goes).
-    let pooled = if svc.options.copy {
+    let copies = svc.options.pool_copies;
+    let pooled = if svc.options.copy || copies == 0 {
         None
     } else {
-        let budget = svc.content.pool_buffers().min(MAX_POOL_BUFFERS);
-        let (content, done) = core.interface().with_cache(|cache| svc.content.in_pool(cache, budget))?;
+        let budget = svc.content.pool_buffers(copies).min(MAX_POOL_BUFFERS);
+        let (content, done) =
+            core.interface().with_cache(|cache| svc.content.in_pool(cache, budget, copies))?;
         let _ = live.in_pool.set(done);
         Some(content)
     };
@@ -720,7 +734,8 @@ pub fn run(options: &Options, content: Arc<Content>, stop: &AtomicBool) -> Resul
     }
     let builder = options.serve.builder();
     // Room in the pool for each core's copy of the responses, sent by reference.
-    let per_core = if options.copy { 0 } else { content.pool_buffers().min(MAX_POOL_BUFFERS) };
+    let per_core =
+        if options.copy { 0 } else { content.pool_buffers(options.pool_copies).min(MAX_POOL_BUFFERS) };
     let runtime = cli::build(builder.service_buffers(per_core))?;
     let plan = Plan::new(&options.serve, options.conns, options.requests, options.seed, options.progress);
     let served = service::serve(&Service { options, content: &content }, options.port, plan, runtime, stop)?;
@@ -742,6 +757,8 @@ mod tests {
             .unwrap();
         assert_eq!((o.serve.cores, o.serve.placement, o.copy, o.conns), (Some(2), Placement::Split, true, 5));
         assert_eq!(o.size, Some(1024));
+        assert_eq!(parse(&["--pool-copies", "16"]).unwrap().pool_copies, 16);
+        assert!(parse(&["--pool-copies", "257"]).unwrap_err().to_string().contains("--pool-copies"));
         let o = parse(&["--dir=/srv", "--requests=7", "--port=8080", "--seed=9", "--quiet"]).unwrap();
         assert_eq!(o.dir, Some(PathBuf::from("/srv")));
         assert_eq!((o.requests, o.port, o.seed, o.progress), (7, 8080, 9, false));
@@ -754,8 +771,8 @@ mod tests {
         );
         let d = Options::default();
         assert_eq!(
-            (d.port, d.conns, d.requests, d.size, d.copy, d.progress),
-            (80, 32, 200, None, false, true)
+            (d.port, d.conns, d.requests, d.size, d.copy, d.progress, d.pool_copies),
+            (80, 32, 200, None, false, true, DEFAULT_POOL_COPIES)
         );
         assert!(d.serve.is_model() && d.serve.cores.is_none());
         assert_eq!(

@@ -317,16 +317,16 @@ impl Stack {
                 None => t.segment(&self.scratch),
             };
             // A segment that is exactly one pool buffer of prepared content goes by reference: a
-            // frame of that buffer, whose data is only the headers in front of the payload.
-            let frame = match lent.as_ref().and_then(PreparedSlice::shared) {
-                Some(shared) => match shared.frame(cache, ETH_LEN + ip_len + seg.buffer_len()) {
-                    Ok(frame) => Some(frame),
-                    Err(_) => {
-                        self.stats.tx_by_reference_copied += 1;
-                        None
-                    }
-                },
-                None => None,
+            // frame of the first of its copies with none in flight, whose data is only the headers
+            // in front of the payload.
+            let frame = match lent.as_ref().map(PreparedSlice::buffers) {
+                Some(copies) if !copies.is_empty() => {
+                    let headers = ETH_LEN + ip_len + seg.buffer_len();
+                    let frame = copies.iter().find_map(|s| s.frame(cache, headers).ok());
+                    self.stats.tx_by_reference_copied += u64::from(frame.is_none());
+                    frame
+                }
+                _ => None,
             };
             let by_reference = frame.is_some();
             let mut packet = if let Some(frame) = frame {

@@ -90,8 +90,8 @@ pub struct StackStats {
     /// and that buffer handed to the device without a copy.
     pub tx_by_reference: u64,
     /// Segments that were exactly one pool buffer of prepared content but were copied: a frame
-    /// of that buffer was still in flight (another connection, or an earlier send of it), its
-    /// headroom was too short for the headers, or the buffer is of another pool than the cache's.
+    /// of each of its copies was still in flight (other connections, or earlier sends of it), the
+    /// headroom was too short for the headers, or the buffers are of another pool than the cache's.
     pub tx_by_reference_copied: u64,
     /// TCP super-segments handed to the device to cut ([`Config::tso_max_size`]).
     pub tx_super_segments: u64,

@@ -14,14 +14,15 @@
 //!
 //! # By reference (zero-copy)
 //!
-//! [`PreparedSegments::in_pool`] also copies each segment of one cut size into a pool buffer (at the
-//! pool's default headroom) and keeps them as [`SharedPacket`]s. A segment that is exactly one of
-//! those buffers then goes to the device without a copy: the stack writes the Ethernet, IP and TCP
+//! [`PreparedSegments::in_pool`] also copies each segment of one cut size into one or more pool
+//! buffers (at the pool's default headroom) and keeps them as [`SharedPacket`]s. A segment that is
+//! exactly one of those buffers then goes to the device without a copy: the stack writes the Ethernet, IP and TCP
 //! headers into the buffer's headroom ([`SharedPacket::frame`]) and hands the frame over, as
 //! Sandstorm does with its pre-segmented content (Marinos, Watson, Handley, "Network stack
 //! specialization for performance", SIGCOMM 2014). One frame of a buffer is in flight at a time: a
-//! segment whose buffer is still at the device (another connection sending the same content, or a
-//! retransmission before the device let go) is copied as above, and counted
+//! segment whose buffers are all still at the device (other connections sending the same content,
+//! an earlier send of it that the device has not let go of: drivers reclaim sent descriptors in
+//! batches) is copied as above, and counted
 //! ([`StackStats::tx_by_reference_copied`](crate::stack::StackStats::tx_by_reference_copied)).
 //! The content is shared by every core through its `Arc`, and the buffers with it; a core sends
 //! from another core's pool buffers only when both use the same pool (a frame must come from the
@@ -62,10 +63,12 @@ pub struct PreparedSegments {
     buffers: Option<PoolSegments>,
 }
 
-/// The segments of cut size `cut`, each in its own shared pool buffer, in order.
+/// The segments of cut size `cut`, each in `copies` shared pool buffers of its own, in order
+/// (segment `i`'s copies at `i * copies ..`).
 #[derive(Clone, Debug)]
 struct PoolSegments {
     cut: usize,
+    copies: usize,
     shared: Box<[SharedPacket]>,
 }
 
@@ -136,9 +139,10 @@ impl PreparedSegments {
     }
 
     /// [`new`](Self::new), and each segment of `cut` bytes (added to `mss` if missing) also
-    /// copied into a buffer of `cache`'s pool at the default headroom and shared, so that a
-    /// connection emitting exactly that segment sends it by reference (see the module docs). The
-    /// buffers stay taken while the content lives: `len / cut` rounded up.
+    /// copied into `copies` buffers of `cache`'s pool at the default headroom and shared, so that
+    /// a connection emitting exactly that segment sends it by reference from whichever copy has no
+    /// frame in flight (see the module docs). The buffers stay taken while the content lives:
+    /// `copies` times `len / cut` rounded up.
     ///
     /// # Errors
     ///
@@ -147,33 +151,35 @@ impl PreparedSegments {
     pub fn in_pool(
         data: impl Into<Box<[u8]>>,
         mss: &[usize],
-        cut: usize,
+        (cut, copies): (usize, usize),
         cache: &PoolCache,
     ) -> Result<Self, InPoolError> {
         let mut sizes = mss.to_vec();
         sizes.push(cut);
         let mut this = Self::new(data, &sizes);
-        if cut == 0 {
+        if cut == 0 || copies == 0 {
             return Ok(this);
         }
-        let needed = this.data.len().div_ceil(cut);
+        let needed = this.data.len().div_ceil(cut).saturating_mul(copies);
         let mut shared = Vec::with_capacity(needed);
         for chunk in this.data.chunks(cut) {
-            let Some(mut packet) = cache.alloc() else {
-                return Err(InPoolError::NoBuffer { needed, allocated: shared.len() });
-            };
-            if packet.extend_from_slice(chunk).is_err() {
-                let room = packet.tailroom();
-                return Err(InPoolError::TooLarge { cut, room });
+            for _ in 0..copies {
+                let Some(mut packet) = cache.alloc() else {
+                    return Err(InPoolError::NoBuffer { needed, allocated: shared.len() });
+                };
+                if packet.extend_from_slice(chunk).is_err() {
+                    let room = packet.tailroom();
+                    return Err(InPoolError::TooLarge { cut, room });
+                }
+                // A fresh buffer is never a frame, so this error is unreachable; if it were not,
+                // the content would stay whole without its pool copies.
+                let Ok(s) = packet.into_shared() else {
+                    return Err(InPoolError::NoBuffer { needed, allocated: shared.len() });
+                };
+                shared.push(s);
             }
-            // A fresh buffer is never a frame, so this error is unreachable; if it were not, the
-            // content would stay whole without its pool copies.
-            let Ok(s) = packet.into_shared() else {
-                return Err(InPoolError::NoBuffer { needed, allocated: shared.len() });
-            };
-            shared.push(s);
         }
-        this.buffers = Some(PoolSegments { cut, shared: shared.into_boxed_slice() });
+        this.buffers = Some(PoolSegments { cut, copies, shared: shared.into_boxed_slice() });
         Ok(this)
     }
 
@@ -261,16 +267,20 @@ impl PreparedSlice {
         self.segments.sum(self.offset, self.len)
     }
 
-    /// The pool buffer holding exactly this range, when the content is in a pool
-    /// ([`PreparedSegments::in_pool`]) and the range is one of its segments.
+    /// The pool buffers holding exactly this range (its copies), when the content is in a pool
+    /// ([`PreparedSegments::in_pool`]) and the range is one of its segments; empty otherwise.
     #[must_use]
     #[inline]
-    pub fn shared(&self) -> Option<&SharedPacket> {
-        let b = self.segments.buffers.as_ref()?;
+    pub fn buffers(&self) -> &[SharedPacket] {
+        let Some(b) = self.segments.buffers.as_ref() else { return &[] };
         if !self.offset.is_multiple_of(b.cut) {
-            return None;
+            return &[];
         }
-        b.shared.get(self.offset / b.cut).filter(|s| s.len() == self.len)
+        let at = self.offset / b.cut * b.copies;
+        match b.shared.get(at..at + b.copies) {
+            Some(copies) if copies.first().is_some_and(|s| s.len() == self.len) => copies,
+            _ => &[],
+        }
     }
 }
 
