@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::{A_IP, B_IP, Rng, TICK, config};
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, Pair, VirtualClock};
-use netchannel::pool::{HugePages, Pool};
-use tcp_lib::stack::{Error, InPoolError, PreparedSegments, Stack, StackStats, StreamId};
+use netchannel::pool::{HugePages, Pool, SharedPacket};
+use tcp_lib::stack::{Error, InPoolError, PreparedSegments, PreparedSlice, Stack, StackStats, StreamId};
 use tcp_lib::wire::Ipv6Cidr;
 
 const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 1, 0, 0, 0, 1);
@@ -168,6 +168,15 @@ fn in_pool_needs_free_buffers() {
     let ok = PreparedSegments::in_pool(vec![1u8; 10 * 1448 + 1], &[1460], (1448, 3), &cache).unwrap();
     assert_eq!(ok.pool_cut(), Some(1448));
     assert!(ok.is_cut_for(1448) && ok.is_cut_for(1460));
-    drop((ok, cache));
+    // A segment's three copies, tried round robin: each send starts one copy further on.
+    let ok = Arc::new(ok);
+    let slice = PreparedSlice { segments: Arc::clone(&ok), offset: 1448, len: 1448 };
+    let firsts: Vec<u32> = (0..4).map(|_| slice.copies().next().unwrap().index()).collect();
+    let copies: Vec<u32> = slice.buffers().iter().map(SharedPacket::index).collect();
+    assert_eq!(firsts, [copies[0], copies[1], copies[2], copies[0]]);
+    assert_eq!(slice.copies().count(), 3);
+    let short = PreparedSlice { segments: Arc::clone(&ok), offset: 1448, len: 1000 };
+    assert!(short.buffers().is_empty() && short.copies().next().is_none(), "not a whole segment");
+    drop((ok, slice, short, cache));
     pool.check_leaks().unwrap();
 }

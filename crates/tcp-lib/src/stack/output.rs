@@ -12,7 +12,7 @@ use netchannel::pool::{GsoKind, Offload, PoolCache};
 use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
-use super::{ETH_LEN, IP_LEN, IP6_LEN, PreparedSlice, Stack, emit};
+use super::{ETH_LEN, IP_LEN, IP6_LEN, Stack, emit};
 use crate::tcp::State;
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
@@ -317,16 +317,16 @@ impl Stack {
                 None => t.segment(&self.scratch),
             };
             // A segment that is exactly one pool buffer of prepared content goes by reference: a
-            // frame of the first of its copies with none in flight, whose data is only the headers
-            // in front of the payload.
-            let frame = match lent.as_ref().map(PreparedSlice::buffers) {
-                Some(copies) if !copies.is_empty() => {
+            // frame of the first of its copies with none in flight (round robin), whose data is only the
+            // headers in front of the payload.
+            let frame = match lent.as_ref().filter(|l| !l.buffers().is_empty()) {
+                Some(slice) => {
                     let headers = ETH_LEN + ip_len + seg.buffer_len();
-                    let frame = copies.iter().find_map(|s| s.frame(cache, headers).ok());
+                    let frame = slice.copies().find_map(|s| s.frame(cache, headers).ok());
                     self.stats.tx_by_reference_copied += u64::from(frame.is_none());
                     frame
                 }
-                _ => None,
+                None => None,
             };
             let by_reference = frame.is_some();
             let mut packet = if let Some(frame) = frame {

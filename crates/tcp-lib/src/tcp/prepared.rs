@@ -46,6 +46,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use netchannel::pool::{PoolCache, SharedPacket};
 
@@ -70,6 +71,9 @@ struct PoolSegments {
     cut: usize,
     copies: usize,
     shared: Box<[SharedPacket]>,
+    /// Per segment, the copy a send tries first ([`PreparedSlice::copies`]): round robin, so the
+    /// first tried is the one sent longest ago, the likeliest to be back from the device.
+    turn: Arc<[AtomicU32]>,
 }
 
 impl PartialEq for PreparedSegments {
@@ -179,7 +183,8 @@ impl PreparedSegments {
                 shared.push(s);
             }
         }
-        this.buffers = Some(PoolSegments { cut, copies, shared: shared.into_boxed_slice() });
+        let turn = (0..this.data.len().div_ceil(cut)).map(|_| AtomicU32::new(0)).collect();
+        this.buffers = Some(PoolSegments { cut, copies, shared: shared.into_boxed_slice(), turn });
         Ok(this)
     }
 
@@ -272,15 +277,35 @@ impl PreparedSlice {
     #[must_use]
     #[inline]
     pub fn buffers(&self) -> &[SharedPacket] {
-        let Some(b) = self.segments.buffers.as_ref() else { return &[] };
+        self.place().map_or(&[], |(b, at)| &b.shared[at * b.copies..(at + 1) * b.copies])
+    }
+
+    /// [`buffers`](Self::buffers) in the order a send tries them: from the copy after the one the
+    /// previous send of this segment started at (round robin), so that the first tried is the one
+    /// sent longest ago. Each call moves the turn on (one relaxed atomic add).
+    #[inline]
+    pub fn copies(&self) -> impl Iterator<Item = &SharedPacket> {
+        let (copies, start) = match self.place() {
+            Some((b, at)) => {
+                // Relaxed: a hint for where to start; `frame` decides.
+                let t = b.turn[at].fetch_add(1, Ordering::Relaxed) as usize;
+                (&b.shared[at * b.copies..(at + 1) * b.copies], t % b.copies)
+            }
+            None => (&[][..], 0),
+        };
+        copies[start..].iter().chain(&copies[..start])
+    }
+
+    /// The pool copies and the segment's number, when the range is one of their segments.
+    #[inline]
+    fn place(&self) -> Option<(&PoolSegments, usize)> {
+        let b = self.segments.buffers.as_ref()?;
         if !self.offset.is_multiple_of(b.cut) {
-            return &[];
+            return None;
         }
-        let at = self.offset / b.cut * b.copies;
-        match b.shared.get(at..at + b.copies) {
-            Some(copies) if copies.first().is_some_and(|s| s.len() == self.len) => copies,
-            _ => &[],
-        }
+        let at = self.offset / b.cut;
+        let first = b.shared.get(at * b.copies)?;
+        (first.len() == self.len).then_some((b, at))
     }
 }
 
