@@ -79,13 +79,13 @@ impl PacketTx {
         self.tx.push_burst(indices)
     }
 
-    /// Sends `packet` (its index; the metadata travels in the buffer). The receiver now owns it.
+    /// Sends `packet` (its index; the metadata travels in the buffer; a frame of a shared buffer
+    /// its token, and the receiver gets that frame). The receiver now owns it.
     ///
     /// # Errors
     ///
-    /// The packet comes back in [`PacketPushError::Full`] when the channel is full, in
-    /// [`PacketPushError::WrongPool`] when it is not from this channel's pool, and in
-    /// [`PacketPushError::SharedFrame`] when it is a frame of a shared buffer.
+    /// The packet comes back in [`PacketPushError::Full`] when the channel is full, and in
+    /// [`PacketPushError::WrongPool`] when it is not from this channel's pool.
     #[inline]
     pub fn push<'c>(&mut self, packet: Packet<'c>) -> Result<(), PacketPushError<'c>> {
         if packet.cache.pool.shared.id != self.pool_id {
