@@ -1,5 +1,5 @@
-//! Static HTTP: our httpd ([`netchannels::httpd`]) over a TAP, prepared (pre-segmented) and
-//! `--copy`, against nginx (the Debian package) on the far end of a veth pair, the same `wrk`
+//! Static HTTP: our httpd ([`netchannels::httpd`]) over a TAP, prepared (pre-segmented, sent by
+//! reference from pool buffers) and `--copy`, against nginx (the Debian package) on the far end of a veth pair, the same `wrk`
 //! client and the same files in the same run.
 //!
 //! `cargo bench --bench httpd` (root, `/dev/net/tun`, iproute2, `wrk` and `nginx` on `PATH`;
@@ -16,8 +16,9 @@
 //! max=64 inactive=60s; open_file_cache_valid 60s` (open descriptors and sizes cached across
 //! requests, as a static server is configured in production and as our httpd serves from memory;
 //! `NC_HTTPD_BENCH_NGINX_OPEN_FILE_CACHE=off` leaves it out, as this bench did before). The files are the
-//! httpd demo set (`Content::demo`, also written to `target/httpd-demo`), of which 1, 16, 64 and
-//! 256 KiB are fetched. nginx runs twice: with the veth's offloads as they come (TSO/GSO: the
+//! httpd demo set (`Content::demo`, also written to `target/httpd-demo`), of which 1, 16, 24, 64
+//! and 256 KiB are fetched (24 KiB: Sandstorm's zero-copy experiment, by reference against
+//! `--copy`). nginx runs twice: with the veth's offloads as they come (TSO/GSO: the
 //! kernel hands veth 64 KiB super-segments) and with TX checksum offload (and so TSO) off on
 //! nginx's end, so that MTU-sized frames cross, as they do on the TAP.
 //!
@@ -59,7 +60,7 @@ const CLIENT_END: &str = "nchv1";
 const VETH_CLIENT: &str = "10.209.0.1/24";
 const VETH_SERVER: Ipv4Addr = Ipv4Addr::new(10, 209, 0, 2);
 const PORT: u16 = 80;
-const SIZES: [usize; 4] = [1 << 10, 16 << 10, 64 << 10, 256 << 10];
+const SIZES: [usize; 5] = [1 << 10, 16 << 10, 24 << 10, 64 << 10, 256 << 10];
 
 /// Whether `cmd ARG` runs at all.
 fn runs(cmd: &str, arg: &str) -> bool {
@@ -201,7 +202,7 @@ fn wait_listening(server: Ipv4Addr, alive: &mut dyn FnMut() -> Result<(), String
 
 /// Our httpd on the TAP, prepared or `--copy`: one server, wrk once per size.
 fn ours(copy: bool, content: &Arc<Content>, client: Client) -> Result<Vec<Row>, String> {
-    let name = if copy { "ours, TAP, --copy" } else { "ours, TAP, prepared" };
+    let name = if copy { "ours, TAP, --copy" } else { "ours, TAP, by reference" };
     let options = Options {
         serve: ServeArgs {
             tap: Some(TAP.into()),
@@ -229,9 +230,10 @@ fn ours(copy: bool, content: &Arc<Content>, client: Client) -> Result<Vec<Row>, 
         stop.store(true, Ordering::Relaxed);
         let report = server.join().map_err(|_| "the server panicked".to_owned())??;
         let (prepared, sums) = report.prepared_segments();
+        let (by_reference, copied) = report.by_reference();
         println!(
             "{name}: {} requests answered, {} failed connections, {prepared} prepared segments ({sums} with \
-             precomputed sums)",
+             precomputed sums), {by_reference} sent by reference ({copied} copied: frame in flight)",
             report.requests(),
             report.failed(),
         );

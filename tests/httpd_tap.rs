@@ -3,7 +3,8 @@
 //! keep-alive connection, and pipelined), HEAD, 404, 405, 400 on a malformed request (then the
 //! connection closes), `Connection: close`, concurrent connections over IPv4 and IPv6 (the server
 //! given both addresses); then python3's `http.client` fetches every file (when python3 is
-//! installed). Both the prepared (zero-copy) and the `--copy` paths.
+//! installed). Both the prepared path (sent by reference from the responses' pool buffers: headers
+//! written into their headroom) and the `--copy` path.
 //!
 //! Without root or `/dev/net/tun` it prints `skipped: <why>` (`netns_test::skip`).
 //! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
@@ -205,6 +206,18 @@ fn in_namespace(iface: &str, copy: bool) -> Result<(), String> {
     }
     if copy && prepared != 0 {
         return Err(format!("--copy used the prepared path: {report}"));
+    }
+    // By reference: most segments are frames of the responses' pool buffers, written by the TAP
+    // from the shared buffer, and every buffer is back after the run.
+    let (by_reference, _) = report.by_reference();
+    if !copy && by_reference * 2 < prepared {
+        return Err(format!("{by_reference} of {prepared} segments by reference: {report}"));
+    }
+    if copy && by_reference != 0 {
+        return Err(format!("--copy sent by reference: {report}"));
+    }
+    if let Some((name, audit)) = report.runtime.buffers.iter().find(|(_, a)| a.outstanding != 0) {
+        return Err(format!("{name}: {} buffers not back: {report}", audit.outstanding));
     }
     Ok(())
 }

@@ -7,6 +7,13 @@
 //! ([`Content::respond`]) and queueing it by reference. The three variants hold a file's body three
 //! times: a `--dir` of 1 GiB (the most [`Content::load`] takes) prepares about 3 GiB.
 //!
+//! By default each core also keeps copies of the responses in pool buffers of its runtime's pool
+//! ([`Content::in_pool`]: each 1448-byte segment, [`POOL_CUT`], in `--pool-copies` buffers of its
+//! own), so that the stack sends a segment by reference: only its headers are written, into the
+//! headroom of a copy with no frame in flight. The pool is made larger by what that takes
+//! ([`Content::pool_buffers`], at most [`MAX_POOL_BUFFERS`] a core); responses beyond it are sent by
+//! copy, and the summary says how many.
+//!
 //! The generated demo set is written, for other servers to serve the same files, to a directory
 //! the caller names or to a fresh temporary one that is removed when the [`Content`] is dropped
 //! ([`Content::demo_written`]).
@@ -16,7 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tcp_lib::stack::PreparedSegments;
+use netchannel::pool::PoolCache;
+use tcp_lib::stack::{InPoolError, PreparedSegments};
 
 use super::http::{Method, Request};
 use crate::util::Rng;
@@ -24,9 +32,16 @@ use crate::util::Rng;
 /// The payload segment sizes responses are cut for: an MSS of 1460 with and without the
 /// timestamps option.
 pub const SEGMENT_SIZES: [usize; 2] = [1448, 1460];
-/// The demo set's file sizes (when no `--dir` is given).
-pub const DEMO_SIZES: [usize; 9] =
-    [1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10];
+/// The segment size of the responses' pool buffers ([`Content::in_pool`]): the first of
+/// [`SEGMENT_SIZES`], an MSS of 1460 with timestamps.
+pub const POOL_CUT: usize = SEGMENT_SIZES[0];
+/// The most pool buffers one core's copy of the responses takes (about 140 MiB); responses beyond
+/// it are sent by copy.
+pub const MAX_POOL_BUFFERS: usize = 1 << 16;
+/// The demo set's file sizes (when no `--dir` is given): powers of two, and the 24 KiB object of
+/// Sandstorm's zero-copy experiment (Marinos, Watson, Handley, SIGCOMM 2014).
+pub const DEMO_SIZES: [usize; 10] =
+    [1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 24 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10];
 /// The most bytes loaded from a directory.
 const MAX_CONTENT: u64 = 1 << 30;
 
@@ -64,6 +79,16 @@ impl Responses {
         Self::new(status, "text/plain", body, extra).get[1].clone()
     }
 
+    /// Every prepared response.
+    fn all(&self) -> impl Iterator<Item = &Arc<PreparedSegments>> {
+        self.get.iter().chain(&self.head)
+    }
+
+    /// The same responses, each through `f`.
+    fn map(&self, f: &mut impl FnMut(&Arc<PreparedSegments>) -> Arc<PreparedSegments>) -> Self {
+        Self { get: self.get.each_ref().map(&mut *f), head: self.head.each_ref().map(&mut *f) }
+    }
+
     fn pick(&self, method: Method, request: &Request<'_>) -> &Arc<PreparedSegments> {
         let i = if request.close {
             1
@@ -74,6 +99,20 @@ impl Responses {
         };
         if method == Method::Head { &self.head[i] } else { &self.get[i] }
     }
+}
+
+/// What [`Content::in_pool`] put into the pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InPool {
+    /// Responses in pool buffers (sent by reference).
+    pub pooled: usize,
+    /// Responses in all.
+    pub responses: usize,
+    /// Pool buffers they take.
+    pub buffers: usize,
+    /// Why the first response left out was (the pool ran short), if one was for that reason
+    /// rather than the budget.
+    pub error: Option<InPoolError>,
 }
 
 /// A directory removed (with what is in it) when dropped: the demo set's temporary one.
@@ -264,6 +303,60 @@ impl Content {
             files,
             format!("{n} files from {} ({:.1} MiB)", dir.display(), total as f64 / 1048576.0),
         ))
+    }
+
+    /// Every prepared response.
+    fn responses(&self) -> impl Iterator<Item = &Arc<PreparedSegments>> {
+        let files = self.files.values().flat_map(|(_, r)| r.all());
+        let errors = [&self.bad_request, &self.request_timeout, &self.unavailable];
+        files.chain(self.not_found.all()).chain(self.not_allowed.all()).chain(errors)
+    }
+
+    /// Pool buffers `copies` copies of every response in the pool take ([`in_pool`](Self::in_pool)).
+    #[must_use]
+    pub fn pool_buffers(&self, copies: usize) -> usize {
+        self.responses().map(|r| r.len().div_ceil(POOL_CUT)).sum::<usize>().saturating_mul(copies)
+    }
+
+    /// A copy of the content whose responses are also in buffers of `cache`'s pool, cut at
+    /// [`POOL_CUT`], `copies` buffers a segment (sent by reference from whichever has no frame in
+    /// flight), as many as `budget` buffers hold; the others are as they
+    /// are (sent by copy), and so are all after the pool ran out of free buffers. The bytes are
+    /// copied once more (into the copy's own prepared responses); the files are shared.
+    #[must_use]
+    pub fn in_pool(&self, cache: &PoolCache, budget: usize, copies: usize) -> (Self, InPool) {
+        let mut done = InPool::default();
+        let mut pool = |r: &Arc<PreparedSegments>| {
+            done.responses += 1;
+            let need = r.len().div_ceil(POOL_CUT).saturating_mul(copies);
+            if done.error.is_some() || done.buffers + need > budget {
+                return Arc::clone(r);
+            }
+            match PreparedSegments::in_pool(r.data(), &SEGMENT_SIZES, (POOL_CUT, copies), cache) {
+                Ok(p) => {
+                    done.pooled += 1;
+                    done.buffers += need;
+                    Arc::new(p)
+                }
+                Err(e) => {
+                    done.error = Some(e);
+                    Arc::clone(r)
+                }
+            }
+        };
+        let files =
+            self.files.iter().map(|(k, (b, r))| (k.clone(), (Arc::clone(b), r.map(&mut pool)))).collect();
+        let content = Self {
+            files,
+            not_found: self.not_found.map(&mut pool),
+            not_allowed: self.not_allowed.map(&mut pool),
+            bad_request: pool(&self.bad_request),
+            request_timeout: pool(&self.request_timeout),
+            unavailable: pool(&self.unavailable),
+            temporary: None,
+            source: self.source.clone(),
+        };
+        (content, done)
     }
 
     /// The prepared 400 response (it closes the connection), for a malformed request.

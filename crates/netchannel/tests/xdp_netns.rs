@@ -549,3 +549,88 @@ fn split_queues_each_serve_their_own_nic_queue() {
         pool.check_leaks().map_err(|e| e.to_string())
     });
 }
+
+/// A frame of a shared buffer (a send by reference: headers in the buffer's headroom) handed to
+/// AF_XDP is copied into a plain buffer and sent ([`XdpStats::tx_frames_copied`]): the completion
+/// ring names buffers by address and could not release the frame. The kernel gets the datagram
+/// byte-exact, the frame is released at once (the next one of the same buffer can go), and the
+/// pool has no leak.
+#[test]
+fn frames_of_shared_buffers_are_copied_and_never_leak() {
+    with_veth(1, || {
+        let pool = Pool::builder(4096).hugepages(HugePages::Never).build().map_err(|e| e.to_string())?;
+        let mut dev = AfXdp::builder(OURS)
+            .queue(0)
+            .mode(XdpMode::Generic)
+            .ring_size(256)
+            .fill_size(256)
+            .open(&pool)
+            .map_err(|e| open_error(&e))?;
+        let mac = dev.info().mac;
+        ip(&[
+            "neigh",
+            "replace",
+            &OUR_IP.to_string(),
+            "lladdr",
+            &mac.to_string(),
+            "dev",
+            KERNELS,
+            "nud",
+            "permanent",
+        ])?;
+        let show = std::process::Command::new("ip")
+            .args(["link", "show", KERNELS])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let show = String::from_utf8_lossy(&show.stdout).into_owned();
+        let kernel_mac: Vec<u8> = show
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .ok_or(format!("no MAC in {show}"))?
+            .split(':')
+            .map(|h| u8::from_str_radix(h, 16).unwrap())
+            .collect();
+        let sock = UdpSocket::bind(SocketAddrV4::new(KERNEL_IP, 9000)).map_err(|e| e.to_string())?;
+        sock.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| e.to_string())?;
+        let cache = pool.cache();
+        let body = datagram(5);
+        let mut p = cache.alloc().unwrap();
+        p.extend_from_slice(&body).unwrap();
+        let shared = p.into_shared().unwrap();
+        let mut buf = vec![0u8; 2048];
+        for round in 0..2 {
+            let mut frame = shared.frame(&cache, 42).map_err(|e| format!("round {round}: {e}"))?;
+            let h = frame.data_mut();
+            h[..6].copy_from_slice(&kernel_mac);
+            h[6..12].copy_from_slice(&mac.0);
+            h[12..14].copy_from_slice(&[0x08, 0x00]);
+            let total = u16::try_from(20 + 8 + body.len()).unwrap();
+            h[14..34].copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            h[16..18].copy_from_slice(&total.to_be_bytes());
+            h[26..30].copy_from_slice(&OUR_IP.octets());
+            h[30..34].copy_from_slice(&KERNEL_IP.octets());
+            let c = !fold(sum16(&h[14..34], 0));
+            h[24..26].copy_from_slice(&c.to_be_bytes());
+            h[34..36].copy_from_slice(&OUR_PORT.to_be_bytes());
+            h[36..38].copy_from_slice(&9000u16.to_be_bytes());
+            h[38..40].copy_from_slice(&(total - 20).to_be_bytes());
+            h[40..42].copy_from_slice(&[0, 0]); // no UDP checksum (IPv4 allows it)
+            let mut batch = netchannel::dev::PacketBatch::with_capacity(4);
+            batch.push(frame).unwrap();
+            while !batch.is_empty() {
+                dev.tx_burst(0, &mut batch).map_err(|e| e.to_string())?;
+            }
+            assert!(!shared.frame_in_flight(), "round {round}: the frame was released once copied");
+            let (n, from) = sock.recv_from(&mut buf).map_err(|e| format!("round {round}: recv_from: {e}"))?;
+            assert_eq!(from, SocketAddr::V4(SocketAddrV4::new(OUR_IP, OUR_PORT)));
+            assert_eq!(&buf[..n], &body[..], "round {round}: the datagram arrived changed");
+        }
+        let xdp = dev.xdp_stats(0).map_err(|e| e.to_string())?;
+        assert_eq!(xdp.tx_frames_copied, 2, "{xdp:?}");
+        assert_eq!(dev.stats().tx_dropped, 0);
+        drop((dev, shared));
+        drop(cache);
+        pool.check_leaks().map_err(|e| e.to_string())
+    });
+}

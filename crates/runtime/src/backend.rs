@@ -275,6 +275,8 @@ pub(crate) struct OpenOptions<'a> {
     pub(crate) cores: Option<usize>,
     /// Record traffic into this pcap file (see the module documentation for which side).
     pub(crate) pcap: Option<&'a Path>,
+    /// Pool buffers each core's service holds while it runs (`Builder::service_buffers`).
+    pub(crate) service_buffers: usize,
 }
 
 /// What an open backend hands the runtime.
@@ -354,16 +356,22 @@ fn pool(what: &'static str, buffers: usize, hugepages: HugePages) -> Result<Pool
 /// at once ([`PoolDemand`]), checked once built.
 fn sized_pool(
     what: &'static str,
-    cores: usize,
+    (cores, service): (usize, usize),
     rings: Rings,
     hugepages: HugePages,
 ) -> Result<Pool, OpenError> {
-    checked(pool(what, PoolDemand::new(cores, rings).total(), hugepages)?, what, cores, rings)
+    let total = PoolDemand::new(cores, rings).with_services(cores, service).total();
+    checked(pool(what, total, hugepages)?, what, (cores, service), rings)
 }
 
 /// `pool`, if nothing that can hold its buffers at once can exhaust it.
-fn checked(pool: Pool, what: &'static str, cores: usize, rings: Rings) -> Result<Pool, OpenError> {
-    match PoolDemand::check(cores, rings, &pool) {
+fn checked(
+    pool: Pool,
+    what: &'static str,
+    (cores, service): (usize, usize),
+    rings: Rings,
+) -> Result<Pool, OpenError> {
+    match PoolDemand::check(cores, rings, service, &pool) {
         Ok(()) => Ok(pool),
         Err(demand) => Err(OpenError::PoolTooSmall {
             what,
@@ -424,7 +432,7 @@ fn open_model(options: &OpenOptions<'_>) -> Result<Opened, OpenError> {
     }
     let config = NicConfig { queues, rx_ring: 512, tx_ring: 512, ..NicConfig::default() };
     let rings = Rings::Ixgbe { rx: config.rx_ring.into(), tx: config.tx_ring.into() };
-    let pool = sized_pool("driver pool", queues.into(), rings, HugePages::Prefer)?;
+    let pool = sized_pool("driver pool", (queues.into(), options.service_buffers), rings, HugePages::Prefer)?;
     let (nic, nic_queues) = Ixgbe::init("sim0", model.mmio(), model.dma(), &pool, config)
         .map_err(|source| OpenError::Init { device: "the 82599 model (sim0)".into(), source })?;
     let mut description = format!("the 82599 model (sim0), {queues} queue{}", plural(queues.into()));
@@ -484,16 +492,19 @@ fn open_tap(
     let pool = if offloads {
         // Buffers that hold a 64 KiB super-segment, made resident as they are used: a TAP
         // holds none in rings, so the few in use at a time are what the process touches.
-        let n = u32::try_from(PoolDemand::new(1, Rings::Tap).total()).unwrap_or(u32::MAX);
+        // (Pages of the service's content, one segment a buffer, are touched as written: about
+        // one page a buffer.)
+        let demand = PoolDemand::new(1, Rings::Tap).with_services(1, options.service_buffers);
+        let n = u32::try_from(demand.total()).unwrap_or(u32::MAX);
         let pool = Pool::builder(n)
             .data_room(OFFLOAD_DATA_ROOM)
             .populate(false)
             .hugepages(HugePages::Never)
             .build()
             .map_err(|source| OpenError::Pool { what: "pool", buffers: n, source })?;
-        checked(pool, "pool", 1, Rings::Tap)?
+        checked(pool, "pool", (1, options.service_buffers), Rings::Tap)?
     } else {
-        sized_pool("pool", 1, Rings::Tap, HugePages::Never)?
+        sized_pool("pool", (1, options.service_buffers), Rings::Tap, HugePages::Never)?
     };
     let (ports, pcap) = record(vec![Port::Tap(tap)], options.pcap)?;
     if let Some(path) = options.pcap {
@@ -539,7 +550,12 @@ fn open_xdp(
     }
     let range = if n == 1 { ", queue 0".to_owned() } else { format!(", queues 0..{n}") };
     let ring = xdp::DEFAULT_RING_SIZE as usize;
-    let pool = sized_pool("pool", n.into(), Rings::Xdp { fill: ring, ring }, HugePages::Never)?;
+    let pool = sized_pool(
+        "pool",
+        (n.into(), options.service_buffers),
+        Rings::Xdp { fill: ring, ring },
+        HugePages::Never,
+    )?;
     let dev = AfXdp::builder(iface)
         .queues(0, n)
         .mode(mode)
@@ -573,7 +589,7 @@ fn open_pci(backend: &Backend, addr: &str, options: &OpenOptions<'_>) -> Result<
     }
     let config = NicConfig { queues, ..NicConfig::default() };
     let rings = Rings::Ixgbe { rx: config.rx_ring.into(), tx: config.tx_ring.into() };
-    let pool = sized_pool("driver pool", queues.into(), rings, HugePages::Prefer)?;
+    let pool = sized_pool("driver pool", (queues.into(), options.service_buffers), rings, HugePages::Prefer)?;
     let (nic, nic_queues) = Ixgbe::init(addr, device.bar0(), device.dma(), &pool, config)
         .map_err(|source| OpenError::Init { device: format!("the 82599 at {addr}"), source })?;
     let mac = EthernetAddress(nic.mac().0);
@@ -709,7 +725,7 @@ mod tests {
     use super::*;
 
     fn options(cores: Option<usize>) -> OpenOptions<'static> {
-        OpenOptions { cores, pcap: None }
+        OpenOptions { cores, pcap: None, service_buffers: 0 }
     }
 
     fn temp_dir(what: &str) -> PathBuf {
@@ -733,14 +749,14 @@ mod tests {
     fn a_pool_too_small_for_its_holders_is_refused_with_the_fix() {
         let rings = Rings::Ixgbe { rx: 512, tx: 512 };
         let small = Pool::builder(20_480).hugepages(HugePages::Never).build().unwrap();
-        let err = checked(small, "driver pool", 4, rings).unwrap_err().to_string();
+        let err = checked(small, "driver pool", (4, 0), rings).unwrap_err().to_string();
         assert!(err.starts_with("the driver pool has 20480 buffers"), "{err}");
         assert!(err.contains("24576 in channels"), "{err}");
         assert!(
             err.contains("build it with at least 31360 buffers, or serve fewer cores (--cores)"),
             "{err}"
         );
-        assert!(sized_pool("driver pool", 4, rings, HugePages::Never).is_ok());
+        assert!(sized_pool("driver pool", (4, 0), rings, HugePages::Never).is_ok());
     }
 
     #[test]
@@ -820,7 +836,9 @@ mod tests {
     fn the_models_peer_end_is_recorded_and_leaks_are_named() {
         let dir = temp_dir("model-pcap");
         let path = dir.join("wire.pcap");
-        let opened = open(&Backend::Model, &OpenOptions { cores: Some(2), pcap: Some(&path) }).unwrap();
+        let opened =
+            open(&Backend::Model, &OpenOptions { cores: Some(2), pcap: Some(&path), service_buffers: 0 })
+                .unwrap();
         assert_eq!(opened.peer.as_ref().map(|p| p.device().kind()), Some("pcap"));
         assert!(opened.description.ends_with(&format!("recorded to {}", path.display())));
         assert!(path.exists());
@@ -889,8 +907,11 @@ mod tests {
             // Recorded.
             let dir = temp_dir("tap-pcap");
             let path = dir.join("tap.pcap");
-            let opened = open(&Backend::tap("ncrt0"), &OpenOptions { cores: None, pcap: Some(&path) })
-                .map_err(|e| e.to_string())?;
+            let opened = open(
+                &Backend::tap("ncrt0"),
+                &OpenOptions { cores: None, pcap: Some(&path), service_buffers: 0 },
+            )
+            .map_err(|e| e.to_string())?;
             assert_eq!(opened.ports[0].kind(), "pcap");
             finish_clean(opened, 1);
             assert!(path.exists());
@@ -978,7 +999,7 @@ mod tests {
             // Several ports, several files.
             let dir = temp_dir("xdp-pcap");
             let path = dir.join("x.pcap");
-            let opened = xdp_open(&two, &OpenOptions { cores: None, pcap: Some(&path) })?;
+            let opened = xdp_open(&two, &OpenOptions { cores: None, pcap: Some(&path), service_buffers: 0 })?;
             assert!(opened.ports.iter().all(|p| p.kind() == "pcap"));
             finish_clean(opened, 1);
             assert!(dir.join("x.pcap.q0").exists() && dir.join("x.pcap.q1").exists());

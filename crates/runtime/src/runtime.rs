@@ -77,6 +77,7 @@ pub struct Builder {
     backlog: usize,
     balance: bool,
     configure: Option<Configure>,
+    service_buffers: usize,
 }
 
 impl fmt::Debug for Builder {
@@ -106,6 +107,7 @@ impl Default for Builder {
             backlog: DEFAULT_BACKLOG,
             balance: true,
             configure: None,
+            service_buffers: 0,
         }
     }
 }
@@ -172,6 +174,13 @@ impl Builder {
         self
     }
 
+    /// Pool buffers each core's service keeps while it runs (httpd: its prepared responses, sent
+    /// by reference), added to the pool's size so that nothing else runs short (0 by default).
+    pub fn service_buffers(mut self, per_core: usize) -> Self {
+        self.service_buffers = per_core;
+        self
+    }
+
     /// Opens the backend.
     ///
     /// # Errors
@@ -179,7 +188,11 @@ impl Builder {
     /// [`Error::Open`], whose message names the fix (a missing interface, permissions, the
     /// IOMMU, hugepages, a core count the backend cannot serve).
     pub fn build(self) -> Result<Runtime, Error> {
-        let options = OpenOptions { cores: self.cores, pcap: self.pcap.as_deref() };
+        let options = OpenOptions {
+            cores: self.cores,
+            pcap: self.pcap.as_deref(),
+            service_buffers: self.service_buffers,
+        };
         let opened = backend::open(&self.backend, &options)?;
         if let (Some(v6), Some(nic)) = (self.ipv6, &opened.steering) {
             // The 82599 filters multicast: let Neighbor Discovery's groups in (TAP and AF_XDP

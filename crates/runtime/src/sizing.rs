@@ -38,7 +38,12 @@
 //!      + 3 x cores x cache_size                           (channelizer, interface and device caches)
 //!      + 4 x cores x BURST                                (batches in flight)
 //!      + queues x (BURST + batch)                         (the RX refill reserve)
+//!      + cores x service buffers                          (what a service keeps in the pool)
 //! ```
+//!
+//! **Service buffers** are what a service holds for as long as it runs, asked for with
+//! [`Builder::service_buffers`](crate::Builder::service_buffers): httpd keeps its prepared
+//! responses in pool buffers to send them by reference (0 unless asked).
 //!
 //! With the defaults (`CHANNEL` 1024, `BURST` 32, a batch of 64 and caches of 128, 512-descriptor
 //! 82599 rings) that is 4,768 buffers for one core and 31,360 for four, about 2.2 KiB each. The
@@ -89,6 +94,10 @@ pub(crate) struct PoolDemand {
     pub(crate) bursts: usize,
     /// The RX refill reserve.
     pub(crate) reserve: usize,
+    /// What the services hold for as long as they run, all cores
+    /// ([`Builder::service_buffers`](crate::Builder::service_buffers): httpd's content in the pool,
+    /// sent by reference).
+    pub(crate) services: usize,
 }
 
 impl PoolDemand {
@@ -106,12 +115,19 @@ impl PoolDemand {
             caches: 3 * cores * cache_size,
             bursts: 4 * cores * BURST,
             reserve: cores * (BURST + batch),
+            services: 0,
         }
+    }
+
+    /// The demand with `per_core` buffers held by each core's service.
+    pub(crate) const fn with_services(mut self, cores: usize, per_core: usize) -> Self {
+        self.services = cores.saturating_mul(per_core);
+        self
     }
 
     /// The pool size that nothing can exhaust.
     pub(crate) const fn total(&self) -> usize {
-        self.device + self.channels + self.caches + self.bursts + self.reserve
+        self.device + self.channels + self.caches + self.bursts + self.reserve + self.services
     }
 
     /// Checks a built pool against the demand recomputed with its own batch and cache sizes.
@@ -119,8 +135,9 @@ impl PoolDemand {
     /// # Errors
     /// The demand, when the pool has fewer buffers (the backend's `OpenError::PoolTooSmall` says
     /// how many each holder needs).
-    pub(crate) fn check(cores: usize, rings: Rings, pool: &Pool) -> Result<(), Self> {
-        let demand = Self::with_batch(cores, rings, pool.batch(), pool.cache_size());
+    pub(crate) fn check(cores: usize, rings: Rings, per_core: usize, pool: &Pool) -> Result<(), Self> {
+        let demand =
+            Self::with_batch(cores, rings, pool.batch(), pool.cache_size()).with_services(cores, per_core);
         if pool.buffers() as usize >= demand.total() { Ok(()) } else { Err(demand) }
     }
 }
@@ -131,7 +148,11 @@ impl std::fmt::Display for PoolDemand {
             f,
             "{} in device rings, {} in channels, {} in caches, {} in bursts, {} reserved for the RX refill",
             self.device, self.channels, self.caches, self.bursts, self.reserve
-        )
+        )?;
+        if self.services > 0 {
+            write!(f, ", {} held by the services", self.services)?;
+        }
+        Ok(())
     }
 }
 
@@ -152,16 +173,20 @@ mod tests {
         let xdp = PoolDemand::new(2, Rings::Xdp { fill: 1024, ring: 1024 });
         assert_eq!(xdp.device, 2 * (4096 + 64));
         assert_eq!(PoolDemand::new(1, Rings::Tap).device, 0);
+        // httpd's responses in the pool: 1146 buffers a core (the demo set), on two cores.
+        let served = PoolDemand::new(2, MODEL).with_services(2, 1146);
+        assert_eq!(served.total(), PoolDemand::new(2, MODEL).total() + 2292);
+        assert!(served.to_string().ends_with(", 2292 held by the services"), "{served}");
     }
 
     #[test]
     fn a_pool_below_the_demand_is_refused_with_each_share() {
         let pool = Pool::builder(4000).hugepages(HugePages::Never).build().unwrap();
-        let demand = PoolDemand::check(1, MODEL, &pool).unwrap_err();
+        let demand = PoolDemand::check(1, MODEL, 0, &pool).unwrap_err();
         assert_eq!(demand.total(), 4768);
         let err = demand.to_string();
         assert!(err.contains("1088 in device rings") && err.contains("3072 in channels"), "{err}");
         let pool = Pool::builder(4768).hugepages(HugePages::Never).build().unwrap();
-        PoolDemand::check(1, MODEL, &pool).unwrap();
+        PoolDemand::check(1, MODEL, 0, &pool).unwrap();
     }
 }

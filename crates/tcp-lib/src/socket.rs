@@ -384,6 +384,18 @@ impl<D: NetDevice> Interface<D> {
         Ok(f(&mut inner.stack))
     }
 
+    /// Runs `f` with the cache the interface builds its frames in: to put content into pool
+    /// buffers of the device's pool once ([`PreparedSegments::in_pool`](crate::stack::PreparedSegments::in_pool)),
+    /// so that the stack sends it by reference. As [`with_stack`](Self::with_stack).
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::Other`] when called from inside another `with_stack`.
+    pub fn with_cache<R>(&self, f: impl FnOnce(&PoolCache) -> R) -> io::Result<R> {
+        let inner = self.borrow()?;
+        Ok(f(&inner.cache))
+    }
+
     /// Sets (or, with `None`, removes) the work that runs with the stack at the start of every
     /// poll ([`PollHook`]); returns the previous one.
     ///

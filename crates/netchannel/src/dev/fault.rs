@@ -21,7 +21,8 @@
 //!    frame larger than the bucket still passes). Frames waiting for tokens keep their order.
 //!
 //! Held frames are kept between calls as raw buffer indices ([`Packet::into_raw`]) and rebuilt with
-//! [`PoolCache::packet_from_raw`]; on rx with the cache the caller passes (after checking it belongs
+//! [`PoolCache::packet_from_raw`] (a frame of a shared buffer, a send by reference, with
+//! [`PoolCache::frame_from_raw`]); on rx with the cache the caller passes (after checking it belongs
 //! to the injector's pool), on tx with the injector's own cache, since `tx_burst` gets none. Held
 //! frames move on whenever the injector is called, so call `rx_burst`/`tx_burst` (an empty batch is
 //! fine) as time passes. Frames still held when the injector is dropped go back to the pool.
@@ -43,7 +44,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{DevError, DeviceInfo, DeviceStats, Link, NetDevice, PacketBatch, packet_in_pool, wrong_pool};
+use super::{
+    DevError, DeviceInfo, DeviceStats, Link, NetDevice, PacketBatch, packet_from_token, packet_in_pool,
+    wrong_pool,
+};
 use crate::pool::{Packet, Pool, PoolCache};
 
 /// Frames moved per internal burst.
@@ -367,17 +371,17 @@ impl Direction {
                     continue;
                 }
                 let _ = self.held.remove(i);
-                if h.index >= buffers {
-                    continue; // unreachable: indices come from packets of this pool
-                }
                 if self.cfg.rate.is_some() {
                     self.tokens -= i128::try_from(h.len).unwrap_or(i128::MAX) * NANOS;
                 }
                 self.max_released = Some(self.max_released.map_or(h.seq, |m| m.max(h.seq)));
                 // SAFETY: `h.index` came from `Packet::into_raw` of a packet of `cache`'s pool (the
                 // injector checks every cache and packet against its pool) and was removed from the
-                // queue just above, so this is its only owner and no other packet for it exists.
-                let packet = unsafe { cache.packet_from_raw(h.index) };
+                // queue just above, so this is its only owner and no other packet for it exists. A
+                // frame of a shared buffer (its token carries `FRAME_TAG`) comes back as that frame.
+                let Some(packet) = (unsafe { packet_from_token(cache, buffers, h.index) }) else {
+                    continue; // unreachable: tokens come from packets of this pool
+                };
                 if let Err(packet) = out.push(packet) {
                     // Unreachable (`!out.is_full()`): keep it rather than lose it.
                     self.held.insert(i, Held { index: packet.into_raw(), ..h });
@@ -719,6 +723,42 @@ mod tests {
         drop((inj, b, cache));
         rig.pool.check_leaks().unwrap();
         (got, stats)
+    }
+
+    /// A frame of a shared buffer (a send by reference) held for a delay comes out as that frame,
+    /// and the frame bit comes back once the receiver drops it. Rebuilt as a plain packet index
+    /// (the range check before), it was skipped and its reference leaked.
+    #[test]
+    fn held_frames_of_shared_buffers_come_out_whole() {
+        let rig = Rig::new();
+        let (a, mut b) = Pair::builder(&rig.pool).capacity(64).build().unwrap();
+        let clock = VirtualClock::new();
+        let delay = DirectionConfig { delay: Duration::from_millis(2), ..Default::default() };
+        let cfg = FaultConfig { seed: 1, tx: delay, ..FaultConfig::default() };
+        let mut inj = FaultInjector::with_clock(a, &rig.pool, cfg, clock.clone());
+        let cache = rig.pool.cache();
+        let mut payload = cache.alloc().unwrap();
+        payload.extend_from_slice(&[5u8; 100]).unwrap();
+        let shared = payload.into_shared().unwrap();
+        let mut out = PacketBatch::with_capacity(4);
+        let mut frame = shared.frame(&cache, 14).unwrap();
+        frame.data_mut().fill(3);
+        out.push(frame).unwrap();
+        inj.tx_burst(0, &mut out).unwrap();
+        assert_eq!(inj.fault_stats().tx_held, 1);
+        clock.advance(Duration::from_millis(3));
+        inj.tx_burst(0, &mut out).unwrap();
+        let mut rx = PacketBatch::with_capacity(4);
+        assert_eq!(b.rx_burst(0, &cache, &mut rx).unwrap(), 1);
+        let got = &rx.as_slice()[0];
+        assert!(
+            got.is_frame() && got.len() == 114 && got.data()[..14] == [3; 14] && got.data()[14..] == [5; 100]
+        );
+        rx.clear();
+        assert!(!shared.frame_in_flight());
+        drop((out, rx, shared, inj, b));
+        drop(cache);
+        rig.pool.check_leaks().unwrap();
     }
 
     fn near(actual: u64, n: u32, p: f64) {

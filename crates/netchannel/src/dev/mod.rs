@@ -26,7 +26,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use crate::pool::RxFrame;
-use crate::pool::{Packet, Pool, PoolCache};
+use crate::pool::{FRAME_TAG, Packet, Pool, PoolCache};
 
 #[cfg(not(loom))]
 pub mod fault;
@@ -62,6 +62,28 @@ pub use xdp::{AfXdp, AfXdpBuilder, XdpError, XdpMode, XdpQueue, XdpStats, ZeroCo
 #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
 pub(crate) fn packet_in_pool(packet: &Packet<'_>, pool: &Pool) -> bool {
     packet.pool_id() == pool.id()
+}
+
+/// Rebuilds the packet a device holds as a raw token of `cache`'s pool, of `buffers` buffers: a
+/// plain buffer index ([`PoolCache::packet_from_raw`]), or a frame of a shared buffer (the index
+/// with [`FRAME_TAG`], [`PoolCache::frame_from_raw`]); `None` for a token out of the pool.
+///
+/// # Safety
+///
+/// `token` came from [`Packet::into_raw`] of a packet of `cache`'s pool and the caller owns it (no
+/// other packet for it exists).
+#[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
+#[inline]
+pub(crate) unsafe fn packet_from_token(cache: &PoolCache, buffers: u32, token: u32) -> Option<Packet<'_>> {
+    if token < buffers {
+        // SAFETY: the caller's contract, and the index is in range.
+        Some(unsafe { cache.packet_from_raw(token) })
+    } else if token & FRAME_TAG != 0 && token & !FRAME_TAG < buffers {
+        // SAFETY: the caller's contract: a frame's token (it carries `FRAME_TAG`), index in range.
+        Some(unsafe { cache.frame_from_raw(token) })
+    } else {
+        None
+    }
 }
 
 /// The error a device returns when handed a cache or packet of another pool than its own.

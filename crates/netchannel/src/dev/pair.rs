@@ -24,6 +24,11 @@
 //!   [`DeviceStats::tx_dropped`] (not in `tx_packets`), like a cable with nobody at the other end.
 //!   Buffers still in flight towards a dropped end go back to the pool when the second end is dropped,
 //!   so [`Pool::check_leaks`] passes once both ends and every cache are gone.
+//! * **Frames of shared buffers** ([`SharedPacket::frame`](crate::pool::SharedPacket::frame), a send
+//!   by reference) cross as their token (the index with [`FRAME_TAG`](crate::pool::FRAME_TAG)) and arrive as the frame they
+//!   were ([`PoolCache::frame_from_raw`]): the receiver reads the headers and the shared payload, and
+//!   dropping it releases the frame, so the sender's next frame of that buffer can go. A burst holding
+//!   a frame takes the per-index path.
 //! * **MAC addresses**: locally administered unicast addresses `02:6e:63:NN:NN:0S` (`n c` for
 //!   "net channel", a process-wide pair number, and the side 0 or 1), distinct between the two ends
 //!   and between pairs.
@@ -34,8 +39,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::{
-    DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, packet_in_pool,
-    wrong_pool,
+    DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch,
+    packet_from_token, packet_in_pool, wrong_pool,
 };
 use crate::channel::{BuildError, Channel, Consumer, Producer, Wait, WakeMode};
 use crate::pool::{Pool, PoolCache};
@@ -292,7 +297,8 @@ impl NetDevice for Pair {
             let popped = &self.scratch[..n];
             // Only the peer's `tx_burst` writes this wire, with checked indices, so an index out of
             // the pool is unreachable: one check for the whole burst, and the exact per-index path
-            // (which counts and skips the bad ones) only when it fails.
+            // (which rebuilds frames, tokens with `FRAME_TAG`, and counts and skips bad indices)
+            // only when it fails.
             let (packets, bytes) = if all_below(popped, buffers) {
                 // SAFETY: every index is below `buffers` (checked above for the burst); the peer's
                 // `tx_burst` pushed it after checking that its packet is of this pool and giving up
@@ -430,12 +436,12 @@ fn receive_checked<'c>(
 ) -> ReceivedChecked {
     let (mut packets, mut bytes, mut errors, mut dropped) = (0, 0, 0, 0);
     for &index in indices {
-        if index >= buffers {
+        // SAFETY: as in `Pair::rx_burst`; a frame of a shared buffer (a send by reference) arrives
+        // as the frame it was, its token handed over by the peer's `into_raw`.
+        let Some(packet) = (unsafe { packet_from_token(cache, buffers, index) }) else {
             errors += 1;
             continue;
-        }
-        // SAFETY: as in `Pair::rx_burst`, and `index < buffers` (checked just above).
-        let packet = unsafe { cache.packet_from_raw(index) };
+        };
         let len = packet.len() as u64;
         // Unreachable: the caller popped no more indices than the batch has room for. A packet
         // refused goes back to `cache` and counts as dropped.
@@ -492,6 +498,42 @@ mod tests {
         assert_ne!(c.info().mac, ia.mac);
         assert_eq!(c.info().mtu, 1500);
         assert_eq!(a.link(), Link::Up { speed_mbps: None });
+    }
+
+    /// A frame of a shared buffer (a send by reference) arrives whole, mixed with plain packets,
+    /// and the frame bit comes back when the receiver drops it; one left on the wire when both ends
+    /// go is released too. Without the rebuild in `receive_checked` the frame was counted as an
+    /// error and its reference leaked.
+    #[test]
+    fn frames_of_shared_buffers_arrive_and_are_released() {
+        let pool = pool(64);
+        let (mut a, mut b) = Pair::builder(&pool).capacity(16).build().unwrap();
+        let cache = pool.cache();
+        let mut payload = cache.alloc().unwrap();
+        payload.extend_from_slice(&[7u8; 300]).unwrap();
+        let shared = payload.into_shared().unwrap();
+        let mut batch = PacketBatch::with_capacity(8);
+        batch.push(frame(&cache, 1, 60)).unwrap();
+        let mut f = shared.frame(&cache, 54).unwrap();
+        f.data_mut().fill(9);
+        batch.push(f).unwrap();
+        batch.push(frame(&cache, 2, 61)).unwrap();
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 3);
+        assert!(shared.frame_in_flight());
+        assert_eq!(b.rx_burst(0, &cache, &mut batch).unwrap(), 3);
+        assert_eq!(b.stats().rx_errors, 0);
+        let got: Vec<(bool, usize)> = batch.as_slice().iter().map(|p| (p.is_frame(), p.len())).collect();
+        assert_eq!(got, [(false, 60), (true, 354), (false, 61)]);
+        let f = &batch.as_slice()[1];
+        assert!(f.data()[..54].iter().all(|&x| x == 9) && f.data()[54..].iter().all(|&x| x == 7));
+        batch.clear();
+        assert!(!shared.frame_in_flight(), "dropping the received frame releases it");
+        // A frame still on the wire when both ends go.
+        batch.push(shared.frame(&cache, 54).unwrap()).unwrap();
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 1);
+        drop((a, b, shared, batch));
+        drop(cache);
+        pool.check_leaks().unwrap();
     }
 
     #[test]

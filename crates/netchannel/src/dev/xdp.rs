@@ -12,6 +12,8 @@
 //!   zero-copy mode the NIC DMAs there; in copy mode (generic XDP, or a driver without AF_XDP
 //!   zero-copy, such as veth) the kernel copies the frame into it, once, as it would into any socket.
 //!   Transmit hands the packet's own buffer to the TX ring; it comes back on the completion ring.
+//!   A frame of a shared buffer (a send by reference) is copied into a plain buffer first
+//!   ([`XdpStats::tx_frames_copied`]): completions name buffers by address, not frames.
 //! * **The redirect program** (`xdp/bpf.rs`): an `XSKMAP` and a five-instruction XDP program that
 //!   redirects every frame of a queue to that queue's socket (queues without a socket pass frames to
 //!   the kernel's stack), loaded with raw `bpf(2)` and attached with a BPF link in generic (SKB) or
@@ -122,7 +124,7 @@ use super::{
     DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RxFrame,
     wrong_pool,
 };
-use crate::pool::{Pool, PoolCache};
+use crate::pool::{Packet, Pool, PoolCache};
 
 pub use self::error::XdpError;
 pub use self::setup::{AfXdpBuilder, BusyPoll, DEFAULT_RING_SIZE, XdpMode, ZeroCopy, rx_queues};
@@ -153,6 +155,10 @@ pub struct XdpStats {
     pub busy_polls: u64,
     /// Buffers held out of the fill ring because their chunk would start before the region.
     pub parked: u64,
+    /// Frames of shared buffers (sends by reference) copied into a plain buffer to be sent: the
+    /// completion ring gives back only a buffer's address, which cannot say which frame of a
+    /// shared buffer completed, so frames never go to the TX ring as they are.
+    pub tx_frames_copied: u64,
 }
 
 /// One queue's socket and rings.
@@ -176,6 +182,7 @@ struct Xsk {
     rx_wakeups: u64,
     tx_wakeups: u64,
     parked: u64,
+    tx_frames_copied: u64,
     /// Declared last: the rings (mappings of this socket) are unmapped before it closes, so the close
     /// releases the socket at once.
     fd: OwnedFd,
@@ -280,6 +287,17 @@ fn wake_rx(fd: &OwnedFd) {
 }
 
 /// Takes completed TX buffers off the completion ring and frees them into `cache`; returns how many.
+/// A plain buffer of `cache` holding a copy of `frame`'s bytes (headers and shared payload), with
+/// its offload metadata; `None` when the pool has no free buffer or the bytes do not fit.
+#[cold]
+#[inline(never)]
+fn copy_frame<'a>(cache: &'a PoolCache, frame: &Packet<'_>) -> Option<Packet<'a>> {
+    let mut copy = cache.alloc()?;
+    copy.extend_from_slice(frame.data()).ok()?;
+    copy.set_offload(frame.offload());
+    Some(copy)
+}
+
 fn reap(xsk: &mut Xsk, cache: &PoolCache, umem: &Umem, held: &mut Held) -> u32 {
     let n = xsk.comp.available(xsk.scratch.len().try_into().unwrap_or(u32::MAX));
     let mut freed = 0;
@@ -413,6 +431,16 @@ impl Queue {
         let room = xsk.tx.free(want);
         let mut posted = 0u32;
         for packet in batch.drain_front(room as usize) {
+            let packet = if packet.is_frame() {
+                let Some(copy) = copy_frame(own, &packet) else {
+                    stats.tx_dropped += 1;
+                    continue; // no buffer for the copy: dropping the frame releases it
+                };
+                xsk.tx_frames_copied += 1;
+                copy
+            } else {
+                packet
+            };
             let len = u32::try_from(packet.len()).unwrap_or(u32::MAX);
             if len == 0 || len > umem.frame_room {
                 stats.tx_dropped += 1;
@@ -477,6 +505,7 @@ impl Queue {
             tx_wakeups: xsk.tx_wakeups,
             busy_polls: xsk.busy_polls,
             parked: xsk.parked,
+            tx_frames_copied: xsk.tx_frames_copied,
         })
     }
 

@@ -1,11 +1,16 @@
 //! A safe net channel of packets between cores: [`PacketTx`] sends a packet's index, [`PacketRx`]
 //! rebuilds the packet on the receiving side with that side's cache; a refused push hands the packet
-//! back in a [`PacketPushError`].
+//! back in a [`PacketPushError`]. A frame of a shared buffer ([`SharedPacket::frame`], a send by
+//! reference on its way to the device behind the channel) crosses as its token (the index with
+//! [`FRAME_TAG`]) and is rebuilt as that frame ([`PoolCache::frame_from_raw`]): the receiver can
+//! write only its headers, as the sender could.
 
 use std::fmt;
 use std::time::Duration;
 
-use super::{Packet, Pool, PoolCache};
+#[cfg(doc)]
+use super::SharedPacket;
+use super::{FRAME_TAG, Packet, Pool, PoolCache};
 use crate::channel::{self, Consumer, Producer, Wait};
 
 /// The error [`PacketTx::push`] returns; the packet comes back to the caller, who still owns it.
@@ -15,9 +20,6 @@ pub enum PacketPushError<'c> {
     Full(Packet<'c>),
     /// The packet belongs to a different pool than the channel.
     WrongPool(Packet<'c>),
-    /// The packet is a frame of a shared buffer, which only a device sends (the receiver would
-    /// rebuild a writable packet of it): send the [`SharedPacket`](super::SharedPacket) instead.
-    SharedFrame(Packet<'c>),
 }
 
 impl<'c> PacketPushError<'c> {
@@ -25,7 +27,7 @@ impl<'c> PacketPushError<'c> {
     #[must_use]
     pub fn into_inner(self) -> Packet<'c> {
         match self {
-            Self::Full(packet) | Self::WrongPool(packet) | Self::SharedFrame(packet) => packet,
+            Self::Full(packet) | Self::WrongPool(packet) => packet,
         }
     }
 }
@@ -37,11 +39,6 @@ impl fmt::Display for PacketPushError<'_> {
             Self::WrongPool(p) => {
                 write!(f, "buffer {} belongs to another pool than the channel", p.index())
             }
-            Self::SharedFrame(p) => write!(
-                f,
-                "buffer {} is a frame of a shared buffer: hand it to a device, or send the shared handle",
-                p.index() & !super::FRAME_TAG
-            ),
         }
     }
 }
@@ -82,20 +79,17 @@ impl PacketTx {
         self.tx.push_burst(indices)
     }
 
-    /// Sends `packet` (its index; the metadata travels in the buffer). The receiver now owns it.
+    /// Sends `packet` (its index; the metadata travels in the buffer; a frame of a shared buffer
+    /// its token, and the receiver gets that frame). The receiver now owns it.
     ///
     /// # Errors
     ///
-    /// The packet comes back in [`PacketPushError::Full`] when the channel is full, in
-    /// [`PacketPushError::WrongPool`] when it is not from this channel's pool, and in
-    /// [`PacketPushError::SharedFrame`] when it is a frame of a shared buffer.
+    /// The packet comes back in [`PacketPushError::Full`] when the channel is full, and in
+    /// [`PacketPushError::WrongPool`] when it is not from this channel's pool.
     #[inline]
     pub fn push<'c>(&mut self, packet: Packet<'c>) -> Result<(), PacketPushError<'c>> {
         if packet.cache.pool.shared.id != self.pool_id {
             return Err(PacketPushError::WrongPool(packet));
-        }
-        if packet.is_frame() {
-            return Err(PacketPushError::SharedFrame(packet));
         }
         match self.tx.push(packet.index) {
             Ok(()) => {
@@ -144,8 +138,9 @@ impl fmt::Debug for PacketRx {
 }
 
 impl PacketRx {
-    /// Receives a packet, owned by `cache` from now on (it returns there when dropped). `None` when
-    /// the channel is empty, or when `cache` belongs to another pool than the channel.
+    /// Receives a packet, owned by `cache` from now on (it returns there when dropped; a frame of a
+    /// shared buffer is released there). `None` when the channel is empty, or when `cache` belongs
+    /// to another pool than the channel.
     #[must_use = "a popped packet that is dropped at once is freed unread"]
     #[inline]
     pub fn pop<'c>(&mut self, cache: &'c PoolCache) -> Option<Packet<'c>> {
@@ -153,6 +148,10 @@ impl PacketRx {
             return None;
         }
         let index = self.rx.pop()?;
+        if index & FRAME_TAG != 0 {
+            // SAFETY: as below, for the token of a frame (it carries `FRAME_TAG`).
+            return Some(unsafe { cache.frame_from_raw(index) });
+        }
         // SAFETY: only `PacketTx::push` feeds this channel, with indices of live packets of this pool
         // (checked) whose handles it gave up; popping transfers that ownership to us.
         Some(unsafe { cache.packet_from_raw(index) })
@@ -208,6 +207,7 @@ impl Drop for PacketRx {
     fn drop(&mut self) {
         let shared = &*self.pool.shared;
         let mut buf = [0u32; 64];
+        let mut frames = Vec::new();
         let mut depot = shared.lock_depot();
         loop {
             let n = self.rx.pop_burst(&mut buf);
@@ -215,9 +215,21 @@ impl Drop for PacketRx {
                 break;
             }
             for &index in &buf[..n] {
-                shared.track(index);
+                if index & FRAME_TAG == 0 {
+                    shared.track(index);
+                    depot.free.push(index);
+                } else {
+                    frames.push(index);
+                }
             }
-            depot.free.extend_from_slice(&buf[..n]);
+        }
+        drop(depot);
+        if !frames.is_empty() {
+            // Frames are released (their buffer freed only with its last reference), in a cache.
+            let cache = self.pool.cache();
+            // SAFETY: the tokens of frames of this pool whose handles the sender gave up, popped
+            // (so owned) here, each once.
+            unsafe { cache.free_burst(&frames) };
         }
     }
 }

@@ -87,10 +87,11 @@
 //! a packet (a TAP device drops it once written) borrows its cache's *frames cache*, a cache of size
 //! zero, so its drop always takes the existing "cache full" branch, which releases the reference.
 //! [`PoolCache::reclaim`] releases tokens sent back through a channel, and
-//! [`PoolCache::frame_from_raw`] rebuilds a frame from its token. Packet channels refuse frames
-//! ([`PacketPushError::SharedFrame`]): a receiver would rebuild a plain, writable packet. A device
-//! that recomputes the index from a DMA address on completion (AF_XDP's completion ring) loses the
-//! tag and would keep the reference forever: such a device must keep the token.
+//! [`PoolCache::frame_from_raw`] rebuilds a frame from its token. Packet channels carry frames as
+//! their tokens and rebuild them as frames (a core's stack sends through one to the thread that owns
+//! the device). A device that recomputes the index from a DMA address on completion (AF_XDP's
+//! completion ring) loses the tag and would keep the reference forever: such a device must keep the
+//! token, or copy the frame (AF_XDP does, and counts it).
 //!
 //! **What a frame may write.** Only the bytes in front of the shared data: on a frame,
 //! [`Packet::data_mut`] covers the data's bytes in front of it (the headers) and

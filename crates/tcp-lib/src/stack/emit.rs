@@ -36,9 +36,11 @@ pub(super) fn segment(
     }
 }
 
-/// [`segment`] for a segment whose payload is prepared content (see [`emit_ip_tcp_prepared`]).
+/// [`segment`] for a segment whose payload is prepared content (see [`emit_ip_tcp_prepared`]);
+/// `BY_REFERENCE`: `buf` is exactly the IP and TCP headers, which lie in front of the payload in its
+/// pool buffer (a frame's headroom), and the payload is not touched.
 #[inline]
-pub(super) fn segment_prepared(
+pub(super) fn segment_prepared<const BY_REFERENCE: bool>(
     buf: &mut [u8],
     seg: &TcpRepr<'_>,
     slice: &PreparedSlice,
@@ -50,11 +52,11 @@ pub(super) fn segment_prepared(
     match (local, remote) {
         (SocketAddr::V4(s), SocketAddr::V4(d)) => {
             let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
-            emit_ip_tcp_prepared(buf, seg, slice, ends, partial, ident, config)
+            emit_ip_tcp_prepared::<_, BY_REFERENCE>(buf, seg, slice, ends, partial, ident, config)
         }
         (SocketAddr::V6(s), SocketAddr::V6(d)) => {
             let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
-            emit_ip_tcp_prepared(buf, seg, slice, ends, partial, ident, config)
+            emit_ip_tcp_prepared::<_, BY_REFERENCE>(buf, seg, slice, ends, partial, ident, config)
         }
         _ => false,
     }
@@ -89,11 +91,12 @@ fn partial_sum<A: TcpFamily>(ends: Ends<A>, tcp_len: usize) -> u16 {
 }
 
 /// [`emit_ip_tcp`] for a segment whose payload is prepared content: `seg` is the header (empty
-/// payload), `slice` the payload, written straight from the prepared bytes; the checksum adds the
-/// precomputed payload sum when there is one (returns whether), else sums the payload; none at
-/// all without [`Config::tx_checksum`] (returns false), the pseudo-header sum alone when
+/// payload), `slice` the payload, written straight from the prepared bytes (not at all when
+/// `BY_REFERENCE`: `buf` is then only the headers, in front of the payload wherever it lies). The
+/// checksum adds the precomputed payload sum when there is one (returns whether), else sums the
+/// payload; 0 without [`Config::tx_checksum`] (returns false), the pseudo-header sum alone when
 /// `partial`.
-fn emit_ip_tcp_prepared<A: TcpFamily>(
+fn emit_ip_tcp_prepared<A: TcpFamily, const BY_REFERENCE: bool>(
     buf: &mut [u8],
     seg: &TcpRepr<'_>,
     slice: &PreparedSlice,
@@ -102,27 +105,29 @@ fn emit_ip_tcp_prepared<A: TcpFamily>(
     ident: u16,
     config: &Config,
 ) -> bool {
+    if !BY_REFERENCE {
+        let (_, payload) = buf.split_at_mut(A::HEADER_LEN + seg.buffer_len());
+        payload[..slice.len].copy_from_slice(slice.bytes());
+    }
     let header_len = seg.buffer_len();
     let tcp_len = header_len + slice.len;
     let (ip, tcp) = buf.split_at_mut(A::HEADER_LEN);
     A::emit_header(ip, ends, tcp_len, ident, config);
-    if partial || !config.tx_checksum {
-        seg.emit_unsummed(&mut TcpPacket::new_unchecked(&mut tcp[..header_len]));
-        tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
-        if partial {
-            TcpPacket::new_unchecked(&mut tcp[..header_len]).set_checksum(partial_sum(ends, tcp_len));
-        }
+    let mut view = TcpPacket::new_unchecked(&mut tcp[..header_len]);
+    seg.emit_unsummed(&mut view);
+    if partial {
+        view.set_checksum(partial_sum(ends, tcp_len));
         return false;
     }
-    A::emit_summed(seg, &mut TcpPacket::new_unchecked(&mut tcp[..header_len]), ends);
-    tcp[header_len..tcp_len].copy_from_slice(slice.bytes());
+    view.set_checksum(0);
+    if !config.tx_checksum {
+        return false;
+    }
     let precomputed = slice.sum();
     let payload_sum = precomputed.unwrap_or_else(|| checksum::data(slice.bytes()));
-    let mut view = TcpPacket::new_unchecked(&mut tcp[..tcp_len]);
-    view.set_checksum(0);
     let length = u32::try_from(tcp_len).unwrap_or(u32::MAX);
     let sum =
         checksum::combine(&[A::pseudo_header(ends, length), checksum::data(&tcp[..header_len]), payload_sum]);
-    TcpPacket::new_unchecked(&mut tcp[..tcp_len]).set_checksum(checksum::finish(sum));
+    TcpPacket::new_unchecked(&mut tcp[..header_len]).set_checksum(checksum::finish(sum));
     precomputed.is_some()
 }

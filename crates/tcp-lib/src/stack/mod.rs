@@ -387,7 +387,7 @@ mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver
 
 /// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
 /// next to [`Stack::send_prepared`].
-pub use crate::tcp::{PreparedSegments, PreparedSlice};
+pub use crate::tcp::{InPoolError, PreparedSegments, PreparedSlice};
 pub use config::{Config, ConfigError, Error, Ipv6Config, ListenerConfig};
 pub use ipv4::PingReply;
 pub use listener::AcceptHook;

@@ -307,7 +307,7 @@ impl Stack {
                 self.send_frame_to(hop, frame);
                 continue;
             };
-            let Some(mut packet) = cache.alloc() else { return Drained::Stopped };
+            let Some(plain) = cache.alloc() else { return Drained::Stopped };
             let Some((t, lent)) = e.conn.poll_transmit_prepared(now, &mut self.scratch) else {
                 return Drained::All;
             };
@@ -316,27 +316,45 @@ impl Stack {
                 Some(_) => t.segment(&[]),
                 None => t.segment(&self.scratch),
             };
-            let payload_len = lent.as_ref().map_or(0, |l| l.len);
-            let len = ETH_LEN + ip_len + seg.buffer_len() + payload_len;
-            if packet.set_len(len).is_err() {
-                self.stats.tx_dropped += 1;
-                continue;
-            }
+            // A segment that is exactly one pool buffer of prepared content goes by reference: a
+            // frame of the first of its copies with none in flight (round robin), whose data is only the
+            // headers in front of the payload.
+            let frame = match lent.as_ref().filter(|l| !l.buffers().is_empty()) {
+                Some(slice) => {
+                    let headers = ETH_LEN + ip_len + seg.buffer_len();
+                    let frame = slice.copies().find_map(|s| s.frame(cache, headers).ok());
+                    self.stats.tx_by_reference_copied += u64::from(frame.is_none());
+                    frame
+                }
+                None => None,
+            };
+            let by_reference = frame.is_some();
+            let mut packet = if let Some(frame) = frame {
+                drop(plain);
+                frame
+            } else {
+                let mut packet = plain;
+                let payload_len = lent.as_ref().map_or(0, |l| l.len);
+                let len = ETH_LEN + ip_len + seg.buffer_len() + payload_len;
+                if packet.set_len(len).is_err() {
+                    self.stats.tx_dropped += 1;
+                    continue;
+                }
+                packet
+            };
             let data = packet.data_mut();
             let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
             EthernetRepr { src_addr: self.config.mac, dst_addr: mac, vlan: None, ethertype }
                 .emit(&mut EthernetFrame::new_unchecked(&mut data[..]));
             match &lent {
                 Some(slice) => {
-                    let precomputed = emit::segment_prepared(
-                        &mut data[ETH_LEN..],
-                        &seg,
-                        slice,
-                        ends,
-                        (t.ect, partial),
-                        ident,
-                        &self.config,
-                    );
+                    let (buf, flags, config) = (&mut data[ETH_LEN..], (t.ect, partial), &self.config);
+                    let precomputed = if by_reference {
+                        emit::segment_prepared::<true>(buf, &seg, slice, ends, flags, ident, config)
+                    } else {
+                        emit::segment_prepared::<false>(buf, &seg, slice, ends, flags, ident, config)
+                    };
+                    self.stats.tx_by_reference += u64::from(by_reference);
                     self.stats.tx_prepared += 1;
                     self.stats.tx_prepared_sums += u64::from(precomputed);
                 }

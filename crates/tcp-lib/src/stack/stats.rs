@@ -85,6 +85,14 @@ pub struct StackStats {
     pub tx_prepared: u64,
     /// Of those, segments whose payload sum was precomputed (a prepared cut).
     pub tx_prepared_sums: u64,
+    /// Of those, segments sent by reference: the headers written into the headroom of the pool
+    /// buffer holding the segment ([`PreparedSegments::in_pool`](crate::stack::PreparedSegments::in_pool)),
+    /// and that buffer handed to the device without a copy.
+    pub tx_by_reference: u64,
+    /// Segments that were exactly one pool buffer of prepared content but were copied: a frame
+    /// of each of its copies was still in flight (other connections, or earlier sends of it), the
+    /// headroom was too short for the headers, or the buffers are of another pool than the cache's.
+    pub tx_by_reference_copied: u64,
     /// TCP super-segments handed to the device to cut ([`Config::tso_max_size`]).
     pub tx_super_segments: u64,
     /// TCP segments and UDP datagrams whose checksum was not verified under

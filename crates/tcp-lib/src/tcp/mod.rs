@@ -200,7 +200,7 @@ pub use budget::{BudgetStats, BufferBudget};
 pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
 pub use connection::Connection;
 pub(crate) use connection::Spare;
-pub use prepared::{PreparedSegments, PreparedSlice};
+pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 
 /// The states of RFC 9293 §3.3.2.

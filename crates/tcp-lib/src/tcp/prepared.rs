@@ -12,6 +12,23 @@
 //! Retransmission is unaffected: the connection keeps the `Arc` until the bytes are acknowledged
 //! and reads any range of it again.
 //!
+//! # By reference (zero-copy)
+//!
+//! [`PreparedSegments::in_pool`] also copies each segment of one cut size into one or more pool
+//! buffers (at the pool's default headroom) and keeps them as [`SharedPacket`]s. A segment that is
+//! exactly one of those buffers then goes to the device without a copy: the stack writes the Ethernet, IP and TCP
+//! headers into the buffer's headroom ([`SharedPacket::frame`]) and hands the frame over, as
+//! Sandstorm does with its pre-segmented content (Marinos, Watson, Handley, "Network stack
+//! specialization for performance", SIGCOMM 2014). One frame of a buffer is in flight at a time: a
+//! segment whose buffers are all still at the device (other connections sending the same content,
+//! an earlier send of it that the device has not let go of: drivers reclaim sent descriptors in
+//! batches) is copied as above, and counted
+//! ([`StackStats::tx_by_reference_copied`](crate::stack::StackStats::tx_by_reference_copied)).
+//! The content is shared by every core through its `Arc`, and the buffers with it; a core sends
+//! from another core's pool buffers only when both use the same pool (a frame must come from the
+//! cache of the buffer's pool), otherwise it copies. A super-segment ([`Config::tso_max_size`]
+//! (crate::stack::Config::tso_max_size)) spans several buffers and is always copied.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use tcp_lib::tcp::PreparedSegments;
@@ -27,19 +44,87 @@
 //! assert_eq!(prepared.sum(100, 1448), None);
 //! ```
 
+use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use netchannel::pool::{PoolCache, SharedPacket};
 
 use crate::wire::checksum;
 
 /// Immutable content cut into TCP payload segments with precomputed payload sums, sent with
 /// [`Stack::send_prepared`](crate::stack::Stack::send_prepared).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct PreparedSegments {
     data: Box<[u8]>,
     /// Per segment size: the size and the unfinished sum of each segment of that size, in order
     /// (the last one may be short).
     cuts: Vec<(usize, Box<[u16]>)>,
+    /// The segments of one cut size in pool buffers, for sending by reference ([`Self::in_pool`]).
+    buffers: Option<PoolSegments>,
 }
+
+/// The segments of cut size `cut`, each in `copies` shared pool buffers of its own, in order
+/// (segment `i`'s copies at `i * copies ..`).
+#[derive(Clone, Debug)]
+struct PoolSegments {
+    cut: usize,
+    copies: usize,
+    shared: Box<[SharedPacket]>,
+    /// Per segment, the copy a send tries first ([`PreparedSlice::copies`]): round robin, so the
+    /// first tried is the one sent longest ago, the likeliest to be back from the device.
+    turn: Arc<[AtomicU32]>,
+}
+
+impl PartialEq for PreparedSegments {
+    /// Same bytes, same cuts, and pool copies of the same cut size (or none on either).
+    fn eq(&self, other: &Self) -> bool {
+        self.data == other.data
+            && self.cuts == other.cuts
+            && self.buffers.as_ref().map(|b| b.cut) == other.buffers.as_ref().map(|b| b.cut)
+    }
+}
+
+impl Eq for PreparedSegments {}
+
+/// Why [`PreparedSegments::in_pool`] could not copy the content into pool buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InPoolError {
+    /// The pool ran out of free buffers after `allocated` of the `needed` segments.
+    NoBuffer {
+        /// Buffers the content needs.
+        needed: usize,
+        /// Buffers taken before the pool ran dry (given back).
+        allocated: usize,
+    },
+    /// A segment of `cut` bytes does not fit in a buffer behind the default headroom.
+    TooLarge {
+        /// The cut size asked for.
+        cut: usize,
+        /// The bytes a buffer holds behind its headroom.
+        room: usize,
+    },
+}
+
+impl fmt::Display for InPoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::NoBuffer { needed, allocated } => write!(
+                f,
+                "prepared content needs {needed} pool buffers and the pool had {allocated} free: build the pool with \
+                 at least {} more buffers (Pool::builder), or send this content by copy",
+                needed - allocated
+            ),
+            Self::TooLarge { cut, room } => write!(
+                f,
+                "a {cut}-byte segment does not fit behind the headroom of a pool buffer ({room} bytes): use a \
+                 pool with larger buffers or a smaller cut"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InPoolError {}
 
 impl PreparedSegments {
     /// Prepares `data` for each payload segment size in `mss` (sizes of 0 are ignored; give the
@@ -54,7 +139,59 @@ impl PreparedSegments {
             }
             cuts.push((m, data.chunks(m).map(checksum::data).collect()));
         }
-        Self { data, cuts }
+        Self { data, cuts, buffers: None }
+    }
+
+    /// [`new`](Self::new), and each segment of `cut` bytes (added to `mss` if missing) also
+    /// copied into `copies` buffers of `cache`'s pool at the default headroom and shared, so that
+    /// a connection emitting exactly that segment sends it by reference from whichever copy has no
+    /// frame in flight (see the module docs). The buffers stay taken while the content lives:
+    /// `copies` times `len / cut` rounded up.
+    ///
+    /// # Errors
+    ///
+    /// [`InPoolError`] when the pool has too few free buffers or a segment does not fit in one
+    /// (nothing is kept: the buffers taken go back).
+    pub fn in_pool(
+        data: impl Into<Box<[u8]>>,
+        mss: &[usize],
+        (cut, copies): (usize, usize),
+        cache: &PoolCache,
+    ) -> Result<Self, InPoolError> {
+        let mut sizes = mss.to_vec();
+        sizes.push(cut);
+        let mut this = Self::new(data, &sizes);
+        if cut == 0 || copies == 0 {
+            return Ok(this);
+        }
+        let needed = this.data.len().div_ceil(cut).saturating_mul(copies);
+        let mut shared = Vec::with_capacity(needed);
+        for chunk in this.data.chunks(cut) {
+            for _ in 0..copies {
+                let Some(mut packet) = cache.alloc() else {
+                    return Err(InPoolError::NoBuffer { needed, allocated: shared.len() });
+                };
+                if packet.extend_from_slice(chunk).is_err() {
+                    let room = packet.tailroom();
+                    return Err(InPoolError::TooLarge { cut, room });
+                }
+                // A fresh buffer is never a frame, so this error is unreachable; if it were not,
+                // the content would stay whole without its pool copies.
+                let Ok(s) = packet.into_shared() else {
+                    return Err(InPoolError::NoBuffer { needed, allocated: shared.len() });
+                };
+                shared.push(s);
+            }
+        }
+        let turn = (0..this.data.len().div_ceil(cut)).map(|_| AtomicU32::new(0)).collect();
+        this.buffers = Some(PoolSegments { cut, copies, shared: shared.into_boxed_slice(), turn });
+        Ok(this)
+    }
+
+    /// The cut size whose segments are in pool buffers ([`Self::in_pool`]), if any.
+    #[must_use]
+    pub fn pool_cut(&self) -> Option<usize> {
+        self.buffers.as_ref().map(|b| b.cut)
     }
 
     /// The bytes.
@@ -133,6 +270,42 @@ impl PreparedSlice {
     #[must_use]
     pub fn sum(&self) -> Option<u16> {
         self.segments.sum(self.offset, self.len)
+    }
+
+    /// The pool buffers holding exactly this range (its copies), when the content is in a pool
+    /// ([`PreparedSegments::in_pool`]) and the range is one of its segments; empty otherwise.
+    #[must_use]
+    #[inline]
+    pub fn buffers(&self) -> &[SharedPacket] {
+        self.place().map_or(&[], |(b, at)| &b.shared[at * b.copies..(at + 1) * b.copies])
+    }
+
+    /// [`buffers`](Self::buffers) in the order a send tries them: from the copy after the one the
+    /// previous send of this segment started at (round robin), so that the first tried is the one
+    /// sent longest ago. Each call moves the turn on (one relaxed atomic add).
+    #[inline]
+    pub fn copies(&self) -> impl Iterator<Item = &SharedPacket> {
+        let (copies, start) = match self.place() {
+            Some((b, at)) => {
+                // Relaxed: a hint for where to start; `frame` decides.
+                let t = b.turn[at].fetch_add(1, Ordering::Relaxed) as usize;
+                (&b.shared[at * b.copies..(at + 1) * b.copies], t % b.copies)
+            }
+            None => (&[][..], 0),
+        };
+        copies[start..].iter().chain(&copies[..start])
+    }
+
+    /// The pool copies and the segment's number, when the range is one of their segments.
+    #[inline]
+    fn place(&self) -> Option<(&PoolSegments, usize)> {
+        let b = self.segments.buffers.as_ref()?;
+        if !self.offset.is_multiple_of(b.cut) {
+            return None;
+        }
+        let at = self.offset / b.cut;
+        let first = b.shared.get(at * b.copies)?;
+        (first.len() == self.len).then_some((b, at))
     }
 }
 

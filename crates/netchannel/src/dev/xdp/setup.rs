@@ -412,6 +412,7 @@ impl AfXdpBuilder {
             rx_wakeups: 0,
             tx_wakeups: 0,
             parked: 0,
+            tx_frames_copied: 0,
             fd,
         };
         let zero_copy = is_zero_copy(&xsk.fd);
