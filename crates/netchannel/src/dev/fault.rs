@@ -10,9 +10,12 @@
 //! faults whose probability is above zero):
 //!
 //! 1. **drop** with probability `drop`: freed at once;
-//! 2. **corrupt** with probability `corrupt`: one random bit of one random byte flipped in place;
+//! 2. **corrupt** with probability `corrupt`: one random bit of one random byte flipped in place,
+//!    and the frame's offload metadata cleared (a receiver must not trust a checksum the device
+//!    verified or left partial on a frame that was corrupted after);
 //! 3. **duplicate** with probability `duplicate`: a copy in a fresh buffer follows it (a copy, since
-//!    two packets may not share a buffer; no buffer free means no duplicate, counted);
+//!    two packets may not share a buffer; no buffer free means no duplicate, counted), with the
+//!    same offload metadata;
 //! 4. **reorder** with probability `reorder`: the frame is held back until the frame `reorder_by`
 //!    places behind it has gone out, then released right after it;
 //! 5. **delay**: every frame waits `delay` from when it entered (a fixed delay keeps order);
@@ -48,7 +51,7 @@ use super::{
     DevError, DeviceInfo, DeviceStats, Link, NetDevice, PacketBatch, packet_from_token, packet_in_pool,
     wrong_pool,
 };
-use crate::pool::{Packet, Pool, PoolCache};
+use crate::pool::{Offload, Packet, Pool, PoolCache};
 
 /// Frames moved per internal burst.
 const BURST: usize = 64;
@@ -306,10 +309,20 @@ impl Direction {
             if let Some(b) = packet.data_mut().get_mut(byte) {
                 *b ^= 1 << bit;
             }
+            // A flipped bit is what a receiver's checksum exists to catch: the frame no longer
+            // says its checksum is verified or partial (to be trusted), so the receiver checks it
+            // (a partial one then fails, as a corrupted frame should).
+            packet.set_offload(Offload::NONE);
             self.stats.corrupted += 1;
         }
         let copy = if self.rng.chance(self.cfg.duplicate) {
-            let copy = dup.alloc().and_then(|mut c| c.extend_from_slice(packet.data()).ok().map(|()| c));
+            let offload = packet.offload();
+            let copy = dup.alloc().and_then(|mut c| {
+                c.extend_from_slice(packet.data()).ok()?;
+                // The copy is the same frame: what the device must finish, or reported, too.
+                c.set_offload(offload);
+                Some(c)
+            });
             if copy.is_none() {
                 self.stats.duplicate_failed += 1;
             }
@@ -806,6 +819,47 @@ mod tests {
         assert!(out_of_order > 0 && out_of_order <= stats.tx.reordered);
         ids.sort_unstable();
         assert_eq!(ids, (0..4000).collect::<Vec<_>>(), "reordering loses nothing");
+    }
+
+    #[test]
+    fn corruption_drops_the_checksum_trust_and_duplicates_keep_the_metadata() {
+        let rig = Rig::new();
+        let (a, mut b) = Pair::builder(&rig.pool).capacity(64).build().unwrap();
+        let cfg = FaultConfig {
+            seed: 9,
+            tx: DirectionConfig { corrupt: 0.5, duplicate: 0.5, ..Default::default() },
+            ..FaultConfig::default()
+        };
+        let mut inj = FaultInjector::with_clock(a, &rig.pool, cfg, VirtualClock::new());
+        let cache = rig.pool.cache();
+        let trusted = Offload::NONE.with_partial_checksum(34, 16).with_checksum_verified();
+        let mut out = PacketBatch::with_capacity(32);
+        for i in 0..32u32 {
+            let mut p = cache.alloc().unwrap();
+            // The index twice: one flipped bit cannot leave a frame looking intact.
+            p.extend_from_slice(&i.to_le_bytes()).unwrap();
+            p.extend_from_slice(&i.to_le_bytes()).unwrap();
+            p.extend_from_slice(&[0u8; 56]).unwrap();
+            p.set_offload(trusted);
+            out.push(p).unwrap();
+        }
+        inj.tx_burst(0, &mut out).unwrap();
+        let mut rx = PacketBatch::with_capacity(128);
+        b.rx_burst(0, &cache, &mut rx).unwrap();
+        let stats = inj.fault_stats();
+        assert!(stats.tx.corrupted > 0 && stats.tx.duplicated > 0, "{stats:?}");
+        let mut untouched = 0;
+        for p in rx.drain() {
+            let d = p.data();
+            let clean = d[..4] == d[4..8] && d[8..].iter().all(|&b| b == 0);
+            if clean {
+                assert_eq!(p.offload(), trusted, "an intact frame (or its duplicate) keeps its metadata");
+                untouched += 1;
+            } else {
+                assert_eq!(p.offload(), Offload::NONE, "a corrupted frame is not to be trusted");
+            }
+        }
+        assert!(untouched > 0);
     }
 
     #[test]
