@@ -343,13 +343,26 @@ fn nic_queues(backend: &Backend, cores: Option<usize>) -> Result<u16, OpenError>
     })
 }
 
-fn pool(what: &'static str, buffers: usize, hugepages: HugePages) -> Result<Pool, OpenError> {
+/// How a pool's buffers are laid out and mapped.
+#[derive(Clone, Copy, Debug)]
+enum Buffers {
+    /// The default data room (one frame), mapped resident at build, on pages as `HugePages` says.
+    Frames(HugePages),
+    /// Room for a 64 KiB super-segment (a TAP with offloads), on normal pages made resident as
+    /// buffers are first used: a TAP holds none in rings, so the few in use at a time (and the
+    /// about one page per buffer of a service's content) are what the process touches.
+    SuperSegments,
+}
+
+fn pool(what: &'static str, buffers: usize, layout: Buffers) -> Result<Pool, OpenError> {
     let n = u32::try_from(buffers).unwrap_or(u32::MAX);
-    Pool::builder(n).hugepages(hugepages).build().map_err(|source| OpenError::Pool {
-        what,
-        buffers: n,
-        source,
-    })
+    let builder = match layout {
+        Buffers::Frames(hugepages) => Pool::builder(n).hugepages(hugepages),
+        Buffers::SuperSegments => {
+            Pool::builder(n).data_room(OFFLOAD_DATA_ROOM).populate(false).hugepages(HugePages::Never)
+        }
+    };
+    builder.build().map_err(|source| OpenError::Pool { what, buffers: n, source })
 }
 
 /// The pool of `cores` queues with `rings` each: as large as everything that can hold its buffers
@@ -358,10 +371,10 @@ fn sized_pool(
     what: &'static str,
     (cores, service): (usize, usize),
     rings: Rings,
-    hugepages: HugePages,
+    layout: Buffers,
 ) -> Result<Pool, OpenError> {
     let total = PoolDemand::new(cores, rings).with_services(cores, service).total();
-    checked(pool(what, total, hugepages)?, what, (cores, service), rings)
+    checked(pool(what, total, layout)?, what, (cores, service), rings)
 }
 
 /// `pool`, if nothing that can hold its buffers at once can exhaust it.
@@ -419,7 +432,7 @@ fn record(ports: Vec<Port>, pcap: Option<&Path>) -> Result<(Vec<Port>, Vec<Strin
 
 fn open_model(options: &OpenOptions<'_>) -> Result<Opened, OpenError> {
     let queues = nic_queues(&Backend::Model, options.cores)?;
-    let wire_pool = pool("model's wire pool", 8192, HugePages::Never)?;
+    let wire_pool = pool("model's wire pool", 8192, Buffers::Frames(HugePages::Never))?;
     let (port, wire) =
         Pair::builder(&wire_pool).capacity(2048).build().map_err(|source| OpenError::Wire { source })?;
     let model = Model::new(SimConfig {
@@ -432,7 +445,12 @@ fn open_model(options: &OpenOptions<'_>) -> Result<Opened, OpenError> {
     }
     let config = NicConfig { queues, rx_ring: 512, tx_ring: 512, ..NicConfig::default() };
     let rings = Rings::Ixgbe { rx: config.rx_ring.into(), tx: config.tx_ring.into() };
-    let pool = sized_pool("driver pool", (queues.into(), options.service_buffers), rings, HugePages::Prefer)?;
+    let pool = sized_pool(
+        "driver pool",
+        (queues.into(), options.service_buffers),
+        rings,
+        Buffers::Frames(HugePages::Prefer),
+    )?;
     let (nic, nic_queues) = Ixgbe::init("sim0", model.mmio(), model.dma(), &pool, config)
         .map_err(|source| OpenError::Init { device: "the 82599 model (sim0)".into(), source })?;
     let mut description = format!("the 82599 model (sim0), {queues} queue{}", plural(queues.into()));
@@ -489,23 +507,8 @@ fn open_tap(
         description.push_str(" with offloads (TSO, partial checksums, coalesced receive)");
     }
     tracing::info!(iface = tap.name(), mac = %tap.info().mac, link = ?tap.link(), offloads, "opened the TAP interface");
-    let pool = if offloads {
-        // Buffers that hold a 64 KiB super-segment, made resident as they are used: a TAP
-        // holds none in rings, so the few in use at a time are what the process touches.
-        // (Pages of the service's content, one segment a buffer, are touched as written: about
-        // one page a buffer.)
-        let demand = PoolDemand::new(1, Rings::Tap).with_services(1, options.service_buffers);
-        let n = u32::try_from(demand.total()).unwrap_or(u32::MAX);
-        let pool = Pool::builder(n)
-            .data_room(OFFLOAD_DATA_ROOM)
-            .populate(false)
-            .hugepages(HugePages::Never)
-            .build()
-            .map_err(|source| OpenError::Pool { what: "pool", buffers: n, source })?;
-        checked(pool, "pool", (1, options.service_buffers), Rings::Tap)?
-    } else {
-        sized_pool("pool", (1, options.service_buffers), Rings::Tap, HugePages::Never)?
-    };
+    let buffers = if offloads { Buffers::SuperSegments } else { Buffers::Frames(HugePages::Never) };
+    let pool = sized_pool("pool", (1, options.service_buffers), Rings::Tap, buffers)?;
     let (ports, pcap) = record(vec![Port::Tap(tap)], options.pcap)?;
     if let Some(path) = options.pcap {
         description.push_str(&format!(", recorded to {}", path.display()));
@@ -554,7 +557,7 @@ fn open_xdp(
         "pool",
         (n.into(), options.service_buffers),
         Rings::Xdp { fill: ring, ring },
-        HugePages::Never,
+        Buffers::Frames(HugePages::Never),
     )?;
     let dev = AfXdp::builder(iface)
         .queues(0, n)
@@ -589,7 +592,12 @@ fn open_pci(backend: &Backend, addr: &str, options: &OpenOptions<'_>) -> Result<
     }
     let config = NicConfig { queues, ..NicConfig::default() };
     let rings = Rings::Ixgbe { rx: config.rx_ring.into(), tx: config.tx_ring.into() };
-    let pool = sized_pool("driver pool", (queues.into(), options.service_buffers), rings, HugePages::Prefer)?;
+    let pool = sized_pool(
+        "driver pool",
+        (queues.into(), options.service_buffers),
+        rings,
+        Buffers::Frames(HugePages::Prefer),
+    )?;
     let (nic, nic_queues) = Ixgbe::init(addr, device.bar0(), device.dma(), &pool, config)
         .map_err(|source| OpenError::Init { device: format!("the 82599 at {addr}"), source })?;
     let mac = EthernetAddress(nic.mac().0);
@@ -756,7 +764,7 @@ mod tests {
             err.contains("build it with at least 31360 buffers, or serve fewer cores (--cores)"),
             "{err}"
         );
-        assert!(sized_pool("driver pool", (4, 0), rings, HugePages::Never).is_ok());
+        assert!(sized_pool("driver pool", (4, 0), rings, Buffers::Frames(HugePages::Never)).is_ok());
     }
 
     #[test]
