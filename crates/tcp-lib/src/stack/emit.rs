@@ -119,7 +119,7 @@ fn emit_ip_tcp_prepared<A: TcpFamily, const BY_REFERENCE: bool>(
         view.set_checksum(partial_sum(ends, tcp_len));
         return false;
     }
-    view.set_checksum(0);
+    // `emit_unsummed` left the checksum field 0, as the sum below needs it.
     if !config.tx_checksum {
         return false;
     }

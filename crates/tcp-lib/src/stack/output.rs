@@ -12,7 +12,7 @@ use netchannel::pool::{GsoKind, Offload, PoolCache};
 use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
-use super::{ETH_LEN, IP_LEN, IP6_LEN, Stack, emit};
+use super::{ETH_LEN, IP_LEN, IP6_LEN, PreparedSlice, Stack, emit};
 use crate::tcp::State;
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
@@ -275,7 +275,6 @@ impl Stack {
         let remote_ip = ends.1.ip();
         let Some(hop) = self.next_hop(remote_ip) else { return Drained::All };
         let ip_len = if remote_ip.is_ipv6() { IP6_LEN } else { IP_LEN };
-        let partial = OFFLOAD;
         let super_max =
             if OFFLOAD && self.config.tso_max_size != 0 { self.super_payload(ip_len, cache) } else { 0 };
         loop {
@@ -319,10 +318,10 @@ impl Stack {
             // A segment that is exactly one pool buffer of prepared content goes by reference: a
             // frame of the first of its copies with none in flight (round robin), whose data is only the
             // headers in front of the payload.
-            let frame = match lent.as_ref().filter(|l| !l.buffers().is_empty()) {
-                Some(slice) => {
+            let frame = match lent.as_ref().and_then(PreparedSlice::copies) {
+                Some(mut copies) => {
                     let headers = ETH_LEN + ip_len + seg.buffer_len();
-                    let frame = slice.copies().find_map(|s| s.frame(cache, headers).ok());
+                    let frame = copies.find_map(|s| s.frame(cache, headers).ok());
                     self.stats.tx_by_reference_copied += u64::from(frame.is_none());
                     frame
                 }
@@ -348,7 +347,7 @@ impl Stack {
                 .emit(&mut EthernetFrame::new_unchecked(&mut data[..]));
             match &lent {
                 Some(slice) => {
-                    let (buf, flags, config) = (&mut data[ETH_LEN..], (t.ect, partial), &self.config);
+                    let (buf, flags, config) = (&mut data[ETH_LEN..], (t.ect, OFFLOAD), &self.config);
                     let precomputed = if by_reference {
                         emit::segment_prepared::<true>(buf, &seg, slice, ends, flags, ident, config)
                     } else {
@@ -359,10 +358,10 @@ impl Stack {
                     self.stats.tx_prepared_sums += u64::from(precomputed);
                 }
                 None => {
-                    emit::segment(&mut data[ETH_LEN..], &seg, ends, (t.ect, partial), ident, &self.config)
+                    emit::segment(&mut data[ETH_LEN..], &seg, ends, (t.ect, OFFLOAD), ident, &self.config)
                 }
             }
-            if partial {
+            if OFFLOAD {
                 let gso = (t.segment_size, seg.header_len(), seg.cwr);
                 packet.set_offload(offload_for(gso, ip_len, remote_ip.is_ipv6()));
                 if t.segment_size != 0 {

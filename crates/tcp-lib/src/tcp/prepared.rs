@@ -280,20 +280,20 @@ impl PreparedSlice {
         self.place().map_or(&[], |(b, at)| &b.shared[at * b.copies..(at + 1) * b.copies])
     }
 
-    /// [`buffers`](Self::buffers) in the order a send tries them: from the copy after the one the
-    /// previous send of this segment started at (round robin), so that the first tried is the one
-    /// sent longest ago. Each call moves the turn on (one relaxed atomic add).
+    /// [`buffers`](Self::buffers) in the order a send tries them, or `None` when there are none
+    /// (the range is not one of the pool's segments): from the copy after the one the previous
+    /// send of this segment started at (round robin), so that the first tried is the one sent
+    /// longest ago. Each call moves the turn on.
     #[inline]
-    pub fn copies(&self) -> impl Iterator<Item = &SharedPacket> {
-        let (copies, start) = match self.place() {
-            Some((b, at)) => {
-                // Relaxed: a hint for where to start; `frame` decides.
-                let t = b.turn[at].fetch_add(1, Ordering::Relaxed) as usize;
-                (&b.shared[at * b.copies..(at + 1) * b.copies], t % b.copies)
-            }
-            None => (&[][..], 0),
-        };
-        copies[start..].iter().chain(&copies[..start])
+    pub fn copies(&self) -> Option<impl Iterator<Item = &SharedPacket>> {
+        let (b, at) = self.place()?;
+        // Relaxed, and a load and a store rather than an atomic add: the turn is a hint for
+        // where to start (`frame` decides), so two sends racing may start at the same copy.
+        let t = b.turn[at].load(Ordering::Relaxed);
+        b.turn[at].store(t.wrapping_add(1), Ordering::Relaxed);
+        let copies = &b.shared[at * b.copies..(at + 1) * b.copies];
+        let start = t as usize % b.copies;
+        Some(copies[start..].iter().chain(&copies[..start]))
     }
 
     /// The pool copies and the segment's number, when the range is one of their segments.
