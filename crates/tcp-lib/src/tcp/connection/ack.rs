@@ -5,10 +5,10 @@
 //! Reduction for TCP", 2013, and RFC 9937, "Proportional Rate Reduction (PRR)", 2025, which
 //! obsoletes it), which decides how much every ACK in recovery lets the output send.
 
-use crate::tcp::congestion::CongestionControl;
 use std::time::{Duration, Instant};
 
 use super::{Connection, distance};
+use crate::tcp::congestion::CongestionControl;
 use crate::tcp::rules;
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 

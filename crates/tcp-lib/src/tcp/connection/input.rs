@@ -15,11 +15,10 @@
 //! hole before it (bytes already delivered are never rewritten either). Linux keeps the first of
 //! two out-of-order copies that start at different points, too.
 
-use crate::tcp::congestion::CongestionControl;
 use std::time::Instant;
 
 use super::{Connection, DEFAULT_MSS, DEFAULT_MSS_V6, MAX_WSCALE, MIN_MSS, TS_OPTION_LEN, distance};
-use crate::tcp::congestion::NewReno;
+use crate::tcp::congestion::{CongestionControl, NewReno};
 use crate::tcp::rules::{self, acceptable};
 use crate::tcp::{ConnectionError, Ecn, State, reset_for};
 use crate::wire::{TcpControl, TcpRepr};

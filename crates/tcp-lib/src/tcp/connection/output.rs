@@ -3,10 +3,10 @@
 //! data and the FIN under the windows, Nagle and SWS avoidance, zero-window probes, keepalives and
 //! ACKs; with the advertised window, the header every segment carries and its SACK blocks.
 
-use crate::tcp::congestion::CongestionControl;
 use std::time::{Duration, Instant};
 
 use super::{Connection, MAX_RXT_MARKS, MIN_PERSIST, distance};
+use crate::tcp::congestion::CongestionControl;
 use crate::tcp::prepared::PreparedSlice;
 use crate::tcp::rtt::MAX_RTO;
 use crate::tcp::{Ecn, State, Transmit};

@@ -3,10 +3,10 @@
 //! backoff and the retry limit, the delayed ACK, the persist timer, keepalive probes and the
 //! end of TIME-WAIT; and the timestamp clock.
 
-use crate::tcp::congestion::CongestionControl;
 use std::time::{Duration, Instant};
 
 use super::{Connection, distance};
+use crate::tcp::congestion::CongestionControl;
 use crate::tcp::{ConnectionError, State};
 
 impl Connection {
