@@ -1,7 +1,7 @@
 //! The real (threaded) benchmark of `accept-affinity`: the three accept-queue policies ([`Policy::Stock`],
 //! [`Policy::Fine`], [`Policy::affinity`]) on real threads, in the same run, with the same seed.
 //!
-//! # Mode 1: the dynamics run (the default: `cargo bench --bench accept`)
+//! # Mode 1: the dynamics run (the default: `cargo bench -p netchannels-benches --bench accept`)
 //!
 //! For each policy, one run of `ACCEPT_BENCH_SECONDS`:
 //!

@@ -42,8 +42,8 @@
 //!   `Consumer::request_wakeup`, with its `membarrier(2)`). A request/response server whose consumer
 //!   sleeps when idle lives here.
 //!
-//! Run with `cargo bench --bench channel`; `BENCHMARKS.md` records the results. On a noisy machine,
-//! `NETCHANNEL_BENCH_INTERLEAVE=<rounds> cargo bench --bench channel [-- <filter>...]` runs the same
+//! Run with `cargo bench -p netchannels-benches --bench channel`; `BENCHMARKS.md` records the results. On a noisy machine,
+//! `NETCHANNEL_BENCH_INTERLEAVE=<rounds> cargo bench -p netchannels-benches --bench channel [-- <filter>...]` runs the same
 //! cases without Criterion, round-robin in 50 ms slices, and prints medians and per-round paired ratios
 //! (each ratio compares two measurements taken moments apart, so bursts of load, and the hypervisor
 //! moving the two vCPUs closer or further apart, disturb both sides alike).

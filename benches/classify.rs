@@ -15,7 +15,7 @@
 //! zero-copy `SlicedPacket::from_ethernet` (the usual Rust packet parser) and reduces it to the same
 //! 5-tuple (protocol, addresses, ports); a fragment, a non-IP frame or a parse error gives none.
 //!
-//! Run with `cargo bench --bench classify`. For a noise-free figure, the same binary counts
+//! Run with `cargo bench -p netchannels-benches --bench classify`. For a noise-free figure, the same binary counts
 //! instructions under callgrind: `CLASSIFY_ICOUNT=<case>:<n> valgrind --tool=callgrind <bench binary>`
 //! classifies the case's frame `n` times in a loop and exits before Criterion starts; the instructions
 //! per frame are `(I(n) - I(0)) / n`. `CLASSIFY_ICOUNT=etherparse-<case>:<n>` does the same for the

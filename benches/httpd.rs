@@ -2,7 +2,7 @@
 //! reference from pool buffers) and `--copy`, against nginx (the Debian package) on the far end of a veth pair, the same `wrk`
 //! client and the same files in the same run.
 //!
-//! `cargo bench --bench httpd` (root, `/dev/net/tun`, iproute2, `wrk` and `nginx` on `PATH`;
+//! `cargo bench -p netchannels-benches --bench httpd` (root, `/dev/net/tun`, iproute2, `wrk` and `nginx` on `PATH`;
 //! otherwise it prints `skipped: <why>` and exits 0).
 //!
 //! # Setup
@@ -342,7 +342,8 @@ fn bench() -> Result<(), String> {
     ip(&["tuntap", "add", "dev", TAP, "mode", "tap"]).map_err(|e| format!("skip:{e}"))?;
     ip(&["addr", "add", TAP_CLIENT, "dev", TAP])?;
     ip(&["link", "set", TAP, "up"])?;
-    let root: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/httpd-demo");
+    // The workspace's target/ (this package sits in benches/).
+    let root: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/httpd-demo");
     let content = Arc::new(Content::demo(Some(&root)));
     if !content.source.contains("also written") {
         return Err(format!("could not write the demo files to {}", root.display()));

@@ -1,6 +1,6 @@
 //! Instruction counts of the net channel's push and pop at bursts 1, 32 and 256, beside rtrb 0.4.
 //!
-//! Run with `cargo bench --bench icount_channel` (gungraun under callgrind; `scripts/icount.sh` runs it
+//! Run with `cargo bench -p netchannels-benches --bench icount_channel` (gungraun under callgrind; `scripts/icount.sh` runs it
 //! and checks the counts against `benches/icount/baseline.tsv`). Every benchmark moves [`ITEMS`] `u32`
 //! items on one thread, so the instructions per item are the count divided by [`ITEMS`] (the id's
 //! `_n4096` suffix, which the script reads):

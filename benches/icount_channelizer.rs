@@ -4,7 +4,7 @@
 //! is of the one flow, so each burst reaches one consumer, not four). Target (the issue's): at or
 //! under 100 instructions per packet at burst 32 with 10k signatures, flat from 1 to 100k.
 //!
-//! Run with `cargo bench --bench icount_channelizer` (gungraun under callgrind; `scripts/icount.sh` runs
+//! Run with `cargo bench -p netchannels-benches --bench icount_channelizer` (gungraun under callgrind; `scripts/icount.sh` runs
 //! it and checks the counts against `benches/icount/baseline.tsv`). Each benchmark,
 //! `poll/channelizer/sigs<S>_n4096`, calls `Channelizer::poll` [`ROUNDS`] times, each receiving a burst
 //! of [`BURST`] frames of registered IPv4/TCP flows, so the instructions per packet are the count

@@ -1,7 +1,7 @@
 //! Instruction counts of the frame classifier (`netchannel::classify::classify`) beside etherparse on
 //! the same frames.
 //!
-//! Run with `cargo bench --bench icount_classify` (gungraun under callgrind; `scripts/icount.sh` runs it
+//! Run with `cargo bench -p netchannels-benches --bench icount_classify` (gungraun under callgrind; `scripts/icount.sh` runs it
 //! and checks the counts against `benches/icount/baseline.tsv`). Each benchmark classifies one frame of
 //! a case [`FRAMES`] times, so the instructions per frame are the count divided by 4096 (the id's
 //! `_n4096` suffix):

@@ -1,6 +1,6 @@
 //! Instructions per packet of the 82599 driver's RX and TX, and of `Channelizer::poll` over its RX
 //! queue, on the behavioural model (`ixgbe_vfio::sim`), beside a bare ixy-style ring loop (the anchor), counted by gungraun
-//! (callgrind). `cargo bench --bench icount_driver`; `scripts/icount.sh` divides each count by the
+//! (callgrind). `cargo bench -p netchannels-benches --bench icount_driver`; `scripts/icount.sh` divides each count by the
 //! `_n<N>` suffix of the benchmark id.
 //!
 //! The set-up is `benches/ixgbe_datapath.rs`'s, reduced to what one measured pass needs:

@@ -1,6 +1,6 @@
 //! Instructions per echo transaction (a 64-byte message in, its echo out) on the server's side of
 //! an established connection, through tcp-lib's socket layer (`tcp_lib::socket::Interface`,
-//! `Stream`), counted by gungraun (callgrind). `cargo bench --bench icount_echo`;
+//! `Stream`), counted by gungraun (callgrind). `cargo bench -p netchannels-benches --bench icount_echo`;
 //! `scripts/icount.sh` divides each count by the `_n<N>` suffix of the benchmark id.
 //!
 //! What the echo service runs per message on a core is: its event loop polls the core's

@@ -2,7 +2,7 @@
 //! (`netchannel::pool::SharedPacket`, the zero-copy send of Marinos, Watson and Handley, "Network
 //! stack specialization for performance", SIGCOMM 2014).
 //!
-//! Run with `cargo bench --bench icount_pool` (gungraun under callgrind; `scripts/icount.sh` runs it
+//! Run with `cargo bench -p netchannels-benches --bench icount_pool` (gungraun under callgrind; `scripts/icount.sh` runs it
 //! and checks the counts against `benches/icount/baseline.tsv`). Each benchmark sends [`SENDS`]
 //! segments of [`PAYLOAD`] bytes (a full-MSS TCP segment's payload) with [`HEADERS`] bytes of headers
 //! (Ethernet, IPv4 and TCP without options), on one thread, so the instructions per send are the count

@@ -1,6 +1,6 @@
 //! Instruction counts of a registry lookup with 1, 10k and 100k entries registered.
 //!
-//! Run with `cargo bench --bench icount_registry` (gungraun under callgrind; `scripts/icount.sh` runs
+//! Run with `cargo bench -p netchannels-benches --bench icount_registry` (gungraun under callgrind; `scripts/icount.sh` runs
 //! it and checks the counts against `benches/icount/baseline.tsv`). Each benchmark,
 //! `lookup/qsbr/entries<E>_n4096`, does [`LOOKUPS`] lookups of present keys through a QSBR reader,
 //! announcing a quiescent state once every 32 lookups as a channelizer does once per burst; the

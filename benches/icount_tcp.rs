@@ -1,5 +1,5 @@
 //! Instructions per TCP data segment in and its ACK out on an established connection: tcp-lib
-//! beside smoltcp (the anchor), counted by gungraun (callgrind). `cargo bench --bench icount_tcp`;
+//! beside smoltcp (the anchor), counted by gungraun (callgrind). `cargo bench -p netchannels-benches --bench icount_tcp`;
 //! `scripts/icount.sh` divides each count by the `_n<N>` suffix of the benchmark id.
 //!
 //! Both stacks are the server of one connection whose client is this bench: it writes the frames

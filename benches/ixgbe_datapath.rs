@@ -18,7 +18,7 @@
 //! * **Flow Director migrate**: `FlowSteering::migrate` on a 4-queue driver, timed per call, with
 //!   the register reads and writes it makes counted by an `Mmio` wrapper.
 //!
-//! `cargo bench --bench ixgbe_datapath` prints the tables. Times are medians of paired samples (every
+//! `cargo bench -p netchannels-benches --bench ixgbe_datapath` prints the tables. Times are medians of paired samples (every
 //! sample runs each contender of a burst size back to back, so load on the shared machine hits them
 //! alike); each contender's burst is one call of an `#[inline(never)]` function (`bench_rx_anchor`,
 //! `bench_rx_driver`, `bench_rx_channelizer`, `bench_tx_anchor`, `bench_tx_driver`), the same call

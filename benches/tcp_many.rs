@@ -13,7 +13,7 @@
 //! * the wall time per echo round (about 8 segments through both stacks, ACKs included): flat in N
 //!   when the per-segment lookup is O(1) and no per-packet work scans the connections.
 //!
-//! Run: `cargo bench --bench tcp_many`.
+//! Run: `cargo bench -p netchannels-benches --bench tcp_many`.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! our echo ([`netchannels::echo`]) over AF_XDP (generic and native XDP), our echo over a TAP, and
 //! the kernel's own TCP (a `std::net` echo server on the far veth end).
 //!
-//! `cargo bench --bench xdp_echo` (root: namespaces, veth, XDP; otherwise it prints `skipped: <why>`
+//! `cargo bench -p netchannels-benches --bench xdp_echo` (root: namespaces, veth, XDP; otherwise it prints `skipped: <why>`
 //! and exits 0). `NC_XDP_BENCH_SERVERS=generic,kernel` runs only the servers whose names contain one
 //! of the comma-separated words (`generic`, `native`, `TAP`, `kernel`).
 //!

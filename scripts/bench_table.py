@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Prints the BENCHMARKS.md tables for `cargo bench --bench channel`.
+"""Prints the BENCHMARKS.md tables for `cargo bench -p netchannels-benches --bench channel`.
 
-Usage: scripts/bench_table.py [--interleaved FILE] [CRITERION_DIR ...]   (default: target/criterion)
+Usage: scripts/bench_table.py [--interleaved FILE] [CRITERION_DIR ...]
+(default: $CARGO_TARGET_DIR/criterion, else the workspace's target/criterion: where Criterion writes,
+whichever package, benches/ included, the bench is in)
 
 For each Criterion directory (one per `cargo bench` run; copy `target/criterion` away between runs) it
 reads `<dir>/<group>/<function>[/<burst>]/new/estimates.json` and uses Criterion's median of the
 samples' per-iteration times (`median.point_estimate`); throughput rows are divided by the burst to give
 ns per item. `--interleaved FILE` adds the output of
-`NETCHANNEL_BENCH_INTERLEAVE=<rounds> cargo bench --bench channel` (its medians and its median
-per-round paired ratios). Ratios are anchor_time / our_time, so > 1 means the net channel is faster.
+`NETCHANNEL_BENCH_INTERLEAVE=<rounds> cargo bench -p netchannels-benches --bench channel` (its medians
+and its median per-round paired ratios). Ratios are anchor_time / our_time, so > 1 means the net
+channel is faster.
 """
 
 import json
@@ -22,7 +25,8 @@ if "--interleaved" in args:
     i = args.index("--interleaved")
     interleaved = args[i + 1]
     del args[i : i + 2]
-runs = args or ["target/criterion"]
+target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target")
+runs = args or [os.path.join(target, "criterion")]
 
 # Interleaved output: "| id | iters | median | min | max |" and "| ours-id | anchor | 1.23x | ... |".
 inter_ns, inter_ratio = {}, {}

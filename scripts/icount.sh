@@ -10,9 +10,10 @@
 #   scripts/icount.sh report --write   replace the block between `<!-- icount:begin -->` and
 #                                   `<!-- icount:end -->` in BENCHMARKS.md with those tables
 #
-# The benches are the `[[bench]]` entries of the root Cargo.toml named `icount_*` (each a gungraun
-# `main!`). A benchmark is named `<bench>/<group>/<function>/<id>`, and its id ends with `_n<N>`: the
-# items (packets, lookups, frames) it processes per run, so the per-item count is Ir / N. In the report,
+# The benches are the `[[bench]]` entries of benches/Cargo.toml (package netchannels-benches) named
+# `icount_*` (each a gungraun `main!`). A benchmark is named `<bench>/<group>/<function>/<id>`, and its
+# id ends with `_n<N>`: the items (packets, lookups, frames) it processes per run, so the per-item count
+# is Ir / N. In the report,
 # a function whose name starts with one of $ANCHORS or ends in `_anchor` is an anchor (another library,
 # or the bare loop) and gets a ratio column against the group's first function that is not an anchor.
 #
@@ -23,6 +24,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BASELINE=benches/icount/baseline.tsv
+MANIFEST=benches/Cargo.toml
 DOC=BENCHMARKS.md
 LIMIT=${ICOUNT_LIMIT_PCT:-3}
 ANCHORS='^(anchor|rtrb|etherparse|smoltcp|bare)|_anchor$'
@@ -32,18 +34,18 @@ die() {
   exit 2
 }
 
-# The `icount_*` bench names of the root Cargo.toml, in file order.
+# The `icount_*` bench names of the benches package's manifest, in file order.
 all_benches() {
   awk '/^\[\[bench\]\]/ { inbench = 1; next }
        /^\[/ { inbench = 0 }
-       inbench && $1 == "name" { gsub(/"/, "", $3); if ($3 ~ /^icount_/) print $3 }' Cargo.toml
+       inbench && $1 == "name" { gsub(/"/, "", $3); if ($3 ~ /^icount_/) print $3 }' "$MANIFEST"
 }
 
 benches() {
   if [ -n "${ICOUNT_BENCHES:-}" ]; then
     local b
     for b in $ICOUNT_BENCHES; do
-      all_benches | grep -qx "$b" || die "ICOUNT_BENCHES names '$b', which is not an icount_* [[bench]] in Cargo.toml"
+      all_benches | grep -qx "$b" || die "ICOUNT_BENCHES names '$b', which is not an icount_* [[bench]] in $MANIFEST"
       echo "$b"
     done
   else
@@ -76,9 +78,9 @@ measure() {
     log="$home/$b.log"
     echo "icount: running $b" >&2
     if ! GUNGRAUN_HOME="$home/gungraun" GUNGRAUN_SAVE_SUMMARY=json \
-      cargo bench --locked --bench "$b" >"$log" 2>&1; then
+      cargo bench -p netchannels-benches --locked --bench "$b" >"$log" 2>&1; then
       tail -n 40 "$log" >&2
-      die "cargo bench --bench $b failed (full log: $log)"
+      die "cargo bench -p netchannels-benches --bench $b failed (full log: $log)"
     fi
   done
   python3 - "$home/gungraun" >"$out" <<'EOF'

@@ -27,7 +27,7 @@
 //! The decisions live in [`policy`], deterministic and single-threaded with explicit inputs and
 //! virtual time, so a simulator can drive exactly the code the concurrent [`AcceptQueue`] runs; [`sim`]
 //! is that simulator: the paper's load-balancer experiment (48 cores, a CPU hog on half of them) run on
-//! a real `AcceptQueue` with virtual time (`cargo run --release --example accept_sim`).
+//! a real `AcceptQueue` with virtual time (`cargo run --release -p netchannels-benches --example accept_sim`).
 //!
 //! # Example
 //!

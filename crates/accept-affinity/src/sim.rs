@@ -66,7 +66,7 @@
 //! that became busy stays busy for good. Busy cores neither steal nor take flow groups, so stealing
 //! and migration fade out (measured with the hog: 15 steals/s and 2.7 migrations/s instead of 41 and
 //! 32, the hog at 1.82x its solo time instead of 1.60x,
-//! `cargo run --release --example accept_sim -- --backlog 511`).
+//! `cargo run --release -p netchannels-benches --example accept_sim -- --backlog 511`).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

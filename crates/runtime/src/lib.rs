@@ -42,10 +42,11 @@
 //! # Why a crate of its own
 //!
 //! The runtime is the layer users build on, so it is a library crate beside the four it joins
-//! (`cargo add netchannel-runtime`), not the root package: the root package holds the examples,
-//! the benchmarks and their heavy dev-dependencies (smoltcp, plotters, criterion) and publishes
-//! nothing. The dependency arrows stay one-way: the runtime depends on netchannel, ixgbe-vfio,
-//! tcp-lib and accept-affinity, and none of them knows it exists.
+//! (`cargo add netchannel-runtime`), not the root package: the root package holds the services and
+//! their examples, the benches/ package the benchmarks with their heavy dev-dependencies (smoltcp,
+//! plotters, criterion), and neither publishes anything. The dependency arrows stay one-way: the
+//! runtime depends on netchannel, ixgbe-vfio, tcp-lib and accept-affinity, and none of them knows
+//! it exists.
 //!
 //! # A multi-core echo
 //!

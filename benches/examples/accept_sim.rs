@@ -4,10 +4,10 @@
 //! `target/accept-sim/latency.png`: the median connection latency over time around the hog's start.
 //!
 //! ```text
-//! cargo run --release --example accept_sim                    # 48 cores, the paper's experiment
-//! cargo run --release --example accept_sim -- --quick         # 8 cores, a few simulated seconds
-//! cargo run --release --example accept_sim -- --hog-share 0.8 # a hungrier hog
-//! cargo run --release --example accept_sim -- --backlog 511   # Apache's default backlog
+//! cargo run --release -p netchannels-benches --example accept_sim          # 48 cores, the paper's experiment
+//! cargo run --release -p netchannels-benches --example accept_sim -- --quick                 # 8 cores
+//! cargo run --release -p netchannels-benches --example accept_sim -- --hog-share 0.8 # a hungrier hog
+//! cargo run --release -p netchannels-benches --example accept_sim -- --backlog 511   # Apache's backlog
 //! ```
 //!
 //! Text in the plot uses `/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf` (Debian `fonts-dejavu-core`);
@@ -55,10 +55,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// `CARGO_TARGET_DIR`, else `target/` of the workspace this example was built in.
+/// `CARGO_TARGET_DIR`, else `target/` of the workspace this example was built in (the parent of
+/// this package's folder, benches/).
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"), PathBuf::from)
+        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"), PathBuf::from)
 }
 
 fn ms(x: f64) -> String {
