@@ -5,7 +5,8 @@
 #   QUICK=1 scripts/test.sh    skip the sanitizer, loom, instruction-count and fuzz stages (a fast local loop)
 #
 # Stages: Debian packages (as root) and cargo-fuzz, then fmt, clippy, doc, all tests, loom models,
-# ThreadSanitizer on the concurrent stress tests (nightly), `cargo bench --no-run`, the instruction
+# ThreadSanitizer on the concurrent stress tests (nightly), `cargo bench --no-run`, the publishable
+# crates packed and built from their packages (scripts/package.sh), the instruction
 # counts against their committed baselines (scripts/icount.sh check; installs gungraun-runner), and every
 # fuzz target's committed corpus replayed, then fuzzed on for a short while (nightly; scripts/fuzz.sh).
 # Knobs: FUZZ_SECONDS (per target, default 20), LOOM_MAX_PREEMPTIONS (default 3), and
@@ -268,8 +269,18 @@ if [ "$QUICK" != 1 ]; then
     cargo +"$NIGHTLY" test "${tsan_flags[@]}" --locked -p netchannel-runtime --test serve
 fi
 
-stage "benchmarks compile (cargo bench --no-run)"
+stage "benchmarks compile (cargo bench --no-run; the benches are the netchannels-benches package, benches/)"
 cargo bench --workspace --all-features --no-run --locked
+
+# Budget: under 2 minutes (about 25 s on 2 busy cores with target/debug warm from the stages above,
+# about 1 min cold). Packs every publishable crate and builds each from its .crate, offline.
+stage "packages: cargo package --workspace of the publishable crates, each built from its .crate (scripts/package.sh)"
+if scripts/package.sh; then
+  stages+=("packages ok")
+else
+  stages+=("packages FAILED")
+  exit 1
+fi
 
 if [ "$QUICK" != 1 ]; then
   # Fails when a data-path count rises more than ICOUNT_LIMIT_PCT (3) percent over
