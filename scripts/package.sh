@@ -22,11 +22,22 @@ die() {
   exit 1
 }
 
-# `<name> <manifest dir> <publishable: 1|0>` per workspace member.
+# `<name> <manifest dir> <publishable: 1|0>` per workspace member. Fails on a publishable crate's
+# keywords that crates.io would refuse (cargo does not check them): at most 5, each at most 20
+# characters, a letter first, then letters, digits, `_`, `-` or `+`.
 members=$(cargo metadata --format-version 1 --no-deps --offline --locked | python3 -c '
-import json, os, sys
+import json, os, re, sys
+bad = []
 for p in json.load(sys.stdin)["packages"]:
-    print(p["name"], os.path.dirname(p["manifest_path"]), 0 if p["publish"] == [] else 1)')
+    publish = p["publish"] != []
+    print(p["name"], os.path.dirname(p["manifest_path"]), int(publish))
+    kw = p["keywords"]
+    wrong = [k for k in kw if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_+-]{0,19}", k)]
+    if publish and (len(kw) > 5 or wrong):
+        bad.append("%s: %d keywords, refused: %s" % (p["name"], len(kw), wrong))
+if bad:
+    sys.exit("package: crates.io refuses these keywords (at most 5; a letter first, then letters, digits, _ - +; 20 characters): " + "; ".join(bad))') ||
+  exit 1
 
 publishable=()
 excludes=()
