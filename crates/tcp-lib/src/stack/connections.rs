@@ -53,6 +53,7 @@ impl Stack {
             ready: false,
             timer_at: None,
             write_shut: false,
+            wakers: None,
         };
         let index = self.slots.insert(entry);
         self.demux.insert(key, index);
@@ -70,7 +71,8 @@ impl Stack {
     }
 
     pub(super) fn reclaim(&mut self, index: u32) {
-        let Some(e) = self.slots.remove(index) else { return };
+        let Some(mut e) = self.slots.remove(index) else { return };
+        e.wake_all();
         if e.in_demux {
             self.demux.remove(&FlowKey::new(e.conn.local(), e.conn.remote()));
         }

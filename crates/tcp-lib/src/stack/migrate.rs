@@ -109,7 +109,8 @@ impl Stack {
     pub fn detach(&mut self, stream: StreamId) -> Result<Detached, Error> {
         self.entry(stream)?;
         let index = stream.index;
-        let e = self.slots.remove(index).ok_or(Error::InvalidHandle)?;
+        let mut e = self.slots.remove(index).ok_or(Error::InvalidHandle)?;
+        e.wake_all();
         let (local, remote) = (e.conn.local(), e.conn.remote());
         if e.in_demux {
             self.demux.remove(&FlowKey::new(local, remote));

@@ -149,6 +149,7 @@ impl Stack {
         let e = self.entry_mut(stream)?;
         e.write_shut = true;
         e.conn.shutdown_write();
+        e.wake_ready();
         self.mark_ready(stream.index);
         Ok(())
     }
@@ -162,6 +163,7 @@ impl Stack {
         let e = self.entry_mut(stream)?;
         e.conn.close();
         e.app_owned = false;
+        e.wake_all();
         self.mark_ready(stream.index);
         Ok(())
     }
@@ -174,6 +176,7 @@ impl Stack {
         let e = self.entry_mut(stream)?;
         e.conn.abort();
         e.app_owned = false;
+        e.wake_all();
         self.mark_ready(stream.index);
         Ok(())
     }
@@ -184,7 +187,9 @@ impl Stack {
     /// # Errors
     /// [`Error::InvalidHandle`].
     pub fn set_send_buffer(&mut self, stream: StreamId, bytes: usize) -> Result<(), Error> {
-        self.entry_mut(stream)?.conn.set_send_buffer(bytes);
+        let e = self.entry_mut(stream)?;
+        e.conn.set_send_buffer(bytes);
+        e.wake_ready();
         Ok(())
     }
 
