@@ -71,8 +71,9 @@ impl Stack {
     }
 
     pub(super) fn reclaim(&mut self, index: u32) {
-        let Some(mut e) = self.slots.remove(index) else { return };
-        e.wake_all();
+        let Some(e) = self.slots.remove(index) else { return };
+        // Only released connections are reclaimed, and release woke their wakers.
+        debug_assert!(e.wakers.is_none(), "a reclaimed connection has no wakers left");
         if e.in_demux {
             self.demux.remove(&FlowKey::new(e.conn.local(), e.conn.remote()));
         }
