@@ -39,6 +39,20 @@ impl WaitWord {
         self.word.store(value, order);
     }
 
+    pub(crate) fn swap(&self, value: u32, order: Ordering) -> u32 {
+        self.word.swap(value, order)
+    }
+
+    pub(crate) fn compare_exchange(
+        &self,
+        current: u32,
+        new: u32,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u32, u32> {
+        self.word.compare_exchange(current, new, success, failure)
+    }
+
     /// Sleeps while the word equals `expected`, for at most `timeout`. Returns early on a wake, on a
     /// spurious wakeup, on a signal, or when the word no longer equals `expected`; callers re-check.
     pub(crate) fn wait(&self, expected: u32, timeout: Option<Duration>) {

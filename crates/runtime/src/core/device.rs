@@ -194,9 +194,10 @@ impl NetDevice for CoreDevice<'_> {
         Ok(sent)
     }
 
-    /// Waits for input (a frame in a channel, a handoff, a neighbour), running the channelizer
-    /// meanwhile with the `same` placement, sleeping on its queue's socket while idle when the
-    /// kernel can wake it there (AF_XDP) and backing off otherwise, until `timeout`. Fails with
+    /// Waits for input (a frame in a channel, a handoff, a neighbour, a task made runnable), running
+    /// the channelizer meanwhile with the `same` placement, sleeping on its queue's socket while
+    /// idle when the kernel can wake it there (AF_XDP) and backing off otherwise (naps on the
+    /// core's wakeup, which a task made runnable ends at once), until `timeout`. Fails with
     /// [`Stopping`] once the runtime stops, which ends every blocking call of the core's service.
     fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
         if queue != 0 {
@@ -208,7 +209,10 @@ impl NetDevice for CoreDevice<'_> {
                 return Err(DevError::Failed(Stopping::error()));
             }
             let moved = self.drive()?;
-            if self.has_input() || self.local.has_mail() || self.local.shared.has_neighbours(self.local.core)
+            if self.has_input()
+                || self.local.has_mail()
+                || self.local.shared.has_neighbours(self.local.core)
+                || self.local.wake.is_notified()
             {
                 // Work came: the next wait starts its back-off afresh (yields first, not naps).
                 self.idle.reset();
@@ -236,7 +240,7 @@ impl NetDevice for CoreDevice<'_> {
                     continue;
                 }
             }
-            self.idle.idle_at(now);
+            self.idle.idle_on(now, &self.local.wake);
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::Instant;
 use accept_affinity::{AcceptError, AcceptQueue};
 use netchannel::channelizer::ConsumerId;
 use netchannel::signature::{Proto, Signature};
+use netchannel::wake::Notify;
 use tcp_lib::stack::{ListenerId, StreamId};
 
 use crate::shared::{Handoff, Reg, Shared};
@@ -59,6 +60,9 @@ pub(crate) struct Local {
     /// Set by the duties every `PUBLISH_EVERY`: the device publishes its channels' counters at its
     /// next receive (it has no clock of its own to ask on every burst).
     pub(crate) publish_due: Cell<bool>,
+    /// What an idle wait of the device sleeps on: a task made runnable (on any thread) wakes it
+    /// through this at once (the async services' executor; nothing notifies it otherwise).
+    pub(crate) wake: Arc<Notify>,
 }
 
 impl Local {
@@ -77,6 +81,7 @@ impl Local {
             stash: RefCell::default(),
             counters: Cell::default(),
             publish_due: Cell::new(false),
+            wake: Arc::new(Notify::new()),
         }
     }
 
