@@ -37,7 +37,8 @@
 //! producer's refresh reads it), and the ring line that the producer writes while the consumer is still
 //! reading the rest of it, in both directions. Both sides slow to the speed of those transfers (~30 ns
 //! an item, against ~3 when the threads happen to run apart), so which speed a program gets depends on
-//! how its two loops first interleave (issue 17 measured 29 ns against 3 at burst 1).
+//! how its two loops first interleave (we measured 29 ns against 3 at burst 1; BENCHMARKS.md, "Every
+//! regime and loop shape").
 //!
 //! The consumer therefore hands slots back the way MCRingBuffer does (Lee, Bu & Chandranmenon,
 //! "A Lock-Free, Cache-Efficient Multi-Core Synchronization Mechanism for Line-Rate Network Traffic
