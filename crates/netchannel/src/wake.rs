@@ -39,6 +39,8 @@
 use std::time::Duration;
 
 use crate::sync::Ordering;
+#[cfg(not(loom))]
+use crate::sys::EventFd;
 use crate::sys::WaitWord;
 
 /// Nothing pending, nobody asleep.
@@ -52,6 +54,10 @@ const SLEEPING: u32 = 2;
 #[derive(Debug)]
 pub struct Notify {
     word: WaitWord,
+    /// Signalled with the futex, for a sleeper that waits in `poll(2)` on this and other
+    /// descriptors ([`Notify::sleep_with`]).
+    #[cfg(not(loom))]
+    event: Option<EventFd>,
 }
 
 impl Default for Notify {
@@ -64,7 +70,30 @@ impl Notify {
     /// Idle: nothing pending.
     #[must_use]
     pub fn new() -> Self {
-        Self { word: WaitWord::new(IDLE) }
+        Self {
+            word: WaitWord::new(IDLE),
+            #[cfg(not(loom))]
+            event: None,
+        }
+    }
+
+    /// As [`new`](Self::new), with an eventfd that a wakeup of a sleeper also signals: for a
+    /// sleeper that waits on several descriptors at once ([`sleep_with`](Self::sleep_with)).
+    ///
+    /// # Errors
+    ///
+    /// When the eventfd cannot be created (typically `EMFILE`: raise the process's file limit).
+    #[cfg(not(loom))]
+    pub fn with_event_fd() -> std::io::Result<Self> {
+        Ok(Self { word: WaitWord::new(IDLE), event: Some(EventFd::new()?) })
+    }
+
+    /// The eventfd of a [`with_event_fd`](Self::with_event_fd) notify: readable while a wakeup
+    /// sent to a sleeper in [`sleep_with`](Self::sleep_with) is pending.
+    #[cfg(not(loom))]
+    #[must_use]
+    pub fn event_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.event.as_ref().map(EventFd::fd)
     }
 
     /// Sends a wakeup: the next [`take`](Self::take) returns `true`, and a thread asleep in
@@ -76,6 +105,10 @@ impl Notify {
         // asleep is read from the word's modification order, which needs no ordering.
         if self.word.swap(NOTIFIED, Ordering::Release) == SLEEPING {
             self.word.wake();
+            #[cfg(not(loom))]
+            if let Some(event) = &self.event {
+                event.signal();
+            }
         }
     }
 
@@ -97,14 +130,27 @@ impl Notify {
     /// wakeup came since the last [`take`](Self::take). The pending wakeup stays pending (the
     /// caller's next `take` sees it). Only one thread may sleep on a `Notify`.
     pub fn sleep(&self, timeout: Option<Duration>) {
+        self.sleep_with(|| self.word.wait(SLEEPING, timeout));
+    }
+
+    /// As [`sleep`](Self::sleep), sleeping in `wait` instead of the futex: `wait` blocks until
+    /// this notify's [`event_fd`](Self::event_fd) (or whatever else the caller also waits for)
+    /// is readable, or its own timeout. It is not called when a wakeup came since the last
+    /// [`take`](Self::take). Only one thread may sleep on a `Notify`.
+    pub fn sleep_with(&self, wait: impl FnOnce()) {
         // The re-check: fails (leaves NOTIFIED in place) when a wakeup came after `take`.
         // Acquire on success and failure: pairs with the Release of `notify`'s swap.
         if self.word.compare_exchange(IDLE, SLEEPING, Ordering::Acquire, Ordering::Acquire).is_err() {
             return;
         }
-        self.word.wait(SLEEPING, timeout);
+        wait();
         // Timed out or woken spuriously: back to idle, unless a wakeup came (then it stays NOTIFIED).
         // Relaxed: this only withdraws our own SLEEPING; nothing is published through it.
         let _ = self.word.compare_exchange(SLEEPING, IDLE, Ordering::Relaxed, Ordering::Relaxed);
+        // The eventfd's signal (if any) was for this sleep: the next sleep starts unsignalled.
+        #[cfg(not(loom))]
+        if let Some(event) = &self.event {
+            event.drain();
+        }
     }
 }

@@ -52,7 +52,7 @@ impl Idle {
     }
 
     /// Whether the loop has been idle for longer than [`SPIN`] at `now`.
-    fn napping(&mut self, now: Instant) -> bool {
+    pub(crate) fn napping(&mut self, now: Instant) -> bool {
         let since = *self.since.get_or_insert(now);
         now.saturating_duration_since(since) > SPIN
     }

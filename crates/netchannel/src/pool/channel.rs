@@ -182,6 +182,21 @@ impl PacketRx {
         self.rx.is_abandoned()
     }
 
+    /// Asks the sender for a wakeup and re-checks the channel; `true` when the caller may sleep
+    /// (see [`Consumer::request_wakeup`]).
+    #[inline]
+    pub fn request_wakeup(&mut self) -> bool {
+        self.rx.request_wakeup()
+    }
+
+    /// The eventfd of a [`WakeMode::EventFd`](crate::channel::WakeMode::EventFd) channel, to poll
+    /// after [`request_wakeup`](Self::request_wakeup) (see [`Consumer::event_fd`]).
+    #[cfg(not(loom))]
+    #[must_use]
+    pub fn event_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.rx.event_fd()
+    }
+
     /// Packets ready right now; see [`Consumer::len`].
     #[must_use]
     #[inline]

@@ -70,6 +70,7 @@ impl fmt::Debug for AsyncCore<'_> {
 
 impl<'c> AsyncCore<'c> {
     pub(super) fn new(core: &Core<'c>) -> Self {
+        core.local.runs_tasks.set(true);
         Self {
             inner: Rc::new(Inner {
                 local: Rc::clone(&core.local),
