@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::Net;
 use tcp_lib::stack::{Error, Interest, StreamId};
-use tcp_lib::tcp::{ConnectionError, State};
+use tcp_lib::tcp::{ConnectionError, Keepalive, State};
 use tcp_lib::wire::Ipv6Cidr;
 
 /// A waker that counts its wakes.
@@ -265,6 +265,25 @@ fn read_waker_is_woken_when_retransmission_gives_up() {
         }
     }
     assert_eq!(wakes(&count), 1, "giving up wakes the reader");
+    assert_eq!(net.a.recv(c, &mut [0u8; 8]), Err(Error::Connection(ConnectionError::TimedOut)));
+}
+
+#[test]
+fn read_waker_is_woken_when_keepalive_fails() {
+    let keepalive = Keepalive { idle: Duration::from_secs(1), interval: Duration::from_secs(1), probes: 2 };
+    let mut net = Net::with(|c| c.tcp.keepalive = Some(keepalive), |_| {});
+    let (c, _s) = net.open(80);
+    let (waker, count) = counter();
+    net.a.register_waker(c, Interest::Read, &waker).unwrap();
+    // B is never polled again: A's probes go unanswered.
+    for _ in 0..100 {
+        net.a.poll(net.now, &mut net.dev_a, &net.cache).unwrap();
+        net.now += Duration::from_millis(250);
+        if wakes(&count) > 0 {
+            break;
+        }
+    }
+    assert_eq!(wakes(&count), 1, "the keepalive failure wakes the reader");
     assert_eq!(net.a.recv(c, &mut [0u8; 8]), Err(Error::Connection(ConnectionError::TimedOut)));
 }
 
