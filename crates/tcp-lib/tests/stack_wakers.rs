@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::Net;
 use tcp_lib::stack::{Error, Interest, StreamId};
-use tcp_lib::tcp::{ConnectionError, State};
+use tcp_lib::tcp::{ConnectionError, Keepalive, State};
 use tcp_lib::wire::Ipv6Cidr;
 
 /// A waker that counts its wakes.
@@ -249,23 +249,37 @@ fn no_wake_without_an_event() {
     assert_eq!((wakes(&a_reads), wakes(&b_reads), wakes(&accepts)), (0, 0, 0));
 }
 
-#[test]
-fn read_waker_is_woken_when_retransmission_gives_up() {
-    let mut net = Net::with(|c| c.tcp.max_retransmits = 3, |_| {});
+/// Registers a read waker on A's end of a connection, then polls A alone (B never again: what A
+/// sends is lost) in steps of `tick` until it is woken; asserts it was woken once, by a timeout.
+fn a_alone_until_woken(mut net: Net, tick: Duration, send: &[u8]) {
     let (c, _s) = net.open(80);
     let (waker, count) = counter();
     net.a.register_waker(c, Interest::Read, &waker).unwrap();
-    net.a.send(c, b"into the void").unwrap();
-    // B is never polled again: A retransmits into the pair and gives up by its timers.
+    if !send.is_empty() {
+        net.a.send(c, send).unwrap();
+    }
     for _ in 0..200 {
         net.a.poll(net.now, &mut net.dev_a, &net.cache).unwrap();
-        net.now += Duration::from_millis(500);
+        net.now += tick;
         if wakes(&count) > 0 {
             break;
         }
     }
-    assert_eq!(wakes(&count), 1, "giving up wakes the reader");
+    assert_eq!(wakes(&count), 1, "the timer's failure wakes the reader");
     assert_eq!(net.a.recv(c, &mut [0u8; 8]), Err(Error::Connection(ConnectionError::TimedOut)));
+}
+
+#[test]
+fn read_waker_is_woken_when_retransmission_gives_up() {
+    let net = Net::with(|c| c.tcp.max_retransmits = 3, |_| {});
+    a_alone_until_woken(net, Duration::from_millis(500), b"into the void");
+}
+
+#[test]
+fn read_waker_is_woken_when_keepalive_fails() {
+    let keepalive = Keepalive { idle: Duration::from_secs(1), interval: Duration::from_secs(1), probes: 2 };
+    let net = Net::with(|c| c.tcp.keepalive = Some(keepalive), |_| {});
+    a_alone_until_woken(net, Duration::from_millis(250), b"");
 }
 
 #[test]

@@ -140,7 +140,8 @@ impl Stack {
     }
 
     /// Stops listening: queued, never accepted connections are aborted (reset); half-open ones are
-    /// aborted when they complete.
+    /// aborted when they complete. Wakes the listener's accept waker
+    /// ([`register_accept_waker`](Self::register_accept_waker)).
     ///
     /// # Errors
     /// [`Error::InvalidHandle`].

@@ -96,7 +96,9 @@ impl Stack {
     /// unacknowledged bytes), its timers (absolute instants), whether the application shut down
     /// writing, and the peer's next hop's hardware address if this stack has it resolved. This
     /// stack forgets it: the 4-tuple's demultiplexing entry, the ready list and timer entries, the
-    /// listener's accept queue if it was still waiting there; the handle becomes stale.
+    /// listener's accept queue if it was still waiting there; the handle becomes stale, and the
+    /// wakers registered on it ([`register_waker`](Self::register_waker)) are woken (not moved:
+    /// the adopter's handle is a new one to register on).
     ///
     /// Segments for the connection that reach this stack afterwards find no connection (a segment
     /// with an ACK draws a reset from a listener on the port, as for any stray): steer them to

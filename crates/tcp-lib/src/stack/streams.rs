@@ -155,7 +155,8 @@ impl Stack {
     }
 
     /// Releases the handle and closes the connection gracefully (an abort if received data was
-    /// left unread, see [`Connection::close`]); the stack finishes it and reclaims it.
+    /// left unread, see [`Connection::close`]); the stack finishes it and reclaims it. Wakes
+    /// every waker registered on it ([`register_waker`](Self::register_waker)).
     ///
     /// # Errors
     /// [`Error::InvalidHandle`].
@@ -168,7 +169,8 @@ impl Stack {
         Ok(())
     }
 
-    /// Releases the handle and aborts the connection (an RST if it was synchronized).
+    /// Releases the handle and aborts the connection (an RST if it was synchronized). Wakes every
+    /// waker registered on it.
     ///
     /// # Errors
     /// [`Error::InvalidHandle`].
