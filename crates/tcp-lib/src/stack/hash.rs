@@ -39,7 +39,9 @@ impl Key {
         Self([k.hash(&[seed, 1]), k.hash(&[seed, 2])])
     }
 
-    /// SipHash-2-4 of the little-endian bytes of `words`.
+    /// SipHash-2-4 of the little-endian bytes of `words`. (siphasher's per-word `write_u64` takes 9
+    /// instructions more per hash than the hand-written rounds it replaced: 169 against 160 for an
+    /// IPv4 ISN's two words under callgrind; a SYN hashes at most twice.)
     pub(crate) fn hash(&self, words: &[u64]) -> u64 {
         let mut h = siphasher::sip::SipHasher24::new_with_keys(self.0[0], self.0[1]);
         for &word in words {
