@@ -2,7 +2,6 @@
 //! [`Detached`] value that can cross threads, [`Stack::adopt`] takes it in on another stack, and
 //! [`Stack::contains`] says whether a stack still holds a 4-tuple.
 
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
@@ -52,7 +51,8 @@ impl Detached {
 
 /// Why [`Stack::adopt`] refused a connection; the connection comes back with
 /// [`into_inner`](Self::into_inner).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot adopt {} <- {}: {}", .detached.local(), .detached.remote(), .error)]
 pub struct AdoptError {
     error: Error,
     detached: Box<Detached>,
@@ -70,14 +70,6 @@ impl AdoptError {
         *self.detached
     }
 }
-
-impl fmt::Display for AdoptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot adopt {} <- {}: {}", self.detached.local(), self.detached.remote(), self.error)
-    }
-}
-
-impl std::error::Error for AdoptError {}
 
 impl Stack {
     /// Whether the stack holds a connection for `local`/`remote` that incoming segments reach (any
