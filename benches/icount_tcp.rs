@@ -19,7 +19,8 @@
 //! * **smoltcp 0.14** (`smoltcp_segment_ack`): the frame handed to a one-frame `Device`,
 //!   `Interface::poll` (ingress, then egress: the ACK, written into a reused buffer), then
 //!   `tcp::Socket::recv_slice` of the 64 bytes. Congestion control: CUBIC in both (smoltcp's
-//!   `socket-tcp-cubic`, on in the workspace since issue 25; before, smoltcp ran none).
+//!   `socket-tcp-cubic`, on in the workspace since the anchors were made like for like; before,
+//!   smoltcp ran none).
 //!
 //! ACK policy: every segment draws its own ACK at once in both stacks: tcp-lib with
 //! `delayed_ack: None`, smoltcp with `set_ack_delay(None)`. The returned state counts the frames

@@ -4,9 +4,11 @@
 #   scripts/test.sh            everything (what CI runs through .ci/run)
 #   QUICK=1 scripts/test.sh    skip the sanitizer, loom, instruction-count and fuzz stages (a fast local loop)
 #
-# Stages: Debian packages (as root) and cargo-fuzz, then fmt, clippy, doc, all tests, loom models,
-# ThreadSanitizer on the concurrent stress tests (nightly), `cargo bench --no-run`, the publishable
-# crates packed and built from their packages (scripts/package.sh), the instruction
+# Stages: Debian packages (as root) and cargo-fuzz, then fmt, clippy, doc, the README's benchmark
+# table against BENCHMARKS.md (scripts/readme_bench.py), all tests, loom models, ThreadSanitizer on the
+# concurrent stress tests (nightly), `cargo bench --no-run`, the publishable crates packed and built
+# from their packages (scripts/package.sh), the docs' shell commands
+# (scripts/readme_commands.sh: README.md and docs/USAGE.md, as root in namespaces), the instruction
 # counts against their committed baselines (scripts/icount.sh check; installs gungraun-runner), and every
 # fuzz target's committed corpus replayed, then fuzzed on for a short while (nightly; scripts/fuzz.sh).
 # Knobs: FUZZ_SECONDS (per target, default 20), LOOM_MAX_PREEMPTIONS (default 3), and
@@ -115,7 +117,8 @@ trap 'summary $?' EXIT
 
 # Debian packages the tests and benchmarks use. Installed only when missing, and only as root.
 # hping3 and nmap: tests/adversarial (floods beside kernel clients, port scans); python3-scapy: its crafted frames too.
-APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core iptables ethtool bison flex python3-scapy hping3 nmap)
+# curl: the httpd command of docs/USAGE.md (scripts/readme_commands.sh).
+APT_PACKAGES=(build-essential pkg-config valgrind iproute2 liburcu-dev tcpdump qemu-system-x86 busybox-static cpio fonts-dejavu-core iptables ethtool bison flex python3-scapy hping3 nmap curl)
 install_packages() {
   local missing=()
   for p in "${APT_PACKAGES[@]}"; do
@@ -166,6 +169,24 @@ run_tests() {
   fi
 }
 
+# Runs a script stage that ends with a summary line, echoing its output into $LOG/NAME.log, and adds
+# that line (the last match of PATTERN; FALLBACK when there is none) to the stages with ok, or with
+# FAILED, and then exits, when the script fails.
+run_script_stage() {
+  local name=$1 pattern=$2 fallback=$3 rc line
+  shift 3
+  set +e
+  "$@" 2>&1 | tee "$LOG/$name.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  line=$(grep -Eo "$pattern" "$LOG/$name.log" | tail -1 || true)
+  if [ "$rc" -ne 0 ]; then
+    stages+=("${line:-$name} FAILED")
+    exit 1
+  fi
+  stages+=("${line:-$fallback} ok")
+}
+
 # As root, makes sure a few 2 MiB hugepages are free for platform_sysfs's real-hugepage test, and
 # gives back at exit (summary) what it reserved.
 reserve_hugepages() {
@@ -211,6 +232,14 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 stage "rustdoc (-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked
 
+stage "the README's benchmark table against BENCHMARKS.md (scripts/readme_bench.py --check)"
+if scripts/readme_bench.py --check; then
+  stages+=("README benchmark table ok")
+else
+  stages+=("README benchmark table FAILED")
+  exit 1
+fi
+
 stage "tests"
 run_tests tests cargo test --workspace --all-features --locked
 
@@ -230,16 +259,9 @@ fi
 for family in ipv4 ipv6; do
   flag=$([ "$family" = ipv6 ] && echo "--ipv6" || true)
   stage "packetdrill against tcp-lib, $family (scripts/packetdrill.sh --check $flag)"
-  set +e
-  timeout 600 scripts/packetdrill.sh --check $flag 2>&1 | tee "$LOG/packetdrill-$family.log"
-  pd_rc=${PIPESTATUS[0]}
-  set -e
-  pd_line=$(grep -Eo 'packetdrill \(tcp-lib, ipv[46]\): .*' "$LOG/packetdrill-$family.log" | tail -1)
-  if [ "$pd_rc" -ne 0 ]; then
-    stages+=("${pd_line:-packetdrill $family} FAILED")
-    exit 1
-  fi
-  stages+=("${pd_line:-packetdrill $family skipped} ok")
+  # shellcheck disable=SC2086 # $flag is empty for IPv4
+  run_script_stage "packetdrill-$family" 'packetdrill \(tcp-lib, ipv[46]\): .*' "packetdrill $family skipped" \
+    timeout 600 scripts/packetdrill.sh --check $flag
 done
 
 if [ "$QUICK" != 1 ]; then
@@ -275,12 +297,11 @@ cargo bench --workspace --all-features --no-run --locked
 # Budget: under 2 minutes (about 25 s on 2 busy cores with target/debug warm from the stages above,
 # about 1 min cold). Packs every publishable crate and builds each from its .crate, offline.
 stage "packages: cargo package --workspace of the publishable crates, each built from its .crate (scripts/package.sh)"
-if scripts/package.sh; then
-  stages+=("packages ok")
-else
-  stages+=("packages FAILED")
-  exit 1
-fi
+run_script_stage packages 'package: [0-9]+ crates packed and built from their packages' "packages" scripts/package.sh
+
+# After the benches: the release dependencies they built are reused by the examples' release build.
+stage "the README's commands (scripts/readme_commands.sh: the blocks marked <!-- ci: NAME -->)"
+run_script_stage readme-commands 'readme commands: .*' "readme commands" scripts/readme_commands.sh
 
 if [ "$QUICK" != 1 ]; then
   # Fails when a data-path count rises more than ICOUNT_LIMIT_PCT (3) percent over

@@ -20,7 +20,7 @@ use tcp_lib::tcp::State;
 use tcp_lib::wire::Ipv4Cidr;
 
 use crate::cli::ServeArgs;
-use crate::util::{Rng, percentile, tcp_tuning};
+use crate::util::{Latencies, tcp_tuning};
 
 /// A run with no progress for this long fails.
 const STALL: Duration = Duration::from_secs(10);
@@ -34,7 +34,7 @@ pub(crate) struct Plan {
     pub(crate) exchanges: u64,
     /// Exchange until this is up instead.
     pub(crate) duration: Option<Duration>,
-    /// Seeds every connection's [`Rng`].
+    /// Seeds every connection's random numbers (a `fastrand::Rng` each).
     pub(crate) seed: u64,
     /// Print a progress line every second.
     pub(crate) progress: bool,
@@ -127,7 +127,7 @@ pub(crate) struct Conn<S> {
     /// Exchanges completed.
     pub(crate) done: u64,
     /// Its own random numbers, seeded by [`Plan::seed`] and its index.
-    pub(crate) rng: Rng,
+    pub(crate) rng: fastrand::Rng,
     /// What the protocol keeps.
     pub(crate) state: S,
     phase: Phase,
@@ -208,7 +208,7 @@ struct Driver<'a, P> {
     protocol: &'a mut P,
     plan: &'a Plan,
     start: Instant,
-    latencies: Vec<Duration>,
+    latencies: Latencies,
     totals: Summary,
     buf: Vec<u8>,
     /// This round's time.
@@ -255,7 +255,7 @@ impl<P: Protocol> Driver<'_, P> {
             Phase::Running => {
                 let advanced = self.protocol.advance(stack, c, &mut self.buf)?;
                 let Some(bytes) = advanced.completed else { return Ok(advanced.moved) };
-                self.latencies.push(self.now - c.started);
+                self.latencies.record(self.now - c.started);
                 c.done += 1;
                 self.totals.exchanges += 1;
                 self.totals.bytes += bytes;
@@ -312,7 +312,7 @@ pub(crate) fn run<P: Protocol>(
     let mut conns = Vec::with_capacity(plan.conns);
     for index in 0..plan.conns {
         let id = stack.connect(server).map_err(|e| format!("connect #{index}: {e}"))?;
-        let rng = Rng::new(plan.seed ^ (index as u64 + 1).wrapping_mul(0x1000_0000_01b3));
+        let rng = fastrand::Rng::with_seed(plan.seed ^ (index as u64 + 1).wrapping_mul(0x1000_0000_01b3));
         conns.push(Conn {
             index,
             id,
@@ -327,7 +327,7 @@ pub(crate) fn run<P: Protocol>(
         protocol,
         plan,
         start,
-        latencies: Vec::new(),
+        latencies: Latencies::new(),
         totals: Summary { conns: plan.conns, ..Summary::default() },
         buf: vec![0; 64 * 1024],
         now: start,
@@ -390,14 +390,7 @@ pub(crate) fn run<P: Protocol>(
             .map_err(|e| format!("the client's wire failed: {e}"))?;
         std::thread::sleep(Duration::from_millis(1));
     }
-    let mut sorted = std::mem::take(&mut run.latencies);
-    sorted.sort_unstable();
-    run.totals.latency = [
-        percentile(&sorted, 500),
-        percentile(&sorted, 900),
-        percentile(&sorted, 990),
-        sorted.last().copied().unwrap_or_default(),
-    ];
+    run.totals.latency = run.latencies.summary();
     run.totals.stack = *stack.stats();
     Ok(run.totals)
 }

@@ -35,3 +35,8 @@ mod util;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The API tour's code samples (`docs/TOUR.md`), compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/TOUR.md")]
+pub struct TourDoctests;

@@ -1,4 +1,4 @@
-//! Small helpers the examples' services share: percentiles, the client's random numbers, the TCP
+//! Small helpers the examples' services share: percentiles, the TCP
 //! tuning of both ends, live counters, and the runtime's part of a summary.
 
 use std::fmt;
@@ -7,28 +7,29 @@ use std::time::Duration;
 
 use tcp_lib::stack::Config as StackConfig;
 
-/// The `permille`/1000 quantile (nearest rank) of `sorted`.
-pub(crate) fn percentile(sorted: &[Duration], permille: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (sorted.len() * permille).div_ceil(1000);
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
+/// The client's exchange latencies: an HdrHistogram (Gil Tene's High Dynamic Range Histogram, the
+/// `hdrhistogram` crate) of nanoseconds from 1 ns to an hour at three significant digits, so its
+/// memory is fixed however long the run is; a latency past an hour counts as an hour.
+pub(crate) struct Latencies(hdrhistogram::Histogram<u64>);
 
-/// xorshift64*: the model clients' choices, echo's message contents, httpd's demo files.
-pub(crate) struct Rng(u64);
+/// The longest latency the histogram tells apart: an hour, in nanoseconds.
+const LATENCY_MAX_NS: u64 = 3_600_000_000_000;
 
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+impl Latencies {
+    pub(crate) fn new() -> Self {
+        // Constant bounds that `new_with_bounds` accepts (low >= 1, high >= 2 * low, at most 5
+        // significant digits): it cannot fail.
+        Self(hdrhistogram::Histogram::new_with_bounds(1, LATENCY_MAX_NS, 3).expect("constant, valid bounds"))
     }
 
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    pub(crate) fn record(&mut self, latency: Duration) {
+        self.0.saturating_record(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// The 50th, 90th and 99th percentiles and the maximum; zeros when nothing was recorded.
+    pub(crate) fn summary(&self) -> [Duration; 4] {
+        let at = |q: f64| Duration::from_nanos(self.0.value_at_quantile(q));
+        [at(0.5), at(0.9), at(0.99), Duration::from_nanos(self.0.max())]
     }
 }
 
@@ -70,9 +71,19 @@ mod tests {
 
     #[test]
     fn percentiles() {
-        let v: Vec<Duration> = (1..=100).map(Duration::from_micros).collect();
-        assert_eq!(percentile(&v, 500), Duration::from_micros(50));
-        assert_eq!(percentile(&v, 990), Duration::from_micros(99));
-        assert_eq!(percentile(&[], 500), Duration::ZERO);
+        // The nearest-rank figures of 1..=100 us are 50, 90, 99 and 100 us; the histogram's agree
+        // within its three significant digits.
+        let mut l = Latencies::new();
+        assert_eq!(l.summary(), [Duration::ZERO; 4]);
+        for us in (1..=100).rev() {
+            l.record(Duration::from_micros(us));
+        }
+        for (got, want) in l.summary().into_iter().zip([50, 90, 99, 100]) {
+            let want = Duration::from_micros(want);
+            assert!(got >= want && got <= want + want / 1000, "{got:?} vs {want:?}");
+        }
+        // Past the top: counted at the top, not lost.
+        l.record(Duration::from_secs(7200));
+        assert!(l.summary()[3] >= Duration::from_secs(3600), "{:?}", l.summary());
     }
 }

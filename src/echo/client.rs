@@ -48,15 +48,11 @@ impl Protocol for EchoProtocol {
     /// A new message of random size and contents.
     fn begin(&mut self, _stack: &mut Stack, c: &mut Conn<Message>) -> Result<(), String> {
         let (min, max) = self.size;
-        let span = u64::try_from(max - min + 1).unwrap_or(u64::MAX);
-        let len = min + usize::try_from(c.rng.next() % span).unwrap_or(0);
+        let len = c.rng.usize(min..=max.max(min));
         let m = &mut c.state;
         m.msg.clear();
-        while m.msg.len() < len {
-            let word = c.rng.next().to_le_bytes();
-            let take = (len - m.msg.len()).min(8);
-            m.msg.extend_from_slice(&word[..take]);
-        }
+        m.msg.resize(len, 0);
+        c.rng.fill(&mut m.msg);
         m.sent = 0;
         m.echoed = 0;
         Ok(())

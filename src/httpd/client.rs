@@ -96,7 +96,7 @@ impl Protocol for HttpProtocol<'_> {
     /// Sends the next request.
     fn begin(&mut self, stack: &mut Stack, c: &mut Conn<Exchange>) -> Result<(), String> {
         // The first request of a connection is for a missing file; then every 16th is a HEAD.
-        let pick = usize::try_from(c.rng.next() % self.files.len() as u64).unwrap_or(0);
+        let pick = c.rng.usize(..self.files.len());
         let (expect, method, path) = if c.done == 0 && c.index.is_multiple_of(4) {
             (Expect::NotFound, "GET", "/no/such/file")
         } else if c.done % 16 == 15 {

@@ -27,7 +27,6 @@ use netchannel::pool::PoolCache;
 use tcp_lib::stack::{InPoolError, PreparedSegments};
 
 use super::http::{Method, Request};
-use crate::util::Rng;
 
 /// The payload segment sizes responses are cut for: an MSS of 1460 with and without the
 /// timestamps option.
@@ -163,8 +162,9 @@ pub fn demo_name(size: usize) -> String {
 /// The deterministic contents of a demo file.
 #[must_use]
 pub fn demo_bytes(size: usize) -> Vec<u8> {
-    let mut rng = Rng::new(size as u64);
-    (0..size).map(|_| rng.next().to_le_bytes()[5]).collect()
+    let mut bytes = vec![0; size];
+    fastrand::Rng::with_seed(size as u64).fill(&mut bytes);
+    bytes
 }
 
 /// What the demo set is, in words.

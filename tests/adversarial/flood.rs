@@ -157,7 +157,7 @@ pub(crate) fn run() -> Result<(), String> {
     // reply with its last ACK, and since an echo connection advances both sequence numbers by the
     // same count, that ACK re-validates the old cookie (RFC 4987 §3.6 cookies encode only the
     // ISNs) while it is within its two periods: an established connection the peer does not know,
-    // which the echo service holds until it stops. Bounded here; reported on issue 21.
+    // which the echo service holds until it stops. Printed below, and bounded (at most 64).
     let ghosts = core.served - core.closed;
     println!(
         "{ghosts} connection(s) no client ran ({} failed, {} open at exit); stack: {} cookies sent, {} accepted, {} rejected",

@@ -1,4 +1,4 @@
-//! The echo service's `--tap` mode under attack from outside, as issue 21 probed it by hand and
+//! The echo service's `--tap` mode under attack from outside, as it was first probed by hand and is
 //! now kept in the test command: crafted segments, floods beside legitimate clients, and port
 //! scans, each against a server of its own in a private network namespace.
 //!

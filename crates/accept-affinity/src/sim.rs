@@ -100,7 +100,8 @@ fn dur_ns(d: Duration) -> Ns {
     Ns::try_from(d.as_nanos()).unwrap_or(Ns::MAX)
 }
 
-/// A tiny deterministic PRNG (splitmix64).
+/// A tiny deterministic PRNG (splitmix64). Kept rather than `fastrand`: it is public API, and every
+/// recorded simulator run replays from its seed under this stream.
 #[derive(Clone, Debug)]
 pub struct SplitMix64 {
     state: u64,

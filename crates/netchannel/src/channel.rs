@@ -37,7 +37,8 @@
 //! producer's refresh reads it), and the ring line that the producer writes while the consumer is still
 //! reading the rest of it, in both directions. Both sides slow to the speed of those transfers (~30 ns
 //! an item, against ~3 when the threads happen to run apart), so which speed a program gets depends on
-//! how its two loops first interleave (issue 17 measured 29 ns against 3 at burst 1).
+//! how its two loops first interleave (we measured 29 ns against 3 at burst 1; BENCHMARKS.md, "Every
+//! regime and loop shape").
 //!
 //! The consumer therefore hands slots back the way MCRingBuffer does (Lee, Bu & Chandranmenon,
 //! "A Lock-Free, Cache-Efficient Multi-Core Synchronization Mechanism for Line-Rate Network Traffic
@@ -150,9 +151,10 @@ pub enum WakeMode {
 }
 
 /// The error [`Producer::push`] returns: the ring is full, and the item comes back to the caller.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PushError {
     /// The ring had no free slot; the item was not enqueued.
+    #[error("net channel full; item {0} not pushed")]
     Full(u32),
 }
 
@@ -166,46 +168,18 @@ impl PushError {
     }
 }
 
-impl fmt::Display for PushError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Full(item) => write!(f, "net channel full; item {item} not pushed"),
-        }
-    }
-}
-
-impl std::error::Error for PushError {}
-
 /// Why a channel could not be built.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The requested capacity was zero.
+    #[error("net channel capacity must be at least 1")]
     ZeroCapacity,
     /// The requested capacity exceeds [`MAX_CAPACITY`] once rounded up to a power of two.
+    #[error("net channel capacity {0} exceeds the maximum of {MAX_CAPACITY}")]
     CapacityTooLarge(usize),
     /// The eventfd for [`WakeMode::EventFd`] could not be created (typically `EMFILE`).
-    EventFd(std::io::Error),
-}
-
-impl fmt::Display for BuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::ZeroCapacity => f.write_str("net channel capacity must be at least 1"),
-            Self::CapacityTooLarge(n) => {
-                write!(f, "net channel capacity {n} exceeds the maximum of {MAX_CAPACITY}")
-            }
-            Self::EventFd(e) => write!(f, "cannot create the channel's eventfd: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for BuildError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::EventFd(e) => Some(e),
-            _ => None,
-        }
-    }
+    #[error("cannot create the channel's eventfd: {0}")]
+    EventFd(#[source] std::io::Error),
 }
 
 /// What [`Consumer::wait`] observed when it returned.

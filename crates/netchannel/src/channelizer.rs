@@ -119,9 +119,12 @@ pub struct PollStats {
 pub const DEFAULT_BURST: usize = 32;
 
 /// Why [`ChannelizerBuilder::build`] refused its parts (a set-up error).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ChannelizerError {
     /// The default channel carries packets of another pool than the cache's.
+    #[error(
+        "the default channel is of another pool (pool {default}) than the channelizer's cache (pool {cache})"
+    )]
     WrongPool {
         /// The [id](crate::pool::Pool::id) of the default channel's pool.
         default: u64,
@@ -129,19 +132,6 @@ pub enum ChannelizerError {
         cache: u64,
     },
 }
-
-impl fmt::Display for ChannelizerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::WrongPool { default, cache } => write!(
-                f,
-                "the default channel is of another pool (pool {default}) than the channelizer's cache (pool {cache})"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ChannelizerError {}
 
 /// Configures a [`Channelizer`] before it is built. See [`Channelizer::builder`].
 #[must_use]

@@ -6,7 +6,8 @@
 //! Networking", LCA 2006).
 //!
 //! * [`channel`]: the cache-aware single-producer/single-consumer ring of indices, with VJ's wakeup
-//!   protocol (busy poll, futex, or eventfd).
+//!   protocol (busy poll, futex, or eventfd); [`wake`]: the same register/re-check protocol as a
+//!   wakeup any thread sends to one sleeping thread (a core whose tasks another thread woke).
 //! * [`pool`]: the packet buffers: one (hugepage) region, per-core caches, packets that carry their
 //!   metadata in the buffer, and a safe packet channel between cores.
 //! * [`dev`]: the [`NetDevice`](dev::NetDevice) trait every backend implements, the
@@ -42,6 +43,7 @@ mod sync;
 mod sys;
 #[cfg(feature = "liburcu")]
 pub mod urcu;
+pub mod wake;
 
 pub use channel::{Channel, Consumer, Producer};
 pub use pool::{Packet, PacketRx, PacketTx, Pool, PoolCache};

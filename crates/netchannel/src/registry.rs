@@ -89,7 +89,8 @@ impl HashKey {
     /// last is odd.
     #[must_use]
     pub const fn from_seed(seed: u64) -> Self {
-        /// One SplitMix64 output for state `x` (Steele, Lea and Flood, 2014).
+        /// One SplitMix64 output for state `x` (Steele, Lea and Flood, 2014); ours because it runs
+        /// in a `const fn`, which no generator crate's is.
         const fn splitmix(x: u64) -> u64 {
             let mut z = x;
             z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -100,21 +100,12 @@ impl fmt::Display for Proto {
 }
 
 /// Why [`Signature::new`] refused its arguments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
     /// One address is IPv4 and the other IPv6: no packet can carry such a pair.
+    #[error("local and remote addresses are of different families")]
     FamilyMismatch,
 }
-
-impl fmt::Display for SignatureError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::FamilyMismatch => f.write_str("local and remote addresses are of different families"),
-        }
-    }
-}
-
-impl std::error::Error for SignatureError {}
 
 /// A transport signature: protocol, local and remote socket addresses, as seen by the receiver.
 ///

@@ -9,14 +9,13 @@
 //! Flow Director perfect filters (`ixgbe_vfio`); [`SoftwareSteering`] implements it as a plain table
 //! for software devices and tests. The accept-affinity crate drives any of them without knowing which.
 
-use std::fmt;
-
 use crate::signature::FlowGroup;
 
 /// Why a steering change was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SteeringError {
     /// `queue` is not one of the device's `queues` RX queues.
+    #[error("RX queue {queue} does not exist (the device has {queues})")]
     NoSuchQueue {
         /// The queue asked for.
         queue: u16,
@@ -25,29 +24,15 @@ pub enum SteeringError {
     },
     /// The device did not confirm the change in time (for the 82599: FDIRCMD never cleared its
     /// command field). The group may still be routed to its old queue.
+    #[error("the device did not confirm moving flow group {} in time", .group.0)]
     Timeout {
         /// The group being moved.
         group: FlowGroup,
     },
     /// The device failed in a way that retrying will not fix.
+    #[error("flow steering failed: {0}")]
     Failed(String),
 }
-
-impl fmt::Display for SteeringError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NoSuchQueue { queue, queues } => {
-                write!(f, "RX queue {queue} does not exist (the device has {queues})")
-            }
-            Self::Timeout { group } => {
-                write!(f, "the device did not confirm moving flow group {} in time", group.0)
-            }
-            Self::Failed(why) => write!(f, "flow steering failed: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for SteeringError {}
 
 /// The flow-group to RX-queue map of a device.
 pub trait FlowSteering {

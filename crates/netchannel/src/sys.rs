@@ -4,6 +4,9 @@
 //! Under `--cfg loom` the futex is emulated with loom's `Mutex` + `Condvar` (same semantics: `wait`
 //! sleeps only while the word still holds the expected value, checked atomically with going to sleep),
 //! and both barriers are full `SeqCst` fences, which loom models.
+//!
+//! The system calls go through `rustix` (its `thread::futex`, `event` and `thread::membarrier`
+//! modules), which keeps this module free of `unsafe`.
 
 use std::time::Duration;
 
@@ -39,29 +42,31 @@ impl WaitWord {
         self.word.store(value, order);
     }
 
+    pub(crate) fn swap(&self, value: u32, order: Ordering) -> u32 {
+        self.word.swap(value, order)
+    }
+
+    pub(crate) fn compare_exchange(
+        &self,
+        current: u32,
+        new: u32,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u32, u32> {
+        self.word.compare_exchange(current, new, success, failure)
+    }
+
     /// Sleeps while the word equals `expected`, for at most `timeout`. Returns early on a wake, on a
     /// spurious wakeup, on a signal, or when the word no longer equals `expected`; callers re-check.
     pub(crate) fn wait(&self, expected: u32, timeout: Option<Duration>) {
         #[cfg(not(loom))]
         {
-            let ts = timeout.map(|t| libc::timespec {
-                tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
-                // Always < 1e9, so it fits every `c_long`.
-                tv_nsec: t.subsec_nanos().into(),
-            });
-            let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-            // SAFETY: FUTEX_WAIT reads the aligned 32-bit word we own for the duration of the call and
-            // an optional relative timeout that lives on this stack frame. Errors (EAGAIN when the
-            // word changed, EINTR, ETIMEDOUT) all mean "return and let the caller re-check".
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.word.as_ptr(),
-                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                    expected,
-                    ts_ptr,
-                );
-            }
+            use rustix::thread::futex;
+            // A timeout past `i64::MAX` seconds waits untimed, which is the same thing.
+            let ts = timeout.and_then(|t| futex::Timespec::try_from(t).ok());
+            // Errors (EAGAIN when the word changed, EINTR, ETIMEDOUT) all mean "return and let the
+            // caller re-check".
+            let _ = futex::wait(&self.word, futex::Flags::PRIVATE, expected, ts.as_ref());
         }
         #[cfg(loom)]
         {
@@ -79,14 +84,10 @@ impl WaitWord {
     /// word first, or a sleeper that has not yet entered the kernel would miss the wakeup.
     pub(crate) fn wake(&self) {
         #[cfg(not(loom))]
-        // SAFETY: FUTEX_WAKE only uses the address as a key; the word is alive for the call.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.word.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                i32::MAX,
-            );
+        {
+            use rustix::thread::futex;
+            // The count of woken threads does not matter; FUTEX_WAKE cannot fail on a live word.
+            let _ = futex::wake(&self.word, futex::Flags::PRIVATE, i32::MAX.cast_unsigned());
         }
         #[cfg(loom)]
         {
@@ -105,14 +106,8 @@ pub(crate) struct EventFd(std::os::fd::OwnedFd);
 #[cfg(not(loom))]
 impl EventFd {
     pub(crate) fn new() -> std::io::Result<Self> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: eventfd takes no pointers; a negative return is an error reported through errno.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
-        Ok(Self(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+        use rustix::event::{EventfdFlags, eventfd};
+        Ok(Self(eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?))
     }
 
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -123,38 +118,22 @@ impl EventFd {
     /// Adds one to the counter, making the fd readable. A saturated counter (EAGAIN) is already
     /// readable, so the error is ignored.
     pub(crate) fn signal(&self) {
-        use std::os::fd::AsRawFd;
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live local to a descriptor we own.
-        unsafe {
-            libc::write(self.0.as_raw_fd(), (&raw const one).cast(), 8);
-        }
+        let _ = rustix::io::write(&self.0, &1u64.to_ne_bytes());
     }
 
     /// Resets the counter to zero so level-triggered pollers stop reporting it.
     pub(crate) fn drain(&self) {
-        use std::os::fd::AsRawFd;
-        let mut value: u64 = 0;
-        // SAFETY: reads 8 bytes into a live local from a non-blocking descriptor we own; EAGAIN
-        // (already zero) is fine.
-        unsafe {
-            libc::read(self.0.as_raw_fd(), (&raw mut value).cast(), 8);
-        }
+        // EAGAIN (already zero) is fine.
+        let _ = rustix::io::read(&self.0, &mut [0u8; 8]);
     }
 
-    /// Sleeps until the fd is readable or `timeout` passes.
+    /// Sleeps until the fd is readable or `timeout` passes (EINTR just returns early).
     pub(crate) fn poll(&self, timeout: Option<Duration>) {
-        use std::os::fd::AsRawFd;
-        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = timeout.map_or(-1, |t| {
-            // Round up so a sub-millisecond timeout still sleeps instead of spinning.
-            let ms = t.as_micros().div_ceil(1000);
-            libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
-        });
-        // SAFETY: one live pollfd on this stack frame; EINTR just returns early.
-        unsafe {
-            libc::poll(&raw mut pfd, 1, ms);
-        }
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let mut fds = [PollFd::new(&self.0, PollFlags::IN)];
+        // A timeout past `i64::MAX` seconds waits untimed, which is the same thing.
+        let ts = timeout.and_then(|t| Timespec::try_from(t).ok());
+        let _ = poll(&mut fds, ts.as_ref());
     }
 }
 
@@ -191,18 +170,15 @@ impl Barrier {
                 if std::env::var_os("NETCHANNEL_NO_MEMBARRIER").is_some_and(|v| v != "0") {
                     return Self::Symmetric;
                 }
-                // SAFETY: membarrier takes two integer arguments and no pointers.
-                let registered = unsafe {
-                    libc::syscall(libc::SYS_membarrier, libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0)
-                };
-                if registered == 0 {
-                    Self::Asymmetric
-                } else {
+                use rustix::thread::{MembarrierCommand, membarrier};
+                if let Err(error) = membarrier(MembarrierCommand::RegisterPrivateExpedited) {
                     tracing::debug!(
-                        error = %std::io::Error::last_os_error(),
+                        error = %std::io::Error::from(error),
                         "membarrier(2) unavailable; channel wakeups use SeqCst fences on both sides"
                     );
                     Self::Symmetric
+                } else {
+                    Self::Asymmetric
                 }
             })
         }
@@ -226,11 +202,11 @@ impl Barrier {
         fence(Ordering::SeqCst);
         #[cfg(not(loom))]
         if self == Self::Asymmetric {
-            // SAFETY: integer arguments only. Registration succeeded in `get`, so this cannot fail
-            // with EPERM; any other failure would leave us without the barrier, so we fall through to
-            // the fence above, which alone is only correct if the producer also fences — report it.
-            let r = unsafe { libc::syscall(libc::SYS_membarrier, libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
-            debug_assert_eq!(r, 0, "membarrier failed after successful registration");
+            // Registration succeeded in `get`, so this cannot fail with EPERM; any other failure would
+            // leave us without the barrier, so we fall through to the fence above, which alone is
+            // only correct if the producer also fences — report it.
+            let r = rustix::thread::membarrier(rustix::thread::MembarrierCommand::PrivateExpedited);
+            debug_assert!(r.is_ok(), "membarrier failed after successful registration: {r:?}");
         }
     }
 }

@@ -196,32 +196,30 @@ pub fn need_scapy() -> Result<(), String> {
 ///
 /// The interface name does not fit, or the ioctl failed.
 pub fn tx_checksum_off(iface: &str) -> Result<(), String> {
-    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    // `libc` has the request number and `ifreq`, not the ethtool command or `struct ethtool_value`.
     const ETHTOOL_STXCSUM: u32 = 0x17;
     #[repr(C)]
     struct EthtoolValue {
         cmd: u32,
         data: u32,
     }
-    #[repr(C)]
-    struct IfReq {
-        name: [u8; libc::IFNAMSIZ],
-        data: *mut EthtoolValue,
-        _pad: [u8; 16],
-    }
     if iface.len() >= libc::IFNAMSIZ {
         return Err(format!("interface name too long: {iface}"));
     }
     let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
-    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &raw mut value, _pad: [0; 16] };
-    req.name[..iface.len()].copy_from_slice(iface.as_bytes());
+    // SAFETY: `ifreq` is plain old data; all zeroes is a valid value of each union member.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, &src) in req.ifr_name.iter_mut().zip(iface.as_bytes()) {
+        *dst = src.cast_signed();
+    }
+    req.ifr_ifru.ifru_data = (&raw mut value).cast();
     // SAFETY: plain socket creation; the result is checked.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(format!("socket: {}", io::Error::last_os_error()));
     }
     // SAFETY: `req` is a valid ifreq whose data points at a live ethtool_value; both outlive the call.
-    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &raw mut req) };
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCETHTOOL, &raw mut req) };
     let err = io::Error::last_os_error();
     // SAFETY: `fd` is ours and closed once.
     unsafe { libc::close(fd) };

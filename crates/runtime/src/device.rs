@@ -136,6 +136,17 @@ impl Port {
     /// AF_XDP queue: `ppoll(2)` on its socket) with nothing waiting on its TX ring; `None` for the
     /// others, which are polled (a frame arriving is all that ends the sleep, and TX frames still
     /// waiting for the kernel go out in the polls' kicks).
+    /// The descriptor that becomes readable when the port has a frame, for a sleep that polls it
+    /// with others: a TAP (its writes are synchronous, so nothing waits to be sent), an AF_XDP
+    /// queue with nothing waiting on its TX ring (see `sleep_rx`); `None` for the polled ports.
+    pub(crate) fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match self {
+            Self::Tap(dev) => Some(std::os::fd::AsFd::as_fd(dev)),
+            Self::Xdp(dev) if !dev.tx_pending() => Some(dev.fd()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn sleep_rx(&self, timeout: Duration) -> Option<Result<bool, DevError>> {
         match self {
             Self::Xdp(dev) if !dev.tx_pending() => Some(dev.wait_readable(Some(timeout))),

@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use netchannel::wake::Notify;
+
 /// Yield while work stopped only recently; past [`SPIN`], sleep [`NAP`] per idle round. A loop that
 /// polls a device or channels calls [`tick`](Idle::tick) after each round with whether it did
 /// anything: on a dedicated core the yields cost nothing, and on a shared machine (the model's
@@ -32,11 +34,26 @@ impl Idle {
 
     /// An idle round at `now` (a caller that read the clock anyway saves a read).
     pub(crate) fn idle_at(&mut self, now: Instant) {
-        let since = *self.since.get_or_insert(now);
-        if now.saturating_duration_since(since) > SPIN {
+        if self.napping(now) {
             std::thread::sleep(NAP);
         } else {
             std::thread::yield_now();
         }
+    }
+
+    /// As [`idle_at`](Self::idle_at), napping on `wake` instead: a notification ends the nap at
+    /// once (and makes it return at once when it came since the caller last took one).
+    pub(crate) fn idle_on(&mut self, now: Instant, wake: &Notify) {
+        if self.napping(now) {
+            wake.sleep(Some(NAP));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Whether the loop has been idle for longer than [`SPIN`] at `now`.
+    pub(crate) fn napping(&mut self, now: Instant) -> bool {
+        let since = *self.since.get_or_insert(now);
+        now.saturating_duration_since(since) > SPIN
     }
 }

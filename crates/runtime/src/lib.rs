@@ -99,6 +99,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "async")]
+mod aio;
 mod backend;
 mod core;
 mod device;
@@ -111,6 +113,8 @@ mod sizing; // how large the pool must be: every holder of pool buffers, bounded
 pub mod stats;
 mod wiring;
 
+#[cfg(feature = "async")]
+pub use aio::{AsyncCore, AsyncListener, AsyncStream, Sleep, Task};
 pub use backend::{Backend, OpenError};
 pub use core::{Core, CoreDevice, Interface, Listener, Stopping, Stream};
 pub use device::Port;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, SendError, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use accept_affinity::{AcceptQueue, Policy};
@@ -12,6 +12,7 @@ use netchannel::channelizer::{ConsumerId, SignatureRegistry};
 use netchannel::rcu::Qsbr;
 use netchannel::registry::Registration;
 use netchannel::signature::Signature;
+use netchannel::wake::Notify;
 use tcp_lib::stack::{Detached, StreamId};
 use tcp_lib::wire::EthernetAddress;
 
@@ -61,6 +62,9 @@ pub(crate) struct Shared {
     /// Per core, what it last published.
     pub(crate) published: Vec<Mutex<(CoreStats, Option<QueueStats>)>>,
     stop: AtomicBool,
+    /// Per core, what its idle waits sleep on: notified for its tasks (async services), its
+    /// handoffs and neighbours, and the stop.
+    pub(crate) wakes: Vec<Arc<Notify>>,
 }
 
 impl Shared {
@@ -76,6 +80,7 @@ impl Shared {
             neighbours: (0..cores).map(|_| (Mutex::new(Vec::new()), AtomicBool::new(false))).collect(),
             published: (0..cores).map(|c| Mutex::new((CoreStats::new(c), None))).collect(),
             stop: AtomicBool::new(false),
+            wakes: (0..cores).map(|_| Arc::new(wake())).collect(),
         };
         (shared, inboxes)
     }
@@ -86,8 +91,19 @@ impl Shared {
     }
 
     pub(crate) fn stop(&self) {
-        // Relaxed: as `stopping`.
+        // Relaxed: as `stopping`; the notifies below publish it to sleeping cores (their Release
+        // pairs with the Acquire of the core's `Notify`).
         self.stop.store(true, Ordering::Relaxed);
+        for wake in &self.wakes {
+            wake.notify();
+        }
+    }
+
+    /// Sends `msg` to core `to`'s handoff channel and wakes the core if it sleeps.
+    pub(crate) fn send_handoff(&self, to: usize, msg: Handoff) -> Result<(), SendError<Handoff>> {
+        self.handoff[to].send(msg)?;
+        self.wakes[to].notify();
+        Ok(())
     }
 
     /// The accept queue of `port`, made on first use.
@@ -120,8 +136,10 @@ impl Shared {
             if core != from && mailbox.len() < MAILBOX && !mailbox.contains(&(ip, mac)) {
                 mailbox.push((ip, mac));
                 // Relaxed: a hint; the mutex orders the mailbox itself, and a reader that misses
-                // the hint reads it on a later poll.
+                // the hint reads it on a later poll (one that slept was woken by the notify).
                 waiting.store(true, Ordering::Relaxed);
+                drop(mailbox);
+                self.wakes[core].notify();
             }
         }
     }
@@ -147,4 +165,13 @@ impl Shared {
         // Relaxed: a hint (see `share_neighbour`).
         waiting.load(Ordering::Relaxed)
     }
+}
+
+/// A core's wakeup, with an eventfd so that an idle core can sleep on it and its channels at
+/// once; without one when the process is out of descriptors (the core then naps instead).
+fn wake() -> Notify {
+    Notify::with_event_fd().unwrap_or_else(|e| {
+        tracing::warn!("no eventfd for a core's wakeup ({e}): idle cores will nap instead of sleeping");
+        Notify::new()
+    })
 }

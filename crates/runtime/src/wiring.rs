@@ -2,6 +2,7 @@
 //! (an N x N matrix of single-producer channels, so a connection registered to any core is reachable
 //! from any queue), plus a default channel to its own core and a TX channel back from it.
 
+use netchannel::channel::{Channel, WakeMode};
 use netchannel::pool::{PacketRx, PacketTx, Pool};
 
 /// Capacity of every channel.
@@ -21,13 +22,21 @@ pub(crate) struct Ends {
 }
 
 /// The matrix for `cores` queues and cores.
+///
+/// A core's input channels (the matrix and its default channel) signal an eventfd when the core
+/// asked for a wakeup, so that an idle core sleeps on all of them at once (`poll(2)`, with its
+/// wakeup); the TX channels are drained by a channelizer that polls.
 pub(crate) fn wire(pool: &Pool, cores: usize) -> Result<Vec<Ends>, String> {
+    let input = || {
+        pool.packet_channel_with(Channel::builder(CHANNEL).wake(WakeMode::EventFd))
+            .map_err(|e| format!("cannot make a channel: {e}"))
+    };
     let channel = || pool.packet_channel(CHANNEL).map_err(|e| format!("cannot make a channel: {e}"));
     let mut lanes: Vec<Vec<PacketTx>> = (0..cores).map(|_| Vec::with_capacity(cores)).collect();
     let mut inputs: Vec<Vec<PacketRx>> = (0..cores).map(|_| Vec::with_capacity(cores)).collect();
     for lanes_of_q in &mut lanes {
         for inputs_of_c in &mut inputs {
-            let (tx, rx) = channel()?;
+            let (tx, rx) = input()?;
             lanes_of_q.push(tx);
             inputs_of_c.push(rx);
         }
@@ -35,6 +44,6 @@ pub(crate) fn wire(pool: &Pool, cores: usize) -> Result<Vec<Ends>, String> {
     lanes
         .into_iter()
         .zip(inputs)
-        .map(|(lanes, inputs)| Ok(Ends { lanes, inputs, default: channel()?, tx: channel()? }))
+        .map(|(lanes, inputs)| Ok(Ends { lanes, inputs, default: input()?, tx: channel()? }))
         .collect()
 }

@@ -36,9 +36,8 @@
 //!
 //! # Determinism
 //!
-//! Randomness comes from SplitMix64 (Steele, Lea & Flood, "Fast splittable pseudorandom number
-//! generators", OOPSLA 2014; the finaliser of `java.util.SplittableRandom`), seeded from
-//! [`FaultConfig::seed`] per direction. Time comes from a [`Clock`]: [`StdClock`] by default, or a
+//! Randomness comes from a seeded `fastrand::Rng` (wyrand) per direction, seeded from
+//! [`FaultConfig::seed`]. Time comes from a [`Clock`]: [`StdClock`] by default, or a
 //! [`VirtualClock`] that a deterministic test advances by hand. With the same seed, configuration,
 //! clock readings and input, the injector makes the same decisions.
 
@@ -205,33 +204,13 @@ pub struct FaultStats {
     pub tx_held: usize,
 }
 
-/// SplitMix64 (see the module documentation).
-#[derive(Clone, Copy, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+/// `true` with probability `p`; draws nothing when `p <= 0` (so a fault that is off leaves the
+/// other faults' draws where they were).
+fn chance(rng: &mut fastrand::Rng, p: f64) -> bool {
+    if p.is_nan() || p <= 0.0 {
+        return false;
     }
-
-    /// `true` with probability `p`; draws nothing when `p <= 0`.
-    fn chance(&mut self, p: f64) -> bool {
-        if p.is_nan() || p <= 0.0 {
-            return false;
-        }
-        // 53 random bits as a uniform float in [0, 1).
-        let x = (self.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
-        x < p
-    }
-
-    /// Uniform in `0..n` (`n > 0`); the modulo bias is negligible for frame sizes.
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % (n as u64)).unwrap_or(0)
-    }
+    rng.f64() < p
 }
 
 /// A held frame.
@@ -255,7 +234,7 @@ const NANOS: i128 = 1_000_000_000;
 #[derive(Debug)]
 struct Direction {
     cfg: DirectionConfig,
-    rng: SplitMix64,
+    rng: fastrand::Rng,
     held: VecDeque<Held>,
     max_held: usize,
     next_seq: u64,
@@ -271,7 +250,7 @@ impl Direction {
         let tokens = cfg.rate.map_or(0, |r| i128::from(r.burst_bytes) * NANOS);
         Self {
             cfg,
-            rng: SplitMix64(seed),
+            rng: fastrand::Rng::with_seed(seed),
             // Each admitted frame adds at most two entries (itself and a duplicate).
             held: VecDeque::with_capacity(max_held.saturating_mul(2)),
             max_held,
@@ -299,13 +278,13 @@ impl Direction {
     /// Applies the entry faults to `packet` and queues what survives; `dup` provides duplicates.
     fn admit(&mut self, mut packet: Packet<'_>, now: Duration, dup: &PoolCache) {
         self.stats.entered += 1;
-        if self.rng.chance(self.cfg.drop) {
+        if chance(&mut self.rng, self.cfg.drop) {
             self.stats.dropped += 1;
             return;
         }
-        if self.rng.chance(self.cfg.corrupt) && !packet.is_empty() {
-            let byte = self.rng.below(packet.len());
-            let bit = self.rng.below(8);
+        if chance(&mut self.rng, self.cfg.corrupt) && !packet.is_empty() {
+            let byte = self.rng.usize(..packet.len());
+            let bit = self.rng.u8(..8);
             if let Some(b) = packet.data_mut().get_mut(byte) {
                 *b ^= 1 << bit;
             }
@@ -315,7 +294,7 @@ impl Direction {
             packet.set_offload(Offload::NONE);
             self.stats.corrupted += 1;
         }
-        let copy = if self.rng.chance(self.cfg.duplicate) {
+        let copy = if chance(&mut self.rng, self.cfg.duplicate) {
             let offload = packet.offload();
             let copy = dup.alloc().and_then(|mut c| {
                 c.extend_from_slice(packet.data()).ok()?;
@@ -330,7 +309,7 @@ impl Direction {
         } else {
             None
         };
-        let held_back = self.cfg.reorder_by > 0 && self.rng.chance(self.cfg.reorder);
+        let held_back = self.cfg.reorder_by > 0 && chance(&mut self.rng, self.cfg.reorder);
         let after = held_back.then(|| self.next_seq + u64::from(self.cfg.reorder_by));
         if held_back {
             self.stats.reordered += 1;
@@ -667,14 +646,6 @@ mod tests {
         let again: PacketBatch<'_> = retype(batch);
         assert_eq!(again.packets.as_ptr() as usize, ptr, "no reallocation");
         assert_eq!((again.capacity(), again.packets.capacity()), (32, 32));
-    }
-
-    #[test]
-    fn splitmix64_matches_the_reference() {
-        // The first outputs for seed 1234567 (reference C implementation by Vigna).
-        let mut r = SplitMix64(1_234_567);
-        assert_eq!(r.next(), 6_457_827_717_110_365_317);
-        assert_eq!(r.next(), 3_203_168_211_198_807_973);
     }
 
     struct Rig {

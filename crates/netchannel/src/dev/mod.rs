@@ -212,9 +212,10 @@ pub struct DeviceStats {
 
 /// Why a device operation failed. Transient conditions (no packet, a full TX ring) are not errors:
 /// they show up as a count of zero.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum DevError {
     /// A cache or packet from another buffer pool than the device's was handed to it; nothing moved.
+    #[error("{what} belongs to another buffer pool than this device's (pool {expected})")]
     WrongPool {
         /// What was wrong: "the cache passed to rx_burst", "the first packet handed to tx_burst".
         what: &'static str,
@@ -222,6 +223,7 @@ pub enum DevError {
         expected: u64,
     },
     /// `queue` is not one this value serves.
+    #[error("queue {queue} does not exist (this device has {queues})")]
     NoSuchQueue {
         /// The queue asked for.
         queue: u16,
@@ -230,36 +232,14 @@ pub enum DevError {
     },
     /// The device failed in a way that will not go away by retrying (the TAP file descriptor closed,
     /// the peer of a pair hung up, the NIC stopped responding).
-    Failed(std::io::Error),
+    #[error("device failed: {0}")]
+    Failed(#[source] std::io::Error),
 }
 
 impl DevError {
     /// `Ok` when `queue` is one of a device's `queues`, else [`DevError::NoSuchQueue`].
     pub(crate) fn check_queue(queue: u16, queues: u16) -> Result<(), Self> {
         if queue < queues { Ok(()) } else { Err(Self::NoSuchQueue { queue, queues }) }
-    }
-}
-
-impl fmt::Display for DevError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NoSuchQueue { queue, queues } => {
-                write!(f, "queue {queue} does not exist (this device has {queues})")
-            }
-            Self::WrongPool { what, expected } => {
-                write!(f, "{what} belongs to another buffer pool than this device's (pool {expected})")
-            }
-            Self::Failed(e) => write!(f, "device failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for DevError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Failed(e) => Some(e),
-            Self::NoSuchQueue { .. } | Self::WrongPool { .. } => None,
-        }
     }
 }
 

@@ -14,11 +14,13 @@ use super::{FRAME_TAG, Packet, Pool, PoolCache};
 use crate::channel::{self, Consumer, Producer, Wait};
 
 /// The error [`PacketTx::push`] returns; the packet comes back to the caller, who still owns it.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum PacketPushError<'c> {
     /// The channel is full.
+    #[error("packet channel full; buffer {} not pushed", .0.index())]
     Full(Packet<'c>),
     /// The packet belongs to a different pool than the channel.
+    #[error("buffer {} belongs to another pool than the channel", .0.index())]
     WrongPool(Packet<'c>),
 }
 
@@ -31,19 +33,6 @@ impl<'c> PacketPushError<'c> {
         }
     }
 }
-
-impl fmt::Display for PacketPushError<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Full(p) => write!(f, "packet channel full; buffer {} not pushed", p.index()),
-            Self::WrongPool(p) => {
-                write!(f, "buffer {} belongs to another pool than the channel", p.index())
-            }
-        }
-    }
-}
-
-impl std::error::Error for PacketPushError<'_> {}
 
 /// The sending end of a channel of packets; see [`Pool::packet_channel`]. `Send`, not `Sync`.
 pub struct PacketTx {
@@ -180,6 +169,21 @@ impl PacketRx {
     #[inline]
     pub fn is_abandoned(&self) -> bool {
         self.rx.is_abandoned()
+    }
+
+    /// Asks the sender for a wakeup and re-checks the channel; `true` when the caller may sleep
+    /// (see [`Consumer::request_wakeup`]).
+    #[inline]
+    pub fn request_wakeup(&mut self) -> bool {
+        self.rx.request_wakeup()
+    }
+
+    /// The eventfd of a [`WakeMode::EventFd`](crate::channel::WakeMode::EventFd) channel, to poll
+    /// after [`request_wakeup`](Self::request_wakeup) (see [`Consumer::event_fd`]).
+    #[cfg(not(loom))]
+    #[must_use]
+    pub fn event_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.rx.event_fd()
     }
 
     /// Packets ready right now; see [`Consumer::len`].

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,11 @@ use tcp_lib::wire::{
 use super::local::Local;
 use crate::device::Port;
 use crate::idle::{Idle, NAP};
+
+/// The longest an idle core sleeps at once: everything that brings work wakes it sooner (frames,
+/// tasks, handoffs, neighbours, the stop), so this only bounds the wait for what is polled (the
+/// stack's duties run at the next poll).
+const SLEEP_CAP: Duration = Duration::from_millis(10);
 use crate::shared::{Handoff, lock};
 use crate::stats::{ChannelCounters, QueueStats};
 
@@ -57,6 +63,8 @@ pub struct CoreDevice<'c> {
     info: DeviceInfo,
     stats: DeviceStats,
     idle: Idle,
+    /// What an idle sleep polls (reused).
+    pollfds: Vec<libc::pollfd>,
 }
 
 /// What a core's device is made of, given back when it is done.
@@ -81,6 +89,7 @@ impl<'c> CoreDevice<'c> {
             info,
             stats: DeviceStats::default(),
             idle: Idle::default(),
+            pollfds: Vec::new(),
         }
     }
 
@@ -115,6 +124,51 @@ impl<'c> CoreDevice<'c> {
         if queue.is_some() {
             published.1 = queue;
         }
+    }
+
+    /// Sleeps until a frame arrives in one of the core's channels (each asked for a wakeup first:
+    /// VJ's protocol, see `netchannel::channel`), the core is notified (a task, a handoff, a
+    /// neighbour, the stop), the queue's socket is readable (AF_XDP, same placement), `deadline`,
+    /// or [`SLEEP_CAP`]. Returns `false` without sleeping when something that can bring work
+    /// cannot wake it (the model's or a TAP's queue with the same placement: those are polled).
+    fn sleep(&mut self, now: Instant, deadline: Option<Instant>) -> bool {
+        let Self { local, driver, default_rx, inputs, pollfds, .. } = self;
+        let Some(wake_fd) = local.wake.event_fd() else { return false };
+        let device_fd = match driver {
+            None => None,
+            Some(ch) => match ch.device().wake_fd() {
+                Some(fd) => Some(fd.as_raw_fd()),
+                None => return false,
+            },
+        };
+        pollfds.clear();
+        for rx in std::iter::once(default_rx).chain(inputs.iter_mut()) {
+            if rx.is_abandoned() {
+                continue;
+            }
+            let Some(fd) = rx.event_fd().map(|fd| fd.as_raw_fd()) else { return false };
+            if !rx.request_wakeup() {
+                // A frame arrived meanwhile.
+                return true;
+            }
+            pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
+        for fd in std::iter::once(wake_fd.as_raw_fd()).chain(device_fd) {
+            pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
+        let timeout = deadline.map_or(SLEEP_CAP, |d| d.saturating_duration_since(now).min(SLEEP_CAP));
+        // Rounded up: a sub-millisecond timeout sleeps instead of spinning.
+        let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+        let count = libc::nfds_t::try_from(pollfds.len()).unwrap_or(libc::nfds_t::MAX);
+        local.wake.sleep_with(|| {
+            // SAFETY: `pollfds` is a live, initialised array of `count` pollfds for the call, of
+            // descriptors this core owns (its channels', its wakeup's, its queue's socket) that
+            // outlive it; EINTR or a timeout just return, and the caller re-checks.
+            unsafe {
+                libc::poll(pollfds.as_mut_ptr(), count, ms);
+            }
+        });
+        true
     }
 
     fn has_input(&mut self) -> bool {
@@ -194,21 +248,30 @@ impl NetDevice for CoreDevice<'_> {
         Ok(sent)
     }
 
-    /// Waits for input (a frame in a channel, a handoff, a neighbour), running the channelizer
-    /// meanwhile with the `same` placement, sleeping on its queue's socket while idle when the
-    /// kernel can wake it there (AF_XDP) and backing off otherwise, until `timeout`. Fails with
+    /// Waits for input (a frame in a channel, a handoff, a neighbour, a task made runnable), running
+    /// the channelizer meanwhile with the `same` placement, sleeping on its queue's socket while
+    /// idle when the kernel can wake it there (AF_XDP) and backing off otherwise (naps on the
+    /// core's wakeup, which a task made runnable ends at once), until `timeout`. Fails with
     /// [`Stopping`] once the runtime stops, which ends every blocking call of the core's service.
     fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
         if queue != 0 {
             return Err(no_such_queue(queue));
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        if !self.local.runs_tasks.get() {
+            // Nobody else takes the core's wakeups (an async core's loop does, to know that a task
+            // is runnable): what they announced (a handoff, a neighbour, the stop) is checked below.
+            self.local.wake.take();
+        }
         loop {
             if self.local.shared.stopping() {
                 return Err(DevError::Failed(Stopping::error()));
             }
             let moved = self.drive()?;
-            if self.has_input() || self.local.has_mail() || self.local.shared.has_neighbours(self.local.core)
+            if self.has_input()
+                || self.local.has_mail()
+                || self.local.shared.has_neighbours(self.local.core)
+                || self.local.wake.is_notified()
             {
                 // Work came: the next wait starts its back-off afresh (yields first, not naps).
                 self.idle.reset();
@@ -224,6 +287,11 @@ impl NetDevice for CoreDevice<'_> {
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(());
             }
+            // Idle for a while: sleep on everything that can bring work, when each of them can
+            // wake us.
+            if self.idle.napping(now) && self.sleep(now, deadline) {
+                continue;
+            }
             // A device the kernel wakes (AF_XDP) is slept on at once, for at most a nap (so that
             // mail, neighbours and the stop flag are seen as soon as with the back-off below),
             // instead of yielded to: an idle core burns no CPU in `sched_yield` between requests,
@@ -236,7 +304,7 @@ impl NetDevice for CoreDevice<'_> {
                     continue;
                 }
             }
-            self.idle.idle_at(now);
+            self.idle.idle_on(now, &self.local.wake);
         }
     }
 }
@@ -251,7 +319,7 @@ fn inspect(local: &Local, frame: &[u8]) -> bool {
     {
         let to = local.moved.borrow().get(&sig).map(|&(to, _)| to);
         if let Some(to) = to {
-            if local.shared.handoff[to].send(Handoff::Frame(frame.to_vec())).is_ok() {
+            if local.shared.send_handoff(to, Handoff::Frame(frame.to_vec())).is_ok() {
                 local.count(|c| c.forwarded += 1);
             }
             return false;

@@ -66,7 +66,7 @@ impl Duties {
         }
         local.count(|c| c.given += 1);
         let msg = Handoff::Adopt { detached: Box::new(detached), reg, port };
-        if let Err(back) = local.shared.handoff[to].send(msg) {
+        if let Err(back) = local.shared.send_handoff(to, msg) {
             // The stealer is gone (stopping): keep the connection here.
             if let Handoff::Adopt { detached, reg, port } = back.0 {
                 self.take(stack, now, *detached, reg, port);

@@ -11,6 +11,7 @@ use std::time::Instant;
 use accept_affinity::{AcceptError, AcceptQueue};
 use netchannel::channelizer::ConsumerId;
 use netchannel::signature::{Proto, Signature};
+use netchannel::wake::Notify;
 use tcp_lib::stack::{ListenerId, StreamId};
 
 use crate::shared::{Handoff, Reg, Shared};
@@ -59,10 +60,17 @@ pub(crate) struct Local {
     /// Set by the duties every `PUBLISH_EVERY`: the device publishes its channels' counters at its
     /// next receive (it has no clock of its own to ask on every burst).
     pub(crate) publish_due: Cell<bool>,
+    /// What an idle wait of the device sleeps on (with the core's channels): notified when a task
+    /// is made runnable (on any thread: the async services' executor), a handoff or neighbour
+    /// arrives, and when the runtime stops.
+    pub(crate) wake: Arc<Notify>,
+    /// An async executor runs on this core and takes the wakeups (`wake`) itself.
+    pub(crate) runs_tasks: Cell<bool>,
 }
 
 impl Local {
     pub(crate) fn new(core: usize, shared: Arc<Shared>, inbox: Receiver<Handoff>) -> Self {
+        let wake = Arc::clone(&shared.wakes[core]);
         Self {
             core,
             shared,
@@ -77,6 +85,8 @@ impl Local {
             stash: RefCell::default(),
             counters: Cell::default(),
             publish_due: Cell::new(false),
+            wake,
+            runs_tasks: Cell::new(false),
         }
     }
 

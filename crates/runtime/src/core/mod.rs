@@ -4,7 +4,7 @@
 mod accept;
 mod device;
 mod duties;
-mod local;
+pub(crate) mod local;
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -54,8 +54,8 @@ const FLUSH_FOR: Duration = Duration::from_secs(1);
 /// Made by the runtime on the core's thread and lent to the service for as long as it runs; the
 /// handles made from it ([`Listener`], [`Stream`]) live no longer than that.
 pub struct Core<'c> {
-    local: Rc<Local>,
-    iface: Interface<'c>,
+    pub(crate) local: Rc<Local>,
+    pub(crate) iface: Interface<'c>,
 }
 
 impl fmt::Debug for Core<'_> {
@@ -115,16 +115,24 @@ impl<'c> Core<'c> {
     /// [`io::ErrorKind::AddrInUse`] when this core already listens on `port`; the accept queue's
     /// configuration error (a backlog smaller than the core count).
     pub fn listen(&self, port: u16) -> io::Result<Listener<'c>> {
-        let queue = self.local.shared.accept_queue(port).map_err(io::Error::other)?;
+        Self::listen_with(&self.local, &self.iface, port)
+    }
+
+    /// [`listen`](Self::listen) for the core whose state and interface these are.
+    pub(crate) fn listen_with(
+        local: &Rc<Local>,
+        iface: &Interface<'c>,
+        port: u16,
+    ) -> io::Result<Listener<'c>> {
+        let queue = local.shared.accept_queue(port).map_err(io::Error::other)?;
         let config = ListenerConfig { backlog: queue.per_core_max(), ..ListenerConfig::default() };
-        let id = self
-            .iface
+        let id = iface
             .with_stack(|s| s.listen_with(port, config))?
             .map_err(|e| io::Error::new(io::ErrorKind::AddrInUse, e))?;
-        self.local.listeners.borrow_mut().insert(id, Listening { port, queue: Arc::clone(&queue) });
+        local.listeners.borrow_mut().insert(id, Listening { port, queue: Arc::clone(&queue) });
         Ok(Listener {
-            local: Rc::clone(&self.local),
-            iface: self.iface.clone(),
+            local: Rc::clone(local),
+            iface: iface.clone(),
             id,
             port,
             queue,

@@ -1,6 +1,5 @@
 //! The stack's configuration ([`Config`], [`ListenerConfig`]) and its error type ([`Error`]).
 
-use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::ArpConfig;
@@ -281,77 +280,58 @@ impl Default for ListenerConfig {
 }
 
 /// Why a stack call failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Error {
     /// The handle does not name a live connection or listener of this stack.
+    #[error("invalid handle")]
     InvalidHandle,
     /// Port 0.
+    #[error("invalid port")]
     InvalidPort,
     /// A listener already has this port.
+    #[error("address in use")]
     AddrInUse,
     /// No free ephemeral port for this destination.
+    #[error("no free ephemeral port")]
     NoPorts,
     /// [`Config::max_connections`] reached.
+    #[error("too many connections")]
     TooManyConnections,
     /// The destination is outside the prefix and there is no gateway.
+    #[error("no route to host")]
     Unreachable,
     /// Nothing to read, or no room to write, now.
+    #[error("operation would block")]
     WouldBlock,
     /// The sending side was shut down (or the connection is closing).
+    #[error("sending side shut down")]
     WriteClosed,
     /// The connection failed.
+    #[error("{0}")]
     Connection(ConnectionError),
     /// A [`Detached`] connection's local address, or the address given to
     /// [`Stack::udp_bind`], is not this stack's.
+    #[error("the local address is not this stack's")]
     NotLocal,
     /// [`Stack::add_route`] found 64 routes kept already: remove one first.
+    #[error("64 static routes already: remove one first")]
     TooManyRoutes,
     /// A UDP datagram longer than `max` bytes of payload, the most the interface's MTU carries
     /// in one IP datagram ([`Stack::udp_max_payload`]): the stack does not fragment what it
     /// sends. Send less, or raise [`Config::mtu`] where the link allows.
+    #[error("datagram too long: at most {max} bytes of payload fit the MTU (no fragmentation on send)")]
     MessageTooLong {
         /// The largest payload that fits.
         max: usize,
     },
     /// [`Stack::udp_send`] on a socket with no destination: call [`Stack::udp_connect`] first,
     /// or name the destination with [`Stack::udp_send_to`].
+    #[error("no destination: udp_connect first, or use udp_send_to")]
     NotConnected,
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidHandle => f.write_str("invalid handle"),
-            Self::InvalidPort => f.write_str("invalid port"),
-            Self::AddrInUse => f.write_str("address in use"),
-            Self::NoPorts => f.write_str("no free ephemeral port"),
-            Self::TooManyConnections => f.write_str("too many connections"),
-            Self::Unreachable => f.write_str("no route to host"),
-            Self::WouldBlock => f.write_str("operation would block"),
-            Self::WriteClosed => f.write_str("sending side shut down"),
-            Self::Connection(e) => write!(f, "{e}"),
-            Self::NotLocal => f.write_str("the local address is not this stack's"),
-            Self::TooManyRoutes => f.write_str("64 static routes already: remove one first"),
-            Self::MessageTooLong { max } => write!(
-                f,
-                "datagram too long: at most {max} bytes of payload fit the MTU (no fragmentation on send)"
-            ),
-            Self::NotConnected => f.write_str("no destination: udp_connect first, or use udp_send_to"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
 /// Settings of a [`Config`] that do not fit each other or the device's buffers
 /// ([`Config::check_offloads`]); its text names the fix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[error("{0}")]
 pub struct ConfigError(&'static str);
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}

@@ -53,6 +53,7 @@ impl Stack {
             ready: false,
             timer_at: None,
             write_shut: false,
+            wakers: None,
         };
         let index = self.slots.insert(entry);
         self.demux.insert(key, index);
@@ -71,6 +72,8 @@ impl Stack {
 
     pub(super) fn reclaim(&mut self, index: u32) {
         let Some(e) = self.slots.remove(index) else { return };
+        // Only released connections are reclaimed, and release woke their wakers.
+        debug_assert!(e.wakers.is_none(), "a reclaimed connection has no wakers left");
         if e.in_demux {
             self.demux.remove(&FlowKey::new(e.conn.local(), e.conn.remote()));
         }

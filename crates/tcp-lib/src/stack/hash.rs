@@ -1,11 +1,12 @@
 //! Keyed hashing for the stack's secrets: initial sequence numbers (RFC 6528), SYN cookies
 //! (RFC 4987) and ephemeral port selection (RFC 6056).
 //!
-//! The keyed hash is SipHash-2-4 (Aumasson and Bernstein, 2012) over 64-bit words, written out
-//! here so that the key can be chosen (a seeded stack replays exactly) while the default key comes
-//! from the operating system's randomness through [`std::hash::RandomState`].
+//! The keyed hash is SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF",
+//! INDOCRYPT 2012) over 64-bit words, the `siphasher` crate's, keyed by the stack so that the key
+//! can be chosen (a seeded stack replays exactly) while the default key comes from the operating
+//! system's randomness through [`std::hash::RandomState`].
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -38,48 +39,15 @@ impl Key {
         Self([k.hash(&[seed, 1]), k.hash(&[seed, 2])])
     }
 
-    /// SipHash-2-4 of the little-endian bytes of `words`.
+    /// SipHash-2-4 of the little-endian bytes of `words`. (siphasher's per-word `write_u64` takes 9
+    /// instructions more per hash than the hand-written rounds it replaced: 169 against 160 for an
+    /// IPv4 ISN's two words under callgrind; a SYN hashes at most twice.)
     pub(crate) fn hash(&self, words: &[u64]) -> u64 {
-        let [k0, k1] = self.0;
-        let mut v = [
-            k0 ^ 0x736f_6d65_7073_6575,
-            k1 ^ 0x646f_7261_6e64_6f6d,
-            k0 ^ 0x6c79_6765_6e65_7261,
-            k1 ^ 0x7465_6462_7974_6573,
-        ];
-        fn round(v: &mut [u64; 4]) {
-            v[0] = v[0].wrapping_add(v[1]);
-            v[1] = v[1].rotate_left(13);
-            v[1] ^= v[0];
-            v[0] = v[0].rotate_left(32);
-            v[2] = v[2].wrapping_add(v[3]);
-            v[3] = v[3].rotate_left(16);
-            v[3] ^= v[2];
-            v[0] = v[0].wrapping_add(v[3]);
-            v[3] = v[3].rotate_left(21);
-            v[3] ^= v[0];
-            v[2] = v[2].wrapping_add(v[1]);
-            v[1] = v[1].rotate_left(17);
-            v[1] ^= v[2];
-            v[2] = v[2].rotate_left(32);
+        let mut h = siphasher::sip::SipHasher24::new_with_keys(self.0[0], self.0[1]);
+        for &word in words {
+            h.write_u64(word);
         }
-        let mut compress = |m: u64| {
-            v[3] ^= m;
-            round(&mut v);
-            round(&mut v);
-            v[0] ^= m;
-        };
-        for &m in words {
-            compress(m);
-        }
-        // The last block holds the message length in bytes (mod 256) in its top byte.
-        let len = u64::try_from(words.len().wrapping_mul(8) & 0xff).unwrap_or(0);
-        compress(len << 56);
-        v[2] ^= 0xff;
-        for _ in 0..4 {
-            round(&mut v);
-        }
-        v[0] ^ v[1] ^ v[2] ^ v[3]
+        h.finish()
     }
 }
 

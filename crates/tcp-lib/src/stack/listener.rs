@@ -23,6 +23,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::task::Waker;
 use std::time::Instant;
 
 use super::hash;
@@ -62,6 +63,8 @@ pub(super) struct Listener {
     pub(super) syn_queue: usize,
     pub(super) accept_queue: VecDeque<StreamId>,
     pub(super) last_overflow: Option<Instant>,
+    /// Woken when `accept_queue` gains a connection ([`Stack::register_accept_waker`]).
+    pub(super) accept_waker: Option<Waker>,
 }
 
 impl Stack {
@@ -91,6 +94,7 @@ impl Stack {
             syn_queue: 0,
             accept_queue: VecDeque::new(),
             last_overflow: None,
+            accept_waker: None,
         };
         let index = self.listeners.insert(listener);
         self.listener_ports.insert(port, index);
@@ -136,7 +140,8 @@ impl Stack {
     }
 
     /// Stops listening: queued, never accepted connections are aborted (reset); half-open ones are
-    /// aborted when they complete.
+    /// aborted when they complete. Wakes the listener's accept waker
+    /// ([`register_accept_waker`](Self::register_accept_waker)).
     ///
     /// # Errors
     /// [`Error::InvalidHandle`].
@@ -144,6 +149,9 @@ impl Stack {
         let l = self.listener_mut(listener).ok_or(Error::InvalidHandle)?;
         let queued: Vec<StreamId> = l.accept_queue.drain(..).collect();
         let port = l.port;
+        if let Some(waker) = l.accept_waker.take() {
+            waker.wake();
+        }
         self.listeners.remove(listener.index);
         self.listener_ports.remove(&port);
         for s in queued {
@@ -290,10 +298,12 @@ impl Stack {
         self.settle(index);
     }
 
-    /// Bookkeeping after an event on a connection: delivery to the accept queue when a passive
-    /// open completes, SYN-queue accounting.
+    /// Bookkeeping after an event on a connection (a segment processed, its timers run): its
+    /// wakers woken when their side is ready, delivery to the accept queue when a passive open
+    /// completes, SYN-queue accounting.
     pub(super) fn settle(&mut self, index: u32) {
         let Some(e) = self.slot_entry(index) else { return };
+        e.wake_ready();
         if !matches!(e.phase, Phase::SynQueue | Phase::Cookie) || e.conn.state() == State::SynReceived {
             return;
         }
@@ -323,6 +333,9 @@ impl Stack {
             hook.established(l, stream);
         } else if let Some(listener) = self.listener_mut(l) {
             listener.accept_queue.push_back(stream);
+            if let Some(waker) = listener.accept_waker.take() {
+                waker.wake();
+            }
         }
     }
 }

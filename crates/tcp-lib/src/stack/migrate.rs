@@ -2,7 +2,6 @@
 //! [`Detached`] value that can cross threads, [`Stack::adopt`] takes it in on another stack, and
 //! [`Stack::contains`] says whether a stack still holds a 4-tuple.
 
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
@@ -52,7 +51,8 @@ impl Detached {
 
 /// Why [`Stack::adopt`] refused a connection; the connection comes back with
 /// [`into_inner`](Self::into_inner).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot adopt {} <- {}: {}", .detached.local(), .detached.remote(), .error)]
 pub struct AdoptError {
     error: Error,
     detached: Box<Detached>,
@@ -71,14 +71,6 @@ impl AdoptError {
     }
 }
 
-impl fmt::Display for AdoptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot adopt {} <- {}: {}", self.detached.local(), self.detached.remote(), self.error)
-    }
-}
-
-impl std::error::Error for AdoptError {}
-
 impl Stack {
     /// Whether the stack holds a connection for `local`/`remote` that incoming segments reach (any
     /// state from SYN-RECEIVED to TIME-WAIT; not once it is closed or reclaimed). A steering entry
@@ -96,7 +88,9 @@ impl Stack {
     /// unacknowledged bytes), its timers (absolute instants), whether the application shut down
     /// writing, and the peer's next hop's hardware address if this stack has it resolved. This
     /// stack forgets it: the 4-tuple's demultiplexing entry, the ready list and timer entries, the
-    /// listener's accept queue if it was still waiting there; the handle becomes stale.
+    /// listener's accept queue if it was still waiting there; the handle becomes stale, and the
+    /// wakers registered on it ([`register_waker`](Self::register_waker)) are woken (not moved:
+    /// the adopter's handle is a new one to register on).
     ///
     /// Segments for the connection that reach this stack afterwards find no connection (a segment
     /// with an ACK draws a reset from a listener on the port, as for any stray): steer them to
@@ -109,7 +103,8 @@ impl Stack {
     pub fn detach(&mut self, stream: StreamId) -> Result<Detached, Error> {
         self.entry(stream)?;
         let index = stream.index;
-        let e = self.slots.remove(index).ok_or(Error::InvalidHandle)?;
+        let mut e = self.slots.remove(index).ok_or(Error::InvalidHandle)?;
+        e.wake_all();
         let (local, remote) = (e.conn.local(), e.conn.remote());
         if e.in_demux {
             self.demux.remove(&FlowKey::new(local, remote));

@@ -322,6 +322,25 @@
 //! ([`udp_max_payload_v6`](Stack::udp_max_payload_v6)); a socket bound to the unspecified
 //! address serves both families, one bound to one of our addresses its own.
 //!
+//! # Wakers
+//!
+//! For async tasks over the stack: [`register_waker`](Stack::register_waker) leaves a
+//! [`Waker`](std::task::Waker) on one side ([`Interest`]) of a stream after
+//! [`recv`](Stack::recv) or [`send`](Stack::send) said [`Error::WouldBlock`], and
+//! [`register_accept_waker`](Stack::register_accept_waker) one on a listener after
+//! [`accept`](Stack::accept) found nothing. Each is woken once, synchronously from inside
+//! [`receive`](Stack::receive), [`poll`](Stack::poll) or
+//! [`handle_timeout`](Stack::handle_timeout) (a waker only schedules its task; it must not call
+//! the stack), when its side may have become ready: after every segment or timer event on the
+//! connection (data, FIN, an ACK that frees send room, RST, the handshake completing, a timeout
+//! giving up) the side that is ready is woken, as is a listener's waker when its accept queue
+//! gains a connection. A side that is ready when registered is woken at once. Releasing a stream
+//! ([`close`](Stack::close), [`abort`](Stack::abort), a listener's
+//! [`unlisten`](Stack::unlisten)) or detaching it wakes every waker it has, so no task waits on
+//! a handle that went. Spurious wakes can happen; a lost one is a bug. The storage is out of
+//! line, boxed on a connection the first time a waker is registered on it: a connection nobody
+//! registered on costs one pointer test per event.
+//!
 //! # Migration
 //!
 //! A connection can move between stacks with the same local address (another core's stack, when
@@ -384,6 +403,7 @@ mod tcp_input; // a received TCP segment to its connection, TIME-WAIT record or 
 mod time_wait; // the TIME-WAIT table of compact records
 mod timers; // poll_timeout, handle_timeout, the timer heap
 mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver
+mod wakers; // Interest, the wakers async tasks register on streams and listeners
 
 /// Prepared content lives in [`crate::tcp`] (the connection reads it); re-exported here,
 /// next to [`Stack::send_prepared`].
@@ -395,6 +415,7 @@ pub use migrate::{AdoptError, Detached};
 pub use neighbor::ArpConfig;
 pub use stats::{PollStats, StackStats, StatsNow};
 pub use udp::{Deliver, IcmpRateLimit, UdpConfig, UdpId, UdpRecv};
+pub use wakers::Interest;
 
 use flows::FlowMap;
 use hash::{Key, PortAllocator, TableHash};
@@ -452,6 +473,8 @@ struct Entry {
     timer_at: Option<Instant>,
     /// The application shut down the sending side.
     write_shut: bool,
+    /// Wakers registered on the stream (`None` until one is: see `wakers.rs`).
+    wakers: Option<Box<wakers::StreamWakers>>,
 }
 
 /// A per-core IPv4/IPv6 TCP endpoint on one interface. See the [module documentation](self).

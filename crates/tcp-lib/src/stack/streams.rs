@@ -149,12 +149,14 @@ impl Stack {
         let e = self.entry_mut(stream)?;
         e.write_shut = true;
         e.conn.shutdown_write();
+        e.wake_ready();
         self.mark_ready(stream.index);
         Ok(())
     }
 
     /// Releases the handle and closes the connection gracefully (an abort if received data was
-    /// left unread, see [`Connection::close`]); the stack finishes it and reclaims it.
+    /// left unread, see [`Connection::close`]); the stack finishes it and reclaims it. Wakes
+    /// every waker registered on it ([`register_waker`](Self::register_waker)).
     ///
     /// # Errors
     /// [`Error::InvalidHandle`].
@@ -162,11 +164,13 @@ impl Stack {
         let e = self.entry_mut(stream)?;
         e.conn.close();
         e.app_owned = false;
+        e.wake_all();
         self.mark_ready(stream.index);
         Ok(())
     }
 
-    /// Releases the handle and aborts the connection (an RST if it was synchronized).
+    /// Releases the handle and aborts the connection (an RST if it was synchronized). Wakes every
+    /// waker registered on it.
     ///
     /// # Errors
     /// [`Error::InvalidHandle`].
@@ -174,6 +178,7 @@ impl Stack {
         let e = self.entry_mut(stream)?;
         e.conn.abort();
         e.app_owned = false;
+        e.wake_all();
         self.mark_ready(stream.index);
         Ok(())
     }
@@ -184,7 +189,9 @@ impl Stack {
     /// # Errors
     /// [`Error::InvalidHandle`].
     pub fn set_send_buffer(&mut self, stream: StreamId, bytes: usize) -> Result<(), Error> {
-        self.entry_mut(stream)?.conn.set_send_buffer(bytes);
+        let e = self.entry_mut(stream)?;
+        e.conn.set_send_buffer(bytes);
+        e.wake_ready();
         Ok(())
     }
 

@@ -249,30 +249,21 @@ impl fmt::Display for State {
 }
 
 /// Why a connection ended abnormally.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ConnectionError {
     /// The peer answered our SYN with a reset ("connection refused").
+    #[error("connection refused")]
     Refused,
     /// The peer reset an open connection.
+    #[error("connection reset by peer")]
     Reset,
     /// Retransmissions (of data, SYN or keepalive probes) went unanswered too long.
+    #[error("connection timed out")]
     TimedOut,
     /// The application aborted the connection.
+    #[error("connection aborted")]
     Aborted,
 }
-
-impl fmt::Display for ConnectionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Refused => "connection refused",
-            Self::Reset => "connection reset by peer",
-            Self::TimedOut => "connection timed out",
-            Self::Aborted => "connection aborted",
-        })
-    }
-}
-
-impl std::error::Error for ConnectionError {}
 
 /// Keepalive parameters (RFC 1122 §4.2.3.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

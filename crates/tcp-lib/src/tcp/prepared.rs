@@ -44,7 +44,6 @@
 //! assert_eq!(prepared.sum(100, 1448), None);
 //! ```
 
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -88,9 +87,14 @@ impl PartialEq for PreparedSegments {
 impl Eq for PreparedSegments {}
 
 /// Why [`PreparedSegments::in_pool`] could not copy the content into pool buffers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InPoolError {
     /// The pool ran out of free buffers after `allocated` of the `needed` segments.
+    #[error(
+        "prepared content needs {needed} pool buffers and the pool had {allocated} free: build the pool with \
+         at least {} more buffers (Pool::builder), or send this content by copy",
+        .needed - .allocated
+    )]
     NoBuffer {
         /// Buffers the content needs.
         needed: usize,
@@ -98,6 +102,10 @@ pub enum InPoolError {
         allocated: usize,
     },
     /// A segment of `cut` bytes does not fit in a buffer behind the default headroom.
+    #[error(
+        "a {cut}-byte segment does not fit behind the headroom of a pool buffer ({room} bytes): use a \
+         pool with larger buffers or a smaller cut"
+    )]
     TooLarge {
         /// The cut size asked for.
         cut: usize,
@@ -105,26 +113,6 @@ pub enum InPoolError {
         room: usize,
     },
 }
-
-impl fmt::Display for InPoolError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::NoBuffer { needed, allocated } => write!(
-                f,
-                "prepared content needs {needed} pool buffers and the pool had {allocated} free: build the pool with \
-                 at least {} more buffers (Pool::builder), or send this content by copy",
-                needed - allocated
-            ),
-            Self::TooLarge { cut, room } => write!(
-                f,
-                "a {cut}-byte segment does not fit behind the headroom of a pool buffer ({room} bytes): use a \
-                 pool with larger buffers or a smaller cut"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for InPoolError {}
 
 impl PreparedSegments {
     /// Prepares `data` for each payload segment size in `mss` (sizes of 0 are ignored; give the
@@ -312,6 +300,24 @@ impl PreparedSlice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The derived messages (thiserror) say what the hand-written ones said, computed parts included.
+    #[test]
+    fn error_messages_name_the_fix() {
+        let e = InPoolError::NoBuffer { needed: 10, allocated: 7 };
+        assert_eq!(
+            e.to_string(),
+            "prepared content needs 10 pool buffers and the pool had 7 free: build the pool with at least 3 more \
+             buffers (Pool::builder), or send this content by copy"
+        );
+        let e = InPoolError::TooLarge { cut: 9000, room: 1920 };
+        assert!(e.to_string().starts_with(
+            "a 9000-byte segment does not fit behind the headroom of a pool buffer (1920 bytes)"
+        ));
+        let e = crate::stack::Error::Connection(super::super::ConnectionError::Reset);
+        assert_eq!(e.to_string(), "connection reset by peer");
+        assert!(std::error::Error::source(&e).is_none());
+    }
 
     #[test]
     fn sums_match_the_bytes() {

@@ -12,6 +12,10 @@
 //! (RFC 1071 §2(B), "parallel summation"); the result is folded to 16 bits at the end. The sum is
 //! byte-order independent in the same way, but this module reads big-endian words so that the result
 //! is the value of the field as it is on the wire.
+//!
+//! Ours rather than a crate's on purpose: the stack needs unfinished sums it can add to (prepared
+//! content's per-segment sums, RFC 1624 updates, offload pseudo-header seeds), not only a finished
+//! checksum of a buffer.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 

@@ -172,16 +172,9 @@ impl fmt::Display for Cidr {
 }
 
 /// Why a string is not an IPv4 prefix ([`Cidr`]'s `FromStr`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an IPv4 address with a prefix length (like 10.0.0.2/24)")]
 pub struct ParseCidrError(String);
-
-impl fmt::Display for ParseCidrError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} is not an IPv4 address with a prefix length (like 10.0.0.2/24)", self.0)
-    }
-}
-
-impl std::error::Error for ParseCidrError {}
 
 impl std::str::FromStr for Cidr {
     type Err = ParseCidrError;

@@ -106,8 +106,6 @@
 //! # Ok::<(), tcp_lib::wire::Error>(())
 //! ```
 
-use std::fmt;
-
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;
@@ -136,37 +134,28 @@ pub use tcp::{Control as TcpControl, Packet as TcpPacket, Repr as TcpRepr, SeqNu
 pub use udp::{Packet as UdpPacket, Repr as UdpRepr};
 
 /// Why a parser refused a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Error {
     /// The buffer is shorter than the header or than a length field says.
+    #[error("truncated packet")]
     Truncated,
     /// A field has a value that no valid packet has (a header length below the minimum, a
     /// malformed option, an impossible flag combination).
+    #[error("malformed packet")]
     Malformed,
     /// The checksum does not verify.
+    #[error("checksum mismatch")]
     Checksum,
     /// A well-formed packet of a kind this stack does not handle (another hardware type, an
     /// unknown ICMP message, another IP version, an IPv6 option or routing header it must not
     /// pass, an extension-header chain past its bounds).
+    #[error("unrecognized packet")]
     Unrecognized,
     /// An IPv4 or IPv6 fragment: it must go through [`FragmentReassembler`] (IPv4) or
     /// [`Ipv6FragmentReassembler`] before its payload can be parsed.
+    #[error("IP fragment")]
     Fragmented,
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Truncated => "truncated packet",
-            Self::Malformed => "malformed packet",
-            Self::Checksum => "checksum mismatch",
-            Self::Unrecognized => "unrecognized packet",
-            Self::Fragmented => "IP fragment",
-        })
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The result of the wire parsers.
 pub type Result<T> = core::result::Result<T, Error>;

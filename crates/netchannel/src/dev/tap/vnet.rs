@@ -13,8 +13,6 @@
 //! (the length of its socket buffer's linear part, which may hold payload too), so the header length
 //! a received super-segment reports is recomputed from the frame itself.
 
-use std::fmt;
-
 use crate::pool::{GsoKind, Offload};
 
 /// Bytes of the header: the 12-byte `virtio_net_hdr_mrg_rxbuf` (see the [module docs](self)).
@@ -34,20 +32,24 @@ const GSO_TCPV6: u8 = 4;
 const GSO_ECN: u8 = 0x80;
 
 /// Why a received virtio-net header was not believed (the frame is dropped and counted).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum VnetError {
     /// The read returned fewer bytes than the header.
+    #[error("a {len}-byte read is shorter than the {LEN}-byte virtio-net header")]
     Short {
         /// Bytes read.
         len: usize,
     },
     /// A `gso_type` this device did not enable (UDP fragmentation or segmentation, or an unknown
     /// value), or the ECN bit without a segmentation kind.
+    #[error("gso_type {0:#04x} was not enabled")]
     UnknownGsoType(u8),
     /// A super-segment with a segment size of 0.
+    #[error("a super-segment with gso_size 0")]
     ZeroMss,
     /// The partial checksum's field does not lie inside the frame, or its offset does not fit the
     /// packet's metadata (at most 255).
+    #[error("checksum field at {start} + {offset} lies outside the {len}-byte frame")]
     ChecksumOutside {
         /// `csum_start`.
         start: u16,
@@ -57,25 +59,8 @@ pub(crate) enum VnetError {
         len: usize,
     },
     /// A super-segment whose frame is not TCP over the IP version its `gso_type` names.
+    #[error("a {0:?} super-segment whose frame is not TCP over that IP version")]
     NotTcp(GsoKind),
-}
-
-impl fmt::Display for VnetError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Short { len } => {
-                write!(f, "a {len}-byte read is shorter than the {LEN}-byte virtio-net header")
-            }
-            Self::UnknownGsoType(t) => write!(f, "gso_type {t:#04x} was not enabled"),
-            Self::ZeroMss => f.write_str("a super-segment with gso_size 0"),
-            Self::ChecksumOutside { start, offset, len } => {
-                write!(f, "checksum field at {start} + {offset} lies outside the {len}-byte frame")
-            }
-            Self::NotTcp(kind) => {
-                write!(f, "a {kind:?} super-segment whose frame is not TCP over that IP version")
-            }
-        }
-    }
 }
 
 /// The header that asks the kernel to finish what `offload` says (a zero header for

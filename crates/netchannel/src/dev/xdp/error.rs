@@ -1,27 +1,35 @@
 //! Why an AF_XDP device could not be opened ([`XdpError`]), and how a failed system call's errno becomes
 //! one: each variant's message says what is missing and how to fix it.
 
-use std::fmt;
 use std::io;
 
 /// Why an [`AfXdp`](super::AfXdp) device could not be opened; the message says what to do about it.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum XdpError {
     /// Interface names are 1 to 15 bytes without NUL, `/` or whitespace.
+    #[error("{name:?} is not a valid interface name (1 to 15 bytes, no NUL, '/' or whitespace)")]
     InvalidName {
         /// The name asked for.
         name: String,
     },
     /// No interface of that name in this network namespace.
+    #[error(
+        "no interface {name:?} in this network namespace (`ip link` lists them; create one, e.g. `ip link add {name} type veth peer name {name}p`)"
+    )]
     NoSuchInterface {
         /// The name asked for.
         name: String,
     },
     /// A builder setting is out of range (ring sizes, queue count).
+    #[error("invalid AF_XDP configuration: {0}")]
     InvalidConfig(String),
     /// The pool's buffers cannot be UMEM chunks (data room too small or too large).
+    #[error("the pool's buffers cannot be UMEM chunks: {0}")]
     PoolGeometry(String),
     /// The pool could not supply the buffers the fill rings start with.
+    #[error(
+        "the pool supplied {got} of the {needed} buffers the fill rings start with; build a larger pool (fill ring size × queues + buffers in flight) or a smaller fill ring"
+    )]
     PoolExhausted {
         /// Buffers needed (fill ring size × queues).
         needed: usize,
@@ -29,6 +37,9 @@ pub enum XdpError {
         got: usize,
     },
     /// The caller may not create XDP sockets or load BPF programs.
+    #[error(
+        "{op} was refused ({source}): AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root); run as root or `setcap cap_net_admin,cap_net_raw,cap_bpf+ep <binary>`"
+    )]
     PermissionDenied {
         /// The operation refused.
         op: &'static str,
@@ -36,6 +47,9 @@ pub enum XdpError {
         source: io::Error,
     },
     /// The kernel has no AF_XDP sockets, no `bpf(2)` or no XDP links.
+    #[error(
+        "{op} failed ({source}): this kernel lacks AF_XDP or BPF (needs Linux 5.9+ with CONFIG_XDP_SOCKETS and CONFIG_BPF_SYSCALL); use the TAP device instead"
+    )]
     Unsupported {
         /// The operation refused.
         op: &'static str,
@@ -43,8 +57,12 @@ pub enum XdpError {
         source: io::Error,
     },
     /// The locked-memory limit is too low to pin the UMEM.
-    MemlockLimit(io::Error),
+    #[error(
+        "cannot pin the pool's region as UMEM ({0}): raise the locked-memory limit (`ulimit -l unlimited`, LimitMEMLOCK= in systemd) or grant CAP_IPC_LOCK"
+    )]
+    MemlockLimit(#[source] io::Error),
     /// The interface's driver has no native XDP.
+    #[error("the driver of {name:?} has no native XDP ({source}); use XdpMode::Generic (or XdpMode::Auto)")]
     NativeUnsupported {
         /// The interface.
         name: String,
@@ -52,6 +70,7 @@ pub enum XdpError {
         source: io::Error,
     },
     /// Zero-copy was required and the driver (or generic mode) cannot do it.
+    #[error("{}", zero_copy_message(.name, .source.as_ref()))]
     ZeroCopyUnsupported {
         /// The interface.
         name: String,
@@ -59,6 +78,9 @@ pub enum XdpError {
         source: Option<io::Error>,
     },
     /// Another XDP program is attached to the interface (or another `AfXdp` owns it).
+    #[error(
+        "another XDP program is attached to {name:?} ({source}); detach it (`ip link set dev {name} xdp off`, `xdpgeneric off`, or close the other AfXdp) and retry"
+    )]
     AlreadyAttached {
         /// The interface.
         name: String,
@@ -66,6 +88,9 @@ pub enum XdpError {
         source: io::Error,
     },
     /// The interface has no such queue.
+    #[error(
+        "cannot bind to queue {queue} of {name:?} ({source}): the interface has fewer queues (`ethtool -l {name}`; veth: `numrxqueues`/`numtxqueues` at creation)"
+    )]
     NoSuchQueue {
         /// The interface.
         name: String,
@@ -75,6 +100,9 @@ pub enum XdpError {
         source: io::Error,
     },
     /// Another AF_XDP socket is bound to that queue.
+    #[error(
+        "queue {queue} of {name:?} already has an AF_XDP socket ({source}); close the other user or pick another queue"
+    )]
     QueueBusy {
         /// The interface.
         name: String,
@@ -84,6 +112,7 @@ pub enum XdpError {
         source: io::Error,
     },
     /// The verifier rejected the redirect program.
+    #[error("the kernel rejected the XDP redirect program ({source}); verifier log: {log}")]
     ProgramRejected {
         /// What the kernel said.
         source: io::Error,
@@ -91,6 +120,7 @@ pub enum XdpError {
         log: String,
     },
     /// The kernel refused a busy-polling socket option ([`BusyPoll`](super::BusyPoll)).
+    #[error("{}", busy_poll_message(.option, .source))]
     BusyPoll {
         /// The option: `SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` or `SO_BUSY_POLL_BUDGET`.
         option: &'static str,
@@ -98,6 +128,7 @@ pub enum XdpError {
         source: io::Error,
     },
     /// Another system call failed.
+    #[error("AF_XDP setup failed in {op}: {source}")]
     Io {
         /// The call.
         op: &'static str,
@@ -106,96 +137,27 @@ pub enum XdpError {
     },
 }
 
-impl fmt::Display for XdpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidName { name } => {
-                write!(f, "{name:?} is not a valid interface name (1 to 15 bytes, no NUL, '/' or whitespace)")
-            }
-            Self::NoSuchInterface { name } => write!(
-                f,
-                "no interface {name:?} in this network namespace (`ip link` lists them; create one, e.g. `ip link add {name} type veth peer name {name}p`)"
-            ),
-            Self::InvalidConfig(why) => write!(f, "invalid AF_XDP configuration: {why}"),
-            Self::PoolGeometry(why) => write!(f, "the pool's buffers cannot be UMEM chunks: {why}"),
-            Self::PoolExhausted { needed, got } => write!(
-                f,
-                "the pool supplied {got} of the {needed} buffers the fill rings start with; build a larger pool (fill ring size × queues + buffers in flight) or a smaller fill ring"
-            ),
-            Self::PermissionDenied { op, source } => write!(
-                f,
-                "{op} was refused ({source}): AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root); run as root or `setcap cap_net_admin,cap_net_raw,cap_bpf+ep <binary>`"
-            ),
-            Self::Unsupported { op, source } => write!(
-                f,
-                "{op} failed ({source}): this kernel lacks AF_XDP or BPF (needs Linux 5.9+ with CONFIG_XDP_SOCKETS and CONFIG_BPF_SYSCALL); use the TAP device instead"
-            ),
-            Self::MemlockLimit(e) => write!(
-                f,
-                "cannot pin the pool's region as UMEM ({e}): raise the locked-memory limit (`ulimit -l unlimited`, LimitMEMLOCK= in systemd) or grant CAP_IPC_LOCK"
-            ),
-            Self::NativeUnsupported { name, source } => write!(
-                f,
-                "the driver of {name:?} has no native XDP ({source}); use XdpMode::Generic (or XdpMode::Auto)"
-            ),
-            Self::ZeroCopyUnsupported { name, source: Some(e) } => write!(
-                f,
-                "{name:?} cannot do AF_XDP zero-copy ({e}); use ZeroCopy::Auto or ZeroCopy::Never for copy mode"
-            ),
-            Self::ZeroCopyUnsupported { name, source: None } => write!(
-                f,
-                "zero-copy on {name:?} needs native XDP; generic XDP is always copy mode: use XdpMode::Native or ZeroCopy::Auto"
-            ),
-            Self::AlreadyAttached { name, source } => write!(
-                f,
-                "another XDP program is attached to {name:?} ({source}); detach it (`ip link set dev {name} xdp off`, `xdpgeneric off`, or close the other AfXdp) and retry"
-            ),
-            Self::NoSuchQueue { name, queue, source } => write!(
-                f,
-                "cannot bind to queue {queue} of {name:?} ({source}): the interface has fewer queues (`ethtool -l {name}`; veth: `numrxqueues`/`numtxqueues` at creation)"
-            ),
-            Self::QueueBusy { name, queue, source } => write!(
-                f,
-                "queue {queue} of {name:?} already has an AF_XDP socket ({source}); close the other user or pick another queue"
-            ),
-            Self::ProgramRejected { source, log } => {
-                write!(f, "the kernel rejected the XDP redirect program ({source}); verifier log: {log}")
-            }
-            Self::BusyPoll { option, source } => match source.raw_os_error() {
-                Some(libc::EPERM | libc::EACCES) => write!(
-                    f,
-                    "setsockopt({option}) was refused ({source}): preferring busy polling, setting a busy-poll budget, or busy polling longer than the sysctl net.core.busy_read allows needs CAP_NET_ADMIN; run as root (or grant CAP_NET_ADMIN), or open without busy polling"
-                ),
-                _ => write!(
-                    f,
-                    "setsockopt({option}) failed ({source}): this kernel lacks it (SO_PREFER_BUSY_POLL and SO_BUSY_POLL_BUDGET need Linux 5.11+, all three CONFIG_NET_RX_BUSY_POLL); open without busy polling"
-                ),
-            },
-            Self::Io { op, source } => write!(f, "AF_XDP setup failed in {op}: {source}"),
-        }
+/// The message of [`XdpError::ZeroCopyUnsupported`]: the kernel refused, or generic XDP cannot.
+fn zero_copy_message(name: &str, source: Option<&io::Error>) -> String {
+    match source {
+        Some(e) => format!(
+            "{name:?} cannot do AF_XDP zero-copy ({e}); use ZeroCopy::Auto or ZeroCopy::Never for copy mode"
+        ),
+        None => format!(
+            "zero-copy on {name:?} needs native XDP; generic XDP is always copy mode: use XdpMode::Native or ZeroCopy::Auto"
+        ),
     }
 }
 
-impl std::error::Error for XdpError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::PermissionDenied { source, .. }
-            | Self::Unsupported { source, .. }
-            | Self::NativeUnsupported { source, .. }
-            | Self::AlreadyAttached { source, .. }
-            | Self::NoSuchQueue { source, .. }
-            | Self::QueueBusy { source, .. }
-            | Self::ProgramRejected { source, .. }
-            | Self::BusyPoll { source, .. }
-            | Self::Io { source, .. }
-            | Self::MemlockLimit(source) => Some(source),
-            Self::ZeroCopyUnsupported { source, .. } => source.as_ref().map(|e| e as _),
-            Self::InvalidName { .. }
-            | Self::NoSuchInterface { .. }
-            | Self::InvalidConfig(_)
-            | Self::PoolGeometry(_)
-            | Self::PoolExhausted { .. } => None,
-        }
+/// The message of [`XdpError::BusyPoll`]: a missing capability, or a kernel without the option.
+fn busy_poll_message(option: &str, source: &io::Error) -> String {
+    match source.raw_os_error() {
+        Some(libc::EPERM | libc::EACCES) => format!(
+            "setsockopt({option}) was refused ({source}): preferring busy polling, setting a busy-poll budget, or busy polling longer than the sysctl net.core.busy_read allows needs CAP_NET_ADMIN; run as root (or grant CAP_NET_ADMIN), or open without busy polling"
+        ),
+        _ => format!(
+            "setsockopt({option}) failed ({source}): this kernel lacks it (SO_PREFER_BUSY_POLL and SO_BUSY_POLL_BUDGET need Linux 5.11+, all three CONFIG_NET_RX_BUSY_POLL); open without busy polling"
+        ),
     }
 }
 

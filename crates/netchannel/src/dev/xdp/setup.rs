@@ -535,9 +535,8 @@ fn is_zero_copy(fd: &OwnedFd) -> bool {
         .is_ok_and(|(o, _)| o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0)
 }
 
-/// `SIOCETHTOOL` (linux/sockios.h).
-const SIOCETHTOOL: libc::Ioctl = 0x8946;
-/// `ETHTOOL_GCHANNELS` (linux/ethtool.h).
+/// `ETHTOOL_GCHANNELS` (linux/ethtool.h; ours because `libc` has `SIOCETHTOOL` but none of the
+/// ethtool commands or structures).
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
 
 /// `struct ethtool_channels` (linux/ethtool.h).
@@ -588,7 +587,7 @@ pub fn rx_queues(iface: &str) -> Result<u32, XdpError> {
     // SAFETY: SIOCETHTOOL reads `req` and the command structure its data pointer names, which is a
     // live `ethtool_channels` the kernel writes at most `size_of::<EthtoolChannels>()` bytes of
     // (ETHTOOL_GCHANNELS), for the duration of the call.
-    let r = unsafe { libc::ioctl(ctl.as_raw_fd(), SIOCETHTOOL, &raw mut req) };
+    let r = unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCETHTOOL, &raw mut req) };
     if r == 0 {
         let n = channels.rx_count.saturating_add(channels.combined_count);
         if n > 0 {

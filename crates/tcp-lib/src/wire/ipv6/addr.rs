@@ -103,16 +103,9 @@ impl fmt::Display for Cidr {
 }
 
 /// Why a string is not an IPv6 prefix ([`Cidr`]'s `FromStr`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an IPv6 address with a prefix length (like 2001:db8::2/64)")]
 pub struct ParseCidrError(String);
-
-impl fmt::Display for ParseCidrError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} is not an IPv6 address with a prefix length (like 2001:db8::2/64)", self.0)
-    }
-}
-
-impl std::error::Error for ParseCidrError {}
 
 impl std::str::FromStr for Cidr {
     type Err = ParseCidrError;

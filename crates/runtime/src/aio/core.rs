@@ -1,0 +1,264 @@
+//! [`AsyncCore`]: a core's handle for async services, and the loop that drives the core's
+//! executor and stack together ([`AsyncCore::block_on`]).
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use async_executor::LocalExecutor;
+use netchannel::wake::Notify;
+
+use super::Task;
+use super::stream::{AsyncListener, AsyncStream, Connect};
+use super::timer::{Sleep, Timers};
+use crate::core::local::Local;
+use crate::core::{Core, Interface, Stopping};
+use crate::idle::NAP;
+
+/// How long a core with a task waiting in `accept` sleeps at most before it looks at the accept
+/// queue again (other cores queue connections there, and a steal completes through the handoff
+/// channel), as the blocking `accept` does.
+const ACCEPT_RECHECK: Duration = Duration::from_millis(1);
+
+/// The executor's waker: the core's wakeup word.
+struct CoreWake(Arc<Notify>);
+
+impl Wake for CoreWake {
+    fn wake(self: Arc<Self>) {
+        self.0.notify();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.notify();
+    }
+}
+
+/// What the handles of one core share.
+pub(super) struct Inner<'c> {
+    pub(super) local: Rc<Local>,
+    pub(super) iface: Interface<'c>,
+    /// `None` once the core shut down (its tasks dropped).
+    executor: RefCell<Option<LocalExecutor<'c>>>,
+    pub(super) timers: Timers,
+    /// Tasks waiting in `accept`: woken after every round of the core's loop.
+    pub(super) acceptors: RefCell<Vec<Waker>>,
+    /// The runtime's stop was seen (and every waiting task woken once for it).
+    stopping: Cell<bool>,
+}
+
+/// The async service's handle to the core it runs on: listen, connect, spawn tasks, sleep.
+///
+/// A cheap-to-clone handle (an `Rc`: tasks keep their own), valid on the core's thread for as
+/// long as the service runs (`'c`). Made by [`Runtime::run_async`](crate::Runtime::run_async).
+#[derive(Clone)]
+pub struct AsyncCore<'c> {
+    pub(super) inner: Rc<Inner<'c>>,
+}
+
+impl fmt::Debug for AsyncCore<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncCore").field("id", &self.id()).field("cores", &self.cores()).finish()
+    }
+}
+
+impl<'c> AsyncCore<'c> {
+    pub(super) fn new(core: &Core<'c>) -> Self {
+        core.local.runs_tasks.set(true);
+        Self {
+            inner: Rc::new(Inner {
+                local: Rc::clone(&core.local),
+                iface: core.iface.clone(),
+                executor: RefCell::new(Some(LocalExecutor::new())),
+                timers: Timers::default(),
+                acceptors: RefCell::default(),
+                stopping: Cell::new(false),
+            }),
+        }
+    }
+
+    /// This core's number, `0..cores()`.
+    #[must_use]
+    pub fn id(&self) -> usize {
+        self.inner.local.core
+    }
+
+    /// How many cores the runtime runs.
+    #[must_use]
+    pub fn cores(&self) -> usize {
+        self.inner.local.shared.cores
+    }
+
+    /// Whether the runtime is stopping.
+    #[must_use]
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.get() || self.inner.local.shared.stopping()
+    }
+
+    /// The core's tcp-lib interface (the stack's escape hatch: `with_stack`, counters).
+    #[must_use]
+    pub fn interface(&self) -> &Interface<'c> {
+        &self.inner.iface
+    }
+
+    /// Runs `future` as a task of this core, beside the service's main future and the other
+    /// tasks; it may borrow what lives as long as the core (`'c`) and need not be `Send`.
+    ///
+    /// # Panics
+    ///
+    /// When called after the service's main future returned (the core's tasks are gone then).
+    pub fn spawn<T: 'c>(&self, future: impl Future<Output = T> + 'c) -> Task<T> {
+        let executor = self.inner.executor.borrow();
+        executor.as_ref().expect("spawn after the core's service returned").spawn(future)
+    }
+
+    /// Listens on `port` of this core's stack with Affinity-Accept across the cores (as
+    /// [`Core::listen`](crate::Core::listen)).
+    ///
+    /// # Errors
+    ///
+    /// As [`Core::listen`](crate::Core::listen).
+    pub fn listen(&self, port: u16) -> io::Result<AsyncListener<'c>> {
+        let listener = Core::listen_with(&self.inner.local, &self.inner.iface, port)?;
+        listener.set_nonblocking(true);
+        Ok(AsyncListener::new(self.clone(), listener))
+    }
+
+    /// Opens a connection to `addr` from this core's stack; completes once it is established.
+    ///
+    /// # Errors
+    ///
+    /// What fails at once (no route, no free port), the handshake's failure (refused, timed out
+    /// by the stack's SYN retries), [`Stopping`].
+    pub async fn connect(&self, addr: impl Into<SocketAddr>) -> io::Result<AsyncStream<'c>> {
+        Connect::new(self.clone(), addr.into())?.await
+    }
+
+    /// As [`connect`](Self::connect), failing with [`io::ErrorKind::TimedOut`] when the handshake
+    /// has not completed within `timeout` (the half-open connection is aborted).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect), and the timeout.
+    pub async fn connect_timeout(
+        &self,
+        addr: impl Into<SocketAddr>,
+        timeout: Duration,
+    ) -> io::Result<AsyncStream<'c>> {
+        let mut connect = pin!(Connect::new(self.clone(), addr.into())?);
+        let mut sleep = pin!(self.sleep(timeout));
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(done) = connect.as_mut().poll(cx) {
+                return Poll::Ready(done);
+            }
+            match sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "connection timed out")))
+                }
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// A future that completes `duration` from now, on the stack's clock.
+    pub fn sleep(&self, duration: Duration) -> Sleep<'c> {
+        self.sleep_until(Instant::now() + duration)
+    }
+
+    /// A future that completes at `deadline`.
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep<'c> {
+        Sleep::new(self.clone(), deadline)
+    }
+
+    /// Fails with [`Stopping`] once the runtime stops.
+    pub(super) fn check_stopping(&self) -> io::Result<()> {
+        if self.is_stopping() { Err(Stopping::error()) } else { Ok(()) }
+    }
+
+    /// Drives the core until `future` completes: the executor's runnable tasks, the stack, the
+    /// timers, and sleeping on the device and the core's wakeup when nothing is to be done (see
+    /// the [module documentation](super)).
+    ///
+    /// # Errors
+    ///
+    /// The device's errors (a failing device ends the core).
+    pub fn block_on<F: Future>(&self, future: F) -> io::Result<F::Output> {
+        let inner = &*self.inner;
+        let wake = Arc::clone(&inner.local.wake);
+        let waker = Waker::from(Arc::new(CoreWake(Arc::clone(&wake))));
+        let mut cx = Context::from_waker(&waker);
+        let executor = inner.executor.borrow();
+        let executor =
+            executor.as_ref().ok_or_else(|| io::Error::other("the core's executor is shut down"))?;
+        let mut run = pin!(executor.run(future));
+        let mut poll_tasks = true;
+        loop {
+            if poll_tasks {
+                wake.take();
+                if let Poll::Ready(out) = run.as_mut().poll(&mut cx) {
+                    return Ok(out);
+                }
+            }
+            let now = Instant::now();
+            inner.timers.fire(now);
+            if wake.is_notified() {
+                // A task became runnable (a timer, or a task that woke another): run it before
+                // looking at the stack again.
+                poll_tasks = true;
+                continue;
+            }
+            if self.is_stopping() {
+                self.stop_seen();
+                // Keep the stack going (what the tasks still send leaves) while the service ends.
+                inner.iface.poll()?;
+                if !wake.is_notified() {
+                    wake.sleep(Some(NAP));
+                }
+                poll_tasks = true;
+                continue;
+            }
+            let mut until = inner.timers.next();
+            if !inner.acceptors.borrow().is_empty() {
+                let recheck = now + ACCEPT_RECHECK;
+                until = Some(until.map_or(recheck, |t| t.min(recheck)));
+            }
+            match inner.iface.poll_wait(until.map(|t| t.saturating_duration_since(now))) {
+                Ok(()) => {}
+                Err(e) if Stopping::is(&e) => self.stop_seen(),
+                Err(e) => return Err(e),
+            }
+            for waker in inner.acceptors.borrow_mut().drain(..) {
+                waker.wake();
+            }
+            inner.timers.fire(Instant::now());
+            poll_tasks = wake.is_notified();
+        }
+    }
+
+    /// Once, when the stop is first seen: every task waiting in an accept or a timer is woken
+    /// (their next poll fails with `Stopping`); tasks waiting on a connection are woken by the
+    /// stack's wakers as the connection closes, and are dropped when the main future returns.
+    fn stop_seen(&self) {
+        if self.inner.stopping.replace(true) {
+            return;
+        }
+        for waker in self.inner.acceptors.borrow_mut().drain(..) {
+            waker.wake();
+        }
+        self.inner.timers.wake_all();
+        self.inner.local.wake.notify();
+    }
+
+    /// Drops the core's tasks (on this thread), after the main future returned.
+    pub(super) fn shut_down(&self) {
+        let executor = self.inner.executor.borrow_mut().take();
+        drop(executor);
+    }
+}
