@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# Packs every publishable crate of the workspace and builds each package as crates.io would get it:
-# `cargo publish --dry-run` for all of them, in dependency order, without a registry.
+# Packs every publishable crate of the workspace and builds the packages together as crates.io would
+# get them: `cargo publish --dry-run` for all of them, in dependency order, without a registry.
 #
 #   scripts/package.sh
 #
 # The publishable crates are the members without `publish = false` (read from `cargo metadata`).
 # For each, `cargo package --list` must name LICENSE-MIT, LICENSE-APACHE and README.md, and no test,
 # example or bench it ships may use `netns_test`, the workspace's unpublished test helper (such a test
-# goes into the crate's `exclude`). Then `cargo package --workspace --exclude <the unpublished>` packs
-# them and builds each from its .crate against the others' .crates (cargo's local overlay registry),
-# so a package that needs a file it does not ship, or an unpublished crate, fails here; so does
-# cargo's warning that a manifest has no documentation, homepage or repository. It runs `--offline`:
-# the crates come from cargo's cache, which the build stages of scripts/test.sh filled (standalone,
-# `cargo fetch --locked` first). About 25 s on 2 busy cores when target/debug holds the workspace's
-# dependencies, about 1 min from a cold target dir.
+# goes into the crate's `exclude`); its keywords must be ones crates.io accepts. Then
+# `cargo package --workspace --exclude <the unpublished> --no-verify` packs them (failing, too, on
+# cargo's warning that a manifest has no documentation, homepage or repository), and one `cargo build`
+# builds the unpacked packages as a scratch workspace (target/package-check) whose [patch.crates-io]
+# points each at the others' packages: a package that needs a file it does not ship, or an
+# unpublished crate, fails to build there.
+#
+# Why not cargo's own verify step (`cargo package` without --no-verify): it builds each package
+# against the others through a local overlay registry, and cargo treats a registry crate of a given
+# version as immutable: the overlay's netchannel 0.1.0 is unpacked once into
+# $CARGO_HOME/registry/src and compiled once into target/debug, and a later run with a changed
+# netchannel verifies its dependents against that first copy. The scratch workspace holds the
+# packages as path dependencies, unpacked afresh (with fresh mtimes) on every run.
+#
+# Offline: the crates come from cargo's cache, which the build stages of scripts/test.sh filled
+# (standalone, `cargo fetch --locked` first). It shares target/ with the workspace, so only the five
+# packages are compiled: about 30 s on 2 busy cores; budget 2 minutes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -22,7 +32,7 @@ die() {
   exit 1
 }
 
-# `<name> <manifest dir> <publishable: 1|0>` per workspace member. Fails on a publishable crate's
+# `<name> <manifest dir> <publishable: 1|0> <version>` per workspace member. Fails on a publishable crate's
 # keywords that crates.io would refuse (cargo does not check them): at most 5, each at most 20
 # characters, a letter first, then letters, digits, `_`, `-` or `+`.
 members=$(cargo metadata --format-version 1 --no-deps --offline --locked | python3 -c '
@@ -30,7 +40,7 @@ import json, os, re, sys
 bad = []
 for p in json.load(sys.stdin)["packages"]:
     publish = p["publish"] != []
-    print(p["name"], os.path.dirname(p["manifest_path"]), int(publish))
+    print(p["name"], os.path.dirname(p["manifest_path"]), int(publish), p["version"])
     kw = p["keywords"]
     wrong = [k for k in kw if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_+-]{0,19}", k)]
     if publish and (len(kw) > 5 or wrong):
@@ -41,12 +51,14 @@ if bad:
 
 publishable=()
 excludes=()
-while read -r name dir publish; do
+declare -A versions
+while read -r name dir publish version; do
   if [ "$publish" = 0 ]; then
     excludes+=(--exclude "$name")
     continue
   fi
   publishable+=("$name")
+  versions[$name]=$version
   list=$(cargo package --list --allow-dirty --offline --locked -p "$name" 2>/dev/null) ||
     die "cargo package --list -p $name failed: run it to see why"
   for f in LICENSE-MIT LICENSE-APACHE README.md; do
@@ -65,12 +77,36 @@ echo "package: ${publishable[*]} (skipping the publish = false members: ${exclud
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # --allow-dirty: CI and local runs package the tree as it is, committed or not.
-if ! cargo package --workspace "${excludes[@]}" --allow-dirty --offline --locked >"$log" 2>&1; then
+if ! cargo package --workspace "${excludes[@]}" --no-verify --allow-dirty --offline --locked >"$log" 2>&1; then
   cat "$log" >&2
-  die "cargo package failed (offline: if a crate is missing from cargo's cache, cargo fetch --locked first)"
+  die "cargo package failed"
 fi
 grep -v -e '^warning: ignoring \(test\|example\|benchmark\) `' "$log" || true
 if grep -q '^warning: manifest has no' "$log"; then
   die "a publishable crate's manifest lacks metadata (above): set documentation in its Cargo.toml"
+fi
+
+# The scratch workspace: every package unpacked (tar -m: fresh mtimes, so cargo rebuilds them), each
+# published dependency on another of them patched to its unpacked package.
+root=$PWD
+scratch=target/package-check
+rm -rf "$scratch"
+mkdir -p "$scratch"
+{
+  echo "# Generated by scripts/package.sh: the unpacked packages, built together."
+  echo "[workspace]"
+  echo "resolver = \"3\""
+  printf 'members = ['
+  for name in "${publishable[@]}"; do printf '"%s-%s", ' "$name" "${versions[$name]}"; done
+  echo "]"
+  echo "[patch.crates-io]"
+  for name in "${publishable[@]}"; do echo "$name = { path = \"$name-${versions[$name]}\" }"; done
+} >"$scratch/Cargo.toml"
+for name in "${publishable[@]}"; do
+  tar -xzmf "target/package/$name-${versions[$name]}.crate" -C "$scratch"
+done
+cp Cargo.lock rust-toolchain.toml "$scratch/"
+if ! (cd "$scratch" && CARGO_TARGET_DIR="$root/target" cargo build --workspace --offline); then
+  die "the packages do not build from what they ship (the scratch workspace is $scratch)"
 fi
 echo "package: ${#publishable[@]} crates packed and built from their packages"
