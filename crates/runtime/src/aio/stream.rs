@@ -133,6 +133,16 @@ impl<'c> AsyncStream<'c> {
         self.stream.shutdown(how)
     }
 
+    /// Aborts the connection: a reset to the peer, nothing more sent (as
+    /// [`Stream::abort`](tcp_lib::socket::Stream::abort)).
+    ///
+    /// # Errors
+    ///
+    /// When the connection is gone.
+    pub fn abort(self) -> io::Result<()> {
+        self.stream.abort()
+    }
+
     /// Reads into `buf`, or registers the task for the connection's next readable moment.
     ///
     /// # Errors
