@@ -47,10 +47,12 @@
 //! and the core flushes as the blocking runtime does.
 
 mod core;
+mod handle;
 mod stream;
 mod timer;
+mod timers;
 
-pub use self::core::AsyncCore;
+pub use handle::AsyncCore;
 pub use stream::{AsyncListener, AsyncStream};
 pub use timer::Sleep;
 

@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use tcp_lib::stack::Interest;
 use tcp_lib::tcp::State;
 
-use super::AsyncCore;
+use super::handle::AsyncCore;
 use crate::core::{Listener, Stream};
 
 /// A listening port of one core ([`AsyncCore::listen`]): [`accept`](Self::accept) as a future.
