@@ -22,6 +22,9 @@ use crate::idle::NAP;
 /// channel), as the blocking `accept` does.
 const ACCEPT_RECHECK: Duration = Duration::from_millis(1);
 
+/// Most tasks a core runs before it polls its stack again.
+const TASK_BATCH: usize = 200;
+
 /// The executor's waker: the core's wakeup word.
 struct CoreWake(Arc<Notify>);
 
@@ -109,13 +112,27 @@ impl<'c> AsyncCore<'c> {
         let executor = inner.executor.borrow();
         let executor =
             executor.as_ref().ok_or_else(|| io::Error::other("the core's executor is shut down"))?;
-        let mut run = pin!(executor.run(future));
+        let mut main = pin!(future);
+        // A tick of the executor, polled only before the core waits: when no task is runnable its
+        // ticker sleeps with the core's waker, so that a task scheduled from anywhere (this
+        // thread's stack wakers, a timer, another thread) notifies the core. While tasks run, the
+        // loop takes them straight off the executor's queue (`try_tick`), without `run`'s
+        // per-runner local queue and the stealing into it.
+        let mut ticker = Box::pin(executor.tick());
         let mut poll_tasks = true;
         loop {
             if poll_tasks {
                 wake.take();
-                if let Poll::Ready(out) = run.as_mut().poll(&mut cx) {
+                if let Poll::Ready(out) = main.as_mut().poll(&mut cx) {
                     return Ok(out);
+                }
+                let mut ran = 0;
+                while ran < TASK_BATCH && executor.try_tick() {
+                    ran += 1;
+                }
+                if ran == TASK_BATCH {
+                    // More may be runnable: let the stack move, then come back to them.
+                    wake.notify();
                 }
             }
             let now = Instant::now();
@@ -133,6 +150,12 @@ impl<'c> AsyncCore<'c> {
                 if !wake.is_notified() {
                     wake.sleep(Some(NAP));
                 }
+                poll_tasks = true;
+                continue;
+            }
+            // The ticker sleeps with the core's waker, or runs a task that became runnable since.
+            if ticker.as_mut().poll(&mut cx).is_ready() {
+                ticker.set(executor.tick());
                 poll_tasks = true;
                 continue;
             }
