@@ -97,9 +97,10 @@ impl<'c> AsyncCore<'c> {
     pub fn sleep_until(&self, deadline: Instant) -> Sleep<'c> {
         Sleep::new(self.clone(), deadline)
     }
+
     /// Drives the core until `future` completes: the executor's runnable tasks, the stack, the
     /// timers, and sleeping on the device and the core's wakeup when nothing is to be done (see
-    /// the [module documentation](super)).
+    /// the `aio` module's documentation in the source).
     ///
     /// # Errors
     ///

@@ -92,6 +92,7 @@ impl<'c> AsyncCore<'c> {
         let executor = self.inner.executor.borrow();
         executor.as_ref().expect("spawn after the core's service returned").spawn(future)
     }
+
     /// Fails with [`Stopping`] once the runtime stops.
     pub(super) fn check_stopping(&self) -> io::Result<()> {
         if self.is_stopping() { Err(Stopping::error()) } else { Ok(()) }
