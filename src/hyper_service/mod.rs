@@ -58,6 +58,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use clap::builder::TypedValueParser as _;
 use http_body_util::Full;
+use hyper::body::Body as _;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
@@ -178,32 +179,40 @@ pub fn route(path: &str) -> Option<Page> {
     n.parse().ok().filter(|&n| n <= MAX_BYTES).map(Page::Bytes)
 }
 
-/// The bodies, built once at start: the page and [`MAX_BYTES`] of the pattern that every
-/// `/bytes/N` is a slice of.
-struct Bodies {
+/// The responses, built once at start: the page and [`MAX_BYTES`] of the pattern that every
+/// `/bytes/N` body is a slice of (a reference count, no copy). What the service answers, and what
+/// `benches/hyper.rs`'s kernel baseline answers too.
+#[derive(Debug)]
+pub struct Pages {
     index: Bytes,
     pattern: Bytes,
 }
 
-impl Bodies {
-    fn new() -> Self {
+impl Default for Pages {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Pages {
+    /// Builds the bodies (1 MiB of pattern).
+    #[must_use]
+    pub fn new() -> Self {
         Self {
             index: Bytes::from_static(INDEX.as_bytes()),
             pattern: (0..MAX_BYTES).map(pattern).collect::<Vec<u8>>().into(),
         }
     }
 
-    /// The response to `req`, counted in `live`.
-    fn respond(&self, req: &Request<Incoming>, live: &Live) -> Response<Full<Bytes>> {
-        let page =
-            matches!(*req.method(), Method::GET | Method::HEAD).then(|| route(req.uri().path())).flatten();
+    /// The response to `method path`: 200 with the page or the bytes, else 404.
+    #[must_use]
+    pub fn respond(&self, method: &Method, path: &str) -> Response<Full<Bytes>> {
+        let page = matches!(*method, Method::GET | Method::HEAD).then(|| route(path)).flatten();
         let (status, kind, body) = match page {
             Some(Page::Index) => (StatusCode::OK, "text/html; charset=utf-8", self.index.clone()),
             Some(Page::Bytes(n)) => (StatusCode::OK, "application/octet-stream", self.pattern.slice(..n)),
             None => (StatusCode::NOT_FOUND, "text/plain", Bytes::from_static(NOT_FOUND.as_bytes())),
         };
-        add(if status == StatusCode::OK { &live.ok } else { &live.not_found }, 1);
-        add(&live.bytes, body.len() as u64);
         let mut response = Response::new(Full::new(body));
         *response.status_mut() = status;
         response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(kind));
@@ -247,6 +256,12 @@ impl Live {
         }
     }
 
+    /// Counts `response`.
+    fn count(&self, response: &Response<Full<Bytes>>) {
+        add(if response.status() == StatusCode::OK { &self.ok } else { &self.not_found }, 1);
+        add(&self.bytes, response.body().size_hint().exact().unwrap_or(0));
+    }
+
     fn error(&self, e: &hyper::Error) {
         add(&self.errors, 1);
         if let Ok(mut first) = self.first_error.lock()
@@ -259,7 +274,7 @@ impl Live {
 
 /// What every core's service shares.
 struct Shared {
-    bodies: Bodies,
+    pages: Pages,
     http: http1::Builder,
     port: u16,
     idle_timeout: Duration,
@@ -336,8 +351,11 @@ async fn connection(core: AsyncCore<'_>, stream: AsyncStream<'_>, shared: Arc<Sh
     let live = &shared.live[core.id()];
     let last = Rc::new(Cell::new(Instant::now()));
     let io = TokioIo::new(Watched { stream, last: Rc::clone(&last) });
-    let service =
-        service_fn(|req| std::future::ready(Ok::<_, Infallible>(shared.bodies.respond(&req, live))));
+    let service = service_fn(|req: Request<Incoming>| {
+        let response = shared.pages.respond(req.method(), req.uri().path());
+        live.count(&response);
+        std::future::ready(Ok::<_, Infallible>(response))
+    });
     let served = shared.http.serve_connection(io, service);
     match idle_limited(&core, served, &last, shared.idle_timeout).await {
         Some(Ok(())) => {}
@@ -393,7 +411,7 @@ pub fn run(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
     let mut http = http1::Builder::new();
     http.keep_alive(true);
     let shared = Arc::new(Shared {
-        bodies: Bodies::new(),
+        pages: Pages::new(),
         http,
         port: options.port,
         idle_timeout: options.idle_timeout,
