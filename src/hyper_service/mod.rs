@@ -5,7 +5,7 @@
 //! spawns a task per connection that runs hyper's
 //! [`http1::Builder::serve_connection`](hyper::server::conn::http1::Builder::serve_connection)
 //! over [`hyper_util::rt::TokioIo`] around the core's
-//! [`AsyncStream`](netchannel_runtime::AsyncStream) (its tokio I/O traits). Nothing here knows
+//! [`AsyncStream`] (its tokio I/O traits). Nothing here knows
 //! the backend: the 82599 model with an in-process client (the default), `--tap`, `--xdp` or
 //! `--pci` ([`ServeArgs`]).
 //!
