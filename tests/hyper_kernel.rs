@@ -279,6 +279,14 @@ fn serve<T>(
         while !ready() && !server.is_finished() && start.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(10));
         }
+        // Then until it listens (a SYN before that gets a reset).
+        let addr = SocketAddrV4::new(SERVER, PORT).into();
+        while !server.is_finished()
+            && start.elapsed() < Duration::from_secs(20)
+            && TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err()
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         if server.is_finished() {
             let e = match server.join() {
                 Ok(Err(e)) => e,
