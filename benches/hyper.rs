@@ -14,7 +14,8 @@
 //! executor. The kernel's: a thread named `hyper-kernel` enters a second namespace B, `nchyv0`
 //! moves there and gets 10.211.0.2 (offloads as they come), and the thread runs tokio's
 //! current-thread runtime with a `TcpListener` and a task per connection serving the same
-//! [`Pages`] with the same `http1::Builder` (keep-alive on) over `TokioIo<TcpStream>`. Both
+//! [`Pages`] with the same `http1::Builder` settings (keep-alive on, hyper's 30 s header timeout:
+//! ours on the core's timer, this one on `TokioTimer`) over `TokioIo<TcpStream>`. Both
 //! servers stay up for the whole run; one is loaded at a time.
 //!
 //! # The client, and what is measured
@@ -47,7 +48,7 @@ mod wrk;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use netchannels::cli::{IpCidr, ServeArgs};
 use netchannels::hyper_service::{Options, Pages, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
@@ -101,6 +102,7 @@ fn kernel_server(pages: Arc<Pages>, ready: &mpsc::Sender<Result<i32, String>>) -
     ip(&["link", "set", KERNEL_END, "up"])?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
         .map_err(|e| format!("tokio's runtime: {e}"))?;
     runtime.block_on(async {
@@ -108,8 +110,9 @@ fn kernel_server(pages: Arc<Pages>, ready: &mpsc::Sender<Result<i32, String>>) -
             .await
             .map_err(|e| format!("bind {VETH_SERVER}:{PORT}: {e}"))?;
         let _ = ready.send(Ok(0));
+        // As ours: keep-alive, and hyper's default 30 s header timeout, here on tokio's timer.
         let mut http = http1::Builder::new();
-        http.keep_alive(true);
+        http.keep_alive(true).timer(TokioTimer::new());
         loop {
             let Ok((stream, _)) = listener.accept().await else { continue };
             let _ = stream.set_nodelay(true);

@@ -11,8 +11,10 @@
 //!   --probability 0.03 -j DROP` on the namespace's INPUT and OUTPUT chains (the kernel's side:
 //!   what our stack sends is dropped on its way in, what the kernel sends on its way out); the
 //!   test checks that both rules dropped packets.
-//! * **The idle timeout** (TAP): a connection that sends nothing is closed by the server after
-//!   `--idle-timeout` (1 s here), counted in the report.
+//! * **The timeouts** (TAP): a connection that sends nothing is closed by the server after
+//!   `--idle-timeout` (1 s here); one that trickles a request head a byte every 100 ms (never idle)
+//!   by hyper's header timeout (`--header-timeout`, 2 s here: hyper's timer on the core's clock);
+//!   each counted in the report.
 //!
 //! The server's report must show no connection errors and every buffer back. Without root (or
 //! `/dev/net/tun`, or AF_XDP, or curl, python3 or iptables) a test prints `skipped: <why>`
@@ -199,6 +201,29 @@ fn idle_client() -> Result<Duration, String> {
     }
 }
 
+/// A client that trickles a request head, a byte every 100 ms (never idle for a second): hyper's
+/// header timeout (2 s) closes it; returns how long that took.
+fn trickle_client() -> Result<Duration, String> {
+    let start = Instant::now();
+    let mut s = TcpStream::connect_timeout(&SocketAddrV4::new(SERVER, PORT).into(), Duration::from_secs(10))
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+    std::io::Write::write_all(&mut s, b"GET / HTTP/1.1\r\nHost: t\r\nX-Slow: ").map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    while start.elapsed() < Duration::from_secs(6) {
+        if std::io::Write::write_all(&mut s, b"a").is_err() {
+            return Ok(start.elapsed());
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return Ok(start.elapsed()),
+            Ok(n) => return Err(format!("{n} bytes in answer to an unfinished head")),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return Ok(start.elapsed()),
+        }
+    }
+    Err("a head trickled for 6 s was not cut off".into())
+}
+
 /// Packets the namespace's iptables rule on `chain` dropped.
 fn iptables_drops(chain: &str) -> Result<u64, String> {
     let out = command("iptables", &["-L", chain, "-v", "-x", "-n"])?;
@@ -260,6 +285,7 @@ fn serve<T>(
         serve,
         port: PORT,
         idle_timeout: Duration::from_secs(1),
+        header_timeout: Duration::from_secs(2),
         progress: false,
         ..Options::default()
     };
@@ -316,14 +342,15 @@ fn kernel_clients(backend: Backend, lossy: bool) -> Result<(), String> {
     let result = serve(backend, lossy, || {
         let by_curl = curl(&dir)?;
         let by_python = python()?;
-        let idle = if backend == Backend::Tap && !lossy { Some(idle_client()?) } else { None };
+        let idle =
+            if backend == Backend::Tap && !lossy { Some((idle_client()?, trickle_client()?)) } else { None };
         let drops = if lossy { (iptables_drops("INPUT")?, iptables_drops("OUTPUT")?) } else { (0, 0) };
         Ok((by_curl + by_python, idle, drops))
     });
     let _ = std::fs::remove_dir_all(&dir);
     let ((responses, idle, drops), report) = result?;
     println!(
-        "{responses} responses checked byte for byte; idle connection closed after {idle:?}; iptables dropped \
+        "{responses} responses checked byte for byte; idle and trickling connections closed after {idle:?}; iptables dropped \
          {} packets coming in, {} going out",
         drops.0, drops.1
     );
@@ -336,10 +363,18 @@ fn kernel_clients(backend: Backend, lossy: bool) -> Result<(), String> {
     if report.errors() != 0 {
         return Err(format!("connection errors: {report}"));
     }
-    if let Some(took) = idle {
-        let timeouts: u64 = report.cores.iter().map(|c| c.idle_timeouts).sum();
-        if timeouts != 1 || took < Duration::from_millis(900) {
-            return Err(format!("idle connection closed after {took:?}, {timeouts} idle timeouts: {report}"));
+    if let Some((idle, trickle)) = idle {
+        let idle_timeouts: u64 = report.cores.iter().map(|c| c.idle_timeouts).sum();
+        let header_timeouts: u64 = report.cores.iter().map(|c| c.header_timeouts).sum();
+        if idle_timeouts != 1 || idle < Duration::from_millis(900) {
+            return Err(format!(
+                "idle connection closed after {idle:?}, {idle_timeouts} idle timeouts: {report}"
+            ));
+        }
+        if header_timeouts != 1 || trickle < Duration::from_millis(1900) {
+            return Err(format!(
+                "trickling connection closed after {trickle:?}, {header_timeouts} header timeouts: {report}"
+            ));
         }
     }
     if lossy && (drops.0 == 0 || drops.1 == 0) {

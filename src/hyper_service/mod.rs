@@ -22,16 +22,21 @@
 //!
 //! # Timeouts
 //!
-//! hyper's HTTP/1 `header_read_timeout` defaults to 30 s but needs a
-//! [`hyper::rt::Timer`], whose sleeps must be `Send + Sync + 'static`; the core's timers
-//! ([`AsyncCore::sleep`]) are neither (they hold the core's `Rc` handle and live as long as the
-//! core, `'c`), so hyper runs without a timer. It does not panic: a default timeout without a
-//! timer is skipped (only one that is *configured* without a timer panics, and none is). In its
-//! place each connection's task has an idle timeout on the core's clock (`--idle-timeout`,
-//! default 30 s): a connection on which nothing was read or written that long is closed (a
-//! kept-alive one waiting for its next request, or a client that stalled mid-request). A client
-//! that trickles one header byte within every idle period is not cut off (hyper's header timeout
-//! would); counted per core: [`CoreReport::idle_timeouts`].
+//! hyper's HTTP/1 `header_read_timeout` (`--header-timeout`, default 30 s, hyper's default: from
+//! when hyper starts reading a request head, a kept-alive connection waiting for its next request
+//! included, to the head's end; then hyper closes the connection) needs a [`hyper::rt::Timer`],
+//! whose sleeps must be `Send + Sync + 'static`. The core's timers ([`AsyncCore::sleep`]) are
+//! neither (they hold the core's `Rc` handle and live as long as the core, `'c`), so hyper gets
+//! a timer of its own on the core's clock (`timer`: sleeps that keep their wakers in a table of
+//! the core's thread, and one task per core that sleeps on [`AsyncCore::sleep_until`] until the
+//! earliest). Without a timer hyper would not panic (a *default* timeout without a timer is
+//! skipped; only one *configured* without a timer panics) but would apply no header timeout at
+//! all, and a client trickling a head byte by byte would hold its connection for ever.
+//!
+//! Beside it, each connection's task has an idle timeout on the core's clock (`--idle-timeout`,
+//! default 30 s): a connection on which nothing was read or written that long is closed (a client
+//! that stopped reading a response, or stalled mid-body). Counted per core:
+//! [`CoreReport::header_timeouts`], [`CoreReport::idle_timeouts`].
 //!
 //! # The model client
 //!
@@ -43,6 +48,7 @@
 
 mod client;
 mod report;
+mod timer;
 
 use std::cell::Cell;
 use std::convert::Infallible;
@@ -79,6 +85,8 @@ use crate::util::{add, get, thread_cpu};
 pub const DEFAULT_PORT: u16 = 80;
 /// The largest `/bytes/N`.
 pub const MAX_BYTES: usize = 1 << 20;
+/// The default `--header-timeout` (hyper's own default).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default `--idle-timeout`.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The page `GET /` answers.
@@ -114,6 +122,11 @@ pub struct Options {
     /// The HTTP port
     #[arg(long, value_name = "P", default_value_t = DEFAULT_PORT, value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
+
+    /// Seconds hyper waits for a request head (from when it starts reading one, on a kept-alive
+    /// connection from the end of the previous response); then it closes the connection
+    #[arg(long, value_name = "S", default_value = "30", value_parser = cli::seconds)]
+    pub header_timeout: Duration,
 
     /// Seconds a connection may go without reading or writing a byte; then it is closed
     #[arg(long, value_name = "S", default_value = "30", value_parser = cli::seconds)]
@@ -232,6 +245,7 @@ struct Live {
     bytes: AtomicU64,
     errors: AtomicU64,
     idle_timeouts: AtomicU64,
+    header_timeouts: AtomicU64,
     /// The first connection error, in words.
     first_error: Mutex<Option<String>>,
     cpu: OnceLock<Duration>,
@@ -251,6 +265,7 @@ impl Live {
             bytes: get(&self.bytes),
             errors: get(&self.errors),
             idle_timeouts: get(&self.idle_timeouts),
+            header_timeouts: get(&self.header_timeouts),
             first_error: self.first_error.lock().ok().and_then(|e| e.clone()),
             cpu: self.cpu.get().copied(),
         }
@@ -361,6 +376,7 @@ async fn connection(core: AsyncCore<'_>, stream: AsyncStream<'_>, shared: Arc<Sh
         Some(Ok(())) => {}
         // The runtime stopping fails what is still open: not the connection's error.
         Some(Err(_)) if core.is_stopping() => {}
+        Some(Err(e)) if e.is_timeout() => add(&live.header_timeouts, 1),
         Some(Err(e)) => live.error(&e),
         None => add(&live.idle_timeouts, 1),
     }
@@ -371,6 +387,7 @@ async fn serve(core: AsyncCore<'_>, shared: Arc<Shared>) -> io::Result<()> {
     let cpu_start = thread_cpu();
     let live = &shared.live[core.id()];
     let listener = core.listen(shared.port)?;
+    core.spawn(timer::drive(core.clone())).detach();
     let result = loop {
         let stream = match listener.accept().await {
             Ok((stream, _peer)) => stream,
@@ -409,7 +426,7 @@ pub fn run(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
         }
     }
     let mut http = http1::Builder::new();
-    http.keep_alive(true);
+    http.keep_alive(true).timer(timer::CoreTimer).header_read_timeout(options.header_timeout);
     let shared = Arc::new(Shared {
         pages: Pages::new(),
         http,
@@ -472,11 +489,12 @@ fn wait(options: &Options, control: &Control<'_>, live: &[Live], stop: &AtomicBo
             next += Duration::from_secs(1);
             let sum = |f: fn(&Live) -> u64| live.iter().map(f).sum::<u64>();
             println!(
-                "[{:6.1} s] {} requests, {} connections, {} errors, {} idle timeouts",
+                "[{:6.1} s] {} requests, {} connections, {} errors, {} header and {} idle timeouts",
                 elapsed.as_secs_f64(),
                 sum(Live::requests),
                 sum(|l| get(&l.conns)),
                 sum(|l| get(&l.errors)),
+                sum(|l| get(&l.header_timeouts)),
                 sum(|l| get(&l.idle_timeouts)),
             );
         }
@@ -514,6 +532,7 @@ mod tests {
             (&["--max-body", "0"][..], "--max-body"),
             (&["--max-body", "1048577"], "--max-body"),
             (&["--idle-timeout", "0"], "--idle-timeout"),
+            (&["--header-timeout", "x"], "--header-timeout"),
             (&["--tap", "a", "--cores", "2"], "--tap"),
         ] {
             let e = parse(args).unwrap_err().to_string();

@@ -22,13 +22,15 @@ pub struct CoreReport {
     pub not_found: u64,
     /// Body bytes of the responses.
     pub bytes: u64,
-    /// Connections hyper ended with an error (a malformed request, a reset), not counting those
-    /// the runtime's stop cut off.
+    /// Connections hyper ended with an error (a malformed request, a reset), not counting header
+    /// timeouts nor those the runtime's stop cut off.
     pub errors: u64,
     /// The first of those errors, in hyper's words.
     pub first_error: Option<String>,
     /// Connections closed by `--idle-timeout`.
     pub idle_timeouts: u64,
+    /// Connections hyper closed for `--header-timeout` (a request head not complete in time).
+    pub header_timeouts: u64,
     /// CPU time of the core's thread while it served (Linux schedstat), when known; with the
     /// `split` placement its channelizer's thread is not counted.
     pub cpu: Option<Duration>,
@@ -66,7 +68,8 @@ impl fmt::Display for Report {
         for c in &self.cores {
             writeln!(
                 f,
-                "  core {}: {} conns, {} requests (200 {} / 404 {}), {:.1} MiB of bodies; {} errors, {} idle timeouts",
+                "  core {}: {} conns, {} requests (200 {} / 404 {}), {:.1} MiB of bodies; {} errors, {} header \
+                 timeouts, {} idle timeouts",
                 c.core,
                 c.conns,
                 c.ok + c.not_found,
@@ -74,6 +77,7 @@ impl fmt::Display for Report {
                 c.not_found,
                 mib(c.bytes),
                 c.errors,
+                c.header_timeouts,
                 c.idle_timeouts
             )?;
             if let Some(e) = &c.first_error {
