@@ -221,8 +221,9 @@ fn bench() -> Result<(), String> {
         let report = server.join().map_err(|_| "our server panicked".to_owned())??;
         measured.map(|()| report)
     })?;
+    let first_error = report.cores.iter().find_map(|c| c.first_error.as_deref()).unwrap_or("none");
     println!(
-        "ours: {} requests answered, {} connection errors; load average {} at the end",
+        "ours: {} requests answered, {} connection errors (the first: {first_error}); load average {} at the end",
         report.requests(),
         report.errors(),
         loadavg()

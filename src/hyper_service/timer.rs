@@ -144,3 +144,50 @@ pub(super) async fn drive(core: AsyncCore<'_>) {
         .await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    use super::*;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn pending() -> usize {
+        TABLE.with(|t| t.borrow().pending.len())
+    }
+
+    /// Sleeps enter their thread's table once however often polled, the due ones are woken and
+    /// leave it, a dropped one leaves it, and an earlier deadline pokes the driver.
+    #[test]
+    fn sleeps_register_fire_and_leave() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let mut cx = Context::from_waker(&waker);
+        let now = Instant::now();
+        let mut a = Box::pin(CoreSleep { deadline: now + Duration::from_secs(60), key: None });
+        let mut b = Box::pin(CoreSleep { deadline: now + Duration::from_secs(120), key: None });
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        assert!(TABLE.with(|t| std::mem::take(&mut t.borrow_mut().poked)), "the first deadline pokes");
+        assert!(b.as_mut().poll(&mut cx).is_pending());
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(pending(), 2);
+        assert_eq!(fire(now + Duration::from_secs(90)), Some(now + Duration::from_secs(120)));
+        assert_eq!(count.0.load(Ordering::Relaxed), 1, "only the due one woken");
+        assert_eq!(pending(), 1);
+        drop(b);
+        assert_eq!(pending(), 0, "a dropped sleep leaves the table");
+        drop(a);
+        let mut done = Box::pin(CoreSleep { deadline: now, key: None });
+        assert!(done.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(pending(), 0);
+    }
+}
