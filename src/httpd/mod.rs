@@ -121,10 +121,12 @@ use netchannel_runtime::{Core, Interface, Snapshot, Stream};
 use tcp_lib::stack::{Error as StackError, PreparedSegments};
 
 pub use client::ClientReport;
+pub(crate) use client::{send_request, take_response};
 pub use content::{
     Content, DEMO_SIZES, InPool, MAX_POOL_BUFFERS, POOL_CUT, SEGMENT_SIZES, demo_bytes, demo_name,
 };
 pub use http::{MAX_REQUEST, Method, Parsed, Request, parse};
+pub(crate) use report::write_client_and_cpu;
 pub use report::{CoreReport, Report, Served};
 
 use crate::cli::{self, ServeArgs, Validate};
