@@ -16,7 +16,9 @@
 //!   per-core event loop, the summary every service has;
 //! * [`echo`]: the TCP echo service of `cargo run --release --example echo`, on the runtime;
 //! * [`httpd`]: the Sandstorm-style static HTTP server of `cargo run --release --example httpd`, on
-//!   the runtime.
+//!   the runtime;
+//! * `hyper_service` (feature `async`): HTTP/1.1 with hyper 1.x on the runtime's async cores, of
+//!   `cargo run --release --features async --example hyper`.
 
 pub use accept_affinity;
 pub use ixgbe_vfio;
@@ -28,6 +30,8 @@ pub mod cli;
 mod client;
 pub mod echo;
 pub mod httpd;
+#[cfg(feature = "async")]
+pub mod hyper_service;
 pub mod service;
 mod util;
 

@@ -2,6 +2,11 @@
 //! line, the service on every core, on the `main` thread the model's client or a wait with progress
 //! lines, the errors of both sides together), the per-core event loop over a listener and its
 //! connections, and the part of the summary every service has ([`ServiceReport`]).
+//!
+//! A service runs on the cores in one of two modes, with everything else the same: blocking-style
+//! (`BlockingService`, `serve`: each core runs the service's loop over non-blocking handles,
+//! [`Runtime::run`]) or async (`AsyncService`, `serve_async`, feature `async`: each core runs the
+//! service as an `async fn` on its executor, `Runtime::run_async`).
 
 use std::fmt;
 use std::io;
@@ -9,6 +14,8 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "async")]
+use netchannel_runtime::AsyncCore;
 use netchannel_runtime::stats::AcceptStats;
 use netchannel_runtime::{Control, Core, Runtime, Snapshot, Stopping, Stream};
 
@@ -26,8 +33,8 @@ const ACCEPT_BATCH: usize = 64;
 /// a deadline fires up to this late, and between sweeps no quiet connection is looked at.
 pub(crate) const SWEEP: Duration = Duration::from_millis(100);
 
-/// A service on the runtime, as [`serve`] runs it: what it says, what each core runs, and the
-/// model client's protocol.
+/// A service on the runtime, what both modes share: what it says, its counters, and the model
+/// client's protocol. What each core runs is [`BlockingService::serve`] or `AsyncService::serve`.
 pub(crate) trait Service: Sync {
     /// One core's counters, live (the progress line reads them) and final.
     type Live: Default + Sync;
@@ -43,15 +50,71 @@ pub(crate) trait Service: Sync {
     /// What the model client will do, for the setup line (`64 connections, 2000 messages each`).
     fn client_line(&self, plan: &Plan) -> String;
 
-    /// The service on one core, with its counters, until the runtime stops.
-    fn serve(&self, core: &mut Core<'_>, live: &Self::Live) -> io::Result<()>;
-
     /// The model client's protocol, against the server at `host`.
     fn protocol(&self, host: Ipv4Addr) -> Result<Self::Protocol, String>;
 
     /// Once a second while the service waits for clients elsewhere (not the model's): `elapsed`
     /// since it began waiting.
     fn every_second(&self, elapsed: Duration, snapshot: &Snapshot, live: &[Self::Live]);
+}
+
+/// A service whose cores run blocking-style ([`serve`]).
+pub(crate) trait BlockingService: Service {
+    /// The service on one core, with its counters, until the runtime stops.
+    fn serve(&self, core: &mut Core<'_>, live: &Self::Live) -> io::Result<()>;
+}
+
+/// A service whose cores run it as an `async fn` on their executors ([`serve_async`]).
+#[cfg(feature = "async")]
+pub(crate) trait AsyncService: Service {
+    /// The service on one core, with its counters, until the runtime stops (its accept fails
+    /// with [`Stopping`]); the tasks it spawned are dropped when it returns.
+    async fn serve(&self, core: AsyncCore<'_>, live: &Self::Live) -> io::Result<()>;
+}
+
+/// How the cores run a service: [`Runtime::run`] or [`Runtime::run_async`], with the service's
+/// counters, and `main` on this thread.
+trait Mode<S: Service> {
+    fn run<T>(
+        runtime: Runtime,
+        service: &S,
+        live: &[S::Live],
+        main: impl FnOnce(&Control<'_>) -> T,
+    ) -> Ran<T>;
+}
+
+/// What [`Mode::run`] returns: `main`'s output and the runtime's report.
+type Ran<T> = Result<(T, netchannel_runtime::Report), netchannel_runtime::Error>;
+
+/// [`BlockingService::serve`] on every core.
+struct Blocking;
+
+impl<S: BlockingService> Mode<S> for Blocking {
+    fn run<T>(
+        runtime: Runtime,
+        service: &S,
+        live: &[S::Live],
+        main: impl FnOnce(&Control<'_>) -> T,
+    ) -> Ran<T> {
+        runtime.run(|core: &mut Core<'_>| service.serve(core, &live[core.id()]), main)
+    }
+}
+
+/// `AsyncService::serve` on every core's executor.
+#[cfg(feature = "async")]
+struct Async;
+
+#[cfg(feature = "async")]
+impl<S: AsyncService> Mode<S> for Async {
+    fn run<T>(
+        runtime: Runtime,
+        service: &S,
+        live: &[S::Live],
+        main: impl FnOnce(&Control<'_>) -> T,
+    ) -> Ran<T> {
+        runtime
+            .run_async(async |core: AsyncCore<'_>| service.serve(core.clone(), &live[core.id()]).await, main)
+    }
 }
 
 /// What [`serve`] did.
@@ -92,7 +155,34 @@ impl<L> Served<L> {
 /// # Errors
 ///
 /// The runtime's failure, or the client's (with the cores' errors, when they failed too).
-pub(crate) fn serve<S: Service>(
+pub(crate) fn serve<S: BlockingService>(
+    service: &S,
+    port: u16,
+    plan: Plan,
+    runtime: Runtime,
+    stop: &AtomicBool,
+) -> Result<Served<S::Live>, String> {
+    serve_in::<S, Blocking>(service, port, plan, runtime, stop)
+}
+
+/// As [`serve`], the service running as an `async fn` on every core ([`Runtime::run_async`]).
+///
+/// # Errors
+///
+/// As [`serve`].
+#[cfg(feature = "async")]
+pub(crate) fn serve_async<S: AsyncService>(
+    service: &S,
+    port: u16,
+    plan: Plan,
+    runtime: Runtime,
+    stop: &AtomicBool,
+) -> Result<Served<S::Live>, String> {
+    serve_in::<S, Async>(service, port, plan, runtime, stop)
+}
+
+/// [`serve`] with the cores in mode `M`.
+fn serve_in<S: Service, M: Mode<S>>(
     service: &S,
     port: u16,
     plan: Plan,
@@ -109,31 +199,27 @@ pub(crate) fn serve<S: Service>(
         }
     }
     let live: Vec<S::Live> = (0..runtime.cores()).map(|_| S::Live::default()).collect();
-    let (client, runtime) = runtime
-        .run(
-            |core: &mut Core<'_>| service.serve(core, &live[core.id()]),
-            |control| match peer {
-                Some(peer) => {
-                    let tick = || {
-                        if cli::counters_requested() {
-                            print!("{}", control.snapshot());
-                        }
-                        !control.is_stopping()
-                    };
-                    let client = service.protocol(server_ip.address()).and_then(|mut protocol| {
-                        client::run(peer, server_ip, port, &plan, &mut protocol, stop, tick)
-                    });
-                    Some(client)
+    let (client, runtime) = M::run(runtime, service, &live, |control| match peer {
+        Some(peer) => {
+            let tick = || {
+                if cli::counters_requested() {
+                    print!("{}", control.snapshot());
                 }
-                None => {
-                    wait(control, plan.duration, stop, |elapsed, snapshot| {
-                        service.every_second(elapsed, snapshot, &live);
-                    });
-                    None
-                }
-            },
-        )
-        .map_err(|e| e.to_string())?;
+                !control.is_stopping()
+            };
+            let client = service.protocol(server_ip.address()).and_then(|mut protocol| {
+                client::run(peer, server_ip, port, &plan, &mut protocol, stop, tick)
+            });
+            Some(client)
+        }
+        None => {
+            wait(control, plan.duration, stop, |elapsed, snapshot| {
+                service.every_second(elapsed, snapshot, &live);
+            });
+            None
+        }
+    })
+    .map_err(|e| e.to_string())?;
     let client = match client {
         Some(Err(e)) if !runtime.errors.is_empty() => {
             let cores: Vec<String> = runtime.errors.iter().map(|(c, e)| format!("core {c}: {e}")).collect();

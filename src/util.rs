@@ -52,6 +52,13 @@ pub(crate) fn get(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
 }
 
+/// This thread's CPU time so far (Linux: the first field of `/proc/thread-self/schedstat`, ns).
+pub(crate) fn thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = text.split_whitespace().next()?.parse::<u64>().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
 /// Bytes in MiB.
 pub(crate) fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1 << 20)

@@ -8,6 +8,9 @@
 //! inherit it), creates a TAP with `ip tuntap`, gives the kernel's side 10.201.0.1/24 and
 //! fd00:201::1/64 and runs [`netchannels::echo::run`] on it as 10.201.0.2/24 and fd00:201::2/64. Without root or `/dev/net/tun` it prints
 //! `skipped: <why>` (`netns_test::skip`).
+//!
+//! The async echo ([`netchannels::echo::run_async`], feature `async`) passes the same tests, TCP
+//! only (it refuses `--udp`).
 //! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
 //! those preconditions hold fails the test.
 
@@ -16,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use netchannels::cli::IpCidr;
-use netchannels::echo::{Options, run};
+use netchannels::echo::{Options, Report, run};
 use netchannels::tcp_lib::wire::{Ipv4Cidr, Ipv6Cidr};
 use netns_test::ip;
 
@@ -79,24 +82,29 @@ fn kernel_udp_client(server: SocketAddr) -> Result<u64, String> {
     Ok(DATAGRAMS as u64)
 }
 
-fn in_namespace(offloads: bool) -> Result<(), String> {
+/// An echo service: [`run`] or `run_async`.
+type Run = fn(&Options, &AtomicBool) -> Result<Report, String>;
+
+/// The blocking echo over TCP and UDP, the async one over TCP.
+fn in_namespace(offloads: bool, run: Run, udp: bool) -> Result<(), String> {
     ip(&["tuntap", "add", "dev", IFACE, "mode", "tap"])?;
     ip(&["addr", "add", KERNEL, "dev", IFACE])?;
     ip(&["-6", "addr", "add", KERNEL6, "dev", IFACE, "nodad"])?;
     ip(&["link", "set", IFACE, "up"])?;
     let mut options = Options::tap(IFACE, Ipv4Cidr::new(SERVER, 24).expect("a /24"), PORT);
     options.serve.ips.push(IpCidr::V6(Ipv6Cidr::new(SERVER6, 64).expect("a /64")));
-    options.udp = true;
+    options.udp = udp;
     options.serve.tap_no_offloads = !offloads;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let server = s.spawn(|| run(&options, &stop));
         let clients: Vec<_> = (0..CONNECTIONS).map(|i| s.spawn(move || kernel_client(i))).collect();
-        let udp: Vec<_> = [SocketAddr::from((SERVER, PORT)), SocketAddr::from((SERVER6, PORT))]
+        let udp_clients: Vec<_> = [SocketAddr::from((SERVER, PORT)), SocketAddr::from((SERVER6, PORT))]
             .into_iter()
+            .filter(|_| udp)
             .map(|to| s.spawn(move || kernel_udp_client(to)))
             .collect();
-        let udp: Vec<Result<u64, String>> = udp
+        let udp_results: Vec<Result<u64, String>> = udp_clients
             .into_iter()
             .map(|c| c.join().unwrap_or_else(|_| Err("a UDP client panicked".into())))
             .collect();
@@ -112,11 +120,13 @@ fn in_namespace(offloads: bool) -> Result<(), String> {
         for r in results {
             sent += r?;
         }
-        for r in udp {
+        for r in udp_results {
             r?;
         }
         let core = report.cores.first().ok_or("no core in the report")?;
-        assert!(core.datagrams >= 2 * DATAGRAMS as u64 + 2, "every UDP datagram echoed, both families");
+        if udp {
+            assert!(core.datagrams >= 2 * DATAGRAMS as u64 + 2, "every UDP datagram echoed, both families");
+        }
         assert_eq!(report.cores.len(), 1);
         assert_eq!(core.served, CONNECTIONS as u64, "every connection served");
         assert_eq!(report.closed(), CONNECTIONS as u64, "every connection closed after the kernel's FIN");
@@ -139,11 +149,23 @@ fn in_namespace(offloads: bool) -> Result<(), String> {
 
 #[test]
 fn tap_echo_serves_concurrent_kernel_clients() {
-    netns_test::in_private_namespace(|| in_namespace(true));
+    netns_test::in_private_namespace(|| in_namespace(true, run, true));
 }
 
 /// The same over a TAP opened without offloads (`--tap-no-offloads`): plain frames both ways.
 #[test]
 fn tap_echo_without_offloads_serves_concurrent_kernel_clients() {
-    netns_test::in_private_namespace(|| in_namespace(false));
+    netns_test::in_private_namespace(|| in_namespace(false, run, true));
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn tap_async_echo_serves_concurrent_kernel_clients() {
+    netns_test::in_private_namespace(|| in_namespace(true, netchannels::echo::run_async, false));
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn tap_async_echo_without_offloads_serves_concurrent_kernel_clients() {
+    netns_test::in_private_namespace(|| in_namespace(false, netchannels::echo::run_async, false));
 }

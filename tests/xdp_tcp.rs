@@ -21,6 +21,9 @@
 //! kernel's end gets `ethtool -K ncxt1 tx off` (done here with the `SIOCETHTOOL` ioctl; TSO goes
 //! off with it), as a real NIC's wire would deliver complete frames.
 //!
+//! The async echo ([`netchannels::echo::run_async`], feature `async`) runs the echo, one bulk stream
+//! and the idle-sleep check too.
+//!
 //! Without root, or without AF_XDP in the kernel, each test prints `skipped: <why>` (`netns_test::skip`).
 //! The test command counts that as a skip (under `CI=true` a failure unless allowed); an error once
 //! those preconditions hold fails the test.
@@ -108,9 +111,12 @@ fn options(mode: XdpMode) -> Options {
     }
 }
 
-/// Runs the echo server in `mode` while `clients` run on this thread; returns the server's report
+/// An echo service: [`run`] or (feature `async`) `run_async`.
+type Run = fn(&Options, &AtomicBool) -> Result<Report, String>;
+
+/// Runs the echo server `run` in `mode` while `clients` run on this thread; returns the server's report
 /// and what the clients returned. An AF_XDP open failure for want of kernel support is a skip.
-fn serve<T>(mode: XdpMode, clients: impl FnOnce() -> T) -> Result<(Report, T), String> {
+fn serve<T>(mode: XdpMode, run: Run, clients: impl FnOnce() -> T) -> Result<(Report, T), String> {
     let options = options(mode);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -218,9 +224,9 @@ fn kernel_client(index: usize) -> Result<u64, String> {
     Ok(total)
 }
 
-fn echo(mode: XdpMode) -> Result<(), String> {
+fn echo(mode: XdpMode, run: Run) -> Result<(), String> {
     let start = Instant::now();
-    let (report, results) = serve(mode, || {
+    let (report, results) = serve(mode, run, || {
         std::thread::scope(|s| {
             let clients: Vec<_> = (0..CONNECTIONS).map(|i| s.spawn(move || kernel_client(i))).collect();
             clients
@@ -309,7 +315,7 @@ fn bulk_client(server: SocketAddr, total: u64) -> Result<u64, String> {
 }
 
 /// The bulk transfer over IPv4, or over IPv6 when `ipv6`.
-fn bulk(mode: XdpMode, ipv6: bool) -> Result<(), String> {
+fn bulk(mode: XdpMode, ipv6: bool, run: Run) -> Result<(), String> {
     let server = if ipv6 {
         SocketAddr::from((SERVER6, PORT))
     } else {
@@ -319,7 +325,7 @@ fn bulk(mode: XdpMode, ipv6: bool) -> Result<(), String> {
         std::env::var("NC_XDP_BULK_MIB").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(BULK_MIB_DEFAULT);
     let total = mib << 20;
     let mut elapsed = Duration::ZERO;
-    let (report, result) = serve(mode, || {
+    let (report, result) = serve(mode, run, || {
         let start = Instant::now();
         let r = bulk_client(server, total);
         elapsed = start.elapsed();
@@ -357,9 +363,9 @@ fn voluntary_switches(name: &str) -> Option<u64> {
 /// yielding its CPU for 2 ms before its first nap: one connection
 /// sends a message every 500 us, and the core thread's sleeps (voluntary context switches) are
 /// counted over 200 of them. A core that yields through each gap sleeps in none of them.
-fn idle_core_sleeps(mode: XdpMode) -> Result<(), String> {
+fn idle_core_sleeps(mode: XdpMode, run: Run) -> Result<(), String> {
     const ROUNDS: u64 = 200;
-    let (report, result) = serve(mode, || -> Result<u64, String> {
+    let (report, result) = serve(mode, run, || -> Result<u64, String> {
         let addr = SocketAddrV4::new(SERVER, PORT);
         let mut s = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(10))
             .map_err(|e| format!("connect: {e}"))?;
@@ -388,35 +394,61 @@ fn idle_core_sleeps(mode: XdpMode) -> Result<(), String> {
 
 #[test]
 fn generic_xdp_core_sleeps_when_idle() {
-    with_veth(|| idle_core_sleeps(XdpMode::Generic));
+    with_veth(|| idle_core_sleeps(XdpMode::Generic, run));
 }
 
 #[test]
 fn generic_xdp_echo_serves_concurrent_kernel_clients() {
-    with_veth(|| echo(XdpMode::Generic));
+    with_veth(|| echo(XdpMode::Generic, run));
 }
 
 #[test]
 fn native_xdp_echo_serves_concurrent_kernel_clients() {
-    with_veth(|| echo(XdpMode::Native));
+    with_veth(|| echo(XdpMode::Native, run));
 }
 
 #[test]
 fn generic_xdp_bulk_is_byte_exact() {
-    with_veth(|| bulk(XdpMode::Generic, false));
+    with_veth(|| bulk(XdpMode::Generic, false, run));
 }
 
 #[test]
 fn native_xdp_bulk_is_byte_exact() {
-    with_veth(|| bulk(XdpMode::Native, false));
+    with_veth(|| bulk(XdpMode::Native, false, run));
 }
 
 #[test]
 fn generic_xdp_bulk_is_byte_exact_ipv6() {
-    with_veth(|| bulk(XdpMode::Generic, true));
+    with_veth(|| bulk(XdpMode::Generic, true, run));
 }
 
 #[test]
 fn native_xdp_bulk_is_byte_exact_ipv6() {
-    with_veth(|| bulk(XdpMode::Native, true));
+    with_veth(|| bulk(XdpMode::Native, true, run));
+}
+
+/// The async echo (feature `async`) serves the same kernel clients: many connections, one bulk
+/// stream, and its core sleeps between requests as the blocking one does.
+#[cfg(feature = "async")]
+#[test]
+fn generic_xdp_async_echo_serves_concurrent_kernel_clients() {
+    with_veth(|| echo(XdpMode::Generic, netchannels::echo::run_async));
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn native_xdp_async_echo_serves_concurrent_kernel_clients() {
+    with_veth(|| echo(XdpMode::Native, netchannels::echo::run_async));
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn generic_xdp_async_bulk_is_byte_exact() {
+    with_veth(|| bulk(XdpMode::Generic, false, netchannels::echo::run_async));
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn generic_xdp_async_core_sleeps_when_idle() {
+    with_veth(|| idle_core_sleeps(XdpMode::Generic, netchannels::echo::run_async));
 }

@@ -13,6 +13,10 @@
 //! `N` (one accept per 5 ms, 1 ms per chunk read) so that its accept queue fills, it turns busy and
 //! the other cores steal from it; `--backlog` sets the queue size that busyness is measured against.
 //!
+//! With feature `async`, [`run_async`] is the same service written with async/await (an accept loop
+//! spawning a task per connection on each core's executor; TCP only): `cargo run --release
+//! --features async --example async_echo`.
+//!
 //! # Backends
 //!
 //! Whatever [`ServeArgs`] names: the 82599 model with its in-process client (the default; no NIC,
@@ -33,26 +37,31 @@
 //! when the duration is up, or on Ctrl-C) it half-closes, waits for the server's FIN and closes
 //! ([`ClientReport`]).
 
+#[cfg(feature = "async")]
+mod async_service;
 mod client;
 
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use clap::builder::TypedValueParser as _;
-use netchannel_runtime::{Backend, Core, Snapshot, Stream};
+use netchannel_runtime::{Backend, Core, Runtime, Snapshot, Stream};
 use tcp_lib::stack::UdpId;
 use tcp_lib::wire::Ipv4Cidr;
 
+#[cfg(feature = "async")]
+pub use async_service::run_async;
 pub use client::ClientReport;
 
 use crate::cli::{self, IpCidr, ServeArgs, Validate};
 use crate::client::Plan;
-use crate::service::{self, Counters, Handler, ServiceReport, Step, event_loop, write_latency};
-use crate::util::{add, get, mib};
+use crate::service::{self, Counters, Handler, Served, ServiceReport, Step, event_loop, write_latency};
+use crate::util::{add, get, mib, thread_cpu};
 
 /// The echo port (RFC 862).
 pub const DEFAULT_PORT: u16 = 7;
@@ -213,6 +222,9 @@ pub struct CoreReport {
     pub open_at_exit: u64,
     /// UDP datagrams echoed (`--udp`).
     pub datagrams: u64,
+    /// The CPU time of the core's thread while it served (`None` where the kernel does not say:
+    /// `/proc/thread-self/schedstat`).
+    pub cpu: Option<Duration>,
 }
 
 /// Everything a run did ([`ServiceReport`]'s `details`: the backend that ran); [`fmt::Display`]
@@ -242,6 +254,12 @@ impl Report {
     #[must_use]
     pub fn bytes_echoed(&self) -> u64 {
         self.cores.iter().map(|c| c.bytes).sum()
+    }
+
+    /// The CPU time of every core's thread while it served, summed (`None` where unknown).
+    #[must_use]
+    pub fn server_cpu(&self) -> Option<Duration> {
+        self.cores.iter().map(|c| c.cpu).sum()
     }
 
     /// The line that explains frames dropped as malformed on TAP or AF_XDP, if any were.
@@ -294,6 +312,14 @@ impl fmt::Display for Report {
                 c.completed as f64 / secs
             )?;
             write_latency(f, "send to full echo", &c.latency)?;
+            if let Some(cpu) = self.server_cpu() {
+                writeln!(
+                    f,
+                    "  server CPU: {:.3} s over the cores, {:.2} us per message",
+                    cpu.as_secs_f64(),
+                    cpu.as_secs_f64() * 1e6 / c.messages.max(1) as f64
+                )?;
+            }
             writeln!(
                 f,
                 "  client stack: {} frames in, {} out, {} dropped on output, {} resets sent",
@@ -358,7 +384,7 @@ impl fmt::Display for Report {
 
 /// One core's echo counters, live (the progress line reads them) and final.
 #[derive(Debug, Default)]
-struct Live {
+struct Counts {
     served: AtomicU64,
     closed: AtomicU64,
     failed: AtomicU64,
@@ -367,7 +393,31 @@ struct Live {
     datagrams: AtomicU64,
 }
 
+/// One core's echo counters (shared with its connection tasks in the async echo, which outlive
+/// any borrow: `Arc`) and the CPU time the core spent serving.
+#[derive(Debug, Default)]
+struct Live {
+    counts: Arc<Counts>,
+    /// The core's thread CPU time while it served.
+    cpu: OnceLock<Duration>,
+}
+
+impl std::ops::Deref for Live {
+    type Target = Counts;
+
+    fn deref(&self) -> &Counts {
+        &self.counts
+    }
+}
+
 impl Live {
+    /// Keeps the CPU time the core's thread spent since `start` (its [`thread_cpu`] then).
+    fn cpu_since(&self, start: Option<Duration>) {
+        if let Some(cpu) = thread_cpu().zip(start).map(|(end, start)| end.saturating_sub(start)) {
+            let _ = self.cpu.set(cpu);
+        }
+    }
+
     fn report(&self, core: usize) -> CoreReport {
         CoreReport {
             core,
@@ -377,6 +427,7 @@ impl Live {
             bytes: get(&self.bytes),
             open_at_exit: get(&self.open_at_exit),
             datagrams: get(&self.datagrams),
+            cpu: self.cpu.get().copied(),
         }
     }
 }
@@ -463,23 +514,11 @@ struct Echo<'a> {
     options: &'a Options,
     backend: &'a Backend,
     warned: AtomicBool,
+    /// The cores run the async echo ([`async_service`]): the setup line says so.
+    asynchronous: bool,
 }
 
-impl service::Service for Echo<'_> {
-    type Live = Live;
-    type Protocol = client::EchoProtocol;
-
-    const NAME: &'static str = "echo";
-
-    fn setup(&self, runtime: &str) -> String {
-        format!("{runtime}, port {}", self.options.port)
-    }
-
-    fn client_line(&self, plan: &Plan) -> String {
-        let (min, max) = self.options.size;
-        format!("{} connections, {}, sizes {min}..={max} bytes", plan.conns, plan.length("message"))
-    }
-
+impl service::BlockingService for Echo<'_> {
     /// Echo on one core: the [`event_loop`] over its connections.
     fn serve(&self, core: &mut Core<'_>, live: &Live) -> io::Result<()> {
         let counters = Counters {
@@ -499,7 +538,27 @@ impl service::Service for Echo<'_> {
             None
         };
         let mut echoing = Echoing { live, buf: vec![0; CHUNK], slow, last_accept: None, udp };
-        event_loop(core, self.options.port, &counters, &mut echoing)
+        let start = thread_cpu();
+        let result = event_loop(core, self.options.port, &counters, &mut echoing);
+        live.cpu_since(start);
+        result
+    }
+}
+
+impl service::Service for Echo<'_> {
+    type Live = Live;
+    type Protocol = client::EchoProtocol;
+
+    const NAME: &'static str = "echo";
+
+    fn setup(&self, runtime: &str) -> String {
+        let mode = if self.asynchronous { ", async/await" } else { "" };
+        format!("{runtime}, port {}{mode}", self.options.port)
+    }
+
+    fn client_line(&self, plan: &Plan) -> String {
+        let (min, max) = self.options.size;
+        format!("{} connections, {}, sizes {min}..={max} bytes", plan.conns, plan.length("message"))
     }
 
     fn protocol(&self, _host: Ipv4Addr) -> Result<client::EchoProtocol, String> {
@@ -542,6 +601,18 @@ fn default_cores() -> usize {
 /// would not open, a client connection that failed or got a wrong byte back, a core that failed,
 /// buffers not all back.
 pub fn run(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
+    run_in(options, stop, false, |echo, port, plan, runtime, stop| {
+        service::serve(echo, port, plan, runtime, stop)
+    })
+}
+
+/// [`run`]'s body, the cores running `serve` (`asynchronous` for the setup line).
+fn run_in(
+    options: &Options,
+    stop: &AtomicBool,
+    asynchronous: bool,
+    serve: impl FnOnce(&Echo<'_>, u16, Plan, Runtime, &AtomicBool) -> Result<Served<Live>, String>,
+) -> Result<Report, String> {
     cli::check(options)?;
     let backend = options.serve.backend();
     let mut builder = options.serve.builder().balance(options.balance);
@@ -555,9 +626,9 @@ pub fn run(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
     {
         return Err(slow_core_error(slow, cores));
     }
-    let echo = Echo { options, backend: &backend, warned: AtomicBool::new(false) };
+    let echo = Echo { options, backend: &backend, warned: AtomicBool::new(false), asynchronous };
     let plan = Plan::new(&options.serve, options.conns, options.messages, options.seed, options.progress);
-    let served = service::serve(&echo, options.port, plan, runtime, stop)?;
+    let served = serve(&echo, options.port, plan, runtime, stop)?;
     Ok(served.report(|core, l: &Live| l.report(core), backend))
 }
 
@@ -655,8 +726,39 @@ mod tests {
         assert!(report.runtime.setup.contains("split"), "{report}");
     }
 
+    /// The async echo ([`run_async`]) on the model: the same run, the same counters, the same
+    /// summary as the blocking echo's.
+    #[cfg(feature = "async")]
+    #[test]
+    fn model_async_echo_small_run() {
+        let report = run_async(&model(2, |_| {}), &AtomicBool::new(false)).unwrap();
+        check_small_run(&report);
+        assert_eq!(report.cores.len(), 2);
+        assert!(report.runtime.setup.contains("2 core"), "{report}");
+        assert!(report.server_cpu().is_some(), "{report}");
+    }
+
+    #[cfg(feature = "async")]
+    #[test]
+    fn model_async_echo_stolen_connections_move_to_the_stealer() {
+        stolen_connections_move_to_the_stealer(run_async);
+    }
+
+    #[cfg(feature = "async")]
+    #[test]
+    fn the_async_echo_refuses_udp() {
+        let e = run_async(&model(1, |o| o.udp = true), &AtomicBool::new(false)).unwrap_err();
+        assert!(e.contains("--udp") && e.contains("--example echo --udp"), "{e}");
+    }
+
     #[test]
     fn model_echo_stolen_connections_move_to_the_stealer() {
+        stolen_connections_move_to_the_stealer(run);
+    }
+
+    /// A slow core's queue fills and the other core steals from it: every steal moves its
+    /// connection, every byte comes back, nothing is reset.
+    fn stolen_connections_move_to_the_stealer(run: fn(&Options, &AtomicBool) -> Result<Report, String>) {
         let options = model(2, |o| {
             o.conns = 128;
             o.serve.backlog = 32;

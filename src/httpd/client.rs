@@ -6,7 +6,7 @@
 
 use std::net::Ipv4Addr;
 
-use tcp_lib::stack::Stack;
+use tcp_lib::stack::{Stack, StreamId};
 
 use super::{Content, Options};
 use crate::client::{self, Advanced, Conn, Protocol, Summary, client_report};
@@ -41,8 +41,8 @@ pub(super) struct Exchange {
     input: Vec<u8>,
 }
 
-/// Parses a response head: (status, Content-Length, head length).
-fn response_head(buf: &[u8]) -> Option<Result<(u16, usize, usize), String>> {
+/// Parses a response head: (status, Content-Length, head length); `None` while incomplete.
+fn response_head(buf: &[u8]) -> Option<Result<Head, String>> {
     let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = String::from_utf8_lossy(&buf[..end]);
     let mut lines = head.split("\r\n");
@@ -58,6 +58,50 @@ fn response_head(buf: &[u8]) -> Option<Result<(u16, usize, usize), String>> {
         .and_then(|(_, v)| v.trim().parse().ok());
     let Some(length) = length else { return Some(Err(format!("no Content-Length in {head:?}"))) };
     Some(Ok((status, length, end + 4)))
+}
+
+/// Sends `method path` to `host` on stream `id`.
+///
+/// # Errors
+///
+/// When the request did not all fit in the send buffer (a connection has one request in flight:
+/// its buffer is empty) or the connection failed.
+pub(crate) fn send_request(
+    stack: &mut Stack,
+    id: StreamId,
+    method: &str,
+    path: &str,
+    host: Ipv4Addr,
+) -> Result<(), String> {
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: netchannels\r\n\r\n");
+    match stack.send(id, req.as_bytes()) {
+        Ok(n) if n == req.len() => Ok(()),
+        other => Err(format!("sending a request: {other:?}")),
+    }
+}
+
+/// A response head: status, `Content-Length`, the head's length.
+pub(crate) type Head = (u16, usize, usize);
+
+/// Receives what came for stream `id` into `input`; returns whether anything came and, when a response
+/// is `expected` and its head is all there, its status, `Content-Length` and head length.
+///
+/// # Errors
+///
+/// The connection's (the server closed early), or a malformed head.
+pub(crate) fn take_response(
+    stack: &mut Stack,
+    id: StreamId,
+    buf: &mut [u8],
+    input: &mut Vec<u8>,
+    expected: bool,
+) -> Result<(bool, Option<Head>), String> {
+    let moved = client::receive(stack, id, buf, |got| {
+        input.extend_from_slice(got);
+        Ok(())
+    })?;
+    let head = if expected { response_head(input).transpose()? } else { None };
+    Ok((moved, head))
 }
 
 /// httpd's client protocol: random files of the content, by path.
@@ -104,13 +148,7 @@ impl Protocol for HttpProtocol<'_> {
         } else {
             (Expect::File(pick), "GET", self.files[pick].0)
         };
-        let req =
-            format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: netchannels\r\n\r\n", self.host);
-        // A request is small: it always fits the (empty) send buffer.
-        match stack.send(c.id, req.as_bytes()) {
-            Ok(n) if n == req.len() => {}
-            other => return Err(format!("sending a request: {other:?}")),
-        }
+        send_request(stack, c.id, method, path, self.host)?;
         c.state.expect = Some(expect);
         Ok(())
     }
@@ -123,14 +161,9 @@ impl Protocol for HttpProtocol<'_> {
         buf: &mut [u8],
     ) -> Result<Advanced, String> {
         let x = &mut c.state;
-        let moved = client::receive(stack, c.id, buf, |got| {
-            x.input.extend_from_slice(got);
-            Ok(())
-        })?;
+        let (moved, head) = take_response(stack, c.id, buf, &mut x.input, x.expect.is_some())?;
         let waiting = Ok(Advanced { moved, completed: None });
-        let Some(expect) = x.expect else { return waiting };
-        let Some(head) = response_head(&x.input) else { return waiting };
-        let (status, length, head_len) = head?;
+        let (Some(expect), Some((status, length, head_len))) = (x.expect, head) else { return waiting };
         let (want_status, body): (u16, Option<&[u8]>) = match expect {
             Expect::File(i) => (200, Some(self.files[i].1)),
             Expect::Head(i) => {

@@ -121,16 +121,18 @@ use netchannel_runtime::{Core, Interface, Snapshot, Stream};
 use tcp_lib::stack::{Error as StackError, PreparedSegments};
 
 pub use client::ClientReport;
+pub(crate) use client::{send_request, take_response};
 pub use content::{
     Content, DEMO_SIZES, InPool, MAX_POOL_BUFFERS, POOL_CUT, SEGMENT_SIZES, demo_bytes, demo_name,
 };
 pub use http::{MAX_REQUEST, Method, Parsed, Request, parse};
+pub(crate) use report::write_client_and_cpu;
 pub use report::{CoreReport, Report, Served};
 
 use crate::cli::{self, ServeArgs, Validate};
 use crate::client::Plan;
 use crate::service::{self, Counters, Handler, Step, event_loop};
-use crate::util::{add, get};
+use crate::util::{add, get, thread_cpu};
 
 /// The HTTP port.
 pub const DEFAULT_PORT: u16 = 80;
@@ -579,13 +581,6 @@ fn expire(
     }
 }
 
-/// This thread's CPU time so far (Linux: the first field of `/proc/thread-self/schedstat`, ns).
-fn thread_cpu() -> Option<Duration> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns = text.split_whitespace().next()?.parse::<u64>().ok()?;
-    Some(Duration::from_nanos(ns))
-}
-
 /// The HTTP service of one core: an event loop over its listener and its connections, until the
 /// runtime stops.
 fn serve(core: &Core<'_>, svc: &Service<'_>, live: &Live) -> io::Result<()> {
@@ -679,6 +674,12 @@ impl Handler for Serving<'_, '_> {
     }
 }
 
+impl service::BlockingService for Service<'_> {
+    fn serve(&self, core: &mut Core<'_>, live: &Live) -> io::Result<()> {
+        serve(core, self, live)
+    }
+}
+
 impl<'a> service::Service for Service<'a> {
     type Live = Live;
     type Protocol = client::HttpProtocol<'a>;
@@ -692,10 +693,6 @@ impl<'a> service::Service for Service<'a> {
 
     fn client_line(&self, plan: &Plan) -> String {
         format!("{} client connections, {}", plan.conns, plan.length("request"))
-    }
-
-    fn serve(&self, core: &mut Core<'_>, live: &Live) -> io::Result<()> {
-        serve(core, self, live)
     }
 
     fn protocol(&self, host: Ipv4Addr) -> Result<client::HttpProtocol<'a>, String> {

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use netchannel_runtime::Snapshot;
 use netchannel_runtime::stats::CoreStats;
 
 use super::client::ClientReport;
@@ -124,6 +125,42 @@ impl Report {
     }
 }
 
+/// An HTTP summary's client line and latency (model backend) and its server CPU line: `cpu`
+/// over the run (`snapshot`'s elapsed time) and per request of `requests`.
+pub(crate) fn write_client_and_cpu(
+    f: &mut fmt::Formatter<'_>,
+    client: Option<&ClientReport>,
+    cpu: Option<Duration>,
+    requests: u64,
+    snapshot: &Snapshot,
+) -> fmt::Result {
+    if let Some(c) = client {
+        let secs = c.elapsed.as_secs_f64().max(1e-9);
+        writeln!(
+            f,
+            "  client: {} of {} connections completed, {} responses checked ({:.1} MiB of bodies byte for byte) in \
+             {secs:.2} s: {:.0} requests/s, {:.1} MiB/s",
+            c.completed,
+            c.conns,
+            c.responses,
+            mib(c.bytes),
+            c.responses as f64 / secs,
+            mib(c.bytes) / secs
+        )?;
+        write_latency(f, "request to last byte", &c.latency)?;
+    }
+    if let Some(cpu) = cpu {
+        writeln!(
+            f,
+            "  server CPU: {:.3} s over {:.2} s, {:.1} us per request",
+            cpu.as_secs_f64(),
+            snapshot.elapsed.as_secs_f64(),
+            cpu.as_secs_f64() * 1e6 / requests.max(1) as f64
+        )?;
+    }
+    Ok(())
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let runtime = &self.runtime;
@@ -137,31 +174,7 @@ impl fmt::Display for Report {
             "summary: HTTP on {}, port {}, {mode}; {}",
             runtime.setup, self.port, self.details.source
         )?;
-        if let Some(c) = &self.client {
-            let secs = c.elapsed.as_secs_f64().max(1e-9);
-            writeln!(
-                f,
-                "  client: {} of {} connections completed, {} responses checked ({:.1} MiB of bodies byte for byte) in \
-                 {secs:.2} s: {:.0} requests/s, {:.1} MiB/s",
-                c.completed,
-                c.conns,
-                c.responses,
-                mib(c.bytes),
-                c.responses as f64 / secs,
-                mib(c.bytes) / secs
-            )?;
-            write_latency(f, "request to last byte", &c.latency)?;
-        }
-        let requests = self.requests();
-        if let Some(cpu) = self.server_cpu() {
-            writeln!(
-                f,
-                "  server CPU: {:.3} s over {:.2} s, {:.1} us per request",
-                cpu.as_secs_f64(),
-                self.snapshot().elapsed.as_secs_f64(),
-                cpu.as_secs_f64() * 1e6 / requests.max(1) as f64
-            )?;
-        }
+        write_client_and_cpu(f, self.client.as_ref(), self.server_cpu(), self.requests(), self.snapshot())?;
         self.write_accept(f, "steals")?;
         let snapshot = self.snapshot();
         for c in &self.cores {

@@ -1,31 +1,29 @@
-//! [`AsyncCore`]: a core's handle for async services, and the loop that drives the core's
-//! executor and stack together ([`AsyncCore::block_on`]).
+//! The loop that drives a core's executor and stack together ([`AsyncCore::block_on`]), and the
+//! [`AsyncCore`] methods that make listeners, connections and timers.
 
-use std::cell::{Cell, RefCell};
-use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use async_executor::LocalExecutor;
 use netchannel::wake::Notify;
 
-use super::Task;
+use super::handle::AsyncCore;
 use super::stream::{AsyncListener, AsyncStream, Connect};
-use super::timer::{Sleep, Timers};
-use crate::core::local::Local;
-use crate::core::{Core, Interface, Stopping};
+use super::timer::Sleep;
+use crate::core::{Core, Stopping};
 use crate::idle::NAP;
 
 /// How long a core with a task waiting in `accept` sleeps at most before it looks at the accept
 /// queue again (other cores queue connections there, and a steal completes through the handoff
 /// channel), as the blocking `accept` does.
 const ACCEPT_RECHECK: Duration = Duration::from_millis(1);
+
+/// Most tasks a core runs before it polls its stack again.
+const TASK_BATCH: usize = 200;
 
 /// The executor's waker: the core's wakeup word.
 struct CoreWake(Arc<Notify>);
@@ -40,84 +38,7 @@ impl Wake for CoreWake {
     }
 }
 
-/// What the handles of one core share.
-pub(super) struct Inner<'c> {
-    pub(super) local: Rc<Local>,
-    pub(super) iface: Interface<'c>,
-    /// `None` once the core shut down (its tasks dropped).
-    executor: RefCell<Option<LocalExecutor<'c>>>,
-    pub(super) timers: Timers,
-    /// Tasks waiting in `accept`: woken after every round of the core's loop.
-    pub(super) acceptors: RefCell<Vec<Waker>>,
-    /// The runtime's stop was seen (and every waiting task woken once for it).
-    stopping: Cell<bool>,
-}
-
-/// The async service's handle to the core it runs on: listen, connect, spawn tasks, sleep.
-///
-/// A cheap-to-clone handle (an `Rc`: tasks keep their own), valid on the core's thread for as
-/// long as the service runs (`'c`). Made by [`Runtime::run_async`](crate::Runtime::run_async).
-#[derive(Clone)]
-pub struct AsyncCore<'c> {
-    pub(super) inner: Rc<Inner<'c>>,
-}
-
-impl fmt::Debug for AsyncCore<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AsyncCore").field("id", &self.id()).field("cores", &self.cores()).finish()
-    }
-}
-
 impl<'c> AsyncCore<'c> {
-    pub(super) fn new(core: &Core<'c>) -> Self {
-        core.local.runs_tasks.set(true);
-        Self {
-            inner: Rc::new(Inner {
-                local: Rc::clone(&core.local),
-                iface: core.iface.clone(),
-                executor: RefCell::new(Some(LocalExecutor::new())),
-                timers: Timers::default(),
-                acceptors: RefCell::default(),
-                stopping: Cell::new(false),
-            }),
-        }
-    }
-
-    /// This core's number, `0..cores()`.
-    #[must_use]
-    pub fn id(&self) -> usize {
-        self.inner.local.core
-    }
-
-    /// How many cores the runtime runs.
-    #[must_use]
-    pub fn cores(&self) -> usize {
-        self.inner.local.shared.cores
-    }
-
-    /// Whether the runtime is stopping.
-    #[must_use]
-    pub fn is_stopping(&self) -> bool {
-        self.inner.stopping.get() || self.inner.local.shared.stopping()
-    }
-
-    /// The core's tcp-lib interface (the stack's escape hatch: `with_stack`, counters).
-    #[must_use]
-    pub fn interface(&self) -> &Interface<'c> {
-        &self.inner.iface
-    }
-
-    /// Runs `future` as a task of this core, beside the service's main future and the other
-    /// tasks; it may borrow what lives as long as the core (`'c`) and need not be `Send`.
-    ///
-    /// # Panics
-    ///
-    /// When called after the service's main future returned (the core's tasks are gone then).
-    pub fn spawn<T: 'c>(&self, future: impl Future<Output = T> + 'c) -> Task<T> {
-        let executor = self.inner.executor.borrow();
-        executor.as_ref().expect("spawn after the core's service returned").spawn(future)
-    }
-
     /// Listens on `port` of this core's stack with Affinity-Accept across the cores (as
     /// [`Core::listen`](crate::Core::listen)).
     ///
@@ -177,14 +98,9 @@ impl<'c> AsyncCore<'c> {
         Sleep::new(self.clone(), deadline)
     }
 
-    /// Fails with [`Stopping`] once the runtime stops.
-    pub(super) fn check_stopping(&self) -> io::Result<()> {
-        if self.is_stopping() { Err(Stopping::error()) } else { Ok(()) }
-    }
-
     /// Drives the core until `future` completes: the executor's runnable tasks, the stack, the
     /// timers, and sleeping on the device and the core's wakeup when nothing is to be done (see
-    /// the [module documentation](super)).
+    /// the `aio` module's documentation in the source).
     ///
     /// # Errors
     ///
@@ -197,13 +113,27 @@ impl<'c> AsyncCore<'c> {
         let executor = inner.executor.borrow();
         let executor =
             executor.as_ref().ok_or_else(|| io::Error::other("the core's executor is shut down"))?;
-        let mut run = pin!(executor.run(future));
+        let mut main = pin!(future);
+        // A tick of the executor, polled only before the core waits: when no task is runnable its
+        // ticker sleeps with the core's waker, so that a task scheduled from anywhere (this
+        // thread's stack wakers, a timer, another thread) notifies the core. While tasks run, the
+        // loop takes them straight off the executor's queue (`try_tick`), without `run`'s
+        // per-runner local queue and the stealing into it.
+        let mut ticker = Box::pin(executor.tick());
         let mut poll_tasks = true;
         loop {
             if poll_tasks {
                 wake.take();
-                if let Poll::Ready(out) = run.as_mut().poll(&mut cx) {
+                if let Poll::Ready(out) = main.as_mut().poll(&mut cx) {
                     return Ok(out);
+                }
+                let mut ran = 0;
+                while ran < TASK_BATCH && executor.try_tick() {
+                    ran += 1;
+                }
+                if ran == TASK_BATCH {
+                    // More may be runnable: let the stack move, then come back to them.
+                    wake.notify();
                 }
             }
             let now = Instant::now();
@@ -221,6 +151,12 @@ impl<'c> AsyncCore<'c> {
                 if !wake.is_notified() {
                     wake.sleep(Some(NAP));
                 }
+                poll_tasks = true;
+                continue;
+            }
+            // The ticker sleeps with the core's waker, or runs a task that became runnable since.
+            if ticker.as_mut().poll(&mut cx).is_ready() {
+                ticker.set(executor.tick());
                 poll_tasks = true;
                 continue;
             }

@@ -12,7 +12,7 @@
 //! clock). A core's loop, in [`block_on`](AsyncCore::block_on):
 //!
 //! ```text
-//!  poll the main future (the executor runs the tasks that are runnable, up to a batch)
+//!  poll the main future, then run the tasks that are runnable (up to a batch of 200)
 //!    -> poll the stack: frames in, timers, frames out; a connection that became readable or
 //!       writable wakes the task that waits on it (tcp-lib's wakers), a due timer its sleeper
 //!    -> nothing runnable and nothing arrived: sleep on the device until a frame may have
@@ -23,16 +23,19 @@
 //! # Why this executor
 //!
 //! `async-executor`'s [`LocalExecutor`](async_executor::LocalExecutor): it runs `!Send` tasks
-//! that borrow the core (`'c`), it is small, and it exposes its run loop as a future
-//! (`run`), so the core drives it with its own waker and sleeps where the core sleeps: on its
-//! device and its wakeup word, not on an epoll a runtime owns. tokio's current-thread runtime
+//! that borrow the core (`'c`), it is small, and the core can drive it one task at a time
+//! (`try_tick`) and sleep where the core sleeps: on its device and its wakeup word, not on an
+//! epoll a runtime owns. (The core runs tasks with `try_tick` straight off the executor's queue
+//! and keeps one `tick` future pending, polled with its own waker before it waits, for the
+//! wakeups; `run` would put a per-runner local queue and the stealing into it on every task,
+//! about 200 instructions per echoed message on the async echo.) tokio's current-thread runtime
 //! with a `LocalSet` parks in its own I/O driver and wants its own timers and sockets; a core
 //! here has neither (its "I/O driver" is the stack it polls).
 //!
 //! # Wakeups
 //!
-//! Every wakeup ends in the core's [`Notify`](netchannel::wake::Notify): the executor's waker
-//! (polled by the core's loop) is the notify, so a task woken on this core during a stack poll,
+//! Every wakeup ends in the core's [`Notify`](netchannel::wake::Notify): the waker of the
+//! executor's pending tick (polled by the core's loop) is the notify, so a task woken on this core during a stack poll,
 //! by a timer, or from another thread makes the next round poll the executor. The register /
 //! re-check protocol lives in `Notify` (loom-checked, `netchannel/tests/loom_notify.rs`); a
 //! socket registers its task's waker with the stack only after its operation found nothing, and
@@ -47,10 +50,12 @@
 //! and the core flushes as the blocking runtime does.
 
 mod core;
+mod handle;
 mod stream;
 mod timer;
+mod timers;
 
-pub use self::core::AsyncCore;
+pub use handle::AsyncCore;
 pub use stream::{AsyncListener, AsyncStream};
 pub use timer::Sleep;
 

@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use tcp_lib::stack::Interest;
 use tcp_lib::tcp::State;
 
-use super::AsyncCore;
+use super::handle::AsyncCore;
 use crate::core::{Listener, Stream};
 
 /// A listening port of one core ([`AsyncCore::listen`]): [`accept`](Self::accept) as a future.
@@ -131,6 +131,16 @@ impl<'c> AsyncStream<'c> {
     /// When the connection is gone.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.stream.shutdown(how)
+    }
+
+    /// Aborts the connection: a reset to the peer, nothing more sent (as
+    /// [`Stream::abort`](tcp_lib::socket::Stream::abort)).
+    ///
+    /// # Errors
+    ///
+    /// When the connection is gone.
+    pub fn abort(self) -> io::Result<()> {
+        self.stream.abort()
     }
 
     /// Reads into `buf`, or registers the task for the connection's next readable moment.
