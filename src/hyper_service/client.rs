@@ -83,7 +83,7 @@ impl Protocol for HyperProtocol {
 
     /// Sends the next request.
     fn begin(&mut self, stack: &mut Stack, c: &mut Conn<Exchange>) -> Result<(), String> {
-        let pick = c.rng.next();
+        let pick = c.rng.u64(..);
         let expect = if c.done == 0 && c.index.is_multiple_of(4) {
             Expect::NotFound
         } else if pick.is_multiple_of(8) {
