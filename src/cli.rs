@@ -28,7 +28,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::{self, IsTerminal as _};
+use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -333,21 +333,30 @@ impl ServeArgs {
     }
 }
 
-/// Logs to stderr with `tracing-subscriber`: `RUST_LOG` when set (e.g. `RUST_LOG=debug`), otherwise
-/// `info` for this workspace's crates and `warn` for the rest, so the runtime's messages (what it
-/// opened, its warnings) show. A second call does nothing.
+/// Logs to stderr with `tracing-subscriber`: `RUST_LOG` when set, as `tracing-subscriber`'s
+/// `Targets` reads it (a default level and `target=level` pairs: `RUST_LOG=debug`,
+/// `RUST_LOG=warn,tcp_lib=trace`; no span filters or regexes, which would cost the first build a
+/// regex engine), otherwise `info` for this workspace's crates and `warn` for the rest, so the
+/// runtime's messages (what it opened, its warnings) show. A `RUST_LOG` it cannot read is reported
+/// and the default used. A second call does nothing.
 pub fn init_logging() {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
 
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(
-            "warn,netchannels=info,netchannel_runtime=info,netchannel=info,ixgbe_vfio=info,tcp_lib=info,accept_affinity=info",
-        )
+    const DEFAULT: &str = "warn,netchannels=info,netchannel_runtime=info,netchannel=info,ixgbe_vfio=info,\
+                           tcp_lib=info,accept_affinity=info";
+    let from_env = std::env::var("RUST_LOG").ok().and_then(|v| match v.parse::<Targets>() {
+        Ok(targets) => Some(targets),
+        Err(e) => {
+            eprintln!("RUST_LOG={v:?} is not a list of LEVEL and TARGET=LEVEL ({e}); using the default");
+            None
+        }
     });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(io::stderr)
-        .with_ansi(io::stderr().is_terminal())
+    let filter = from_env.unwrap_or_else(|| DEFAULT.parse().unwrap_or_default());
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(io::stderr))
+        .with(filter)
         .try_init();
 }
 

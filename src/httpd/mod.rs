@@ -121,11 +121,13 @@ use netchannel_runtime::{Core, Interface, Snapshot, Stream};
 use tcp_lib::stack::{Error as StackError, PreparedSegments};
 
 pub use client::ClientReport;
+#[cfg(feature = "async")]
 pub(crate) use client::{send_request, take_response};
 pub use content::{
     Content, DEMO_SIZES, InPool, MAX_POOL_BUFFERS, POOL_CUT, SEGMENT_SIZES, demo_bytes, demo_name,
 };
 pub use http::{MAX_REQUEST, Method, Parsed, Request, parse};
+#[cfg(feature = "async")]
 pub(crate) use report::write_client_and_cpu;
 pub use report::{CoreReport, Report, Served};
 
