@@ -121,6 +121,8 @@ impl<'c> AsyncCore<'c> {
         // per-runner local queue and the stealing into it.
         let mut ticker = Box::pin(executor.tick());
         let mut poll_tasks = true;
+        let mut seen_ready = inner.local.ready_events.get();
+        let mut accept_recheck = Instant::now() + ACCEPT_RECHECK;
         loop {
             if poll_tasks {
                 wake.take();
@@ -162,18 +164,26 @@ impl<'c> AsyncCore<'c> {
             }
             let mut until = inner.timers.next();
             if !inner.acceptors.borrow().is_empty() {
-                let recheck = now + ACCEPT_RECHECK;
-                until = Some(until.map_or(recheck, |t| t.min(recheck)));
+                until = Some(until.map_or(accept_recheck, |t| t.min(accept_recheck)));
             }
             match inner.iface.poll_wait(until.map(|t| t.saturating_duration_since(now))) {
                 Ok(()) => {}
                 Err(e) if Stopping::is(&e) => self.stop_seen(),
                 Err(e) => return Err(e),
             }
-            for waker in inner.acceptors.borrow_mut().drain(..) {
-                waker.wake();
+            // Tasks waiting in `accept` are woken when a connection was made ready for this core,
+            // and every ACCEPT_RECHECK (a connection queued on another core may be stolen), not
+            // on every round: each wake would poll them (and the main future) for nothing.
+            let now = Instant::now();
+            let ready = inner.local.ready_events.get();
+            if ready != seen_ready || now >= accept_recheck {
+                seen_ready = ready;
+                accept_recheck = now + ACCEPT_RECHECK;
+                for waker in inner.acceptors.borrow_mut().drain(..) {
+                    waker.wake();
+                }
             }
-            inner.timers.fire(Instant::now());
+            inner.timers.fire(now);
             poll_tasks = wake.is_notified();
         }
     }

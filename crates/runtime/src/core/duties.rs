@@ -88,7 +88,7 @@ impl Duties {
                     reg.repoint(local.consumer);
                     local.regs.borrow_mut().insert(key, reg);
                 }
-                local.ready.borrow_mut().entry(port).or_default().push_back((id, true));
+                local.make_ready(port, id, true);
             }
             Err(_) => local.count(|c| c.failed += 1),
         }

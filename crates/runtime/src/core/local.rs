@@ -66,6 +66,9 @@ pub(crate) struct Local {
     pub(crate) wake: Arc<Notify>,
     /// An async executor runs on this core and takes the wakeups (`wake`) itself.
     pub(crate) runs_tasks: Cell<bool>,
+    /// Connections made ready for `accept` so far: an async core wakes the tasks waiting in
+    /// `accept` when it moved (or when their periodic re-check is due), not on every round.
+    pub(crate) ready_events: Cell<u64>,
 }
 
 impl Local {
@@ -87,6 +90,7 @@ impl Local {
             publish_due: Cell::new(false),
             wake,
             runs_tasks: Cell::new(false),
+            ready_events: Cell::new(0),
         }
     }
 
@@ -101,6 +105,13 @@ impl Local {
     /// not taken a connection since).
     pub(crate) fn waits_for(&self, port: u16) -> bool {
         self.waiting.borrow().contains(&port)
+    }
+
+    /// Makes `stream` ready for the service's `accept` on `port` (`stolen`: adopted from another
+    /// core), and counts it in [`ready_events`](Self::ready_events).
+    pub(crate) fn make_ready(&self, port: u16, stream: StreamId, stolen: bool) {
+        self.ready.borrow_mut().entry(port).or_default().push_back((stream, stolen));
+        self.ready_events.set(self.ready_events.get().wrapping_add(1));
     }
 
     /// How many connections are ready for the service's `accept` on `port`.
@@ -130,14 +141,17 @@ impl Local {
         match queue.try_accept(self.core) {
             Ok(a) if a.remote => {
                 let steal = Handoff::Steal { stream: a.conn, to: self.core, port };
-                match self.shared.handoff.get(a.arrived_on).map(|h| h.send(steal)) {
-                    Some(Ok(())) => self.count(|c| c.steals_requested += 1),
-                    _ => self.count(|c| c.failed += 1),
+                let sent =
+                    a.arrived_on < self.shared.cores && self.shared.send_handoff(a.arrived_on, steal).is_ok();
+                if sent {
+                    self.count(|c| c.steals_requested += 1);
+                } else {
+                    self.count(|c| c.failed += 1);
                 }
                 Ok(true)
             }
             Ok(a) => {
-                self.ready.borrow_mut().entry(port).or_default().push_back((a.conn, false));
+                self.make_ready(port, a.conn, false);
                 Ok(true)
             }
             Err(AcceptError::WouldBlock) => Ok(false),
