@@ -126,12 +126,13 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr};
 use std::rc::Rc;
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use netchannel::dev::{DevError, NetDevice};
 use netchannel::pool::PoolCache;
 
-use crate::stack::{self, ListenerConfig, ListenerId, PollStats, Stack, StackStats, StreamId};
+use crate::stack::{self, Interest, ListenerConfig, ListenerId, PollStats, Stack, StackStats, StreamId};
 use crate::tcp::{ConnectionError, State, Stats};
 
 /// The RX and TX queue of the device an [`Interface`] drives ([`Stack::poll`] uses queue 0).
@@ -1128,6 +1129,51 @@ impl<D: NetDevice> Stream<D> {
         Ok(error
             .filter(|_| !self.error_taken.replace(true))
             .map(|e| stack_error(stack::Error::Connection(e))))
+    }
+
+    /// A non-blocking read for an async runtime: the bytes read (`Some`, 0 at the end of the
+    /// stream), or `None` when nothing is readable, after registering `waker` with the stack for
+    /// the stream's next readable moment ([`Stack::register_waker`]), in one use of the interface.
+    ///
+    /// # Errors
+    ///
+    /// As [`Read::read`] on a non-blocking stream (never [`io::ErrorKind::WouldBlock`]).
+    pub fn read_or_register(&self, buf: &mut [u8], waker: &Waker) -> io::Result<Option<usize>> {
+        if self.read_shut.get() {
+            return self.read_inner(buf).map(Some);
+        }
+        let mut inner = self.iface.borrow()?;
+        match inner.stack.recv(self.id, buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(stack::Error::WouldBlock) => {
+                inner.stack.register_waker(self.id, Interest::Read, waker).map_err(stack_error)?;
+                Ok(None)
+            }
+            Err(e) => Err(stack_error(e)),
+        }
+    }
+
+    /// A non-blocking write for an async runtime: the bytes queued (`Some`), or `None` when the
+    /// send buffer has no room, after registering `waker` for the stream's next writable moment,
+    /// in one use of the interface. What is queued leaves at the interface's next poll.
+    ///
+    /// # Errors
+    ///
+    /// As [`Write::write`] on a non-blocking stream (never [`io::ErrorKind::WouldBlock`]).
+    pub fn write_or_register(&self, buf: &[u8], waker: &Waker) -> io::Result<Option<usize>> {
+        let mut inner = self.iface.borrow()?;
+        match inner.stack.send(self.id, buf) {
+            Ok(n) => {
+                drop(inner);
+                self.queued.set(self.queued.get() + n as u64);
+                Ok(Some(n))
+            }
+            Err(stack::Error::WouldBlock) if !buf.is_empty() => {
+                inner.stack.register_waker(self.id, Interest::Write, waker).map_err(stack_error)?;
+                Ok(None)
+            }
+            Err(e) => Err(stack_error(e)),
+        }
     }
 
     fn read_inner(&self, buf: &mut [u8]) -> io::Result<usize> {

@@ -44,10 +44,11 @@
 //!
 //! # Stopping
 //!
-//! When the runtime stops, every accept, read, write and connect of the core fails with
-//! [`Stopping`](crate::Stopping) at its next poll, and every task waiting in one is woken; when
-//! the main future returns, the tasks still alive are dropped (cancelled) on the core's thread
-//! and the core flushes as the blocking runtime does.
+//! When the runtime stops, every accept and connect of the core, and every read or write that
+//! would wait, fails with [`Stopping`](crate::Stopping) at its next poll; the tasks waiting in an
+//! accept or a timer are woken, and so is the main future. When the main future returns, the tasks
+//! still alive are dropped (cancelled) on the core's thread and the core flushes as the blocking
+//! runtime does.
 
 mod core;
 mod handle;

@@ -9,7 +9,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Shutdown, SocketAddr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -147,14 +147,18 @@ impl<'c> AsyncStream<'c> {
     ///
     /// # Errors
     ///
-    /// The connection's errors; [`Stopping`](crate::Stopping).
+    /// The connection's errors; [`Stopping`](crate::Stopping) instead of waiting once the runtime
+    /// stops.
     pub fn poll_read_buf(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        if let Err(e) = self.core.check_stopping() {
-            return Poll::Ready(Err(e));
-        }
-        match (&self.stream).read(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.register(cx, Interest::Read),
-            done => Poll::Ready(done),
+        match self.stream.read_or_register(buf, cx.waker()) {
+            Ok(Some(n)) => Poll::Ready(Ok(n)),
+            // Only an operation that would wait fails once the runtime stops (what is there is
+            // still read or queued): the stop wakes no connection's waker.
+            Ok(None) => match self.core.check_stopping() {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+            Err(e) => Poll::Ready(Err(e)),
         }
     }
 
@@ -163,14 +167,18 @@ impl<'c> AsyncStream<'c> {
     ///
     /// # Errors
     ///
-    /// The connection's errors; [`Stopping`](crate::Stopping).
+    /// The connection's errors; [`Stopping`](crate::Stopping) instead of waiting once the runtime
+    /// stops.
     pub fn poll_write_buf(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if let Err(e) = self.core.check_stopping() {
-            return Poll::Ready(Err(e));
-        }
-        match (&self.stream).write(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.register(cx, Interest::Write),
-            done => Poll::Ready(done),
+        match self.stream.write_or_register(buf, cx.waker()) {
+            Ok(Some(n)) => Poll::Ready(Ok(n)),
+            // Only an operation that would wait fails once the runtime stops (what is there is
+            // still read or queued): the stop wakes no connection's waker.
+            Ok(None) => match self.core.check_stopping() {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+            Err(e) => Poll::Ready(Err(e)),
         }
     }
 
