@@ -30,8 +30,8 @@ use std::ffi::OsString;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
@@ -361,40 +361,69 @@ pub fn init_logging() {
 }
 
 /// The flags the process's signal handlers set (see [`Signals::install`]).
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Signals {
     /// Set by SIGINT and SIGTERM: stop, print the summary, check the buffers. A second Ctrl-C (or
     /// SIGTERM) while it is set exits the process at once (status 1).
-    pub stop: Arc<AtomicBool>,
-    counters: Arc<AtomicBool>,
+    pub stop: &'static AtomicBool,
+    counters: &'static AtomicBool,
 }
 
-/// The flags of the handlers installed in this process, for [`counters_requested`].
+/// What SIGINT and SIGTERM set.
+static STOP: AtomicBool = AtomicBool::new(false);
+/// What SIGUSR1 sets.
+static COUNTERS: AtomicBool = AtomicBool::new(false);
+/// Whether the handlers are installed in this process, for [`counters_requested`].
 static INSTALLED: OnceLock<Signals> = OnceLock::new();
+
+/// SIGINT's and SIGTERM's handler: only an atomic swap and `_exit`, both async-signal-safe.
+extern "C" fn on_stop(_signal: libc::c_int) {
+    // Relaxed: a plain flag; the loops that poll it need nothing else from the handler.
+    if STOP.swap(true, Ordering::Relaxed) {
+        // SAFETY: `_exit` is async-signal-safe and ends the process at once (the second Ctrl-C).
+        unsafe { libc::_exit(1) };
+    }
+}
+
+/// SIGUSR1's handler: an atomic store.
+extern "C" fn on_counters(_signal: libc::c_int) {
+    // Relaxed: as in `on_stop`.
+    COUNTERS.store(true, Ordering::Relaxed);
+}
+
+/// Installs `handler` for `signal` (system calls it interrupts are restarted).
+fn handle(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
+    // SAFETY: `sigaction` is plain data; all zeroes is an empty mask, no flags, no handler.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler as libc::sighandler_t;
+    action.sa_flags = libc::SA_RESTART;
+    // SAFETY: `action` is initialised and outlives the call; the handler is an `extern "C" fn`
+    // that lives as long as the process and does only async-signal-safe work; the old action is
+    // not asked for (null).
+    if unsafe { libc::sigaction(signal, &raw const action, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 impl Signals {
     /// Installs the handlers (once per process; later calls return the same flags): SIGINT and
     /// SIGTERM set [`stop`](Self::stop), SIGUSR1 asks for the counters ([`counters_requested`]).
+    /// Two atomic flags and `sigaction(2)`, written here rather than pulled in (signal-hook and
+    /// its two dependencies were three of the crates every example's first build compiled).
     ///
     /// # Errors
     ///
-    /// When a handler cannot be registered.
+    /// When a handler cannot be installed.
     pub fn install() -> io::Result<Self> {
-        use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
-        use signal_hook::flag;
-
         if let Some(s) = INSTALLED.get() {
-            return Ok(s.clone());
+            return Ok(*s);
         }
-        let signals =
-            Self { stop: Arc::new(AtomicBool::new(false)), counters: Arc::new(AtomicBool::new(false)) };
-        for sig in [SIGINT, SIGTERM] {
-            // Registered first, so it sees the flag as the previous signal left it: the second one exits.
-            flag::register_conditional_shutdown(sig, 1, Arc::clone(&signals.stop))?;
-            flag::register(sig, Arc::clone(&signals.stop))?;
+        for signal in [libc::SIGINT, libc::SIGTERM] {
+            handle(signal, on_stop)?;
         }
-        flag::register(SIGUSR1, Arc::clone(&signals.counters))?;
-        Ok(INSTALLED.get_or_init(|| signals).clone())
+        handle(libc::SIGUSR1, on_counters)?;
+        Ok(*INSTALLED.get_or_init(|| Self { stop: &STOP, counters: &COUNTERS }))
     }
 
     /// Whether SIGUSR1 came since the last call (and clears it).
@@ -459,7 +488,7 @@ pub fn main<O: Validate, R: fmt::Display>(run: impl FnOnce(&O, &AtomicBool) -> R
             std::process::exit(1);
         }
     };
-    match run(&options, &signals.stop) {
+    match run(&options, signals.stop) {
         Ok(report) => print!("{report}"),
         Err(e) => {
             eprintln!("{name}: {e}");
