@@ -26,6 +26,9 @@
 //! * **Stopping.** When the `main` given to [`Runtime::run`] returns, every core's blocking calls
 //!   fail with [`Stopping`], the services return, the stacks flush, and every buffer of every pool
 //!   is accounted for in the [`Report`].
+//! * **async/await.** With feature `async`, `Runtime::run_async` runs an async service per core
+//!   instead: an executor per core driven by the core's loop with its stack, `AsyncCore`,
+//!   `AsyncListener` and `AsyncStream` (`futures-io` traits; tokio's with feature `tokio`).
 //! * **Counters.** [`Control::snapshot`] while it runs, [`Report::snapshot`] after: every core's
 //!   stack, handoffs and channels, every queue's device and channelizer, every port's accepts.
 //! * **Nothing runs it dry.** Pool buffers are held only by the device's rings, the channels (a
