@@ -36,7 +36,7 @@
 //! * **wrk CPU/request**: wrk's own CPU (`getrusage(RUSAGE_CHILDREN)` across its wait).
 //! * **machine CPU/request**: all CPUs' busy time (`/proc/stat`, other processes included).
 
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -46,11 +46,14 @@ use std::time::{Duration, Instant};
 
 #[path = "common/netns.rs"]
 mod netns;
+#[path = "common/wrk.rs"]
+mod wrk;
 
 use netchannels::cli::ServeArgs;
 use netchannels::httpd::{Content, Options, demo_name, run};
 use netchannels::tcp_lib::wire::Ipv4Cidr;
-use netns::{clock_ticks, env_or, ip, machine_busy, timeval, tx_checksum_off};
+use netns::{clock_ticks, env_or, ip, tx_checksum_off};
+use wrk::{Run, loadavg, rusage, wait_listening, wrk};
 
 const TAP: &str = "ncht0";
 const TAP_CLIENT: &str = "10.208.0.1/24";
@@ -87,15 +90,6 @@ fn unavailable() -> Option<String> {
     None
 }
 
-/// CPU time (user + system) of this process (`RUSAGE_SELF`) or its waited-for children.
-fn rusage(who: libc::c_int) -> Duration {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a valid rusage the call writes.
-    unsafe { libc::getrusage(who, &raw mut u) };
-    timeval(u.ru_utime) + timeval(u.ru_stime)
-}
-
 /// `utime + stime` of process `pid` (`/proc/PID/stat`).
 fn proc_cpu(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -105,22 +99,11 @@ fn proc_cpu(pid: u32) -> Duration {
     Duration::from_nanos(f.iter().sum::<u64>() * 1_000_000_000 / clock_ticks())
 }
 
-fn loadavg() -> String {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
-
 /// One server and size: what wrk and the CPU counters said.
 struct Row {
     server: String,
     size: usize,
-    requests: u64,
-    rps: f64,
-    latency: String,
-    errors: String,
-    server_cpu: Duration,
-    wrk_cpu: Duration,
-    machine_cpu: Duration,
+    run: Run,
 }
 
 /// The client's settings.
@@ -131,7 +114,7 @@ struct Client {
 }
 
 /// Runs wrk against `server` for `size`-byte files; `server_cpu` reads the server's CPU time.
-fn wrk(
+fn measure(
     name: &str,
     server: Ipv4Addr,
     size: usize,
@@ -139,65 +122,13 @@ fn wrk(
     server_cpu: &dyn Fn() -> Duration,
 ) -> Result<Row, String> {
     let url = format!("http://{server}:{PORT}/{}", demo_name(size));
-    let (cpu0, wrk0, busy0) = (server_cpu(), rusage(libc::RUSAGE_CHILDREN), machine_busy());
-    let out = Command::new("wrk")
-        .args(["-t1", &format!("-c{}", client.conns), &format!("-d{}s", client.secs), &url])
-        .output()
-        .map_err(|e| format!("cannot run wrk: {e}"))?;
-    let (cpu1, wrk1, busy1) = (server_cpu(), rusage(libc::RUSAGE_CHILDREN), machine_busy());
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        return Err(format!("wrk {url} failed: {text}{}", String::from_utf8_lossy(&out.stderr)));
-    }
-    let rps = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| format!("no Requests/sec in wrk's output: {text}"))?;
-    let requests = text
-        .lines()
-        .find_map(|l| l.trim().split_once(" requests in "))
-        .and_then(|(n, _)| n.trim().parse().ok())
-        .ok_or_else(|| format!("no request count in wrk's output: {text}"))?;
-    let latency = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Latency"))
-        .and_then(|l| l.split_whitespace().next())
-        .unwrap_or("?")
-        .to_owned();
-    let errors: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("Socket errors") || l.starts_with("Non-2xx"))
-        .collect();
-    Ok(Row {
-        server: name.to_owned(),
-        size,
-        requests,
-        rps,
-        latency,
-        errors: errors.join("; "),
-        server_cpu: cpu1.saturating_sub(cpu0),
-        wrk_cpu: wrk1.saturating_sub(wrk0),
-        machine_cpu: busy1.saturating_sub(busy0),
-    })
+    let run = wrk(&url, client.conns, client.secs, server_cpu)?;
+    Ok(Row { server: name.to_owned(), size, run })
 }
 
 /// Waits until `server:80` accepts a connection.
-fn wait_listening(server: Ipv4Addr, alive: &mut dyn FnMut() -> Result<(), String>) -> Result<(), String> {
-    let start = Instant::now();
-    loop {
-        alive()?;
-        if TcpStream::connect_timeout(&SocketAddrV4::new(server, PORT).into(), Duration::from_millis(500))
-            .is_ok()
-        {
-            return Ok(());
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            return Err(format!("{server}:{PORT} never accepted a connection"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait_for(server: Ipv4Addr, alive: &mut dyn FnMut() -> Result<(), String>) -> Result<(), String> {
+    wait_listening(SocketAddrV4::new(server, PORT).into(), alive)
 }
 
 /// Our httpd on the TAP, prepared or `--copy`: one server, wrk once per size.
@@ -217,13 +148,13 @@ fn ours(copy: bool, content: &Arc<Content>, client: Client) -> Result<Vec<Row>, 
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let server = s.spawn(|| run(&options, Arc::clone(content), &stop));
-        let rows = wait_listening(TAP_SERVER, &mut || {
+        let rows = wait_for(TAP_SERVER, &mut || {
             if server.is_finished() { Err("the server stopped".to_owned()) } else { Ok(()) }
         })
         .and_then(|()| {
             SIZES
                 .iter()
-                .map(|&size| wrk(name, TAP_SERVER, size, client, &|| rusage(libc::RUSAGE_SELF)))
+                .map(|&size| measure(name, TAP_SERVER, size, client, &|| rusage(libc::RUSAGE_SELF)))
                 .collect::<Result<Vec<_>, _>>()
         });
         // Relaxed: a plain flag; the join orders the rest.
@@ -302,14 +233,14 @@ fn nginx(root: &Path, offload: bool, client: Client) -> Result<Vec<Row>, String>
     let mut child = helper.join().map_err(|_| "the namespace thread panicked".to_owned())??;
     let pid = child.id();
     let errlog = dir.join("error.log");
-    let rows = wait_listening(VETH_SERVER, &mut || match child.try_wait() {
+    let rows = wait_for(VETH_SERVER, &mut || match child.try_wait() {
         Ok(None) => Ok(()),
         _ => Err(format!("nginx exited: {}", std::fs::read_to_string(&errlog).unwrap_or_default())),
     })
     .and_then(|()| {
         SIZES
             .iter()
-            .map(|&size| wrk(name, VETH_SERVER, size, client, &|| proc_cpu(pid)))
+            .map(|&size| measure(name, VETH_SERVER, size, client, &|| proc_cpu(pid)))
             .collect::<Result<Vec<_>, _>>()
     });
     let _ = child.kill();
@@ -367,13 +298,13 @@ fn bench() -> Result<(), String> {
         "| server | object | requests/s | server CPU/req | wrk CPU/req | machine CPU/req | server CPU % | wrk latency avg | errors |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
-    for r in &rows {
+    for Row { server, size, run: r } in &rows {
         let n = r.requests.max(1) as f64;
         let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
         println!(
             "| {} | {} KiB | {:.0} | {:.1} us | {:.1} us | {:.1} us | {:.0}% | {} | {} |",
-            r.server,
-            r.size >> 10,
+            server,
+            size >> 10,
             r.rps,
             us(r.server_cpu),
             us(r.wrk_cpu),
