@@ -54,6 +54,7 @@ use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::Ipv4Addr;
 use std::pin::{Pin, pin};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -71,14 +72,14 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use netchannel_runtime::{AsyncCore, AsyncStream, Control, Stopping};
+use netchannel_runtime::{AsyncCore, AsyncStream, Snapshot, Stopping};
 
 pub use crate::httpd::ClientReport;
 pub use report::{CoreReport, Report};
 
 use crate::cli::{self, ServeArgs, Validate};
 use crate::client::Plan;
-use crate::service::Served;
+use crate::service::{self, AsyncService, Service};
 use crate::util::{add, get, thread_cpu};
 
 /// The HTTP port.
@@ -236,9 +237,16 @@ impl Pages {
 // -----------------------------------------------------------------------------------------------
 // The service.
 
-/// One core's counters, live (the progress line reads them) and final.
+/// One core's counters, live (the progress line reads them) and final; shared with the core's
+/// connection tasks, which outlive the borrow `serve` gets.
 #[derive(Debug, Default)]
 struct Live {
+    counts: Arc<Counts>,
+}
+
+/// What [`Live`] counts.
+#[derive(Debug, Default)]
+struct Counts {
     conns: AtomicU64,
     ok: AtomicU64,
     not_found: AtomicU64,
@@ -251,7 +259,7 @@ struct Live {
     cpu: OnceLock<Duration>,
 }
 
-impl Live {
+impl Counts {
     fn requests(&self) -> u64 {
         get(&self.ok) + get(&self.not_found)
     }
@@ -287,13 +295,17 @@ impl Live {
     }
 }
 
-/// What every core's service shares.
+/// What every core's connection tasks share.
 struct Shared {
     pages: Pages,
     http: http1::Builder,
-    port: u16,
     idle_timeout: Duration,
-    live: Vec<Live>,
+}
+
+/// The service: its options and what its connection tasks share.
+struct Hyper<'o> {
+    options: &'o Options,
+    shared: Arc<Shared>,
 }
 
 /// A connection's stream with the time of its last read or write (for the idle timeout).
@@ -362,8 +374,7 @@ async fn idle_limited<F: Future>(
 
 /// One connection, on its own task: hyper's HTTP/1 server over the stream, until the client
 /// closes it, it fails, or it is idle too long.
-async fn connection(core: AsyncCore<'_>, stream: AsyncStream<'_>, shared: Arc<Shared>) {
-    let live = &shared.live[core.id()];
+async fn connection(core: AsyncCore<'_>, stream: AsyncStream<'_>, shared: Arc<Shared>, live: Arc<Counts>) {
     let last = Rc::new(Cell::new(Instant::now()));
     let io = TokioIo::new(Watched { stream, last: Rc::clone(&last) });
     let service = service_fn(|req: Request<Incoming>| {
@@ -382,25 +393,62 @@ async fn connection(core: AsyncCore<'_>, stream: AsyncStream<'_>, shared: Arc<Sh
     }
 }
 
-/// The service of one core: accept, and a task per connection, until the runtime stops.
-async fn serve(core: AsyncCore<'_>, shared: Arc<Shared>) -> io::Result<()> {
-    let cpu_start = thread_cpu();
-    let live = &shared.live[core.id()];
-    let listener = core.listen(shared.port)?;
-    core.spawn(timer::drive(core.clone())).detach();
-    let result = loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _peer)) => stream,
-            Err(e) if Stopping::is(&e) => break Ok(()),
-            Err(e) => break Err(e),
-        };
-        add(&live.conns, 1);
-        core.spawn(connection(core.clone(), stream, Arc::clone(&shared))).detach();
-    };
-    if let Some(cpu) = thread_cpu().zip(cpu_start).map(|(end, start)| end.saturating_sub(start)) {
-        let _ = live.cpu.set(cpu);
+impl Service for Hyper<'_> {
+    type Live = Live;
+    type Protocol = client::HyperProtocol;
+
+    const NAME: &'static str = "hyper";
+
+    fn setup(&self, runtime: &str) -> String {
+        format!("hyper 1.x HTTP/1.1 on {runtime}, port {}", self.options.port)
     }
-    result
+
+    fn client_line(&self, plan: &Plan) -> String {
+        format!("{} client connections, {}", plan.conns, plan.length("request"))
+    }
+
+    fn protocol(&self, host: Ipv4Addr) -> Result<Self::Protocol, String> {
+        Ok(client::HyperProtocol::new(host, self.options.max_body))
+    }
+
+    fn every_second(&self, elapsed: Duration, _snapshot: &Snapshot, live: &[Live]) {
+        if self.options.progress {
+            let sum = |f: fn(&Counts) -> u64| live.iter().map(|l| f(&l.counts)).sum::<u64>();
+            println!(
+                "[{:6.1} s] {} requests, {} connections, {} errors, {} header and {} idle timeouts",
+                elapsed.as_secs_f64(),
+                sum(Counts::requests),
+                sum(|c| get(&c.conns)),
+                sum(|c| get(&c.errors)),
+                sum(|c| get(&c.header_timeouts)),
+                sum(|c| get(&c.idle_timeouts)),
+            );
+        }
+    }
+}
+
+impl AsyncService for Hyper<'_> {
+    /// The service of one core: accept, and a task per connection, until the runtime stops.
+    async fn serve(&self, core: AsyncCore<'_>, live: &Live) -> io::Result<()> {
+        let cpu_start = thread_cpu();
+        let counts = &live.counts;
+        let listener = core.listen(self.options.port)?;
+        core.spawn(timer::drive(core.clone())).detach();
+        let result = loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _peer)) => stream,
+                Err(e) if Stopping::is(&e) => break Ok(()),
+                Err(e) => break Err(e),
+            };
+            add(&counts.conns, 1);
+            core.spawn(connection(core.clone(), stream, Arc::clone(&self.shared), Arc::clone(counts)))
+                .detach();
+        };
+        if let Some(cpu) = thread_cpu().zip(cpu_start).map(|(end, start)| end.saturating_sub(start)) {
+            let _ = counts.cpu.set(cpu);
+        }
+        result
+    }
 }
 
 /// Runs the server as `options` say until it is done (the model's client finished), `stop` is
@@ -412,93 +460,14 @@ async fn serve(core: AsyncCore<'_>, shared: Arc<Shared>) -> io::Result<()> {
 /// connection that failed or got a wrong byte (with the cores' errors when they failed too).
 pub fn run(options: &Options, stop: &AtomicBool) -> Result<Report, String> {
     cli::check(options)?;
-    let mut runtime = cli::build(options.serve.builder())?;
-    let server_ip = runtime.ip();
-    let peer = runtime.take_peer();
+    let runtime = cli::build(options.serve.builder())?;
     let plan = Plan::new(&options.serve, options.conns, options.requests, options.seed, options.progress);
-    if options.progress {
-        let setup = format!("hyper 1.x HTTP/1.1 on {}, port {}", runtime.setup(), options.port);
-        match &peer {
-            Some(_) => {
-                println!("hyper: {setup}; {} client connections, {}", plan.conns, plan.length("request"))
-            }
-            None => println!("hyper: {setup}; Ctrl-C stops"),
-        }
-    }
     let mut http = http1::Builder::new();
     http.keep_alive(true).timer(timer::CoreTimer).header_read_timeout(options.header_timeout);
-    let shared = Arc::new(Shared {
-        pages: Pages::new(),
-        http,
-        port: options.port,
-        idle_timeout: options.idle_timeout,
-        live: (0..runtime.cores()).map(|_| Live::default()).collect(),
-    });
-    let (client, runtime) = runtime
-        .run_async(
-            async |core: AsyncCore<'_>| serve(core, Arc::clone(&shared)).await,
-            |control| match peer {
-                Some(peer) => Some(model_client(options, peer, server_ip, &plan, control, stop)),
-                None => {
-                    wait(options, control, &shared.live, stop);
-                    None
-                }
-            },
-        )
-        .map_err(|e| e.to_string())?;
-    let client = match client {
-        Some(Err(e)) if !runtime.errors.is_empty() => {
-            let cores: Vec<String> = runtime.errors.iter().map(|(c, e)| format!("core {c}: {e}")).collect();
-            return Err(format!("{e}; the server failed: {}", cores.join("; ")));
-        }
-        client => client.transpose()?,
-    };
-    let live: Vec<CoreReport> = shared.live.iter().enumerate().map(|(i, l)| l.report(i)).collect();
-    let served = Served { runtime, live, client, port: options.port };
-    Ok(served.report(|_, c: &CoreReport| c.clone(), ()))
-}
-
-/// The model's client against the server at `server_ip`, on the runtime's `main` thread.
-fn model_client(
-    options: &Options,
-    peer: netchannel_runtime::Peer,
-    server_ip: tcp_lib::wire::Ipv4Cidr,
-    plan: &Plan,
-    control: &Control<'_>,
-    stop: &AtomicBool,
-) -> Result<crate::client::Summary, String> {
-    let mut protocol = client::HyperProtocol::new(server_ip.address(), options.max_body);
-    let tick = || {
-        if cli::counters_requested() {
-            print!("{}", control.snapshot());
-        }
-        !control.is_stopping()
-    };
-    crate::client::run(peer, server_ip, options.port, plan, &mut protocol, stop, tick)
-}
-
-/// Waits for clients elsewhere until `stop` (Ctrl-C), the runtime stops or `--duration` is up,
-/// with a progress line each second and the counters on SIGUSR1.
-fn wait(options: &Options, control: &Control<'_>, live: &[Live], stop: &AtomicBool) {
-    let mut next = Duration::from_secs(1);
-    control.wait(options.serve.duration, stop, |control, elapsed| {
-        if cli::counters_requested() {
-            print!("{}", control.snapshot());
-        }
-        if elapsed >= next && options.progress {
-            next += Duration::from_secs(1);
-            let sum = |f: fn(&Live) -> u64| live.iter().map(f).sum::<u64>();
-            println!(
-                "[{:6.1} s] {} requests, {} connections, {} errors, {} header and {} idle timeouts",
-                elapsed.as_secs_f64(),
-                sum(Live::requests),
-                sum(|l| get(&l.conns)),
-                sum(|l| get(&l.errors)),
-                sum(|l| get(&l.header_timeouts)),
-                sum(|l| get(&l.idle_timeouts)),
-            );
-        }
-    });
+    let shared = Arc::new(Shared { pages: Pages::new(), http, idle_timeout: options.idle_timeout });
+    let hyper = Hyper { options, shared };
+    let served = service::serve_async(&hyper, options.port, plan, runtime, stop)?;
+    Ok(served.report(|i, l: &Live| l.counts.report(i), ()))
 }
 
 #[cfg(test)]
