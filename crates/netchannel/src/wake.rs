@@ -47,8 +47,10 @@ use crate::sys::WaitWord;
 const IDLE: u32 = 0;
 /// A wakeup was sent since the sleeper last took one.
 const NOTIFIED: u32 = 1;
-/// The sleeper is (about to be) asleep in the futex.
+/// The sleeper is (about to be) asleep in the futex ([`Notify::sleep`]).
 const SLEEPING: u32 = 2;
+/// The sleeper is (about to be) asleep in its own wait on the eventfd ([`Notify::sleep_with`]).
+const POLLING: u32 = 3;
 
 /// A wakeup for one sleeping thread, sent from any thread (see the [module documentation](self)).
 #[derive(Debug)]
@@ -77,8 +79,8 @@ impl Notify {
         }
     }
 
-    /// As [`new`](Self::new), with an eventfd that a wakeup of a sleeper also signals: for a
-    /// sleeper that waits on several descriptors at once ([`sleep_with`](Self::sleep_with)).
+    /// As [`new`](Self::new), with an eventfd that a wakeup signals when the sleeper waits in
+    /// [`sleep_with`](Self::sleep_with): for a sleeper that waits on several descriptors at once.
     ///
     /// # Errors
     ///
@@ -97,18 +99,21 @@ impl Notify {
     }
 
     /// Sends a wakeup: the next [`take`](Self::take) returns `true`, and a thread asleep in
-    /// [`sleep`](Self::sleep) wakes. Costs one atomic swap, and a `FUTEX_WAKE` only when the
-    /// sleeper is asleep.
+    /// [`sleep`](Self::sleep) wakes. Costs one atomic swap, and a `FUTEX_WAKE` (or, for a sleeper in
+    /// [`sleep_with`](Self::sleep_with), an eventfd write) only when the sleeper is asleep.
     pub fn notify(&self) {
         // Release: pairs with the Acquire of `take`, `is_notified` and `sleep`: what the caller did
         // before (queued a task) is visible to the sleeper that sees NOTIFIED. Whether the sleeper is
         // asleep is read from the word's modification order, which needs no ordering.
-        if self.word.swap(NOTIFIED, Ordering::Release) == SLEEPING {
-            self.word.wake();
+        match self.word.swap(NOTIFIED, Ordering::Release) {
+            SLEEPING => self.word.wake(),
             #[cfg(not(loom))]
-            if let Some(event) = &self.event {
-                event.signal();
+            POLLING => {
+                if let Some(event) = &self.event {
+                    event.signal();
+                }
             }
+            _ => {}
         }
     }
 
@@ -130,7 +135,7 @@ impl Notify {
     /// wakeup came since the last [`take`](Self::take). The pending wakeup stays pending (the
     /// caller's next `take` sees it). Only one thread may sleep on a `Notify`.
     pub fn sleep(&self, timeout: Option<Duration>) {
-        self.sleep_with(|| self.word.wait(SLEEPING, timeout));
+        self.sleep_as(SLEEPING, || self.word.wait(SLEEPING, timeout));
     }
 
     /// As [`sleep`](Self::sleep), sleeping in `wait` instead of the futex: `wait` blocks until
@@ -138,19 +143,25 @@ impl Notify {
     /// is readable, or its own timeout. It is not called when a wakeup came since the last
     /// [`take`](Self::take). Only one thread may sleep on a `Notify`.
     pub fn sleep_with(&self, wait: impl FnOnce()) {
-        // The re-check: fails (leaves NOTIFIED in place) when a wakeup came after `take`.
-        // Acquire on success and failure: pairs with the Release of `notify`'s swap.
-        if self.word.compare_exchange(IDLE, SLEEPING, Ordering::Acquire, Ordering::Acquire).is_err() {
-            return;
-        }
-        wait();
-        // Timed out or woken spuriously: back to idle, unless a wakeup came (then it stays NOTIFIED).
-        // Relaxed: this only withdraws our own SLEEPING; nothing is published through it.
-        let _ = self.word.compare_exchange(SLEEPING, IDLE, Ordering::Relaxed, Ordering::Relaxed);
+        self.sleep_as(POLLING, wait);
         // The eventfd's signal (if any) was for this sleep: the next sleep starts unsignalled.
         #[cfg(not(loom))]
         if let Some(event) = &self.event {
             event.drain();
         }
+    }
+
+    /// Announces the sleep as `how` (so that `notify` wakes it the one way it sleeps) and sleeps in
+    /// `wait`, unless a wakeup came since the last `take`.
+    fn sleep_as(&self, how: u32, wait: impl FnOnce()) {
+        // The re-check: fails (leaves NOTIFIED in place) when a wakeup came after `take`.
+        // Acquire on success and failure: pairs with the Release of `notify`'s swap.
+        if self.word.compare_exchange(IDLE, how, Ordering::Acquire, Ordering::Acquire).is_err() {
+            return;
+        }
+        wait();
+        // Timed out or woken spuriously: back to idle, unless a wakeup came (then it stays NOTIFIED).
+        // Relaxed: this only withdraws our own announcement; nothing is published through it.
+        let _ = self.word.compare_exchange(how, IDLE, Ordering::Relaxed, Ordering::Relaxed);
     }
 }

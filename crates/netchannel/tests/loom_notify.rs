@@ -3,7 +3,7 @@
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p netchannel --test loom_notify`. A lost
 //! wakeup shows up as a loom deadlock: the sleeper blocked forever (`sleep(None)`) with the notifier
-//! finished. The model is known to bite: replacing `sleep`'s compare-and-exchange from idle to
+//! finished. The model is known to bite: replacing the compare-and-exchange from idle to
 //! sleeping (the re-check) with a plain store makes `no_lost_wakeup` deadlock.
 #![cfg(loom)]
 
