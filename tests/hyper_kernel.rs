@@ -26,7 +26,7 @@ use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::process::{Command, Output};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use netchannels::cli::{IpCidr, ServeArgs};
@@ -289,49 +289,22 @@ fn serve<T>(
         progress: false,
         ..Options::default()
     };
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let server = s.spawn(|| run(&options, &stop));
-        // Let the server open its backend (and attach its program) before the kernel's first SYN;
-        // a failed open ends it.
-        let start = Instant::now();
-        let ready = || match backend {
+    // Let the server open its backend (and attach its program) before the kernel's first SYN, then
+    // wait until it listens (a SYN before that gets a reset).
+    let addr = SocketAddrV4::new(SERVER, PORT).into();
+    let ready = || {
+        let up = match backend {
             Backend::Tap => command("ip", &["-o", "link", "show", TAP]).is_ok_and(|o| {
                 let text = String::from_utf8_lossy(&o.stdout).into_owned();
                 !text.contains("NO-CARRIER")
             }),
             Backend::Xdp => xdp_attached(),
         };
-        while !ready() && !server.is_finished() && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // Then until it listens (a SYN before that gets a reset).
-        let addr = SocketAddrV4::new(SERVER, PORT).into();
-        while !server.is_finished()
-            && start.elapsed() < Duration::from_secs(20)
-            && TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err()
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if server.is_finished() {
-            let e = match server.join() {
-                Ok(Err(e)) => e,
-                Ok(Ok(r)) => format!("the server stopped at once: {r}"),
-                Err(_) => "the server panicked".into(),
-            };
-            return Err(if e.contains("lacks AF_XDP") || e.contains("was refused") {
-                format!("skip:{e}")
-            } else {
-                e
-            });
-        }
-        let result = clients();
-        // Relaxed: a plain flag; the join orders the rest.
-        stop.store(true, Ordering::Relaxed);
-        let report = server.join().map_err(|_| "the server panicked".to_owned())??;
-        println!("{report}");
-        Ok((result?, report))
-    })
+        up && TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
+    };
+    let (report, result) = netns_test::serve_while(|stop: &AtomicBool| run(&options, stop), ready, clients)?;
+    println!("{report}");
+    Ok((result?, report))
 }
 
 /// curl and python against the server on `backend`, with loss when `lossy`; checks the report.

@@ -32,7 +32,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, SocketAddrV4, TcpStream};
 use std::process::Command;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use netchannels::cli::ServeArgs;
@@ -118,32 +118,8 @@ type Run = fn(&Options, &AtomicBool) -> Result<Report, String>;
 /// and what the clients returned. An AF_XDP open failure for want of kernel support is a skip.
 fn serve<T>(mode: XdpMode, run: Run, clients: impl FnOnce() -> T) -> Result<(Report, T), String> {
     let options = options(mode);
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let server = s.spawn(|| run(&options, &stop));
-        // Let the server attach its program before the kernel's first SYN; a failed open ends it.
-        let start = Instant::now();
-        while !xdp_attached() && !server.is_finished() && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if server.is_finished() {
-            let e = match server.join() {
-                Ok(Err(e)) => e,
-                Ok(Ok(r)) => format!("the server stopped at once: {r}"),
-                Err(_) => "the server panicked".into(),
-            };
-            return Err(if e.contains("lacks AF_XDP") || e.contains("was refused") {
-                format!("skip:{e}")
-            } else {
-                e
-            });
-        }
-        let out = clients();
-        // Relaxed: a plain flag; the join orders the rest.
-        stop.store(true, Ordering::Relaxed);
-        let report = server.join().map_err(|_| "the server panicked".to_owned())??;
-        Ok((report, out))
-    })
+    // Let the server attach its program before the kernel's first SYN.
+    netns_test::serve_while(|stop: &AtomicBool| run(&options, stop), xdp_attached, clients)
 }
 
 fn xdp_attached() -> bool {

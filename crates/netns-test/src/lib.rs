@@ -18,10 +18,14 @@
 //! * [`tx_checksum_off`]: `ethtool -K IFACE tx off`, for veth peers whose partial checksums a
 //!   userspace stack would otherwise reject.
 //! * [`echo_client`]: a kernel client of a TCP echo service that checks every echoed byte.
+//! * [`serve_while`]: a server under test on its own thread while the clients run, stopped and
+//!   joined after them; a start-up error for want of kernel support is a skip.
 
 mod echo;
+mod serve;
 
 pub use echo::echo_client;
+pub use serve::{READY_TIMEOUT, serve_while};
 
 use std::io;
 use std::process::Command;
