@@ -75,7 +75,9 @@
 //!   consumer has not read.
 //! * wakeups: the consumer's `wake.wakecnt` store, then `Barrier::heavy`, then its `tail` load; the
 //!   producer's `tail` store, then `Barrier::light`, then its `wake.wakecnt` load (store-buffering,
-//!   above). `producer.wakecnt`: `Release` store in `Producer::send_wakeup`, `Acquire` loads in
+//!   above). A consumer sleeping on several channels arms them all, issues one `Barrier::heavy`, then
+//!   re-checks them all ([`WakeupBatch`]): the barrier orders every earlier store of the thread before
+//!   every later load, so one serves the set. `producer.wakecnt`: `Release` store in `Producer::send_wakeup`, `Acquire` loads in
 //!   `Consumer::request_wakeup` and `wait`.
 //! * `closed`: `Release` store in each side's `Drop`, `Acquire` load in the other's `is_abandoned`.
 //!
@@ -115,6 +117,10 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+
+mod wakeups;
+
+pub use wakeups::{ArmedWakeups, WakeupBatch};
 
 use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell, spin_loop};
 use crate::sys::{Barrier, WaitWord};
@@ -479,7 +485,6 @@ impl Builder {
             wakecnt: 0,
             mode: self.wake,
             spin: self.spin,
-            barrier,
             _not_sync: PhantomData,
         };
         Ok((producer, consumer))
@@ -722,7 +727,6 @@ pub struct Consumer {
     mode: WakeMode,
     /// How long `wait` polls before arming.
     spin: Duration,
-    barrier: Barrier,
     _not_sync: NotSync,
 }
 
@@ -873,6 +877,14 @@ impl Consumer {
     ///
     /// In [`WakeMode::Poll`] no wakeup will ever come, so this never returns `true`.
     pub fn request_wakeup(&mut self) -> bool {
+        let mut batch = WakeupBatch::new();
+        batch.arm(self) && batch.fence().idle(self)
+    }
+
+    /// The first half of [`request_wakeup`](Self::request_wakeup): makes the request and hands every
+    /// slot back, without the StoreLoad barrier that must follow before the re-check (see
+    /// [`WakeupBatch`]). `false` in [`WakeMode::Poll`].
+    fn arm_wakeup(&mut self) -> bool {
         if self.mode == WakeMode::Poll {
             return false;
         }
@@ -888,16 +900,20 @@ impl Consumer {
             // No request outstanding: make one. (If one is outstanding, the producer has not answered
             // it yet and will, so asking again would only cost it a second wakeup.)
             self.wakecnt = self.wakecnt.wrapping_add(1);
-            // Relaxed: ordered against the `tail` load below by the barrier.
+            // Relaxed: ordered against the `tail` load of the re-check by the barrier of
+            // `WakeupBatch::fence`.
             self.shared.wake.wakecnt.store(self.wakecnt, Ordering::Relaxed);
         }
         // A consumer about to sleep holds no slot back: a producer that finds the ring full must be
         // able to count on every popped slot. Release: our slot reads happen before the producer
         // reuses them; pairs with the Acquire loads of `head` in `Producer`.
         self.shared.consumer.head.store(self.head, Ordering::Release);
-        // StoreLoad between the `wakecnt` store and the `tail` load; pairs with `Barrier::light` in
-        // `Producer::check_wakeup`.
-        self.barrier.heavy();
+        true
+    }
+
+    /// The second half of [`request_wakeup`](Self::request_wakeup), after the barrier: whether the
+    /// ring is still empty and the producer alive.
+    fn idle_after_arming(&mut self) -> bool {
         self.refresh() == 0 && !self.is_abandoned()
     }
 

@@ -13,11 +13,13 @@
 //! deadlock; publishing `tail` with `Relaxed` makes every model report a causality violation on a ring
 //! slot; storing the consumer's returned `head` with `Relaxed` makes `batched_returns_wrap` report one,
 //! and so does handing back the line pair the consumer is still reading (rounding `head` up to the next
-//! boundary instead of down), which every other model here lets pass.
+//! boundary instead of down), which every other model here lets pass. Leaving the barrier out of
+//! `WakeupBatch::fence` makes `one_barrier_arms_many_channels` fail its assertion (and
+//! `no_lost_wakeup` deadlock: `request_wakeup` is a batch of one).
 #![cfg(loom)]
 
 use loom::thread;
-use netchannel::channel::{Channel, Wait, WakeMode};
+use netchannel::channel::{Channel, Wait, WakeMode, WakeupBatch};
 
 /// The producer pushes `items` one at a time into a ring of `capacity` slots, retrying when it is full;
 /// the consumer busy-polls them out: order is preserved, nothing is lost, and loom's cell tracking finds
@@ -191,5 +193,39 @@ fn outstanding_request_is_reused() {
         }
         producer.join().unwrap();
         assert_eq!(got, [1, 2]);
+    });
+}
+
+/// One barrier for two channels (`WakeupBatch`: a core that sleeps on all its input channels arms
+/// them all, fences once and re-checks them all): for each channel, either the re-check after the
+/// fence sees the item its producer pushed, or that producer sees the request and sends the wakeup
+/// that ends the sleep. Never neither (store-buffering: both sides can miss each other without the
+/// consumer's barrier).
+#[test]
+fn one_barrier_arms_many_channels() {
+    loom::model(|| {
+        let (mut tx_a, mut rx_a) = Channel::builder(2).wake(WakeMode::Park).build().unwrap();
+        let (mut tx_b, mut rx_b) = Channel::builder(2).wake(WakeMode::Park).build().unwrap();
+        let a = thread::spawn(move || {
+            tx_a.push(1).unwrap();
+            tx_a
+        });
+        let b = thread::spawn(move || {
+            tx_b.push(2).unwrap();
+            tx_b
+        });
+        let mut batch = WakeupBatch::new();
+        assert!(batch.arm(&mut rx_a) && batch.arm(&mut rx_b));
+        let armed = batch.fence();
+        let idle = [armed.idle(&mut rx_a), armed.idle(&mut rx_b)];
+        let senders = [a.join().unwrap(), b.join().unwrap()];
+        for (channel, (idle, tx)) in idle.into_iter().zip(&senders).enumerate() {
+            let stats = tx.stats();
+            assert!(
+                !idle || stats.wakeups == 1,
+                "channel {channel}: the push and the request missed each other"
+            );
+        }
+        assert_eq!((rx_a.pop(), rx_b.pop()), (Some(1), Some(2)));
     });
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 #[cfg(doc)]
 use super::SharedPacket;
 use super::{FRAME_TAG, Packet, Pool, PoolCache};
-use crate::channel::{self, Consumer, Producer, Wait};
+use crate::channel::{self, ArmedWakeups, Consumer, Producer, Wait, WakeupBatch};
 
 /// The error [`PacketTx::push`] returns; the packet comes back to the caller, who still owns it.
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +176,20 @@ impl PacketRx {
     #[inline]
     pub fn request_wakeup(&mut self) -> bool {
         self.rx.request_wakeup()
+    }
+
+    /// Arms this channel's wakeup in `batch` (one barrier for many channels); see
+    /// [`WakeupBatch::arm`].
+    #[inline]
+    pub fn arm_wakeup(&mut self, batch: &mut WakeupBatch) -> bool {
+        batch.arm(&mut self.rx)
+    }
+
+    /// After the batch's fence: whether the channel is still empty and its sender alive; see
+    /// [`ArmedWakeups::idle`].
+    #[inline]
+    pub fn idle_after(&mut self, armed: &ArmedWakeups) -> bool {
+        armed.idle(&mut self.rx)
     }
 
     /// The eventfd of a [`WakeMode::EventFd`](crate::channel::WakeMode::EventFd) channel, to poll

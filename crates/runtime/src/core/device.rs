@@ -9,6 +9,7 @@ use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use netchannel::channel::WakeupBatch;
 use netchannel::channelizer::Channelizer;
 use netchannel::classify::{Classified, classify};
 use netchannel::dev::{DevError, DeviceInfo, DeviceStats, Link, NetDevice, PacketBatch};
@@ -142,16 +143,26 @@ impl<'c> CoreDevice<'c> {
             },
         };
         pollfds.clear();
-        for rx in std::iter::once(default_rx).chain(inputs.iter_mut()) {
+        // Every channel is armed before one barrier and re-checked after it (one membarrier per
+        // sleep, not one per channel: see `netchannel::channel::WakeupBatch`).
+        let mut batch = WakeupBatch::new();
+        for rx in std::iter::once(&mut *default_rx).chain(inputs.iter_mut()) {
             if rx.is_abandoned() {
                 continue;
             }
             let Some(fd) = rx.event_fd().map(|fd| fd.as_raw_fd()) else { return false };
-            if !rx.request_wakeup() {
-                // A frame arrived meanwhile.
-                return true;
+            if !rx.arm_wakeup(&mut batch) {
+                return false;
             }
             pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
+        let armed = batch.fence();
+        for rx in std::iter::once(default_rx).chain(inputs.iter_mut()) {
+            // A frame arrived meanwhile, or the sender of an armed channel left frames behind.
+            let ready = if rx.is_abandoned() { !rx.is_empty() } else { !rx.idle_after(&armed) };
+            if ready {
+                return true;
+            }
         }
         for fd in std::iter::once(wake_fd.as_raw_fd()).chain(device_fd) {
             pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
