@@ -151,6 +151,10 @@ impl<'c> CoreDevice<'c> {
                 continue;
             }
             let Some(fd) = rx.event_fd().map(|fd| fd.as_raw_fd()) else { return false };
+            if !rx.is_empty() {
+                // Work already waits: arming the rest would only cost their senders a wakeup.
+                return true;
+            }
             if !rx.arm_wakeup(&mut batch) {
                 return false;
             }
