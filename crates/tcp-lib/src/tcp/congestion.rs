@@ -1,6 +1,8 @@
-//! Congestion control behind a small trait, with two implementations: [`NewReno`] (RFC 5681 slow
+//! Congestion control behind a small trait, with three implementations: [`NewReno`] (RFC 5681 slow
 //! start and congestion avoidance, cwnd = ssthresh through fast recovery, RFC 3465 byte
-//! counting limited to one SMSS per ACK) and [`Cubic`] (RFC 9438).
+//! counting limited to one SMSS per ACK), [`Cubic`] (RFC 9438), and [`LinuxCubic`] (the same
+//! curve with Linux's `tcp_cubic.c` arithmetic, for the Linux profile). Slow start may end
+//! before a loss by HyStart (`hystart.rs`).
 //!
 //! The connection owns the loss *detection* (duplicate ACK counting, the SACK scoreboard, the
 //! recovery point, the retransmission timer); an algorithm only decides the congestion window at
@@ -8,6 +10,8 @@
 
 use std::fmt;
 use std::time::{Duration, Instant};
+
+pub use super::cubic_linux::LinuxCubic;
 
 /// A congestion control algorithm: the congestion window and slow-start threshold in bytes,
 /// updated at the events the connection reports. `mss` is the sender's maximum segment size
@@ -42,6 +46,22 @@ pub trait CongestionControl: fmt::Debug + Send {
 
     /// The retransmission timer expired.
     fn on_rto(&mut self, flight: usize, mss: usize);
+
+    /// HyStart ([`Config::hystart`](super::Config::hystart)) found the end of slow start:
+    /// ssthresh = cwnd, and the next ACK grows the window in congestion avoidance.
+    fn exit_slow_start(&mut self);
+
+    /// An RTT sample from an ACK at `now` (the newest segment it acknowledged that was sent
+    /// once), for an algorithm that follows the minimum RTT. The default ignores it.
+    fn on_delay_sample(&mut self, rtt: Duration, now: Instant) {
+        let _ = (rtt, now);
+    }
+
+    /// The sender starts sending again after `idle` with nothing in flight. The default ignores
+    /// it.
+    fn on_idle_restart(&mut self, idle: Duration, now: Instant) {
+        let _ = (idle, now);
+    }
 }
 
 /// Which congestion control a connection uses.
@@ -53,6 +73,8 @@ pub enum CongestionAlgorithm {
     /// [`Cubic`] (the default, as in Linux and RFC 9438 deployments).
     #[default]
     Cubic,
+    /// [`LinuxCubic`]: CUBIC counted as Linux's `tcp_cubic.c` counts it.
+    LinuxCubic,
 }
 
 impl CongestionAlgorithm {
@@ -62,6 +84,7 @@ impl CongestionAlgorithm {
         match self {
             Self::NewReno => Box::new(NewReno::new()),
             Self::Cubic => Box::new(Cubic::new()),
+            Self::LinuxCubic => Box::new(LinuxCubic::new()),
         }
     }
 }
@@ -72,6 +95,7 @@ impl CongestionAlgorithm {
 pub(crate) enum Controller {
     NewReno(NewReno),
     Cubic(Cubic),
+    LinuxCubic(LinuxCubic),
 }
 
 impl CongestionAlgorithm {
@@ -80,6 +104,7 @@ impl CongestionAlgorithm {
         match self {
             Self::NewReno => Controller::NewReno(NewReno::new()),
             Self::Cubic => Controller::Cubic(Cubic::new()),
+            Self::LinuxCubic => Controller::LinuxCubic(LinuxCubic::new()),
         }
     }
 }
@@ -90,6 +115,7 @@ macro_rules! dispatch {
         match $self {
             Controller::NewReno($c) => $call,
             Controller::Cubic($c) => $call,
+            Controller::LinuxCubic($c) => $call,
         }
     };
 }
@@ -121,6 +147,18 @@ impl CongestionControl for Controller {
 
     fn on_rto(&mut self, flight: usize, mss: usize) {
         dispatch!(self, c => c.on_rto(flight, mss));
+    }
+
+    fn exit_slow_start(&mut self) {
+        dispatch!(self, c => c.exit_slow_start());
+    }
+
+    fn on_delay_sample(&mut self, rtt: Duration, now: Instant) {
+        dispatch!(self, c => c.on_delay_sample(rtt, now));
+    }
+
+    fn on_idle_restart(&mut self, idle: Duration, now: Instant) {
+        dispatch!(self, c => c.on_idle_restart(idle, now));
     }
 }
 
@@ -210,6 +248,10 @@ impl CongestionControl for NewReno {
         self.cwnd = mss;
         self.acked_in_ca = 0;
     }
+
+    fn exit_slow_start(&mut self) {
+        self.ssthresh = self.cwnd;
+    }
 }
 
 /// CUBIC (RFC 9438): after a congestion event the window follows the cubic function of the
@@ -220,7 +262,7 @@ impl CongestionControl for NewReno {
 /// event multiplies the window by β = 0.7 (§4.6); fast convergence (§4.7) lowers `W_max` when
 /// the window shrinks from one event to the next, to leave room to new flows. Slow start is RFC
 /// 5681's, as the RFC prescribes, and recovery is paced by the connection's PRR (RFC 9937).
-/// Time is the `now` the caller passes; HyStart is not implemented.
+/// Time is the `now` the caller passes; HyStart (`hystart.rs`) may end slow start early.
 #[derive(Clone, Debug)]
 pub struct Cubic {
     /// cwnd in bytes (fractional: per-ACK increments can be below one byte).
@@ -360,6 +402,10 @@ impl CongestionControl for Cubic {
         self.reduce(flight, mss);
         self.cwnd = mss as f64;
         self.after_rto = true;
+    }
+
+    fn exit_slow_start(&mut self) {
+        self.ssthresh = self.window();
     }
 }
 

@@ -132,6 +132,7 @@ impl Connection {
             }
             self.snd.stream.dequeue(data_acked);
             self.sample_rtt(now, seg, ack);
+            self.cc_on_ack(now, ack);
             self.snd.retries = 0;
             self.snd.una = ack;
             let pruned = self.recovery.scoreboard.prune(ack);

@@ -4,6 +4,7 @@
 //!   assert exactly what it answers (in the spirit of smoltcp's socket tests), with virtual time.
 //! * `scripted`: every state transition and mechanism, segment by segment.
 //! * `ecn`: Explicit Congestion Notification (RFC 3168): negotiation, ECT, ECE and CWR.
+//! * `hystart`: HyStart ends slow start on a rising RTT or a long ACK train.
 //! * `rack`: RACK time-based loss detection (RFC 8985 §6) and its reordering timer.
 //! * `prr`: what each ACK of fast recovery sends (Proportional Rate Reduction, RFC 9937).
 //! * `pair`: two connections over an in-memory link with seeded faults (drop, duplicate,
@@ -34,6 +35,7 @@ macro_rules! recv {
 
 mod ecn;
 mod fuzz;
+mod hystart;
 mod linux_profile;
 mod pair;
 mod prr;

@@ -1,0 +1,51 @@
+//! What the congestion controller learns besides the acknowledged bytes: the per-ACK RTT
+//! samples and HyStart's verdict (`hystart.rs`), transmissions for their log, the idle time
+//! before a restart, and a retransmission timeout's fresh start.
+
+use std::time::Instant;
+
+use super::Connection;
+use crate::tcp::congestion::CongestionControl;
+use crate::tcp::hystart::AckInfo;
+use crate::wire::SeqNumber;
+
+impl Connection {
+    /// An ACK moved SND.UNA to `una` (call before the window grows for it): the RTT sample of
+    /// the newest original transmission it covers goes to the controller, and HyStart may end
+    /// slow start (ssthresh = cwnd, so that this ACK already grows the window in congestion
+    /// avoidance, as Linux's `pkts_acked` hook runs before `cong_avoid`).
+    pub(super) fn cc_on_ack(&mut self, now: Instant, una: SeqNumber) {
+        let verdict = self.slow_start.on_ack(AckInfo {
+            una,
+            snd_nxt: self.snd.max,
+            now,
+            cwnd: self.cc.window(),
+            ssthresh: self.cc.ssthresh(),
+            mss: self.snd.mss,
+            srtt: self.rtt.srtt(),
+        });
+        if let Some(rtt) = verdict.sample {
+            self.cc.on_delay_sample(rtt, now);
+        }
+        if verdict.exit && self.cc.window() < self.cc.ssthresh() {
+            self.cc.exit_slow_start();
+            self.stats.hystart_exits += 1;
+        }
+    }
+
+    /// `start..end` leaves at `now` (before SND.MAX moves past it).
+    pub(super) fn cc_on_sent(&mut self, start: SeqNumber, end: SeqNumber, now: Instant) {
+        let retransmission = start < self.snd.max;
+        let flight_empty = self.snd.una == self.snd.max;
+        if let Some(idle) = self.slow_start.on_sent(start, end, now, retransmission, flight_empty)
+            && !idle.is_zero()
+        {
+            self.cc.on_idle_restart(idle, now);
+        }
+    }
+
+    /// A retransmission timeout reset the controller: HyStart starts again from SND.NXT.
+    pub(super) fn cc_on_rto(&mut self) {
+        self.slow_start.restart(self.snd.max);
+    }
+}
