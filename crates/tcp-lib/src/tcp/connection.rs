@@ -450,7 +450,7 @@ impl Connection {
                 rack: Rack::default(),
             },
             ecn: EcnState { ok: false, echo: false, cwr_pending: false, reduced_until: iss },
-            rtt: RttEstimator::new(config.initial_rto, config.min_rto),
+            rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.linux_rto),
             cc: config.congestion.controller(),
             slow_start: SlowStartExit::new(
                 config.hystart,

@@ -331,6 +331,11 @@ pub struct Config {
     pub max_ooo_ranges: usize,
     /// Congestion control (CUBIC by default).
     pub congestion: CongestionAlgorithm,
+    /// Compute the RTO as Linux does: SRTT plus the largest deviation of the last round trip
+    /// (four times the mean deviation), never less than [`min_rto`](Self::min_rto), so the RTO
+    /// is at least SRTT + `min_rto` (300 ms for a 100 ms RTT and Linux's 200 ms minimum). `false`
+    /// (the default): RFC 6298, SRTT + 4·RTTVAR with `min_rto` bounding the whole RTO.
+    pub linux_rto: bool,
     /// HyStart: whether slow start ends before a loss when the RTT shows the bottleneck's queue
     /// growing ([`HyStart::Linux`], as Linux's CUBIC). [`HyStart::Off`] (the default): at
     /// ssthresh or a loss only (RFC 5681).
@@ -410,6 +415,7 @@ impl Default for Config {
             max_ooo_ranges: 8,
             congestion: CongestionAlgorithm::Cubic,
             hystart: HyStart::Off,
+            linux_rto: false,
             initial_window: None,
             slow_start_segments_per_ack: 1,
             cwnd_validation: false,

@@ -14,7 +14,9 @@ impl Connection {
     /// the newest original transmission it covers goes to the controller, and HyStart may end
     /// slow start (ssthresh = cwnd, so that this ACK already grows the window in congestion
     /// avoidance, as Linux's `pkts_acked` hook runs before `cong_avoid`).
+    /// Also ends the RTO estimator's round trip when Linux's variance term is on.
     pub(super) fn cc_on_ack(&mut self, now: Instant, una: SeqNumber) {
+        self.rtt.end_round(una, self.snd.max);
         let verdict = self.slow_start.on_ack(AckInfo {
             una,
             snd_nxt: self.snd.max,
