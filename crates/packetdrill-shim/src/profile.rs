@@ -193,7 +193,7 @@ impl Profile {
     /// data segments (acknowledged at once), receive and
     /// send buffers of the sizes `tcp_rmem`/`tcp_wmem` give a socket (and the window scale its
     /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used and that HyStart may end, CUBIC with Linux's arithmetic, tail
-    /// loss probes and RACK loss detection (RFC 8985), five SYN retries.
+    /// loss probes and RACK loss detection (RFC 8985) with growth for SACKed data under reordering, five SYN retries.
     #[must_use]
     pub fn tcp(&self) -> tcp::Config {
         let mut c =
@@ -213,6 +213,7 @@ impl Profile {
             c.congestion = tcp::CongestionAlgorithm::LinuxCubic;
             c.hystart = tcp::HyStart::Linux;
             c.linux_rto = true;
+            c.grow_on_reordered_sacks = true;
             c.cwnd_validation = true;
             c.tail_loss_probe = true;
             c.rack = true;

@@ -331,6 +331,11 @@ pub struct Config {
     pub max_ooo_ranges: usize,
     /// Congestion control (CUBIC by default).
     pub congestion: CongestionAlgorithm,
+    /// Once the reordering seen (RACK's measure, [`Config::rack`]) exceeds DupThresh, grow the
+    /// congestion window for data an ACK SACKs, not only for what it acknowledges cumulatively,
+    /// as Linux does (`tcp_may_raise_cwnd`). `false` (the default): RFC 5681, growth on
+    /// cumulative ACKs only.
+    pub grow_on_reordered_sacks: bool,
     /// Compute the RTO as Linux does: SRTT plus the largest deviation of the last round trip
     /// (four times the mean deviation), never less than [`min_rto`](Self::min_rto), so the RTO
     /// is at least SRTT + `min_rto` (300 ms for a 100 ms RTT and Linux's 200 ms minimum). `false`
@@ -416,6 +421,7 @@ impl Default for Config {
             congestion: CongestionAlgorithm::Cubic,
             hystart: HyStart::Off,
             linux_rto: false,
+            grow_on_reordered_sacks: false,
             initial_window: None,
             slow_start_segments_per_ack: 1,
             cwnd_validation: false,

@@ -1,12 +1,13 @@
 //! What the congestion controller learns besides the acknowledged bytes: the per-ACK RTT
 //! samples and HyStart's verdict (`hystart.rs`), transmissions for their log, the idle time
-//! before a restart, and a retransmission timeout's fresh start.
+//! before a restart, a retransmission timeout's fresh start, and SACKed data under reordering.
 
 use std::time::Instant;
 
 use super::Connection;
 use crate::tcp::congestion::CongestionControl;
 use crate::tcp::hystart::AckInfo;
+use crate::tcp::sack::DUP_THRESH;
 use crate::wire::SeqNumber;
 
 impl Connection {
@@ -32,6 +33,26 @@ impl Connection {
         if verdict.exit && self.cc.window() < self.cc.ssthresh() {
             self.cc.exit_slow_start();
             self.stats.hystart_exits += 1;
+        }
+    }
+
+    /// After an ACK's SACK blocks and RACK's reordering measure: with
+    /// [`Config::grow_on_reordered_sacks`](crate::tcp::Config::grow_on_reordered_sacks), once the
+    /// reordering seen exceeds DupThresh, an ACK that SACKs new data without moving SND.UNA grows
+    /// the window by what it SACKed (as Linux's `tcp_may_raise_cwnd`: delivery counts whatever
+    /// its order when reordering is high; RFC 5681 grows on cumulative ACKs only). Outside
+    /// recovery; the cumulative ACK that later covers those bytes does not count them again.
+    pub(super) fn cc_on_sack(&mut self, now: Instant, prior_una: SeqNumber, prior_sacked: usize) {
+        if !self.config.grow_on_reordered_sacks
+            || self.recovery.active
+            || self.snd.una != prior_una
+            || self.recovery.rack.reordering() <= DUP_THRESH
+        {
+            return;
+        }
+        let newly = self.recovery.scoreboard.sacked_bytes().saturating_sub(prior_sacked);
+        if newly > 0 {
+            self.grow_window(newly, self.snd.mss, now);
         }
     }
 

@@ -2,7 +2,9 @@
 //! counted as Linux counts it ([`CongestionAlgorithm::LinuxCubic`]), after packetdrill's
 //! `cubic/cubic-rto-ss-ca-cwnd-bump.pkt`: the timer fires at SRTT + 200 ms, ssthresh is 717/1024
 //! of the window, slow start climbs back to it, and congestion avoidance then grows by one
-//! segment per twenty acknowledged (the timeout made CUBIC forget `W_max`).
+//! segment per twenty acknowledged (the timeout made CUBIC forget `W_max`). And, after
+//! `cubic/cubic-rack-reo-timeout-retrans-failed-incoming-data.pkt`, growth for SACKed data once
+//! reordering is seen ([`Config::grow_on_reordered_sacks`]).
 
 use super::*;
 use crate::tcp::CongestionAlgorithm;
@@ -96,4 +98,51 @@ fn after_a_timeout_linux_cubic_climbs_back_and_grows_one_segment_per_twenty() {
     s.advance(Duration::from_millis(98));
     send!(s, ack(23 * SEG));
     assert_eq!(s.conn.stats().cwnd / SEG, 8);
+}
+
+/// The peer's ACK of `acked` segments SACKing the segment ranges `blocks`.
+fn sack(acked: usize, blocks: &[(usize, usize)]) -> TcpRepr<'static> {
+    use crate::wire::tcp::{SackBlock, SackBlocks};
+    let v: Vec<_> = blocks
+        .iter()
+        .map(|&(l, r)| SackBlock { left: LOCAL_SEQ + 1 + l * SEG, right: LOCAL_SEQ + 1 + r * SEG })
+        .collect();
+    TcpRepr { sack_blocks: SackBlocks::from_slice(&v).expect("at most four"), ..ack(acked * SEG) }
+}
+
+/// cubic-rack-reo-timeout-retrans-failed-incoming-data.pkt's start: ten segments out, the
+/// tenth SACKed, then the fourth (reordering: seven segments below the highest SACKed), then
+/// all ACKed. The window after that.
+fn window_after_reordering(grow_on_reordered_sacks: bool) -> usize {
+    let config = Config {
+        send_buffer: 20_000,
+        initial_window: Some(10),
+        slow_start_segments_per_ack: 64,
+        congestion: CongestionAlgorithm::LinuxCubic,
+        sack: true,
+        rack: true,
+        grow_on_reordered_sacks,
+        ..script_config()
+    };
+    let syn = TcpRepr { max_seg_size: Some(1000), sack_permitted: true, ..syn_from_peer() };
+    let mut s = Script::accept_with(config, syn);
+    s.drain();
+    s.advance(Duration::from_millis(20));
+    send!(s, ack(0));
+    s.conn.send(&[1; 10 * SEG]);
+    assert_eq!(s.drain().len(), 10);
+    s.advance(Duration::from_millis(20));
+    send!(s, sack(0, &[(9, 10)]));
+    assert_eq!(s.conn.stats().cwnd / SEG, 10, "reordering not seen yet: no growth");
+    send!(s, sack(0, &[(3, 4), (9, 10)]));
+    send!(s, ack(10 * SEG));
+    s.conn.stats().cwnd / SEG
+}
+
+#[test]
+fn under_reordering_sacked_data_grows_the_window() {
+    // Linux: the SACK of the fourth segment (reordering 7 > DupThresh) grows the window by one,
+    // the cumulative ACK by the eight segments not SACKed before: 10 + 1 + 8.
+    assert_eq!(window_after_reordering(true), 19);
+    assert_eq!(window_after_reordering(false), 18, "RFC 5681: cumulative ACKs only");
 }

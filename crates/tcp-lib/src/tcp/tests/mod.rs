@@ -4,7 +4,8 @@
 //!   assert exactly what it answers (in the spirit of smoltcp's socket tests), with virtual time.
 //! * `scripted`: every state transition and mechanism, segment by segment.
 //! * `ecn`: Explicit Congestion Notification (RFC 3168): negotiation, ECT, ECE and CWR.
-//! * `cubic`: Linux's RTO estimator and CUBIC arithmetic through a timeout.
+//! * `cubic`: Linux's RTO estimator and CUBIC arithmetic through a timeout; growth for
+//!   SACKed data under reordering.
 //! * `hystart`: HyStart ends slow start on a rising RTT or a long ACK train.
 //! * `rack`: RACK time-based loss detection (RFC 8985 §6) and its reordering timer.
 //! * `prr`: what each ACK of fast recovery sends (Proportional Rate Reduction, RFC 9937).
