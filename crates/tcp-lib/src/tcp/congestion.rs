@@ -51,6 +51,10 @@ pub trait CongestionControl: fmt::Debug + Send {
     /// ssthresh = cwnd, and the next ACK grows the window in congestion avoidance.
     fn exit_slow_start(&mut self);
 
+    /// Slow start grows the window `divisor` times slower from now on (HyStart++'s Conservative
+    /// Slow Start, RFC 9406 §4.2: 4; 1 again when it ends). A loss or a timeout resets it to 1.
+    fn set_slow_start_divisor(&mut self, divisor: u32);
+
     /// An RTT sample from an ACK at `now` (the newest segment it acknowledged that was sent
     /// once), for an algorithm that follows the minimum RTT. The default ignores it.
     fn on_delay_sample(&mut self, rtt: Duration, now: Instant) {
@@ -153,6 +157,10 @@ impl CongestionControl for Controller {
         dispatch!(self, c => c.exit_slow_start());
     }
 
+    fn set_slow_start_divisor(&mut self, divisor: u32) {
+        dispatch!(self, c => c.set_slow_start_divisor(divisor));
+    }
+
     fn on_delay_sample(&mut self, rtt: Duration, now: Instant) {
         dispatch!(self, c => c.on_delay_sample(rtt, now));
     }
@@ -171,6 +179,8 @@ pub struct NewReno {
     /// Bytes acknowledged in congestion avoidance since cwnd last grew (RFC 5681 §3.1, the
     /// byte-counting variant of "cwnd += SMSS*SMSS/cwnd").
     acked_in_ca: usize,
+    /// Slow start's growth divisor ([`CongestionControl::set_slow_start_divisor`]).
+    ss_divisor: usize,
 }
 
 impl Default for NewReno {
@@ -184,7 +194,7 @@ impl NewReno {
     /// (RFC 5681 §3.1).
     #[must_use]
     pub const fn new() -> Self {
-        Self { cwnd: 536, ssthresh: usize::MAX, acked_in_ca: 0 }
+        Self { cwnd: 536, ssthresh: usize::MAX, acked_in_ca: 0, ss_divisor: 1 }
     }
 
     /// The initial window of RFC 5681 §3.1 for a given SMSS.
@@ -222,7 +232,7 @@ impl CongestionControl for NewReno {
     fn on_ack(&mut self, acked: usize, mss: usize, _now: Instant, _srtt: Duration) {
         if self.cwnd < self.ssthresh {
             // Slow start: at most one SMSS per ACK (RFC 5681 §3.1, RFC 3465 L = 1).
-            self.cwnd = self.cwnd.saturating_add(acked.min(mss));
+            self.cwnd = self.cwnd.saturating_add(acked.min(mss) / self.ss_divisor);
         } else {
             self.acked_in_ca = self.acked_in_ca.saturating_add(acked);
             if self.acked_in_ca >= self.cwnd {
@@ -236,6 +246,7 @@ impl CongestionControl for NewReno {
         self.ssthresh = Self::reduced(flight, mss);
         self.cwnd = self.ssthresh;
         self.acked_in_ca = 0;
+        self.ss_divisor = 1;
     }
 
     fn on_exit_recovery(&mut self) {
@@ -247,10 +258,15 @@ impl CongestionControl for NewReno {
         self.ssthresh = Self::reduced(flight, mss);
         self.cwnd = mss;
         self.acked_in_ca = 0;
+        self.ss_divisor = 1;
     }
 
     fn exit_slow_start(&mut self) {
         self.ssthresh = self.cwnd;
+    }
+
+    fn set_slow_start_divisor(&mut self, divisor: u32) {
+        self.ss_divisor = divisor.max(1) as usize;
     }
 }
 
@@ -281,6 +297,8 @@ pub struct Cubic {
     /// The last reduction was a retransmission timeout: the next stage starts with `K = 0` and
     /// `W_max` = the window it starts with (§4.8).
     after_rto: bool,
+    /// Slow start's growth divisor ([`CongestionControl::set_slow_start_divisor`]).
+    ss_divisor: f64,
 }
 
 impl Default for Cubic {
@@ -309,6 +327,7 @@ impl Cubic {
             k: 0.0,
             w_est: 0.0,
             after_rto: false,
+            ss_divisor: 1.0,
         }
     }
 
@@ -332,6 +351,7 @@ impl Cubic {
         self.cwnd_prior = self.cwnd;
         self.ssthresh = to_bytes(flight as f64 * Self::BETA).max(2 * mss);
         self.epoch = None;
+        self.ss_divisor = 1.0;
     }
 }
 
@@ -357,7 +377,7 @@ impl CongestionControl for Cubic {
     fn on_ack(&mut self, acked: usize, mss: usize, now: Instant, srtt: Duration) {
         if self.window() < self.ssthresh {
             // Slow start (RFC 9438 §4.10: as RFC 5681).
-            self.cwnd += acked.min(mss) as f64;
+            self.cwnd += acked.min(mss) as f64 / self.ss_divisor;
             return;
         }
         let seg = mss as f64;
@@ -406,6 +426,10 @@ impl CongestionControl for Cubic {
 
     fn exit_slow_start(&mut self) {
         self.ssthresh = self.window();
+    }
+
+    fn set_slow_start_divisor(&mut self, divisor: u32) {
+        self.ss_divisor = f64::from(divisor.max(1));
     }
 }
 

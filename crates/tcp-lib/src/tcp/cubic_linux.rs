@@ -62,6 +62,10 @@ pub struct LinuxCubic {
     tcp_cwnd: usize,
     /// The minimum RTT of the samples fed by [`CongestionControl::on_delay_sample`].
     delay_min: Option<Duration>,
+    /// Slow start's growth divisor ([`CongestionControl::set_slow_start_divisor`]) and the
+    /// segments acknowledged toward its next segment of growth.
+    ss_divisor: usize,
+    ss_credit: usize,
 }
 
 impl Default for LinuxCubic {
@@ -88,6 +92,8 @@ impl LinuxCubic {
             ack_cnt: 0,
             tcp_cwnd: 0,
             delay_min: None,
+            ss_divisor: 1,
+            ss_credit: 0,
         }
     }
 
@@ -188,6 +194,8 @@ impl LinuxCubic {
     fn reduce(&mut self, mss: usize) {
         let cwnd = self.cwnd / mss.max(1);
         self.epoch = None;
+        self.ss_divisor = 1;
+        self.ss_credit = 0;
         self.last_max_cwnd =
             if cwnd < self.last_max_cwnd { cwnd * (BETA_SCALE + BETA) / (2 * BETA_SCALE) } else { cwnd };
         self.ssthresh = (cwnd * BETA / BETA_SCALE).max(2) * mss;
@@ -214,7 +222,10 @@ impl CongestionControl for LinuxCubic {
             // Slow start: every segment acknowledged, up to ssthresh; the rest counts below.
             let room = (self.ssthresh - self.cwnd).div_ceil(mss);
             let grow = segments.min(room);
-            self.cwnd = (self.cwnd + grow * mss).min(self.ssthresh.max(self.cwnd));
+            self.ss_credit += grow;
+            let add = self.ss_credit / self.ss_divisor;
+            self.ss_credit -= add * self.ss_divisor;
+            self.cwnd = (self.cwnd + add * mss).min(self.ssthresh.max(self.cwnd));
             segments -= grow;
             if segments == 0 {
                 return;
@@ -242,6 +253,10 @@ impl CongestionControl for LinuxCubic {
 
     fn exit_slow_start(&mut self) {
         self.ssthresh = self.cwnd;
+    }
+
+    fn set_slow_start_divisor(&mut self, divisor: u32) {
+        self.ss_divisor = divisor.max(1) as usize;
     }
 
     fn on_delay_sample(&mut self, rtt: Duration, now: Instant) {

@@ -17,7 +17,16 @@
 //!   already spans the path's delay.
 //!
 //! HyStart runs in slow start once the window is at least 16 segments (`hystart_low_window`),
-//! until it fires; a retransmission timeout starts it afresh. The samples come from the
+//! until it fires; a retransmission timeout starts it afresh.
+//!
+//! [`HyStart::Rfc9406`] is HyStart++ (RFC 9406 §4.2): from the eighth RTT sample of a round on,
+//! a round whose minimum RTT is at least the previous round's plus an eighth of it (clamped to
+//! 4..16 ms) leaves slow start for Conservative Slow Start (CSS), where the window grows a
+//! quarter as fast (`CSS_GROWTH_DIVISOR`); a CSS round whose minimum falls back below the one
+//! that triggered it shows the exit was spurious, and slow start resumes; after five CSS rounds
+//! (`CSS_ROUNDS`) ssthresh = cwnd and congestion avoidance begins. It runs in the first slow
+//! start only (RFC 9406 §4.3: while ssthresh is still the initial, arbitrarily high one); a
+//! loss ends it, and later slow starts stop at the ssthresh the loss left. The samples come from the
 //! sender's own log of when each transmission left (only original transmissions: an ACK of a
 //! retransmitted segment gives no sample, as Karn's algorithm), one per ACK, the RTT of the
 //! newest segment it acknowledged, as Linux's `ca_rtt_us`; the same samples feed the
@@ -39,6 +48,9 @@ pub enum HyStart {
     /// Linux CUBIC's HyStart: the delay and the ACK-train detectors (see the
     /// [module documentation](self)).
     Linux,
+    /// HyStart++ (RFC 9406): the delay detector against the previous round's minimum RTT, then
+    /// Conservative Slow Start, in the first slow start only.
+    Rfc9406,
 }
 
 /// The most transmissions logged for RTT samples; past it the oldest is forgotten (an ACK that
@@ -51,6 +63,12 @@ const MIN_SAMPLES: u8 = 8;
 /// The delay threshold's bounds (RFC 9406 `MIN_RTT_THRESH`, `MAX_RTT_THRESH`).
 const DELAY_MIN: Duration = Duration::from_millis(4);
 const DELAY_MAX: Duration = Duration::from_millis(16);
+/// HyStart++'s delay threshold divisor (`MIN_RTT_DIVISOR`).
+const MIN_RTT_DIVISOR: u32 = 8;
+/// How much slower the window grows in Conservative Slow Start (`CSS_GROWTH_DIVISOR`).
+pub(crate) const CSS_GROWTH_DIVISOR: u32 = 4;
+/// Rounds of Conservative Slow Start before congestion avoidance (`CSS_ROUNDS`).
+const CSS_ROUNDS: u8 = 5;
 /// ACKs this close together belong to one train (`hystart_ack_delta_us`).
 const ACK_DELTA: Duration = Duration::from_millis(2);
 /// The offload allowance: a super-segment of up to this many bytes may be in the train...
@@ -65,6 +83,9 @@ pub(crate) struct Verdict {
     pub(crate) sample: Option<Duration>,
     /// Slow start should end here (ssthresh = cwnd).
     pub(crate) exit: bool,
+    /// Slow start's growth is to be divided by this from now on (HyStart++'s Conservative Slow
+    /// Start: 4; 1 when it ends).
+    pub(crate) growth_divisor: Option<u32>,
 }
 
 /// A connection's HyStart state and its log of transmissions.
@@ -89,6 +110,11 @@ pub(crate) struct SlowStartExit {
     /// The minimum RTT of the round, and how many samples it took.
     round_min: Option<Duration>,
     round_samples: u8,
+    /// HyStart++: the previous round's minimum RTT (`lastRoundMinRTT`).
+    last_round_min: Option<Duration>,
+    /// HyStart++ in Conservative Slow Start: the round minimum that started it
+    /// (`cssBaselineMinRtt`) and the rounds it has lasted.
+    css: Option<(Duration, u8)>,
 }
 
 impl SlowStartExit {
@@ -107,10 +133,13 @@ impl SlowStartExit {
             last_ack: now,
             round_min: None,
             round_samples: 0,
+            last_round_min: None,
+            css: None,
         }
     }
 
-    fn active(&self) -> bool {
+    /// HyStart is on, or the controller wants the samples: otherwise nothing is logged.
+    pub(crate) fn active(&self) -> bool {
         self.mode != HyStart::Off || self.samples_wanted
     }
 
@@ -118,7 +147,9 @@ impl SlowStartExit {
     /// and a round that ends past `snd_nxt`. Its ACK train starts with the next round (the last
     /// ACK of the old train is too old to continue it).
     pub(crate) fn restart(&mut self, snd_nxt: SeqNumber) {
-        self.found = false;
+        // HyStart++ runs in the first slow start only (RFC 9406 §4.3).
+        self.found = self.mode == HyStart::Rfc9406;
+        self.css = None;
         self.min_rtt = None;
         self.round_end = snd_nxt;
         self.round_min = None;
@@ -135,7 +166,8 @@ impl SlowStartExit {
 
     /// `start..end` left at `now`; `retransmission`: it had been sent before. Returns the idle
     /// time since the last transmission when this one starts after the flight drained
-    /// (`flight_empty`).
+    /// (`flight_empty`); nothing when inactive (no controller that follows the samples or the
+    /// idle time is in use then).
     pub(crate) fn on_sent(
         &mut self,
         start: SeqNumber,
@@ -144,11 +176,11 @@ impl SlowStartExit {
         retransmission: bool,
         flight_empty: bool,
     ) -> Option<Duration> {
+        if !self.active() {
+            return None;
+        }
         let idle = self.last_send.filter(|_| flight_empty).map(|t| now.saturating_duration_since(t));
         self.last_send = Some(now);
-        if !self.active() {
-            return idle;
-        }
         if retransmission {
             // Karn: the ACK of a retransmitted range is no measure; what was logged for it goes.
             self.log.retain(|&(s, e, _)| e <= start || s >= end);
@@ -165,9 +197,6 @@ impl SlowStartExit {
     /// bytes), `snd_nxt` where a new round would end, `srtt` the smoothed RTT.
     pub(crate) fn on_ack(&mut self, a: AckInfo) -> Verdict {
         let mut verdict = Verdict::default();
-        if !self.active() {
-            return verdict;
-        }
         let mut newest = None;
         while let Some(&(start, end, at)) = self.log.front() {
             if end <= a.una {
@@ -186,9 +215,72 @@ impl SlowStartExit {
         verdict.sample = Some(rtt);
         let min_rtt = self.min_rtt.map_or(rtt, |m| m.min(rtt));
         self.min_rtt = Some(min_rtt);
+        match self.mode {
+            HyStart::Off => {}
+            HyStart::Linux => verdict.exit = self.linux(&a, rtt, min_rtt),
+            HyStart::Rfc9406 => self.rfc9406(&a, rtt, &mut verdict),
+        }
+        verdict
+    }
+
+    /// HyStart++ (RFC 9406 §4.2) after an ACK with the RTT sample `rtt`.
+    fn rfc9406(&mut self, a: &AckInfo, rtt: Duration, verdict: &mut Verdict) {
+        if self.found {
+            return;
+        }
+        if a.ssthresh != usize::MAX {
+            // A loss set ssthresh: HyStart++ is over (and so is CSS, if it was on).
+            self.found = true;
+            if self.css.take().is_some() {
+                verdict.growth_divisor = Some(1);
+            }
+            return;
+        }
+        if a.una > self.round_end {
+            self.last_round_min = self.round_min;
+            self.new_round(a.now, a.snd_nxt);
+            if let Some((_, rounds)) = self.css.as_mut() {
+                *rounds += 1;
+                if *rounds >= CSS_ROUNDS {
+                    self.css = None;
+                    self.found = true;
+                    verdict.exit = true;
+                    verdict.growth_divisor = Some(1);
+                    return;
+                }
+            }
+        }
+        let round_min = self.round_min.map_or(rtt, |m| m.min(rtt));
+        self.round_min = Some(round_min);
+        self.round_samples = self.round_samples.saturating_add(1);
+        if self.round_samples < MIN_SAMPLES {
+            return;
+        }
+        match self.css {
+            None => {
+                if let Some(last) = self.last_round_min {
+                    let threshold = (last / MIN_RTT_DIVISOR).clamp(DELAY_MIN, DELAY_MAX);
+                    if round_min >= last + threshold {
+                        self.css = Some((round_min, 0));
+                        verdict.growth_divisor = Some(CSS_GROWTH_DIVISOR);
+                    }
+                }
+            }
+            Some((baseline, _)) if round_min < baseline => {
+                // The exit was spurious: back to slow start.
+                self.css = None;
+                verdict.growth_divisor = Some(1);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Linux's HyStart after an ACK with the RTT sample `rtt`, the minimum RTT `min_rtt`
+    /// included; whether slow start ends.
+    fn linux(&mut self, a: &AckInfo, rtt: Duration, min_rtt: Duration) -> bool {
         let segments = a.cwnd / a.mss.max(1);
-        if self.mode == HyStart::Off || self.found || a.cwnd >= a.ssthresh || segments < LOW_WINDOW {
-            return verdict;
+        if self.found || a.cwnd >= a.ssthresh || segments < LOW_WINDOW {
+            return false;
         }
         if a.una > self.round_end {
             self.new_round(a.now, a.snd_nxt);
@@ -209,8 +301,7 @@ impl SlowStartExit {
         } else if round_min > min_rtt + (min_rtt / 8).clamp(DELAY_MIN, DELAY_MAX) {
             self.found = true;
         }
-        verdict.exit = self.found;
-        verdict
+        self.found
     }
 }
 

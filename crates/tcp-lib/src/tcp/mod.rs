@@ -141,8 +141,9 @@
 //!   application-limited ([`Config::cwnd_validation`], RFC 7661 §4.3); the window arithmetic
 //!   behind the [`CongestionControl`] trait, with [`Cubic`] (RFC 9438, the default),
 //!   [`LinuxCubic`] (the same curve counted as Linux's `tcp_cubic.c`) and [`NewReno`] selectable
-//!   in [`Config::congestion`]; optionally HyStart ([`Config::hystart`], Linux CUBIC's delay and
-//!   ACK-train detectors, RFC 9406's rounds and thresholds) ends slow start before a loss.
+//!   in [`Config::congestion`]; optionally HyStart ([`Config::hystart`]: RFC 9406's HyStart++
+//!   with Conservative Slow Start, or Linux CUBIC's delay and ACK-train detectors) ends slow
+//!   start before a loss.
 //! * RFC 3168 Explicit Congestion Notification ([`Config::ecn`]: accepted when a peer asks, by
 //!   default, as Linux does): ECT(0) on new data ([`Transmit::ect`], for the caller's IP header),
 //!   ECE on our ACKs from a CE-marked data segment ([`Connection::handle_segment_ecn`]) until the
@@ -342,8 +343,9 @@ pub struct Config {
     /// (the default): RFC 6298, SRTT + 4·RTTVAR with `min_rto` bounding the whole RTO.
     pub linux_rto: bool,
     /// HyStart: whether slow start ends before a loss when the RTT shows the bottleneck's queue
-    /// growing ([`HyStart::Linux`], as Linux's CUBIC). [`HyStart::Off`] (the default): at
-    /// ssthresh or a loss only (RFC 5681).
+    /// growing: [`HyStart::Rfc9406`] (HyStart++, with Conservative Slow Start) or
+    /// [`HyStart::Linux`] (Linux CUBIC's detectors). [`HyStart::Off`] (the default): at ssthresh
+    /// or a loss only (RFC 5681).
     pub hystart: HyStart,
     /// In slow start, how many SMSS one ACK may grow the congestion window by: 1 (the default) is
     /// RFC 5681 §3.1's `cwnd += min(N, SMSS)`; RFC 3465 allows 2; Linux grows by every segment

@@ -14,10 +14,14 @@ impl Connection {
     /// An ACK moved SND.UNA to `una` (call before the window grows for it): the RTT sample of
     /// the newest original transmission it covers goes to the controller, and HyStart may end
     /// slow start (ssthresh = cwnd, so that this ACK already grows the window in congestion
-    /// avoidance, as Linux's `pkts_acked` hook runs before `cong_avoid`).
+    /// avoidance, as Linux's `pkts_acked` hook runs before `cong_avoid`) or, as HyStart++, slow
+    /// its growth (Conservative Slow Start).
     /// Also ends the RTO estimator's round trip when Linux's variance term is on.
     pub(super) fn cc_on_ack(&mut self, now: Instant, una: SeqNumber) {
         self.rtt.end_round(una, self.snd.max);
+        if !self.slow_start.active() {
+            return;
+        }
         let verdict = self.slow_start.on_ack(AckInfo {
             una,
             snd_nxt: self.snd.max,
@@ -29,6 +33,9 @@ impl Connection {
         });
         if let Some(rtt) = verdict.sample {
             self.cc.on_delay_sample(rtt, now);
+        }
+        if let Some(divisor) = verdict.growth_divisor {
+            self.cc.set_slow_start_divisor(divisor);
         }
         if verdict.exit && self.cc.window() < self.cc.ssthresh() {
             self.cc.exit_slow_start();
@@ -58,6 +65,9 @@ impl Connection {
 
     /// `start..end` leaves at `now` (before SND.MAX moves past it).
     pub(super) fn cc_on_sent(&mut self, start: SeqNumber, end: SeqNumber, now: Instant) {
+        if !self.slow_start.active() {
+            return;
+        }
         let retransmission = start < self.snd.max;
         let flight_empty = self.snd.una == self.snd.max;
         if let Some(idle) = self.slow_start.on_sent(start, end, now, retransmission, flight_empty)

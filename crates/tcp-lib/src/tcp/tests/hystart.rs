@@ -1,8 +1,10 @@
-//! HyStart ([`Config::hystart`]): slow start ends when a round's RTT samples rise clearly above
-//! the minimum (the delay detector) or when a train of closely spaced ACKs lasts longer than
-//! half the minimum RTT, and not when the minimum itself drops. The scenarios follow
+//! HyStart ([`Config::hystart`]). Linux's: slow start ends when a round's RTT samples rise
+//! clearly above the minimum (the delay detector) or when a train of closely spaced ACKs lasts
+//! longer than half the minimum RTT, and not when the minimum itself drops; the scenarios follow
 //! packetdrill's `cubic/cubic-hystart-delay-*.pkt`: MSS 1000, ten segments first, every segment
-//! an ACK covers grows the window.
+//! an ACK covers grows the window. HyStart++ (RFC 9406): Conservative Slow Start after a round
+//! whose minimum RTT rose over the previous round's, back to slow start when it falls again,
+//! congestion avoidance after five rounds of it.
 
 use super::scripted::established_with;
 use super::*;
@@ -124,4 +126,93 @@ fn an_ack_train_longer_than_half_the_minimum_rtt_ends_slow_start() {
     let (cwnd, ssthresh) = windows(&s);
     assert_eq!(ssthresh, 31, "cwnd when the train ended slow start");
     assert!(cwnd < 40, "congestion avoidance since: {cwnd}");
+}
+
+/// A bulk sender with HyStart++ whose peer ACKs every segment, one round trip at a time: each
+/// round, everything in flight left together and is ACKed `rtt` later, segment by segment.
+struct Rounds {
+    s: Script,
+    acked: usize,
+    sent: usize,
+}
+
+impl Rounds {
+    fn new(congestion: CongestionAlgorithm) -> Self {
+        let config = Config {
+            send_buffer: 2_000_000,
+            window_scaling: true,
+            initial_window: Some(10),
+            slow_start_segments_per_ack: 64,
+            hystart: HyStart::Rfc9406,
+            congestion,
+            ..script_config()
+        };
+        let syn = TcpRepr { max_seg_size: Some(1000), window_scale: Some(7), ..syn_from_peer() };
+        let mut s = established_with(config, syn, ack(0));
+        assert_eq!(s.conn.send(&[1; 2_000_000]), 2_000_000);
+        let sent = s.drain().len();
+        assert_eq!(sent, 10);
+        Self { s, acked: 0, sent }
+    }
+
+    /// One round at `rtt`; the window (bytes) before its first ACK.
+    fn round(&mut self, rtt: Duration) -> usize {
+        let before = self.s.conn.stats().cwnd;
+        self.s.advance(rtt);
+        for _ in self.acked..self.sent {
+            self.acked += 1;
+            send!(self.s, ack(self.acked));
+            self.sent += self.s.drain().len();
+        }
+        before
+    }
+
+    fn windows(&self) -> (usize, usize) {
+        let st = self.s.conn.stats();
+        (st.cwnd, st.ssthresh)
+    }
+}
+
+#[test]
+fn hystart_plus_plus_enters_conservative_slow_start_and_resumes_when_the_rtt_falls_back() {
+    let ms = Duration::from_millis;
+    for congestion in
+        [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic, CongestionAlgorithm::LinuxCubic]
+    {
+        let mut r = Rounds::new(congestion);
+        r.round(ms(100));
+        r.round(ms(100));
+        assert_eq!(r.windows(), (40 * SEG, usize::MAX), "{congestion:?}: slow start");
+        // 120 ms >= 100 + 100 / 8: from the eighth sample of the round on, a quarter of the growth.
+        r.round(ms(120));
+        assert_eq!(r.windows().0 / SEG, 40 + 7 + 33 / 4, "{congestion:?}: CSS");
+        assert_eq!(r.windows().1, usize::MAX, "CSS is not congestion avoidance");
+        // The next round's minimum (100 ms) is below the one that started CSS: the exit was
+        // spurious, and slow start resumes at its eighth sample.
+        r.round(ms(100));
+        assert_eq!(r.windows().0 / SEG, 105, "{congestion:?}: seven quarters, then 48 whole segments");
+        assert_eq!(r.s.conn.stats().hystart_exits, 0);
+    }
+}
+
+#[test]
+fn hystart_plus_plus_ends_slow_start_after_five_conservative_rounds() {
+    let ms = Duration::from_millis;
+    let mut r = Rounds::new(CongestionAlgorithm::NewReno);
+    r.round(ms(100));
+    r.round(ms(100));
+    r.round(ms(120));
+    for _ in 0..4 {
+        r.round(ms(120));
+        assert_eq!(r.windows().1, usize::MAX, "still in CSS");
+    }
+    // The fifth round boundary in CSS: ssthresh = cwnd at its first ACK.
+    let before = r.round(ms(120));
+    assert_eq!(r.windows().1, before);
+    assert_eq!(r.s.conn.stats().hystart_exits, 1);
+    // Congestion avoidance since: about one segment per round, where CSS grew a quarter of one
+    // per ACK (over 50 here).
+    let (cwnd, _) = r.windows();
+    r.round(ms(120));
+    assert!(r.windows().0 - cwnd <= 2 * SEG, "{:?} from {cwnd}", r.windows());
 }

@@ -6,7 +6,8 @@
 //! * `ecn`: Explicit Congestion Notification (RFC 3168): negotiation, ECT, ECE and CWR.
 //! * `cubic`: Linux's RTO estimator and CUBIC arithmetic through a timeout; growth for
 //!   SACKed data under reordering.
-//! * `hystart`: HyStart ends slow start on a rising RTT or a long ACK train.
+//! * `hystart`: HyStart ends slow start on a rising RTT or a long ACK train (Linux's), or
+//!   slows it first (RFC 9406's HyStart++).
 //! * `rack`: RACK time-based loss detection (RFC 8985 §6) and its reordering timer.
 //! * `prr`: what each ACK of fast recovery sends (Proportional Rate Reduction, RFC 9937).
 //! * `pair`: two connections over an in-memory link with seeded faults (drop, duplicate,
