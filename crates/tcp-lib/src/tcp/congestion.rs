@@ -1,6 +1,6 @@
 //! Congestion control behind a small trait, with three implementations: [`NewReno`] (RFC 5681 slow
 //! start and congestion avoidance, cwnd = ssthresh through fast recovery, RFC 3465 byte
-//! counting limited to one SMSS per ACK), [`Cubic`] (RFC 9438), and [`LinuxCubic`] (the same
+//! counting limited to one SMSS per ACK), [`Cubic`] (RFC 9438), and `LinuxCubic` (`cubic_linux.rs`: the same
 //! curve with Linux's `tcp_cubic.c` arithmetic, for the Linux profile). Slow start may end
 //! before a loss by HyStart (`hystart.rs`).
 //!
@@ -10,8 +10,6 @@
 
 use std::fmt;
 use std::time::{Duration, Instant};
-
-pub use super::cubic_linux::LinuxCubic;
 
 /// A congestion control algorithm: the congestion window and slow-start threshold in bytes,
 /// updated at the events the connection reports. `mss` is the sender's maximum segment size
@@ -77,97 +75,8 @@ pub enum CongestionAlgorithm {
     /// [`Cubic`] (the default, as in Linux and RFC 9438 deployments).
     #[default]
     Cubic,
-    /// [`LinuxCubic`]: CUBIC counted as Linux's `tcp_cubic.c` counts it.
+    /// [`LinuxCubic`](super::LinuxCubic): CUBIC counted as Linux's `tcp_cubic.c` counts it.
     LinuxCubic,
-}
-
-impl CongestionAlgorithm {
-    /// A fresh instance of the algorithm.
-    #[must_use]
-    pub fn build(self) -> Box<dyn CongestionControl> {
-        match self {
-            Self::NewReno => Box::new(NewReno::new()),
-            Self::Cubic => Box::new(Cubic::new()),
-            Self::LinuxCubic => Box::new(LinuxCubic::new()),
-        }
-    }
-}
-
-/// The algorithm a connection runs, held inline in the connection: no allocation per connection
-/// and no virtual call per event (the [`CongestionControl`] trait stays the interface).
-#[derive(Clone, Debug)]
-pub(crate) enum Controller {
-    NewReno(NewReno),
-    Cubic(Cubic),
-    LinuxCubic(LinuxCubic),
-}
-
-impl CongestionAlgorithm {
-    /// A fresh [`Controller`] running the algorithm.
-    pub(crate) fn controller(self) -> Controller {
-        match self {
-            Self::NewReno => Controller::NewReno(NewReno::new()),
-            Self::Cubic => Controller::Cubic(Cubic::new()),
-            Self::LinuxCubic => Controller::LinuxCubic(LinuxCubic::new()),
-        }
-    }
-}
-
-/// Forwards a call to the algorithm the controller holds.
-macro_rules! dispatch {
-    ($self:ident, $c:ident => $call:expr) => {
-        match $self {
-            Controller::NewReno($c) => $call,
-            Controller::Cubic($c) => $call,
-            Controller::LinuxCubic($c) => $call,
-        }
-    };
-}
-
-impl CongestionControl for Controller {
-    fn window(&self) -> usize {
-        dispatch!(self, c => c.window())
-    }
-
-    fn ssthresh(&self) -> usize {
-        dispatch!(self, c => c.ssthresh())
-    }
-
-    fn on_established(&mut self, initial_window: usize) {
-        dispatch!(self, c => c.on_established(initial_window));
-    }
-
-    fn on_ack(&mut self, acked: usize, mss: usize, now: Instant, srtt: Duration) {
-        dispatch!(self, c => c.on_ack(acked, mss, now, srtt));
-    }
-
-    fn on_enter_recovery(&mut self, flight: usize, mss: usize) {
-        dispatch!(self, c => c.on_enter_recovery(flight, mss));
-    }
-
-    fn on_exit_recovery(&mut self) {
-        dispatch!(self, c => c.on_exit_recovery());
-    }
-
-    fn on_rto(&mut self, flight: usize, mss: usize) {
-        dispatch!(self, c => c.on_rto(flight, mss));
-    }
-
-    fn exit_slow_start(&mut self) {
-        dispatch!(self, c => c.exit_slow_start());
-    }
-
-    fn set_slow_start_divisor(&mut self, divisor: u32) {
-        dispatch!(self, c => c.set_slow_start_divisor(divisor));
-    }
-
-    fn on_delay_sample(&mut self, rtt: Duration, now: Instant) {
-        dispatch!(self, c => c.on_delay_sample(rtt, now));
-    }
-
-    fn on_idle_restart(&mut self, idle: Duration, now: Instant) {
-        dispatch!(self, c => c.on_idle_restart(idle, now));
-    }
 }
 
 /// NewReno: RFC 5681, with cwnd = ssthresh through fast recovery (the connection's PRR, RFC

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::budget::{BufferBudget, Side};
 use super::buffer::{Assembler, RingBuffer};
-use super::congestion::{CongestionAlgorithm, CongestionControl, Controller};
+use super::congestion::{CongestionAlgorithm, CongestionControl};
+use super::controller::Controller;
 use super::hystart::SlowStartExit;
 use super::prepared::PreparedSegments;
 use super::rack::Rack;

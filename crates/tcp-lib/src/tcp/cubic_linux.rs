@@ -1,24 +1,4 @@
-//! CUBIC with the arithmetic of Linux's `tcp_cubic.c` ([`LinuxCubic`],
-//! [`CongestionAlgorithm::LinuxCubic`](super::CongestionAlgorithm::LinuxCubic)), for a host that
-//! must size its window as Linux does (the packetdrill profile): the same curve as RFC 9438's
-//! [`Cubic`](super::Cubic), counted the way the kernel counts it.
-//!
-//! What differs from the RFC arithmetic of [`Cubic`](super::Cubic):
-//! * the window is whole segments: each ACK adds the segments it covers to a counter, and the
-//!   window grows by one segment each time the counter reaches `cnt`, the number of segments
-//!   to acknowledge per segment of growth (Linux's `tcp_cong_avoid_ai`);
-//! * `cnt` comes from the cubic target `W(t)` at `t` = the time since the epoch began plus the
-//!   minimum RTT (RFC 9438 §4.4 uses the smoothed RTT), recomputed at most once per millisecond
-//!   and, while the window stands still, once per 1/32 s; time counts in 1/1024 s and the curve
-//!   in fixed point (C = 41/1024 · 10, as `bic_scale`);
-//! * β = 717/1024, and the reduction starts from the congestion window, not the flight;
-//! * before the first congestion event (`W_max` = 0) the window grows by at least 5 % per RTT
-//!   (`cnt` at most 20), and never faster than one segment per two acknowledged (`cnt` ≥ 2);
-//! * the Reno-friendly estimate grows by one segment per `cwnd · 15 / 8` segments acknowledged
-//!   (`beta_scale`, α ≈ 0.53);
-//! * a retransmission timeout forgets `W_max` and the epoch (the kernel resets CUBIC's state when
-//!   it enters its Loss state), and a send after the flight drained moves the epoch forward by
-//!   the idle time (`CA_EVENT_TX_START`), so idle time is no credit toward growth.
+//! CUBIC with the arithmetic of Linux's `tcp_cubic.c`: see [`LinuxCubic`].
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +17,27 @@ const FIRST_EPOCH_CNT: usize = 20;
 /// `cnt` recomputation while the window stands still: at most once per 1/32 s.
 const RECALC: Duration = Duration::from_millis(1000 / 32);
 
-/// See the [module documentation](self).
+/// CUBIC with the arithmetic of Linux's `tcp_cubic.c`
+/// ([`CongestionAlgorithm::LinuxCubic`](super::CongestionAlgorithm::LinuxCubic)), for a host that
+/// must size its window as Linux does (the packetdrill profile): the same curve as RFC 9438's
+/// [`Cubic`](super::Cubic), counted the way the kernel counts it.
+///
+/// What differs from the RFC arithmetic of [`Cubic`](super::Cubic):
+/// * the window is whole segments: each ACK adds the segments it covers to a counter, and the
+///   window grows by one segment each time the counter reaches `cnt`, the number of segments
+///   to acknowledge per segment of growth (Linux's `tcp_cong_avoid_ai`);
+/// * `cnt` comes from the cubic target `W(t)` at `t` = the time since the epoch began plus the
+///   minimum RTT (RFC 9438 §4.4 uses the smoothed RTT), recomputed at most once per millisecond
+///   and, while the window stands still, once per 1/32 s; time counts in 1/1024 s and the curve
+///   in fixed point (C = 41/1024 · 10, as `bic_scale`);
+/// * β = 717/1024, and the reduction starts from the congestion window, not the flight;
+/// * before the first congestion event (`W_max` = 0) the window grows by at least 5 % per RTT
+///   (`cnt` at most 20), and never faster than one segment per two acknowledged (`cnt` ≥ 2);
+/// * the Reno-friendly estimate grows by one segment per `cwnd · 15 / 8` segments acknowledged
+///   (`beta_scale`, α ≈ 0.53);
+/// * a retransmission timeout forgets `W_max` and the epoch (the kernel resets CUBIC's state when
+///   it enters its Loss state), and a send after the flight drained moves the epoch forward by
+///   the idle time (`CA_EVENT_TX_START`), so idle time is no credit toward growth.
 #[derive(Clone, Debug)]
 pub struct LinuxCubic {
     /// cwnd in bytes (whole segments once the MSS is known).

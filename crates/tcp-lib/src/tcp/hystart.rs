@@ -45,8 +45,11 @@ pub enum HyStart {
     /// Slow start ends at ssthresh or at a loss only (RFC 5681; the default).
     #[default]
     Off,
-    /// Linux CUBIC's HyStart: the delay and the ACK-train detectors (see the
-    /// [module documentation](self)).
+    /// Linux CUBIC's HyStart (`tcp_cubic.c`, `hystart_detect` = 3): from a window of 16
+    /// segments on, the delay detector (a round's minimum RTT, from its ninth sample on, more
+    /// than the connection's minimum plus an eighth of it, clamped to 4..16 ms) and the ACK-train
+    /// detector (ACKs within 2 ms of each other for longer than half the minimum RTT) set
+    /// ssthresh = cwnd; again after each retransmission timeout.
     Linux,
     /// HyStart++ (RFC 9406): the delay detector against the previous round's minimum RTT, then
     /// Conservative Slow Start, in the first slow start only.

@@ -178,7 +178,7 @@
 //! stream (copied bytes and prepared content), `buffer.rs` the rings and the out-of-order
 //! assembler, `sack.rs` the SACK scoreboard and our SACK blocks, `rtt.rs` the RTO estimator,
 //! `budget.rs` the budget the rings are charged to, `congestion.rs` the congestion controllers (`cubic_linux.rs` Linux's CUBIC arithmetic,
-//! `hystart.rs` HyStart and its RTT samples), `prepared.rs` prepared content with its checksums,
+//! `controller.rs` the one a connection holds, `hystart.rs` HyStart and its RTT samples), `prepared.rs` prepared content with its checksums,
 //! `rules.rs` the segment rules shared with `time_wait.rs`.
 
 use std::fmt;
@@ -190,6 +190,7 @@ mod budget;
 mod buffer;
 mod congestion;
 mod connection;
+mod controller;
 mod cubic_linux;
 mod hystart;
 mod prepared;
@@ -204,9 +205,10 @@ mod time_wait;
 mod tests;
 
 pub use budget::{BudgetStats, BufferBudget};
-pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, LinuxCubic, NewReno};
+pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
 pub use connection::Connection;
 pub(crate) use connection::Spare;
+pub use cubic_linux::LinuxCubic;
 pub use hystart::HyStart;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
