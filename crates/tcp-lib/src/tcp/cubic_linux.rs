@@ -146,8 +146,10 @@ impl LinuxCubic {
             let age = u64::try_from(now.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX / 2);
             let rtt = self.delay_min.map_or(0, |d| u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(0));
             let t = age.saturating_add(rtt).min(1 << 40) * 1024 / 1000;
-            let offs = t.abs_diff(self.k).min(1 << 20);
-            let delta = usize::try_from((BIC_SCALE * 10 * offs * offs * offs) >> 40).unwrap_or(usize::MAX);
+            // In u128 (offs³ alone may pass 2^64 after hours in one epoch), capped past any window.
+            let offs = u128::from(t.abs_diff(self.k).min(1 << 30));
+            let delta = usize::try_from((u128::from(BIC_SCALE * 10) * offs * offs * offs) >> 40)
+                .unwrap_or(usize::MAX);
             let target = if t < self.k {
                 self.origin.saturating_sub(delta)
             } else {
@@ -350,6 +352,10 @@ mod tests {
             acks(&mut c, back, Duration::from_millis(100), 10).last().copied()
         };
         assert_eq!(grow(true), Some(49));
+        // Days in one epoch: the curve saturates, nothing overflows.
+        let mut c = after_slow_start(48, now);
+        acks(&mut c, now, Duration::from_secs(100_000), 3);
+        assert!(c.window() > 48 * MSS);
         assert!(grow(false).is_some_and(|w| w >= 55), "{:?}", grow(false));
     }
 }
