@@ -15,8 +15,8 @@ impl Connection {
     /// the newest original transmission it covers goes to the controller, and HyStart may end
     /// slow start (ssthresh = cwnd, so that this ACK already grows the window in congestion
     /// avoidance, as Linux's `pkts_acked` hook runs before `cong_avoid`) or, as HyStart++, slow
-    /// its growth (Conservative Slow Start).
-    /// Also ends the RTO estimator's round trip when Linux's variance term is on.
+    /// its growth (Conservative Slow Start). With Linux's RTO estimator, the ACK may also end its
+    /// round trip ([`Config::linux_rto`](crate::tcp::Config::linux_rto)).
     pub(super) fn cc_on_ack(&mut self, now: Instant, una: SeqNumber) {
         self.rtt.end_round(una, self.snd.max);
         if !self.slow_start.active() {
