@@ -189,11 +189,11 @@ impl Profile {
     }
 
     /// The TCP defaults. [`Defaults::Linux`] is what packetdrill's `defaults.sh` leaves a Linux
-    /// host with: a 200 ms minimum RTO, 1 s initial RTO, delayed ACKs of up to 40 ms after the first 16
+    /// host with: a 200 ms minimum RTO that bounds the RTO's variance term (Linux's estimator), 1 s initial RTO, delayed ACKs of up to 40 ms after the first 16
     /// data segments (acknowledged at once), receive and
     /// send buffers of the sizes `tcp_rmem`/`tcp_wmem` give a socket (and the window scale its
-    /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used, tail
-    /// loss probes and RACK loss detection (RFC 8985), five SYN retries.
+    /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used and that HyStart may end, CUBIC with Linux's arithmetic, tail
+    /// loss probes and RACK loss detection (RFC 8985) with growth for SACKed data under reordering, five SYN retries.
     #[must_use]
     pub fn tcp(&self) -> tcp::Config {
         let mut c =
@@ -210,6 +210,10 @@ impl Profile {
             c.rcv_wscale = Some(8);
             c.initial_window = Some(10);
             c.slow_start_segments_per_ack = 64;
+            c.congestion = tcp::CongestionAlgorithm::LinuxCubic;
+            c.hystart = tcp::HyStart::Linux;
+            c.linux_rto = true;
+            c.grow_on_reordered_sacks = true;
             c.cwnd_validation = true;
             c.tail_loss_probe = true;
             c.rack = true;

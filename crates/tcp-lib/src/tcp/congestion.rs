@@ -1,6 +1,8 @@
-//! Congestion control behind a small trait, with two implementations: [`NewReno`] (RFC 5681 slow
+//! Congestion control behind a small trait, with three implementations: [`NewReno`] (RFC 5681 slow
 //! start and congestion avoidance, cwnd = ssthresh through fast recovery, RFC 3465 byte
-//! counting limited to one SMSS per ACK) and [`Cubic`] (RFC 9438).
+//! counting limited to one SMSS per ACK), [`Cubic`] (RFC 9438), and `LinuxCubic` (`cubic_linux.rs`: the same
+//! curve with Linux's `tcp_cubic.c` arithmetic, for the Linux profile). Slow start may end
+//! before a loss by HyStart (`hystart.rs`).
 //!
 //! The connection owns the loss *detection* (duplicate ACK counting, the SACK scoreboard, the
 //! recovery point, the retransmission timer); an algorithm only decides the congestion window at
@@ -42,6 +44,26 @@ pub trait CongestionControl: fmt::Debug + Send {
 
     /// The retransmission timer expired.
     fn on_rto(&mut self, flight: usize, mss: usize);
+
+    /// HyStart ([`Config::hystart`](super::Config::hystart)) found the end of slow start:
+    /// ssthresh = cwnd, and the next ACK grows the window in congestion avoidance.
+    fn exit_slow_start(&mut self);
+
+    /// Slow start grows the window `divisor` times slower from now on (HyStart++'s Conservative
+    /// Slow Start, RFC 9406 §4.2: 4; 1 again when it ends). A loss or a timeout resets it to 1.
+    fn set_slow_start_divisor(&mut self, divisor: u32);
+
+    /// An RTT sample from an ACK at `now` (the newest segment it acknowledged that was sent
+    /// once), for an algorithm that follows the minimum RTT. The default ignores it.
+    fn on_delay_sample(&mut self, rtt: Duration, now: Instant) {
+        let _ = (rtt, now);
+    }
+
+    /// The sender starts sending again after `idle` with nothing in flight. The default ignores
+    /// it.
+    fn on_idle_restart(&mut self, idle: Duration, now: Instant) {
+        let _ = (idle, now);
+    }
 }
 
 /// Which congestion control a connection uses.
@@ -53,75 +75,8 @@ pub enum CongestionAlgorithm {
     /// [`Cubic`] (the default, as in Linux and RFC 9438 deployments).
     #[default]
     Cubic,
-}
-
-impl CongestionAlgorithm {
-    /// A fresh instance of the algorithm.
-    #[must_use]
-    pub fn build(self) -> Box<dyn CongestionControl> {
-        match self {
-            Self::NewReno => Box::new(NewReno::new()),
-            Self::Cubic => Box::new(Cubic::new()),
-        }
-    }
-}
-
-/// The algorithm a connection runs, held inline in the connection: no allocation per connection
-/// and no virtual call per event (the [`CongestionControl`] trait stays the interface).
-#[derive(Clone, Debug)]
-pub(crate) enum Controller {
-    NewReno(NewReno),
-    Cubic(Cubic),
-}
-
-impl CongestionAlgorithm {
-    /// A fresh [`Controller`] running the algorithm.
-    pub(crate) fn controller(self) -> Controller {
-        match self {
-            Self::NewReno => Controller::NewReno(NewReno::new()),
-            Self::Cubic => Controller::Cubic(Cubic::new()),
-        }
-    }
-}
-
-/// Forwards a call to the algorithm the controller holds.
-macro_rules! dispatch {
-    ($self:ident, $c:ident => $call:expr) => {
-        match $self {
-            Controller::NewReno($c) => $call,
-            Controller::Cubic($c) => $call,
-        }
-    };
-}
-
-impl CongestionControl for Controller {
-    fn window(&self) -> usize {
-        dispatch!(self, c => c.window())
-    }
-
-    fn ssthresh(&self) -> usize {
-        dispatch!(self, c => c.ssthresh())
-    }
-
-    fn on_established(&mut self, initial_window: usize) {
-        dispatch!(self, c => c.on_established(initial_window));
-    }
-
-    fn on_ack(&mut self, acked: usize, mss: usize, now: Instant, srtt: Duration) {
-        dispatch!(self, c => c.on_ack(acked, mss, now, srtt));
-    }
-
-    fn on_enter_recovery(&mut self, flight: usize, mss: usize) {
-        dispatch!(self, c => c.on_enter_recovery(flight, mss));
-    }
-
-    fn on_exit_recovery(&mut self) {
-        dispatch!(self, c => c.on_exit_recovery());
-    }
-
-    fn on_rto(&mut self, flight: usize, mss: usize) {
-        dispatch!(self, c => c.on_rto(flight, mss));
-    }
+    /// [`LinuxCubic`](super::LinuxCubic): CUBIC counted as Linux's `tcp_cubic.c` counts it.
+    LinuxCubic,
 }
 
 /// NewReno: RFC 5681, with cwnd = ssthresh through fast recovery (the connection's PRR, RFC
@@ -133,6 +88,8 @@ pub struct NewReno {
     /// Bytes acknowledged in congestion avoidance since cwnd last grew (RFC 5681 §3.1, the
     /// byte-counting variant of "cwnd += SMSS*SMSS/cwnd").
     acked_in_ca: usize,
+    /// Slow start's growth divisor ([`CongestionControl::set_slow_start_divisor`]).
+    ss_divisor: usize,
 }
 
 impl Default for NewReno {
@@ -146,7 +103,7 @@ impl NewReno {
     /// (RFC 5681 §3.1).
     #[must_use]
     pub const fn new() -> Self {
-        Self { cwnd: 536, ssthresh: usize::MAX, acked_in_ca: 0 }
+        Self { cwnd: 536, ssthresh: usize::MAX, acked_in_ca: 0, ss_divisor: 1 }
     }
 
     /// The initial window of RFC 5681 §3.1 for a given SMSS.
@@ -184,7 +141,7 @@ impl CongestionControl for NewReno {
     fn on_ack(&mut self, acked: usize, mss: usize, _now: Instant, _srtt: Duration) {
         if self.cwnd < self.ssthresh {
             // Slow start: at most one SMSS per ACK (RFC 5681 §3.1, RFC 3465 L = 1).
-            self.cwnd = self.cwnd.saturating_add(acked.min(mss));
+            self.cwnd = self.cwnd.saturating_add(acked.min(mss) / self.ss_divisor);
         } else {
             self.acked_in_ca = self.acked_in_ca.saturating_add(acked);
             if self.acked_in_ca >= self.cwnd {
@@ -198,6 +155,7 @@ impl CongestionControl for NewReno {
         self.ssthresh = Self::reduced(flight, mss);
         self.cwnd = self.ssthresh;
         self.acked_in_ca = 0;
+        self.ss_divisor = 1;
     }
 
     fn on_exit_recovery(&mut self) {
@@ -209,6 +167,15 @@ impl CongestionControl for NewReno {
         self.ssthresh = Self::reduced(flight, mss);
         self.cwnd = mss;
         self.acked_in_ca = 0;
+        self.ss_divisor = 1;
+    }
+
+    fn exit_slow_start(&mut self) {
+        self.ssthresh = self.cwnd;
+    }
+
+    fn set_slow_start_divisor(&mut self, divisor: u32) {
+        self.ss_divisor = divisor.max(1) as usize;
     }
 }
 
@@ -220,7 +187,7 @@ impl CongestionControl for NewReno {
 /// event multiplies the window by β = 0.7 (§4.6); fast convergence (§4.7) lowers `W_max` when
 /// the window shrinks from one event to the next, to leave room to new flows. Slow start is RFC
 /// 5681's, as the RFC prescribes, and recovery is paced by the connection's PRR (RFC 9937).
-/// Time is the `now` the caller passes; HyStart is not implemented.
+/// Time is the `now` the caller passes; HyStart (`hystart.rs`) may end slow start early.
 #[derive(Clone, Debug)]
 pub struct Cubic {
     /// cwnd in bytes (fractional: per-ACK increments can be below one byte).
@@ -239,6 +206,8 @@ pub struct Cubic {
     /// The last reduction was a retransmission timeout: the next stage starts with `K = 0` and
     /// `W_max` = the window it starts with (§4.8).
     after_rto: bool,
+    /// Slow start's growth divisor ([`CongestionControl::set_slow_start_divisor`]).
+    ss_divisor: f64,
 }
 
 impl Default for Cubic {
@@ -267,6 +236,7 @@ impl Cubic {
             k: 0.0,
             w_est: 0.0,
             after_rto: false,
+            ss_divisor: 1.0,
         }
     }
 
@@ -290,6 +260,7 @@ impl Cubic {
         self.cwnd_prior = self.cwnd;
         self.ssthresh = to_bytes(flight as f64 * Self::BETA).max(2 * mss);
         self.epoch = None;
+        self.ss_divisor = 1.0;
     }
 }
 
@@ -315,7 +286,7 @@ impl CongestionControl for Cubic {
     fn on_ack(&mut self, acked: usize, mss: usize, now: Instant, srtt: Duration) {
         if self.window() < self.ssthresh {
             // Slow start (RFC 9438 §4.10: as RFC 5681).
-            self.cwnd += acked.min(mss) as f64;
+            self.cwnd += acked.min(mss) as f64 / self.ss_divisor;
             return;
         }
         let seg = mss as f64;
@@ -360,6 +331,14 @@ impl CongestionControl for Cubic {
         self.reduce(flight, mss);
         self.cwnd = mss as f64;
         self.after_rto = true;
+    }
+
+    fn exit_slow_start(&mut self) {
+        self.ssthresh = self.window();
+    }
+
+    fn set_slow_start_divisor(&mut self, divisor: u32) {
+        self.ss_divisor = f64::from(divisor.max(1));
     }
 }
 

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use super::budget::{BufferBudget, Side};
 use super::buffer::{Assembler, RingBuffer};
-use super::congestion::{CongestionControl, Controller};
+use super::congestion::{CongestionAlgorithm, CongestionControl};
+use super::controller::Controller;
+use super::hystart::SlowStartExit;
 use super::prepared::PreparedSegments;
 use super::rack::Rack;
 use super::rtt::RttEstimator;
@@ -26,6 +28,7 @@ use super::{Config, ConnectionError, State, Stats};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
 mod ack;
+mod cc;
 mod input;
 mod output;
 mod spare;
@@ -102,6 +105,8 @@ pub struct Connection {
     rtt: RttEstimator,
     /// Congestion control: the window arithmetic ([`Config::congestion`]).
     cc: Controller,
+    /// HyStart ([`Config::hystart`]) and the per-ACK RTT samples the controller follows.
+    slow_start: SlowStartExit,
     /// A reset to send before anything else.
     pending_rst: Option<TcpRepr<'static>>,
     /// The pending reset is our abort's: it carries our timestamps (RFC 7323 §3.2: SHOULD).
@@ -446,8 +451,14 @@ impl Connection {
                 rack: Rack::default(),
             },
             ecn: EcnState { ok: false, echo: false, cwr_pending: false, reduced_until: iss },
-            rtt: RttEstimator::new(config.initial_rto, config.min_rto),
+            rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.linux_rto),
             cc: config.congestion.controller(),
+            slow_start: SlowStartExit::new(
+                config.hystart,
+                config.congestion == CongestionAlgorithm::LinuxCubic,
+                now,
+                iss,
+            ),
             pending_rst: None,
             rst_with_ts: false,
             stats: Stats::default(),

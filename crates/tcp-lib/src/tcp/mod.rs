@@ -139,8 +139,11 @@
 //!   never twice for what was SACKed first; an initial window of RFC 5681's two to four segments
 //!   or [`Config::initial_window`] (RFC 6928's ten); optionally no growth while
 //!   application-limited ([`Config::cwnd_validation`], RFC 7661 §4.3); the window arithmetic
-//!   behind the [`CongestionControl`] trait, with [`Cubic`] (RFC 9438, the default) and
-//!   [`NewReno`] selectable in [`Config::congestion`].
+//!   behind the [`CongestionControl`] trait, with [`Cubic`] (RFC 9438, the default),
+//!   [`LinuxCubic`] (the same curve counted as Linux's `tcp_cubic.c`) and [`NewReno`] selectable
+//!   in [`Config::congestion`]; optionally HyStart ([`Config::hystart`]: RFC 9406's HyStart++
+//!   with Conservative Slow Start, or Linux CUBIC's delay and ACK-train detectors) ends slow
+//!   start before a loss.
 //! * RFC 3168 Explicit Congestion Notification ([`Config::ecn`]: accepted when a peer asks, by
 //!   default, as Linux does): ECT(0) on new data ([`Transmit::ect`], for the caller's IP header),
 //!   ECE on our ACKs from a CE-marked data segment ([`Connection::handle_segment_ecn`]) until the
@@ -170,10 +173,12 @@
 //!
 //! `connection.rs` holds the TCB, its state grouped by concern, and the application calls; its
 //! children `connection/input.rs`, `ack.rs`, `output.rs` and `timers.rs` hold the state machine's
-//! receiving, ACK processing and loss recovery, sending, and timers. `send_stream.rs` is the send
+//! receiving, ACK processing and loss recovery, sending, and timers, and `connection/cc.rs` what
+//! the congestion controller learns besides acknowledged bytes. `send_stream.rs` is the send
 //! stream (copied bytes and prepared content), `buffer.rs` the rings and the out-of-order
 //! assembler, `sack.rs` the SACK scoreboard and our SACK blocks, `rtt.rs` the RTO estimator,
-//! `budget.rs` the budget the rings are charged to, `congestion.rs` the congestion controllers, `prepared.rs` prepared content with its checksums,
+//! `budget.rs` the budget the rings are charged to, `congestion.rs` the congestion controllers (`cubic_linux.rs` Linux's CUBIC arithmetic,
+//! `controller.rs` the one a connection holds, `hystart.rs` HyStart and its RTT samples), `prepared.rs` prepared content with its checksums,
 //! `rules.rs` the segment rules shared with `time_wait.rs`.
 
 use std::fmt;
@@ -185,6 +190,9 @@ mod budget;
 mod buffer;
 mod congestion;
 mod connection;
+mod controller;
+mod cubic_linux;
+mod hystart;
 mod prepared;
 mod rack;
 mod rtt;
@@ -200,6 +208,8 @@ pub use budget::{BudgetStats, BufferBudget};
 pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
 pub use connection::Connection;
 pub(crate) use connection::Spare;
+pub use cubic_linux::LinuxCubic;
+pub use hystart::HyStart;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 
@@ -324,6 +334,21 @@ pub struct Config {
     pub max_ooo_ranges: usize,
     /// Congestion control (CUBIC by default).
     pub congestion: CongestionAlgorithm,
+    /// Once the reordering seen (RACK's measure, [`Config::rack`]) exceeds DupThresh, grow the
+    /// congestion window for data an ACK SACKs, not only for what it acknowledges cumulatively,
+    /// as Linux does (`tcp_may_raise_cwnd`). `false` (the default): RFC 5681, growth on
+    /// cumulative ACKs only.
+    pub grow_on_reordered_sacks: bool,
+    /// Compute the RTO as Linux does: SRTT plus the largest deviation of the last round trip
+    /// (four times the mean deviation), never less than [`min_rto`](Self::min_rto), so the RTO
+    /// is at least SRTT + `min_rto` (300 ms for a 100 ms RTT and Linux's 200 ms minimum). `false`
+    /// (the default): RFC 6298, SRTT + 4·RTTVAR with `min_rto` bounding the whole RTO.
+    pub linux_rto: bool,
+    /// HyStart: whether slow start ends before a loss when the RTT shows the bottleneck's queue
+    /// growing: [`HyStart::Rfc9406`] (HyStart++, with Conservative Slow Start) or
+    /// [`HyStart::Linux`] (Linux CUBIC's detectors). [`HyStart::Off`] (the default): at ssthresh
+    /// or a loss only (RFC 5681).
+    pub hystart: HyStart,
     /// In slow start, how many SMSS one ACK may grow the congestion window by: 1 (the default) is
     /// RFC 5681 §3.1's `cwnd += min(N, SMSS)`; RFC 3465 allows 2; Linux grows by every segment
     /// an ACK covers (a large value models it).
@@ -398,6 +423,9 @@ impl Default for Config {
             nodelay: false,
             max_ooo_ranges: 8,
             congestion: CongestionAlgorithm::Cubic,
+            hystart: HyStart::Off,
+            linux_rto: false,
+            grow_on_reordered_sacks: false,
             initial_window: None,
             slow_start_segments_per_ack: 1,
             cwnd_validation: false,
@@ -474,6 +502,8 @@ pub struct Stats {
     pub ce_received: u64,
     /// Window reductions for an ECE from the peer (at most one per window of data).
     pub ecn_reductions: u64,
+    /// Slow starts HyStart ended before a loss ([`Config::hystart`]).
+    pub hystart_exits: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

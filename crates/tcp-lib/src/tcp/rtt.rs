@@ -1,6 +1,16 @@
-//! The retransmission timeout estimator of RFC 6298.
+//! The retransmission timeout estimator of RFC 6298, or Linux's variant of it
+//! ([`Config::linux_rto`](super::Config::linux_rto)).
+//!
+//! Linux (`tcp_rtt_estimator`, `tcp_set_rto`) keeps SRTT as RFC 6298 does, but its variance term
+//! is the largest mean deviation (times four) seen in the last round trip, never less than the
+//! minimum RTO, and decays toward a smaller one by a quarter per round trip; the RTO is SRTT plus
+//! that term. So the minimum RTO bounds the variance term, not the whole RTO (RFC 6298 §2.4):
+//! with a 200 ms minimum and a 100 ms RTT Linux waits 300 ms where RFC 6298 waits 250 ms. A
+//! falling RTT also moves the deviation eight times slower than a rising one.
 
 use std::time::Duration;
+
+use crate::wire::SeqNumber;
 
 /// The upper bound RFC 6298 §2.5 allows (at least 60 s).
 pub(crate) const MAX_RTO: Duration = Duration::from_secs(60);
@@ -18,17 +28,40 @@ pub(crate) struct RttEstimator {
     /// §5.7).
     backoff: u32,
     min_rto: Duration,
+    /// Linux's variance term (`None`: RFC 6298).
+    linux: Option<LinuxVariance>,
+}
+
+/// Linux's variance state: `mdev` is four times the mean deviation (RFC 6298's 4·RTTVAR),
+/// `mdev_max` its largest value in the current round trip, `term` what the RTO adds to SRTT.
+#[derive(Clone, Debug)]
+struct LinuxVariance {
+    mdev: Duration,
+    mdev_max: Duration,
+    term: Duration,
+    /// The round trip ends once SND.UNA passes this (`None`: set by the next ACK).
+    round_end: Option<SeqNumber>,
+    /// A sample was taken since the last [`RttEstimator::end_round`].
+    sampled: bool,
 }
 
 impl RttEstimator {
     /// Before any sample: RTO = `initial` (RFC 6298 §2.1: 1 s).
-    pub(crate) fn new(initial: Duration, min_rto: Duration) -> Self {
+    /// With `linux`, the variance term is Linux's (see the [module documentation](self)).
+    pub(crate) fn new(initial: Duration, min_rto: Duration, linux: bool) -> Self {
         Self {
             srtt: None,
             rttvar: Duration::ZERO,
             base_rto: initial.clamp(min_rto, MAX_RTO),
             backoff: 0,
             min_rto,
+            linux: linux.then_some(LinuxVariance {
+                mdev: Duration::ZERO,
+                mdev_max: Duration::ZERO,
+                term: Duration::ZERO,
+                round_end: None,
+                sampled: false,
+            }),
         }
     }
 
@@ -63,6 +96,10 @@ impl RttEstimator {
     /// clears the backoff.
     pub(crate) fn sample(&mut self, r: Duration) {
         let r = r.min(MAX_RTO);
+        if self.linux.is_some() {
+            self.sample_linux(r);
+            return;
+        }
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -78,6 +115,75 @@ impl RttEstimator {
         self.base_rto = (srtt + GRANULARITY.max(self.rttvar * 4)).clamp(self.min_rto, MAX_RTO);
         self.backoff = 0;
     }
+
+    /// [`sample`](Self::sample) with Linux's variance term.
+    fn sample_linux(&mut self, r: Duration) {
+        let min_rto = self.min_rto;
+        let Some(v) = self.linux.as_mut() else { return };
+        match self.srtt {
+            None => {
+                // The first sample: the RTO is three RTTs, or SRTT + the minimum.
+                self.srtt = Some(r);
+                v.mdev = r * 2;
+                v.term = v.mdev.max(min_rto);
+                v.mdev_max = v.term;
+                v.round_end = None;
+            }
+            Some(srtt) => {
+                self.srtt = Some(srtt * 7 / 8 + r / 8);
+                let err = srtt.abs_diff(r);
+                let quarter = v.mdev / 4;
+                if r < srtt {
+                    // A falling RTT: the deviation's excess over mdev / 4 counts with a gain of
+                    // 1/32 instead of 1/4.
+                    if err > quarter {
+                        v.mdev += (err - quarter) / 8;
+                    } else {
+                        v.mdev -= quarter - err;
+                    }
+                } else if err > quarter {
+                    v.mdev += err - quarter;
+                } else {
+                    v.mdev -= quarter - err;
+                }
+                if v.mdev > v.mdev_max {
+                    v.mdev_max = v.mdev;
+                    v.term = v.term.max(v.mdev_max);
+                }
+            }
+        }
+        v.sampled = true;
+        self.rttvar = v.mdev / 4;
+        self.set_linux_rto();
+        self.backoff = 0;
+    }
+
+    fn set_linux_rto(&mut self) {
+        if let (Some(srtt), Some(v)) = (self.srtt, &self.linux) {
+            self.base_rto = (srtt + v.term).clamp(self.min_rto, MAX_RTO);
+        }
+    }
+
+    /// An ACK moved SND.UNA to `una` with SND.NXT at `snd_nxt`, after its sample (if any): with
+    /// Linux's variance term, a round trip ends once SND.UNA passes where it began; the term then
+    /// decays by a quarter toward the round's largest deviation, and the next round starts.
+    pub(crate) fn end_round(&mut self, una: SeqNumber, snd_nxt: SeqNumber) {
+        let min_rto = self.min_rto;
+        let Some(v) = self.linux.as_mut().filter(|v| v.sampled) else { return };
+        v.sampled = false;
+        match v.round_end {
+            None => v.round_end = Some(snd_nxt),
+            Some(end) if una > end => {
+                if v.mdev_max < v.term {
+                    v.term -= (v.term - v.mdev_max) / 4;
+                }
+                v.round_end = Some(snd_nxt);
+                v.mdev_max = min_rto;
+            }
+            Some(_) => return,
+        }
+        self.set_linux_rto();
+    }
 }
 
 #[cfg(test)]
@@ -87,7 +193,7 @@ mod tests {
     #[test]
     fn rfc6298() {
         let ms = Duration::from_millis;
-        let mut e = RttEstimator::new(ms(1000), ms(200));
+        let mut e = RttEstimator::new(ms(1000), ms(200), false);
         assert_eq!(e.rto(), ms(1000));
         e.back_off();
         e.back_off();
@@ -104,8 +210,40 @@ mod tests {
             e.back_off();
         }
         assert_eq!(e.rto(), MAX_RTO);
-        let mut e = RttEstimator::new(ms(1000), ms(1000));
+        let mut e = RttEstimator::new(ms(1000), ms(1000), false);
         e.sample(ms(1));
         assert_eq!(e.rto(), ms(1000), "never below the minimum");
+    }
+
+    #[test]
+    fn linux_variance_term() {
+        let ms = Duration::from_millis;
+        let seq = SeqNumber::new;
+        let mut e = RttEstimator::new(ms(1000), ms(200), true);
+        e.sample(ms(100));
+        e.end_round(seq(1), seq(1));
+        // mdev = 2 RTT = 200 ms: the RTO is three RTTs (RFC 6298: 300 ms as well).
+        assert_eq!((e.srtt(), e.rttvar(), e.rto()), (Some(ms(100)), ms(50), ms(300)));
+        // The same RTT again: RFC 6298 brings the RTO to 250 ms; Linux keeps SRTT + 200 ms, the
+        // minimum bounding the variance term.
+        e.sample(ms(100));
+        e.end_round(seq(1001), seq(1001));
+        assert_eq!((e.rttvar(), e.rto()), (Duration::from_micros(37_500), ms(300)));
+        let mut rfc = RttEstimator::new(ms(1000), ms(200), false);
+        rfc.sample(ms(100));
+        rfc.sample(ms(100));
+        assert_eq!(rfc.rto(), ms(250));
+        // A jump to 400 ms: mdev = 150 - 37.5 + 300 = 412.5 ms, the round's largest: the term.
+        e.sample(ms(400));
+        assert_eq!(e.rto(), Duration::from_micros(137_500 + 412_500));
+        // The round ends: the term stays (the round's largest is the term), the next round
+        // starts from the minimum; steady samples then bring the term down by a quarter of
+        // the gap per round.
+        e.end_round(seq(2001), seq(3001));
+        let before = e.rto();
+        e.sample(ms(137));
+        e.end_round(seq(3002), seq(4001));
+        assert!(e.rto() < before, "{:?} < {before:?}", e.rto());
+        assert!(e.rto() > ms(137) + ms(200), "{:?}", e.rto());
     }
 }

@@ -132,6 +132,7 @@ impl Connection {
             }
             self.snd.stream.dequeue(data_acked);
             self.sample_rtt(now, seg, ack);
+            self.cc_on_ack(now, ack);
             self.snd.retries = 0;
             self.snd.una = ack;
             let pruned = self.recovery.scoreboard.prune(ack);
@@ -209,6 +210,7 @@ impl Connection {
         if self.config.rack && self.sack_ok {
             self.rack_on_ack(now);
         }
+        self.cc_on_sack(now, prior_una, prior_sacked);
         // RFC 6675 §5 step (1.b): with SACK, loss is also detected when IsLost(HighACK + 1),
         // whatever the ACK carried (data from the peer does not make an ACK a duplicate, but its
         // SACK blocks count); and by early retransmit (RFC 5827) when too little is in flight
@@ -369,7 +371,7 @@ impl Connection {
     /// allows more: then each SMSS it covers, up to that many, counts as an ACK of its own. With
     /// [`Config::cwnd_validation`](crate::tcp::Config::cwnd_validation) an application-limited
     /// sender's window does not grow.
-    fn grow_window(&mut self, acked: usize, mss: usize, now: Instant) {
+    pub(super) fn grow_window(&mut self, acked: usize, mss: usize, now: Instant) {
         let srtt = self.rtt.srtt().unwrap_or_default();
         let slow_start = self.cc.window() < self.cc.ssthresh();
         if self.config.cwnd_validation

@@ -462,6 +462,7 @@ impl Connection {
         if fin {
             self.snd.fin_seq = Some(seq + n);
         }
+        self.cc_on_sent(seq, end, now);
         if self.config.rack {
             self.rack_sent(seq, end, now, mss);
         }

@@ -105,6 +105,7 @@ impl Connection {
                 let flight = distance(self.snd.una, self.snd.max);
                 if flight > 0 {
                     self.cc.on_rto(flight, self.snd.mss);
+                    self.cc_on_rto();
                 }
                 self.recovery.active = false;
                 self.recovery.recover = self.snd.max;

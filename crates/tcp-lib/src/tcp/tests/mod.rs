@@ -4,6 +4,10 @@
 //!   assert exactly what it answers (in the spirit of smoltcp's socket tests), with virtual time.
 //! * `scripted`: every state transition and mechanism, segment by segment.
 //! * `ecn`: Explicit Congestion Notification (RFC 3168): negotiation, ECT, ECE and CWR.
+//! * `cubic`: Linux's RTO estimator and CUBIC arithmetic through a timeout; growth for
+//!   SACKed data under reordering.
+//! * `hystart`: HyStart ends slow start on a rising RTT or a long ACK train (Linux's), or
+//!   slows it first (RFC 9406's HyStart++).
 //! * `rack`: RACK time-based loss detection (RFC 8985 §6) and its reordering timer.
 //! * `prr`: what each ACK of fast recovery sends (Proportional Rate Reduction, RFC 9937).
 //! * `pair`: two connections over an in-memory link with seeded faults (drop, duplicate,
@@ -32,8 +36,10 @@ macro_rules! recv {
     };
 }
 
+mod cubic;
 mod ecn;
 mod fuzz;
+mod hystart;
 mod linux_profile;
 mod pair;
 mod prr;
