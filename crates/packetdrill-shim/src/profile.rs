@@ -193,7 +193,8 @@ impl Profile {
     /// data segments (acknowledged at once), receive and
     /// send buffers of the sizes `tcp_rmem`/`tcp_wmem` give a socket (and the window scale its
     /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used, tail
-    /// loss probes and RACK loss detection (RFC 8985), five SYN retries.
+    /// loss probes and RACK loss detection (RFC 8985, its RTT taken in Linux's order), five SYN
+    /// retries.
     #[must_use]
     pub fn tcp(&self) -> tcp::Config {
         let mut c =
@@ -213,6 +214,7 @@ impl Profile {
             c.cwnd_validation = true;
             c.tail_loss_probe = true;
             c.rack = true;
+            c.rack_rtt_sequence_order = true;
             c.quick_acks = 16;
         }
         c

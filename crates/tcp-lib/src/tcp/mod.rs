@@ -106,7 +106,9 @@
 //!   before it are lost once an RTT plus a reordering window (a quarter of the minimum RTT,
 //!   none once the loss is plain) has passed since they left, on an ACK or by the reordering
 //!   timer. Its marks join the scoreboard's (`rack.rs`); [`Stats::reordering`] and
-//!   [`Stats::reordering_events`] report the reordering it saw.
+//!   [`Stats::reordering_events`] report the reordering it saw. RACK.rtt is the sample of the
+//!   last delivered transmission by send time, or in Linux's order
+//!   ([`Config::rack_rtt_sequence_order`]).
 //! * RFC 8985 §7 tail loss probes ([`Config::tail_loss_probe`], off by default): after about two
 //!   SRTTs without an ACK, one new segment or the last one again, so that the peer's answer
 //!   shows a lost tail before the RTO would.
@@ -339,6 +341,13 @@ pub struct Config {
     /// checked on every ACK and by a reordering timer, besides RFC 6675's IsLost. `false` (the
     /// default): IsLost alone, and the RTO.
     pub rack: bool,
+    /// Which delivered transmission gives RACK.rtt when one ACK delivers several: `false` (the
+    /// default) the last by the time it left (RFC 8985 §6.2 step 2); `true` the last in Linux's
+    /// order (`tcp_rack_advance`: the newly SACKed ones by sequence, then the cumulatively
+    /// acknowledged ones by sequence), so the highest cumulatively acknowledged transmission's
+    /// RTT. After a retransmission of SND.UNA and the original data above it are acknowledged
+    /// together, Linux waits for the older original's longer RTT before deeming the rest lost.
+    pub rack_rtt_sequence_order: bool,
     /// Grow the congestion window only while the sender uses it (RFC 7661 §4.3, as Linux's
     /// `tcp_is_cwnd_limited`): in the current window of data the flight filled cwnd, or, in slow
     /// start, reached half of it. `false` (the default): every ACK outside recovery grows it.
@@ -403,6 +412,7 @@ impl Default for Config {
             cwnd_validation: false,
             tail_loss_probe: false,
             rack: false,
+            rack_rtt_sequence_order: false,
             challenge_ack_limit: 1000,
             ecn: Ecn::Passive,
         }

@@ -41,9 +41,10 @@ impl Connection {
     /// loss detection.
     fn rack_on_ack(&mut self, now: Instant) {
         let scoreboard = &self.recovery.scoreboard;
-        self.recovery
-            .rack
-            .on_ack(self.snd.una, now, self.snd.mss, |a, b| scoreboard.sacked_end(a).is_some_and(|e| b <= e));
+        let order = self.config.rack_rtt_sequence_order;
+        self.recovery.rack.on_ack(self.snd.una, now, self.snd.mss, order, |a, b| {
+            scoreboard.sacked_end(a).is_some_and(|e| b <= e)
+        });
         self.rack_detect(now);
     }
 
