@@ -215,6 +215,7 @@ impl Profile {
             c.tail_loss_probe = true;
             c.rack = true;
             c.rack_rtt_sequence_order = true;
+            c.ecn_prr = true;
             c.quick_acks = 16;
         }
         c

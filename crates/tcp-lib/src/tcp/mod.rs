@@ -147,8 +147,9 @@
 //!   default, as Linux does): ECT(0) on new data ([`Transmit::ect`], for the caller's IP header),
 //!   ECE on our ACKs from a CE-marked data segment ([`Connection::handle_segment_ecn`]) until the
 //!   peer's CWR, and a window reduction (cwnd = ssthresh, once per window of data, no
-//!   retransmission) for an ECE, with CWR on the next new data. Linux reduces in a CWR state paced
-//!   by PRR instead; here the reduction is RFC 3168's, at once.
+//!   retransmission) for an ECE, with CWR on the next new data. By default the reduction is RFC
+//!   3168's, at once; with [`Config::ecn_prr`] it is Linux's CWR state: ssthresh from cwnd, and
+//!   PRR (RFC 9937) paces the flight down to it over the round trip.
 //! * Overlapping data: the first copy of a byte received wins (see `connection/input.rs`).
 //!
 //! Urgent data is not supported: the urgent pointer is ignored and urgent bytes are ordinary data.
@@ -365,6 +366,14 @@ pub struct Config {
     /// and accepts it in a peer's. [`Ecn::Passive`] (the default, as Linux's `tcp_ecn = 2`):
     /// accepted when a peer asks, never asked for.
     pub ecn: Ecn,
+    /// How an ECN echo reduces the window (RFC 3168 §6.1.2 asks for the reduction a loss
+    /// brings): `false` (the default) at once, cwnd = ssthresh; `true` by Proportional Rate
+    /// Reduction over the next round trip (RFC 9937 allows PRR for any window reduction), as
+    /// Linux's CWR state does (`tcp_enter_cwr`, `tcp_cwnd_reduction`): each ACK lets out what
+    /// PRR's sndcnt allows, the window does not grow, and cwnd = ssthresh once the peer
+    /// acknowledges data sent after the reduction began. A loss detected meanwhile continues
+    /// the same reduction in fast recovery instead of reducing again ([`Stats::cwr`]).
+    pub ecn_prr: bool,
 }
 
 /// Whether a connection uses Explicit Congestion Notification (RFC 3168, [`Config::ecn`]).
@@ -372,7 +381,8 @@ pub struct Config {
 /// On a connection that negotiated it, new data goes out as ECT(0); a data segment that arrives
 /// marked CE (Congestion Experienced) is echoed with ECE on every ACK until the peer's CWR says
 /// it reduced its window; and an ACK with ECE reduces our window as a loss would, at most once per
-/// window of data, without retransmitting anything, and the next new segment carries CWR.
+/// window of data, without retransmitting anything (at once, or by PRR with
+/// [`Config::ecn_prr`]), and the next new segment carries CWR.
 /// Retransmissions, pure ACKs, window probes, SYNs and FINs without data are sent Not-ECT (RFC
 /// 3168 §6.1.4 to §6.1.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -415,6 +425,7 @@ impl Default for Config {
             rack_rtt_sequence_order: false,
             challenge_ack_limit: 1000,
             ecn: Ecn::Passive,
+            ecn_prr: false,
         }
     }
 }
@@ -467,6 +478,12 @@ pub struct Stats {
     pub lost_bytes: usize,
     /// In fast recovery now.
     pub in_recovery: bool,
+    /// Reducing the window for an ECN echo by PRR now ([`Config::ecn_prr`]; Linux's CWR state).
+    pub cwr: bool,
+    /// While PRR paces sending (fast recovery, or [`cwr`](Self::cwr)): RFC 9937's cwnd = pipe +
+    /// sndcnt, the flight plus what the last ACK still lets out, which is the congestion window
+    /// Linux reports then ([`cwnd`](Self::cwnd) is ssthresh through a reduction).
+    pub prr_window: Option<usize>,
     /// Duplicate ACKs (or SACKs) seen since the last advance of SND.UNA.
     pub dup_acks_now: u32,
     /// Tail loss probes sent ([`Config::tail_loss_probe`]).

@@ -107,6 +107,7 @@ impl Connection {
                     self.cc.on_rto(flight, self.snd.mss);
                 }
                 self.recovery.active = false;
+                self.recovery.cwr = false;
                 self.recovery.recover = self.snd.max;
                 self.recovery.dup_acks = 0;
                 self.recovery.fast_rexmit = false;
