@@ -193,8 +193,8 @@ impl Profile {
     /// data segments (acknowledged at once), receive and
     /// send buffers of the sizes `tcp_rmem`/`tcp_wmem` give a socket (and the window scale its
     /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used, tail
-    /// loss probes and RACK loss detection (RFC 8985, its RTT taken in Linux's order), five SYN
-    /// retries.
+    /// loss probes and RACK loss detection (RFC 8985, its RTT taken in Linux's order, SACKs taken
+    /// in whole segments), ECN reductions by PRR (Linux's CWR state), five SYN retries.
     #[must_use]
     pub fn tcp(&self) -> tcp::Config {
         let mut c =
@@ -216,6 +216,7 @@ impl Profile {
             c.rack = true;
             c.rack_rtt_sequence_order = true;
             c.ecn_prr = true;
+            c.sack_in_segments = true;
             c.quick_acks = 16;
         }
         c

@@ -108,7 +108,8 @@
 //!   timer. Its marks join the scoreboard's (`rack.rs`); [`Stats::reordering`] and
 //!   [`Stats::reordering_events`] report the reordering it saw. RACK.rtt is the sample of the
 //!   last delivered transmission by send time, or in Linux's order
-//!   ([`Config::rack_rtt_sequence_order`]).
+//!   ([`Config::rack_rtt_sequence_order`]). With its log, SACK blocks can be taken in whole
+//!   segments as sent, as Linux takes them ([`Config::sack_in_segments`]).
 //! * RFC 8985 §7 tail loss probes ([`Config::tail_loss_probe`], off by default): after about two
 //!   SRTTs without an ACK, one new segment or the last one again, so that the peer's answer
 //!   shows a lost tail before the RTO would.
@@ -349,6 +350,13 @@ pub struct Config {
     /// RTT. After a retransmission of SND.UNA and the original data above it are acknowledged
     /// together, Linux waits for the older original's longer RTT before deeming the rest lost.
     pub rack_rtt_sequence_order: bool,
+    /// With [`rack`](Self::rack): a SACK block counts only for the segments it covers whole, as
+    /// they were sent (RACK logs each one), as Linux's `tcp_match_skb_to_sack` takes SACKs in
+    /// whole segments of its buffers. A SACK of part of a segment (the last byte of it, say) then
+    /// SACKs nothing, and that segment is resent whole. `false` (the default): every byte a SACK
+    /// block covers is SACKed (RFC 2018, RFC 6675's byte-granular scoreboard). Each SACK block
+    /// costs a walk of RACK's log of transmissions in flight.
+    pub sack_in_segments: bool,
     /// Grow the congestion window only while the sender uses it (RFC 7661 §4.3, as Linux's
     /// `tcp_is_cwnd_limited`): in the current window of data the flight filled cwnd, or, in slow
     /// start, reached half of it. `false` (the default): every ACK outside recovery grows it.
@@ -423,6 +431,7 @@ impl Default for Config {
             tail_loss_probe: false,
             rack: false,
             rack_rtt_sequence_order: false,
+            sack_in_segments: false,
             challenge_ack_limit: 1000,
             ecn: Ecn::Passive,
             ecn_prr: false,

@@ -167,6 +167,31 @@ impl Rack {
         }
     }
 
+    /// `left..right` (a SACK block) shrunk to the logged transmissions it covers whole: an edge
+    /// inside one moves out to its end (the left edge) or back to its start (the right edge).
+    /// `None` when no whole transmission is left. Bytes with no transmission logged stay.
+    pub(crate) fn whole_segments(&self, left: SeqNumber, right: SeqNumber) -> Option<(SeqNumber, SeqNumber)> {
+        let (mut l, mut r) = (left, right);
+        // Transmissions of the same bytes may overlap (a retransmission cut differently from the
+        // original): a moved edge may land inside another, so again until nothing moves (each
+        // pass moves an edge past a transmission, so the passes are bounded by the log).
+        for _ in 0..=self.log.len() {
+            let (l0, r0) = (l, r);
+            for s in &self.log {
+                if s.start < l && l < s.end {
+                    l = s.end;
+                }
+                if s.start < r && r < s.end {
+                    r = s.start;
+                }
+            }
+            if (l, r) == (l0, r0) || l >= r {
+                break;
+            }
+        }
+        (l < r).then_some((l, r))
+    }
+
     /// ACKs that delivered data below the highest delivered byte.
     pub(crate) fn reordering_events(&self) -> u64 {
         self.events
@@ -296,6 +321,26 @@ mod tests {
         r.on_ack(s(0), t0 + 52 * MS, 100, false, |a, _| a == s(300) || a == s(100) || a == s(0));
         assert_eq!(r.reordering(), 4);
         assert_eq!(r.reordering_events(), 2, "one per ACK that showed it");
+    }
+
+    /// A SACK block shrinks to the transmissions it covers whole, across transmissions that
+    /// overlap (a retransmission cut at other edges than the original).
+    #[test]
+    fn sack_blocks_shrink_to_whole_transmissions() {
+        let t0 = Instant::now();
+        let mut r = Rack::default();
+        for i in 0..4 {
+            r.on_sent(s(i * 100), s(i * 100 + 100), t0, false);
+        }
+        assert_eq!(r.whole_segments(s(150), s(400)), Some((s(200), s(400))));
+        assert_eq!(r.whole_segments(s(399), s(400)), None, "the last byte alone");
+        assert_eq!(r.whole_segments(s(0), s(250)), Some((s(0), s(200))));
+        assert_eq!(r.whole_segments(s(400), s(500)), Some((s(400), s(500))), "nothing logged there");
+        // 150..250 resent: it supersedes 200..300, and 100..200 stays logged beside it, before
+        // it. A right edge at 220 moves back to 150, inside 100..200, and on to 100.
+        r.on_sent(s(150), s(250), t0 + 10 * MS, true);
+        assert_eq!(r.whole_segments(s(0), s(220)), Some((s(0), s(100))));
+        assert_eq!(r.whole_segments(s(120), s(220)), None);
     }
 
     /// A retransmission whose ACK comes back faster than the minimum RTT may be the original's:

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::{Connection, distance};
 use crate::tcp::congestion::CongestionControl;
 use crate::tcp::rules;
+use crate::wire::tcp::{SackBlock, SackBlocks};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
 impl Connection {
@@ -126,9 +127,16 @@ impl Connection {
         let mut reno_delivered = 0;
         // RFC 6675 §5: the scoreboard takes the SACK blocks first. Blocks at or below the
         // cumulative ACK (D-SACKs, stale blocks) are ignored.
+        let whole;
+        let blocks = if self.config.sack_in_segments && self.config.rack {
+            whole = self.whole_segment_blocks(&seg.sack_blocks);
+            &whole
+        } else {
+            &seg.sack_blocks
+        };
         let new_sack = self.sack_ok
-            && !seg.sack_blocks.is_empty()
-            && self.recovery.scoreboard.update(&seg.sack_blocks, ack.max(self.snd.una), self.snd.max);
+            && !blocks.is_empty()
+            && self.recovery.scoreboard.update(blocks, ack.max(self.snd.una), self.snd.max);
         if ack > self.snd.una {
             let acked = distance(self.snd.una, ack);
             let mut data_acked = acked;
@@ -317,6 +325,19 @@ impl Connection {
             }
         }
         true
+    }
+
+    /// `blocks` cut to the whole segments they cover, as sent ([`Config::sack_in_segments`]).
+    ///
+    /// [`Config::sack_in_segments`]: crate::tcp::Config::sack_in_segments
+    fn whole_segment_blocks(&self, blocks: &SackBlocks) -> SackBlocks {
+        let mut whole = SackBlocks::new();
+        for b in blocks.as_slice() {
+            if let Some((left, right)) = self.recovery.rack.whole_segments(b.left, b.right) {
+                whole.push(SackBlock { left, right });
+            }
+        }
+        whole
     }
 
     /// RFC 5827 early retransmit with SACK: fewer than four segments are outstanding, no new

@@ -168,3 +168,26 @@ fn linux_takes_rack_rtt_from_the_highest_segment_acknowledged() {
         }
     }
 }
+
+/// A SACK of part of a segment: with [`Config::sack_in_segments`] (Linux's whole-segment SACK
+/// tagging) it SACKs nothing, and a block that ends inside a segment SACKs only the whole ones
+/// before; without it every byte counts (RFC 6675's scoreboard), so the segment's resending
+/// would stop short of the SACKed byte (fr-4pkt-fack-last-byte.pkt resends all of it).
+#[test]
+fn linux_takes_sack_blocks_in_whole_segments() {
+    for linux in [false, true] {
+        let mut s = ten_in_flight_with(Config { rack: true, sack_in_segments: linux, ..script_config() });
+        s.advance(100 * MS);
+        // The last byte of S9.
+        s.send(&sack(&[(10 * MSS - 1, 10 * MSS)]));
+        assert_eq!(s.conn.stats().sacked_bytes, if linux { 0 } else { 1 });
+        // S7 whole and half of S8: S7 alone, or S7 and the half.
+        s.send(&sack(&[(7 * MSS, 8 * MSS + MSS / 2)]));
+        let want = if linux { MSS } else { MSS + MSS / 2 + 1 };
+        assert_eq!(s.conn.stats().sacked_bytes, want);
+        // A block from inside S5 to the end of S6: S6 alone.
+        s.send(&sack(&[(5 * MSS + 10, 7 * MSS)]));
+        let want = if linux { 2 * MSS } else { want + 2 * MSS - 10 };
+        assert_eq!(s.conn.stats().sacked_bytes, want);
+    }
+}
