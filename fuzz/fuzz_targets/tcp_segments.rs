@@ -162,6 +162,10 @@ impl ConfigIn {
                 [usize::from((self.challenge_ack_limit >> 4) & 3)],
             // Bit 6 of the same byte.
             rack: self.challenge_ack_limit & 0x40 != 0,
+            // Bits 4 to 6 of the retransmission limit's byte (bits 0 to 3 choose the limit).
+            rack_rtt_sequence_order: self.max_retransmits & 0x10 != 0,
+            sack_in_segments: self.max_retransmits & 0x20 != 0,
+            ecn_prr: self.max_retransmits & 0x40 != 0,
         }
     }
 }
