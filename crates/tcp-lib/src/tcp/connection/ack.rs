@@ -282,7 +282,9 @@ impl Connection {
             self.ecn.reduced_until = self.snd.max;
             self.ecn.cwr_pending = true;
             self.stats.ecn_reductions += 1;
-            if self.config.ecn_prr {
+            // (With nothing in flight there is nothing to pace, and no ACK would come to let
+            // new data out: the reduction is at once.)
+            if self.config.ecn_prr && self.snd.una != self.snd.max {
                 self.recovery.cwr = true;
                 self.recovery.dup_delivered = 0;
                 self.start_prr();

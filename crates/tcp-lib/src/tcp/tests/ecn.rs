@@ -262,3 +262,17 @@ fn a_loss_during_the_ecn_reduction_does_not_reduce_again() {
     assert!(st.in_recovery && !st.cwr && st.fast_retransmits == 1, "{st:?}");
     assert_eq!(st.ssthresh, 700, "the ECN reduction's ssthresh stands");
 }
+
+/// An echo on an ACK that finds nothing in flight (a window update after all was acknowledged)
+/// reduces at once: with no flight there is nothing for PRR to pace, and no ACK would come to
+/// let new data out.
+#[test]
+fn an_ecn_echo_with_nothing_in_flight_reduces_at_once() {
+    let mut s = four_in_flight(true);
+    send!(s, ece_ack(400, false));
+    send!(s, TcpRepr { window_len: 9000, ..ece_ack(400, true) });
+    let st = s.conn.stats();
+    assert_eq!((st.ecn_reductions, st.cwr, st.cwnd), (1, false, st.ssthresh), "{st:?}");
+    assert_eq!(s.conn.send(&[2; 2000]), 2000);
+    assert_eq!(sent_bytes(&mut s), st.cwnd / 100 * 100, "a window's worth of whole segments goes at once");
+}
