@@ -193,7 +193,9 @@ impl Profile {
     /// data segments (acknowledged at once), receive and
     /// send buffers of the sizes `tcp_rmem`/`tcp_wmem` give a socket (and the window scale its
     /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used and that HyStart may end, CUBIC with Linux's arithmetic, tail
-    /// loss probes and RACK loss detection (RFC 8985) with growth for SACKed data under reordering, five SYN retries.
+    /// loss probes and RACK loss detection (RFC 8985, its RTT taken in Linux's order, SACKs taken
+    /// in whole segments) with growth for SACKed data under reordering, ECN reductions by PRR
+    /// (Linux's CWR state), five SYN retries.
     #[must_use]
     pub fn tcp(&self) -> tcp::Config {
         let mut c =
@@ -217,6 +219,9 @@ impl Profile {
             c.cwnd_validation = true;
             c.tail_loss_probe = true;
             c.rack = true;
+            c.rack_rtt_sequence_order = true;
+            c.ecn_prr = true;
+            c.sack_in_segments = true;
             c.quick_acks = 16;
         }
         c

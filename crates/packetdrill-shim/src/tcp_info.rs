@@ -9,10 +9,11 @@
 //! processes that inherit `LD_PRELOAD`, where no shim runs) it calls the C library's.
 //!
 //! What tcp-lib has is reported in Linux's units: the state, the congestion state (Open,
-//! Disorder, Recovery; Loss is not tracked and reads as Open), the RTO and RTT estimates in µs,
+//! Disorder, CWR, Recovery; Loss is not tracked and reads as Open), the RTO and RTT estimates in µs,
 //! the MSS both ways (`tcpi_rcv_mss` as Linux estimates it: the largest segment received) and
 //! the one announced, the window scales, unacknowledged and SACKed segments, the congestion
-//! window and slow-start threshold in segments (`0x7fffffff` before the first loss, as Linux),
+//! window and slow-start threshold in segments (`0x7fffffff` before the first loss, as Linux; the
+//! window is PRR's pipe + sndcnt while PRR paces sending, as Linux's is then),
 //! total retransmissions, lost segments (RFC 6675's IsLost, and RACK's marks when it is on), the
 //! reordering degree (`tcpi_reordering`: at least 3, more once RACK saw a segment delivered that
 //! far below the highest one), bytes and segments in and out. The rest (the negotiated options
@@ -80,6 +81,8 @@ pub fn encode(info: &Info) -> [u8; TCP_INFO_LEN] {
     b[0] = linux_state(info.state);
     b[1] = if s.in_recovery {
         3
+    } else if s.cwr {
+        2
     } else if s.dup_acks_now > 0 || s.sacked_bytes > 0 {
         1
     } else {
@@ -95,7 +98,7 @@ pub fn encode(info: &Info) -> [u8; TCP_INFO_LEN] {
     put32(&mut b, 68, s.srtt.map_or(0, usecs));
     put32(&mut b, 72, usecs(s.rttvar));
     put32(&mut b, 76, if s.ssthresh >= 0x7fff_ffff { 0x7fff_ffff } else { s.ssthresh / mss });
-    put32(&mut b, 80, s.cwnd / mss);
+    put32(&mut b, 80, s.prr_window.unwrap_or(s.cwnd) / mss);
     put32(&mut b, 84, s.announced_mss);
     put32(&mut b, 88, s.reordering);
     put32(&mut b, 100, usize::try_from(s.retransmits).unwrap_or(usize::MAX));
@@ -255,6 +258,17 @@ mod tests {
             "advmss, reordering, total_retrans"
         );
         assert_eq!(u32_at(&b, 220), 2, "reord_seen");
+        let cwr = encode(&Info {
+            state: State::Established,
+            stats: Stats {
+                cwr: true,
+                prr_window: Some(5000),
+                cwnd: 7000,
+                send_mss: 1000,
+                ..Stats::default()
+            },
+        });
+        assert_eq!((cwr[1], u32_at(&cwr, 80)), (2, 5), "TCP_CA_CWR, cwnd = pipe + sndcnt");
         let open = encode(&Info {
             state: State::SynSent,
             stats: Stats { ssthresh: 5000, send_mss: 1000, ..Stats::default() },

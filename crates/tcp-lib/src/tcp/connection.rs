@@ -304,6 +304,10 @@ struct Recovery {
     recover: SeqNumber,
     /// A fast retransmission of the segment at SND.UNA is due.
     fast_rexmit: bool,
+    /// Reducing the window for an ECN echo by PRR ([`Config::ecn_prr`], Linux's CWR state):
+    /// PRR paces what goes out, as in recovery, with nothing to retransmit; it ends once SND.UNA
+    /// passes the SND.MAX of the reduction (`EcnState::reduced_until`).
+    cwr: bool,
     /// What the peer SACKed (RFC 6675 §3); empty unless SACK was negotiated.
     scoreboard: Scoreboard,
     /// RFC 6675 HighRxt: the end of the highest retransmission of the current SACK recovery.
@@ -437,6 +441,7 @@ impl Connection {
                 active: false,
                 recover: iss,
                 fast_rexmit: false,
+                cwr: false,
                 scoreboard: Scoreboard::new(),
                 high_rxt: iss,
                 rxt_marks: Vec::new(),
@@ -552,6 +557,9 @@ impl Connection {
             sacked_bytes: self.recovery.scoreboard.sacked_bytes(),
             lost_bytes: self.recovery.scoreboard.lost_bytes(self.snd.una, self.snd.max, self.snd.mss),
             in_recovery: self.recovery.active,
+            cwr: self.recovery.cwr,
+            prr_window: (self.recovery.active || self.recovery.cwr)
+                .then(|| self.recovery_pipe().saturating_add(self.recovery.sndcnt)),
             dup_acks_now: self.recovery.dup_acks,
             ecn: self.ecn.ok,
             reordering: self.recovery.rack.reordering(),

@@ -106,7 +106,10 @@
 //!   before it are lost once an RTT plus a reordering window (a quarter of the minimum RTT,
 //!   none once the loss is plain) has passed since they left, on an ACK or by the reordering
 //!   timer. Its marks join the scoreboard's (`rack.rs`); [`Stats::reordering`] and
-//!   [`Stats::reordering_events`] report the reordering it saw.
+//!   [`Stats::reordering_events`] report the reordering it saw. RACK.rtt is the sample of the
+//!   last delivered transmission by send time, or in Linux's order
+//!   ([`Config::rack_rtt_sequence_order`]). With its log, SACK blocks can be taken in whole
+//!   segments as sent, as Linux takes them ([`Config::sack_in_segments`]).
 //! * RFC 8985 §7 tail loss probes ([`Config::tail_loss_probe`], off by default): after about two
 //!   SRTTs without an ACK, one new segment or the last one again, so that the peer's answer
 //!   shows a lost tail before the RTO would.
@@ -148,8 +151,9 @@
 //!   default, as Linux does): ECT(0) on new data ([`Transmit::ect`], for the caller's IP header),
 //!   ECE on our ACKs from a CE-marked data segment ([`Connection::handle_segment_ecn`]) until the
 //!   peer's CWR, and a window reduction (cwnd = ssthresh, once per window of data, no
-//!   retransmission) for an ECE, with CWR on the next new data. Linux reduces in a CWR state paced
-//!   by PRR instead; here the reduction is RFC 3168's, at once.
+//!   retransmission) for an ECE, with CWR on the next new data. By default the reduction is RFC
+//!   3168's, at once; with [`Config::ecn_prr`] it is Linux's CWR state: ssthresh from cwnd, and
+//!   PRR (RFC 9937) paces the flight down to it over the round trip.
 //! * Overlapping data: the first copy of a byte received wins (see `connection/input.rs`).
 //!
 //! Urgent data is not supported: the urgent pointer is ignored and urgent bytes are ordinary data.
@@ -364,6 +368,20 @@ pub struct Config {
     /// checked on every ACK and by a reordering timer, besides RFC 6675's IsLost. `false` (the
     /// default): IsLost alone, and the RTO.
     pub rack: bool,
+    /// Which delivered transmission gives RACK.rtt when one ACK delivers several: `false` (the
+    /// default) the last by the time it left (RFC 8985 §6.2 step 2); `true` the last in Linux's
+    /// order (`tcp_rack_advance`: the newly SACKed ones by sequence, then the cumulatively
+    /// acknowledged ones by sequence), so the highest cumulatively acknowledged transmission's
+    /// RTT. After a retransmission of SND.UNA and the original data above it are acknowledged
+    /// together, Linux waits for the older original's longer RTT before deeming the rest lost.
+    pub rack_rtt_sequence_order: bool,
+    /// With [`rack`](Self::rack): a SACK block counts only for the segments it covers whole, as
+    /// they were sent (RACK logs each one), as Linux's `tcp_match_skb_to_sack` takes SACKs in
+    /// whole segments of its buffers. A SACK of part of a segment (the last byte of it, say) then
+    /// SACKs nothing, and that segment is resent whole. `false` (the default): every byte a SACK
+    /// block covers is SACKed (RFC 2018, RFC 6675's byte-granular scoreboard). Each SACK block
+    /// costs a walk of RACK's log of transmissions in flight.
+    pub sack_in_segments: bool,
     /// Grow the congestion window only while the sender uses it (RFC 7661 §4.3, as Linux's
     /// `tcp_is_cwnd_limited`): in the current window of data the flight filled cwnd, or, in slow
     /// start, reached half of it. `false` (the default): every ACK outside recovery grows it.
@@ -381,6 +399,14 @@ pub struct Config {
     /// and accepts it in a peer's. [`Ecn::Passive`] (the default, as Linux's `tcp_ecn = 2`):
     /// accepted when a peer asks, never asked for.
     pub ecn: Ecn,
+    /// How an ECN echo reduces the window (RFC 3168 §6.1.2 asks for the reduction a loss
+    /// brings): `false` (the default) at once, cwnd = ssthresh; `true` by Proportional Rate
+    /// Reduction over the next round trip (RFC 9937 allows PRR for any window reduction), as
+    /// Linux's CWR state does (`tcp_enter_cwr`, `tcp_cwnd_reduction`): each ACK lets out what
+    /// PRR's sndcnt allows, the window does not grow, and cwnd = ssthresh once the peer
+    /// acknowledges data sent after the reduction began. A loss detected meanwhile continues
+    /// the same reduction in fast recovery instead of reducing again ([`Stats::cwr`]).
+    pub ecn_prr: bool,
 }
 
 /// Whether a connection uses Explicit Congestion Notification (RFC 3168, [`Config::ecn`]).
@@ -388,7 +414,8 @@ pub struct Config {
 /// On a connection that negotiated it, new data goes out as ECT(0); a data segment that arrives
 /// marked CE (Congestion Experienced) is echoed with ECE on every ACK until the peer's CWR says
 /// it reduced its window; and an ACK with ECE reduces our window as a loss would, at most once per
-/// window of data, without retransmitting anything, and the next new segment carries CWR.
+/// window of data, without retransmitting anything (at once, or by PRR with
+/// [`Config::ecn_prr`]), and the next new segment carries CWR.
 /// Retransmissions, pure ACKs, window probes, SYNs and FINs without data are sent Not-ECT (RFC
 /// 3168 §6.1.4 to §6.1.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -431,8 +458,11 @@ impl Default for Config {
             cwnd_validation: false,
             tail_loss_probe: false,
             rack: false,
+            rack_rtt_sequence_order: false,
+            sack_in_segments: false,
             challenge_ack_limit: 1000,
             ecn: Ecn::Passive,
+            ecn_prr: false,
         }
     }
 }
@@ -485,6 +515,12 @@ pub struct Stats {
     pub lost_bytes: usize,
     /// In fast recovery now.
     pub in_recovery: bool,
+    /// Reducing the window for an ECN echo by PRR now ([`Config::ecn_prr`]; Linux's CWR state).
+    pub cwr: bool,
+    /// While PRR paces sending (fast recovery, or [`cwr`](Self::cwr)): RFC 9937's cwnd = pipe +
+    /// sndcnt, the flight plus what the last ACK still lets out, which is the congestion window
+    /// Linux reports then ([`cwnd`](Self::cwnd) is ssthresh through a reduction).
+    pub prr_window: Option<usize>,
     /// Duplicate ACKs (or SACKs) seen since the last advance of SND.UNA.
     pub dup_acks_now: u32,
     /// Tail loss probes sent ([`Config::tail_loss_probe`]).

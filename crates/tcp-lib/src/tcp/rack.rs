@@ -107,15 +107,24 @@ impl Rack {
     /// An ACK moved SND.UNA to `una`; `sacked(start, end)` says whether the peer SACKed all of
     /// a range. Updates RACK's clock from the transmissions now delivered, and forgets them
     /// (RFC 8985 §6.2 steps 1 to 3).
+    ///
+    /// RACK.rtt is the sample of the last delivered transmission in an order: by the time they
+    /// left (RFC 8985 §6.2 step 2), or with `sequence_order` as Linux takes it
+    /// (`tcp_rack_advance` runs for the newly SACKed segments in sequence order, then for the
+    /// cumulatively acknowledged ones in sequence order): the highest cumulatively acknowledged
+    /// transmission's, else the highest SACKed one's.
     pub(crate) fn on_ack(
         &mut self,
         una: SeqNumber,
         now: Instant,
         mss: usize,
+        sequence_order: bool,
         sacked: impl Fn(SeqNumber, SeqNumber) -> bool,
     ) {
         let Self { log, newest, rtt, min_rtt, fack, reordering, degree, events } = self;
         let mut reordered = false;
+        // Linux's last sample so far: (cumulatively acknowledged, start, sample).
+        let mut last: Option<(bool, SeqNumber, Duration)> = None;
         // One pass, in transmission order: delivered transmissions update the clock and leave.
         log.retain(|s| {
             if !(s.end <= una || sacked(s.start, s.end)) {
@@ -126,7 +135,14 @@ impl Rack {
             if s.retransmission && min_rtt.is_some_and(|m| sample < m) {
                 return false;
             }
-            *rtt = Some(sample);
+            let cumulative = s.end <= una;
+            if !sequence_order {
+                *rtt = Some(sample);
+            } else if last
+                .is_none_or(|(c, start, _)| (cumulative && !c) || (cumulative == c && s.start > start))
+            {
+                last = Some((cumulative, s.start, sample));
+            }
             if newest.is_none_or(|(t, e)| sent_after(s.at, s.end, t, e)) {
                 *newest = Some((s.at, s.end));
             }
@@ -146,6 +162,34 @@ impl Rack {
             false
         });
         *events += u64::from(reordered);
+        if let Some((_, _, sample)) = last {
+            *rtt = Some(sample);
+        }
+    }
+
+    /// `left..right` (a SACK block) shrunk to the logged transmissions it covers whole: an edge
+    /// inside one moves out to its end (the left edge) or back to its start (the right edge).
+    /// `None` when no whole transmission is left. Bytes with no transmission logged stay.
+    pub(crate) fn whole_segments(&self, left: SeqNumber, right: SeqNumber) -> Option<(SeqNumber, SeqNumber)> {
+        let (mut l, mut r) = (left, right);
+        // Transmissions of the same bytes may overlap (a retransmission cut differently from the
+        // original): a moved edge may land inside another, so again until nothing moves (each
+        // pass moves an edge past a transmission, so the passes are bounded by the log).
+        for _ in 0..=self.log.len() {
+            let (l0, r0) = (l, r);
+            for s in &self.log {
+                if s.start < l && l < s.end {
+                    l = s.end;
+                }
+                if s.start < r && r < s.end {
+                    r = s.start;
+                }
+            }
+            if (l, r) == (l0, r0) || l >= r {
+                break;
+            }
+        }
+        (l < r).then_some((l, r))
     }
 
     /// ACKs that delivered data below the highest delivered byte.
@@ -219,7 +263,7 @@ mod tests {
             r.on_sent(s(i * 100), s(i * 100 + 100), t0, false);
         }
         let t1 = t0 + 100 * MS;
-        r.on_ack(s(0), t1, 100, |a, b| a == s(700) && b == s(800));
+        r.on_ack(s(0), t1, 100, false, |a, b| a == s(700) && b == s(800));
         let reo = r.reo_wnd(false, 100 * MS);
         assert_eq!(reo, 25 * MS);
         let d = r.detect(t1, reo, s(0));
@@ -244,7 +288,7 @@ mod tests {
         // is SACKed at 310 ms, the first's is not.
         r.on_sent(s(0), s(100), t0 + 200 * MS, true);
         r.on_sent(s(100), s(200), t0 + 210 * MS, true);
-        r.on_ack(s(0), t0 + 310 * MS, 100, |a, _| a == s(100));
+        r.on_ack(s(0), t0 + 310 * MS, 100, false, |a, _| a == s(100));
         // Outside recovery the reordering window is a quarter of the minimum RTT; the sample is
         // the second retransmission's 100 ms.
         let reo = r.reo_wnd(false, 100 * MS);
@@ -268,15 +312,35 @@ mod tests {
         for i in 0..4 {
             r.on_sent(s(i * 100), s(i * 100 + 100), t0 + i * MS, false);
         }
-        r.on_ack(s(0), t0 + 50 * MS, 100, |a, _| a == s(300));
+        r.on_ack(s(0), t0 + 50 * MS, 100, false, |a, _| a == s(300));
         assert_eq!(r.reo_wnd(true, 40 * MS), Duration::ZERO, "no reordering seen");
         assert_eq!(r.reordering(), 3);
-        r.on_ack(s(0), t0 + 51 * MS, 100, |a, _| a == s(300) || a == s(100));
+        r.on_ack(s(0), t0 + 51 * MS, 100, false, |a, _| a == s(300) || a == s(100));
         assert_eq!(r.reo_wnd(true, 40 * MS), 10 * MS);
         assert_eq!(r.reordering(), 3, "3 segments below the highest delivered");
-        r.on_ack(s(0), t0 + 52 * MS, 100, |a, _| a == s(300) || a == s(100) || a == s(0));
+        r.on_ack(s(0), t0 + 52 * MS, 100, false, |a, _| a == s(300) || a == s(100) || a == s(0));
         assert_eq!(r.reordering(), 4);
         assert_eq!(r.reordering_events(), 2, "one per ACK that showed it");
+    }
+
+    /// A SACK block shrinks to the transmissions it covers whole, across transmissions that
+    /// overlap (a retransmission cut at other edges than the original).
+    #[test]
+    fn sack_blocks_shrink_to_whole_transmissions() {
+        let t0 = Instant::now();
+        let mut r = Rack::default();
+        for i in 0..4 {
+            r.on_sent(s(i * 100), s(i * 100 + 100), t0, false);
+        }
+        assert_eq!(r.whole_segments(s(150), s(400)), Some((s(200), s(400))));
+        assert_eq!(r.whole_segments(s(399), s(400)), None, "the last byte alone");
+        assert_eq!(r.whole_segments(s(0), s(250)), Some((s(0), s(200))));
+        assert_eq!(r.whole_segments(s(400), s(500)), Some((s(400), s(500))), "nothing logged there");
+        // 150..250 resent: it supersedes 200..300, and 100..200 stays logged beside it, before
+        // it. A right edge at 220 moves back to 150, inside 100..200, and on to 100.
+        r.on_sent(s(150), s(250), t0 + 10 * MS, true);
+        assert_eq!(r.whole_segments(s(0), s(220)), Some((s(0), s(100))));
+        assert_eq!(r.whole_segments(s(120), s(220)), None);
     }
 
     /// A retransmission whose ACK comes back faster than the minimum RTT may be the original's:
@@ -288,7 +352,7 @@ mod tests {
         r.on_rtt_sample(100 * MS);
         r.on_sent(s(0), s(100), t0, false);
         r.on_sent(s(0), s(100), t0 + 150 * MS, true);
-        r.on_ack(s(100), t0 + 160 * MS, 100, |_, _| false);
+        r.on_ack(s(100), t0 + 160 * MS, 100, false, |_, _| false);
         assert_eq!((r.newest, r.rtt), (None, None));
         assert!(r.log.is_empty());
     }

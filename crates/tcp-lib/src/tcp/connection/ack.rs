@@ -3,13 +3,15 @@
 //! fast recovery (RFC 6582), the SACK scoreboard and RFC 6675 recovery, early retransmit (RFC
 //! 5827) and lost retransmissions; and Proportional Rate Reduction (RFC 6937, "Proportional Rate
 //! Reduction for TCP", 2013, and RFC 9937, "Proportional Rate Reduction (PRR)", 2025, which
-//! obsoletes it), which decides how much every ACK in recovery lets the output send.
+//! obsoletes it), which decides how much every ACK in recovery (or in an ECN reduction by PRR,
+//! Linux's CWR state) lets the output send.
 
 use std::time::{Duration, Instant};
 
 use super::{Connection, distance};
 use crate::tcp::congestion::CongestionControl;
 use crate::tcp::rules;
+use crate::wire::tcp::{SackBlock, SackBlocks};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
 impl Connection {
@@ -41,9 +43,10 @@ impl Connection {
     /// loss detection.
     fn rack_on_ack(&mut self, now: Instant) {
         let scoreboard = &self.recovery.scoreboard;
-        self.recovery
-            .rack
-            .on_ack(self.snd.una, now, self.snd.mss, |a, b| scoreboard.sacked_end(a).is_some_and(|e| b <= e));
+        let order = self.config.rack_rtt_sequence_order;
+        self.recovery.rack.on_ack(self.snd.una, now, self.snd.mss, order, |a, b| {
+            scoreboard.sacked_end(a).is_some_and(|e| b <= e)
+        });
         self.rack_detect(now);
     }
 
@@ -113,13 +116,27 @@ impl Connection {
             .then(|| self.recovery.scoreboard.lost_end(prior_una, self.snd.max, mss))
             .flatten();
         let prior_rexmit = self.recovery.fast_rexmit;
+        // An ECN echo that starts a reduction by PRR (Config::ecn_prr): this ACK reduces the
+        // window instead of growing it (as Linux enters CWR before its congestion control runs).
+        let ece_prr = self.config.ecn_prr
+            && self.ecn.ok
+            && seg.ece
+            && !self.recovery.active
+            && ack.max(self.snd.una) > self.ecn.reduced_until;
         // DeliveredData without SACK: estimated from duplicate ACKs (RFC 6937 §3).
         let mut reno_delivered = 0;
         // RFC 6675 §5: the scoreboard takes the SACK blocks first. Blocks at or below the
         // cumulative ACK (D-SACKs, stale blocks) are ignored.
+        let whole;
+        let blocks = if self.config.sack_in_segments && self.config.rack {
+            whole = self.whole_segment_blocks(&seg.sack_blocks);
+            &whole
+        } else {
+            &seg.sack_blocks
+        };
         let new_sack = self.sack_ok
-            && !seg.sack_blocks.is_empty()
-            && self.recovery.scoreboard.update(&seg.sack_blocks, ack.max(self.snd.una), self.snd.max);
+            && !blocks.is_empty()
+            && self.recovery.scoreboard.update(blocks, ack.max(self.snd.una), self.snd.max);
         if ack > self.snd.una {
             let acked = distance(self.snd.una, ack);
             let mut data_acked = acked;
@@ -175,8 +192,16 @@ impl Connection {
                     self.recovery.fast_rexmit = true;
                     self.stats.fast_retransmits += 1;
                 }
-            } else if data_acked > delivered_before {
-                self.grow_window(data_acked - delivered_before, mss, now);
+            } else {
+                if self.recovery.cwr && ack > self.ecn.reduced_until {
+                    // The peer acknowledged data sent after the reduction began (which carried
+                    // our CWR): it ends with cwnd = ssthresh (Linux's tcp_end_cwnd_reduction).
+                    self.cc.on_exit_recovery();
+                    self.recovery.cwr = false;
+                }
+                if !self.recovery.cwr && !ece_prr && data_acked > delivered_before {
+                    self.grow_window(data_acked - delivered_before, mss, now);
+                }
             }
             self.recovery.dup_acks = 0;
             self.timers.rto = if self.snd.una == self.snd.max { None } else { Some(now + self.rtt.rto()) };
@@ -248,19 +273,35 @@ impl Connection {
         // without a retransmission, once per window of data (the ACK must cover data sent after
         // the last reduction, which carried our CWR) and not inside loss recovery (which reduced
         // it already).
+        // With Config::ecn_prr, PRR brings the flight down to the new ssthresh over the next
+        // round trip (RFC 9937), from this ACK on.
         if self.ecn.ok && seg.ece && !self.recovery.active && self.snd.una > self.ecn.reduced_until {
-            self.cc.on_enter_recovery(distance(self.snd.una, self.snd.max), mss);
+            // RFC 3168 §6.1.2 halves cwnd; RFC 5681's reduction (the default) starts from the
+            // flight. With PRR the reduction starts from cwnd, as Linux's does.
+            let from =
+                if self.config.ecn_prr { self.cc.window() } else { distance(self.snd.una, self.snd.max) };
+            self.cc.on_enter_recovery(from, mss);
             self.ecn.reduced_until = self.snd.max;
             self.ecn.cwr_pending = true;
             self.stats.ecn_reductions += 1;
+            // (With nothing in flight there is nothing to pace, and no ACK would come to let
+            // new data out: the reduction is at once.)
+            if self.config.ecn_prr && self.snd.una != self.snd.max {
+                self.recovery.cwr = true;
+                self.recovery.dup_delivered = 0;
+                self.start_prr();
+            }
         }
-        if self.recovery.active {
+        if self.recovery.active || self.recovery.cwr {
             let delivered = if self.sack_ok {
                 // RFC 6937 §3: the change in SND.UNA plus the change in SACKed bytes.
                 (distance(prior_una, self.snd.una) + self.recovery.scoreboard.sacked_bytes())
                     .saturating_sub(prior_sacked)
-            } else {
+            } else if self.recovery.active {
                 reno_delivered
+            } else {
+                // An ECN reduction without SACK: what the cumulative ACK covers.
+                distance(prior_una, self.snd.una)
             };
             // "Further losses" (RFC 9937 §4): a hole newly deemed lost, or a retransmission
             // this ACK called for (a lost retransmission, a NewReno partial ACK).
@@ -290,6 +331,19 @@ impl Connection {
         true
     }
 
+    /// `blocks` cut to the whole segments they cover, as sent ([`Config::sack_in_segments`]).
+    ///
+    /// [`Config::sack_in_segments`]: crate::tcp::Config::sack_in_segments
+    fn whole_segment_blocks(&self, blocks: &SackBlocks) -> SackBlocks {
+        let mut whole = SackBlocks::new();
+        for b in blocks.as_slice() {
+            if let Some((left, right)) = self.recovery.rack.whole_segments(b.left, b.right) {
+                whole.push(SackBlock { left, right });
+            }
+        }
+        whole
+    }
+
     /// RFC 5827 early retransmit with SACK: fewer than four segments are outstanding, no new
     /// data can be sent to draw more ACKs, and everything past the first unacknowledged segment
     /// was SACKed (ER_thresh = outstanding segments - 1).
@@ -316,18 +370,27 @@ impl Connection {
         let flight = distance(self.snd.una, self.snd.max);
         self.recovery.recover = self.snd.max;
         self.recovery.active = true;
-        self.cc.on_enter_recovery(flight, mss);
         // Without SACK, the three duplicate ACKs were three segments delivered.
         self.recovery.dup_delivered = if self.sack_ok { 0 } else { (3 * mss).min(flight) };
         self.recovery.high_rxt = self.snd.una;
-        self.recovery.recover_fs = self.recovery_pipe();
-        self.recovery.prr_delivered = 0;
-        self.recovery.prr_out = 0;
-        self.recovery.sndcnt = 0;
+        if !std::mem::take(&mut self.recovery.cwr) {
+            self.cc.on_enter_recovery(flight, mss);
+            self.start_prr();
+        }
+        // Else an ECN reduction by PRR is under way: recovery continues it, with its ssthresh
+        // and its PRR counts, instead of reducing again (Linux's tcp_enter_recovery from CWR).
         self.recovery.rxt_marks.clear();
         self.recovery.fast_rexmit = true;
         self.stats.fast_retransmits += 1;
         self.snd.rtt_timing = None;
+    }
+
+    /// PRR starts (RFC 9937 §4): RecoverFS = pipe, prr_delivered = prr_out = 0.
+    fn start_prr(&mut self) {
+        self.recovery.recover_fs = self.recovery_pipe();
+        self.recovery.prr_delivered = 0;
+        self.recovery.prr_out = 0;
+        self.recovery.sndcnt = 0;
     }
 
     /// PRR on an ACK in recovery that reported `delivered` bytes delivered (DeliveredData): how

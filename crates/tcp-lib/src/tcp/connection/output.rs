@@ -104,9 +104,10 @@ impl Connection {
         }
     }
 
-    /// A segment of `len` bytes sent in recovery: it counts in PRR's prr_out and uses up sndcnt.
+    /// A segment of `len` bytes sent in recovery (or an ECN reduction by PRR): it counts in
+    /// PRR's prr_out and uses up sndcnt.
     fn prr_sent(&mut self, len: usize) {
-        if self.recovery.active {
+        if self.recovery.active || self.recovery.cwr {
             self.recovery.prr_out = self.recovery.prr_out.saturating_add(len);
             self.recovery.sndcnt = self.recovery.sndcnt.saturating_sub(len);
         }
@@ -367,9 +368,9 @@ impl Connection {
         // ACKs.
         // With SACK information, SACKed bytes have left the network: they do not count against
         // cwnd (which makes limited transmit redundant). In recovery, with SACK or without, PRR
-        // says how much may go (RFC 9937 §4).
+        // says how much may go (RFC 9937 §4), as it does through an ECN reduction by PRR.
         let sacked = !self.recovery.scoreboard.is_empty();
-        let cc_room = if self.recovery.active {
+        let cc_room = if self.recovery.active || self.recovery.cwr {
             self.recovery.sndcnt
         } else {
             let extra =

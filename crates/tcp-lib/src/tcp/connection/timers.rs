@@ -108,6 +108,7 @@ impl Connection {
                     self.cc_on_rto();
                 }
                 self.recovery.active = false;
+                self.recovery.cwr = false;
                 self.recovery.recover = self.snd.max;
                 self.recovery.dup_acks = 0;
                 self.recovery.fast_rexmit = false;

@@ -1,6 +1,6 @@
 //! Explicit Congestion Notification (RFC 3168): the handshake that agrees on it, ECT(0) on new
 //! data only, the receiver's ECE until CWR, and the sender's reduction once per window with CWR on
-//! its next new data.
+//! its next new data, at once or by PRR ([`Config::ecn_prr`]).
 
 use super::*;
 use crate::tcp::Ecn;
@@ -166,4 +166,113 @@ fn ece_reduces_once_per_window_and_the_next_new_data_carries_cwr() {
     send!(s, ack(sent + flight(&second), true));
     assert_eq!(s.conn.stats().ecn_reductions, 2);
     assert!(s.drain()[0].repr.cwr);
+}
+
+/// Established with ECN, an MSS of 100 and ten segments of initial window (CUBIC), S0..S3 sent
+/// and 2000 bytes more queued behind the application; `prr` is [`Config::ecn_prr`].
+fn four_in_flight(prr: bool) -> Script {
+    let config = Config {
+        ecn_prr: prr,
+        send_buffer: 8192,
+        mss: 100,
+        nodelay: true,
+        initial_window: Some(10),
+        ..script_config()
+    };
+    let syn = TcpRepr { window_len: 8192, max_seg_size: Some(100), ..ecn_syn() };
+    let mut s = Script::accept_with(config, syn);
+    assert!(s.drain()[0].repr.ece, "ECN agreed");
+    send!(s, TcpRepr { ack_number: Some(LOCAL_SEQ + 1), window_len: 8192, ..SEND_TEMPL });
+    assert_eq!(s.conn.send(&[1; 400]), 400);
+    assert_eq!(s.drain().len(), 4);
+    assert_eq!(s.conn.stats().cwnd, 1000);
+    s
+}
+
+/// The ACK of our data below `acked` (bytes), with ECE or not.
+fn ece_ack(acked: usize, ece: bool) -> TcpRepr<'static> {
+    TcpRepr { ack_number: Some(LOCAL_SEQ + 1 + acked), window_len: 8192, ece, ..SEND_TEMPL }
+}
+
+/// The bytes of data the connection sends now.
+fn sent_bytes(s: &mut Script) -> usize {
+    s.drain().iter().map(|o| o.payload.len()).sum()
+}
+
+/// Linux's cwnd-moderation-ecn-enter-cwr-no-moderation-700.pkt: four segments out of a window of
+/// ten, the ACK of the first echoes congestion. At once (RFC 3168 §6.1.2, the default), cwnd =
+/// ssthresh = 70% of the three still in flight, and with three out nothing more may go. By PRR
+/// (Linux's CWR state), ssthresh is 70% of cwnd (7 segments) and the flight comes down to it
+/// over the round trip: this ACK delivered one segment and advanced SND.UNA with no loss, so
+/// PRR-SSRB lets two out (cwnd = pipe + sndcnt = 5, as Linux 6.18 reports); the window does not
+/// grow meanwhile, and the reduction ends with cwnd = ssthresh once data sent after it is
+/// acknowledged.
+#[test]
+fn an_ecn_echo_reduces_by_prr_in_linux_cwr_state() {
+    let mut s = four_in_flight(false);
+    assert_eq!(s.conn.send(&[2; 2000]), 2000);
+    send!(s, ece_ack(100, true));
+    let st = s.conn.stats();
+    assert_eq!((st.ecn_reductions, st.cwnd, st.ssthresh, st.cwr, st.prr_window), (1, 210, 210, false, None));
+    assert_eq!(sent_bytes(&mut s), 0, "three in flight, cwnd 2.1 segments");
+
+    let mut s = four_in_flight(true);
+    assert_eq!(s.conn.send(&[2; 2000]), 2000);
+    send!(s, ece_ack(100, true));
+    let st = s.conn.stats();
+    assert_eq!((st.ecn_reductions, st.ssthresh, st.cwr, st.prr_window), (1, 700, true, Some(500)), "{st:?}");
+    assert!(!st.in_recovery && st.retransmits == 0, "{st:?}");
+    let first = s.drain();
+    assert_eq!(
+        first.iter().map(|o| o.payload.len()).sum::<usize>(),
+        200,
+        "PRR-SSRB: one delivered, plus one"
+    );
+    assert!(first[0].repr.cwr, "the first new data says CWR");
+    // Each ACK of one segment: packet conservation plus one (PRR-SSRB) until the pipe reaches
+    // ssthresh, then one for one; the window never grows inside the reduction.
+    send!(s, ece_ack(200, false));
+    assert_eq!(sent_bytes(&mut s), 200);
+    send!(s, ece_ack(300, false));
+    assert_eq!(sent_bytes(&mut s), 200);
+    send!(s, ece_ack(400, false));
+    assert_eq!(sent_bytes(&mut s), 100, "the pipe is at ssthresh (7): one for one");
+    let st = s.conn.stats();
+    assert_eq!((st.cwr, st.cwnd, st.prr_window), (true, 700, Some(700)), "{st:?}");
+    // The ACK of S4, sent after the reduction began, ends it: cwnd = ssthresh, and it grows again.
+    send!(s, ece_ack(500, false));
+    let st = s.conn.stats();
+    assert!(!st.cwr && st.prr_window.is_none() && st.cwnd >= 700, "{st:?}");
+}
+
+/// A loss found during a reduction by PRR continues it in fast recovery (Linux's
+/// tcp_enter_recovery from CWR): ssthresh is not reduced a second time for the same window.
+#[test]
+fn a_loss_during_the_ecn_reduction_does_not_reduce_again() {
+    let mut s = four_in_flight(true);
+    assert_eq!(s.conn.send(&[2; 2000]), 2000);
+    send!(s, ece_ack(100, true));
+    assert_eq!(s.conn.stats().ssthresh, 700);
+    // S1 is lost: three duplicate ACKs.
+    assert!(sent_bytes(&mut s) > 0);
+    for _ in 0..3 {
+        send!(s, ece_ack(100, false));
+    }
+    let st = s.conn.stats();
+    assert!(st.in_recovery && !st.cwr && st.fast_retransmits == 1, "{st:?}");
+    assert_eq!(st.ssthresh, 700, "the ECN reduction's ssthresh stands");
+}
+
+/// An echo on an ACK that finds nothing in flight (a window update after all was acknowledged)
+/// reduces at once: with no flight there is nothing for PRR to pace, and no ACK would come to
+/// let new data out.
+#[test]
+fn an_ecn_echo_with_nothing_in_flight_reduces_at_once() {
+    let mut s = four_in_flight(true);
+    send!(s, ece_ack(400, false));
+    send!(s, TcpRepr { window_len: 9000, ..ece_ack(400, true) });
+    let st = s.conn.stats();
+    assert_eq!((st.ecn_reductions, st.cwr, st.cwnd), (1, false, st.ssthresh), "{st:?}");
+    assert_eq!(s.conn.send(&[2; 2000]), 2000);
+    assert_eq!(sent_bytes(&mut s), st.cwnd / 100 * 100, "a window's worth of whole segments goes at once");
 }

@@ -15,14 +15,18 @@ const MSS: usize = 1000;
 /// Established with SACK, an MSS of 1000 and a 100 ms RTT measured in the handshake, ten
 /// segments sent at once; returns the script and whether RACK is on.
 fn ten_in_flight(rack: bool) -> Script {
+    ten_in_flight_with(Config { rack, ..script_config() })
+}
+
+/// [`ten_in_flight`] with the rest of `config` as given.
+fn ten_in_flight_with(config: Config) -> Script {
     let config = Config {
         sack: true,
         mss: 1000,
         send_buffer: 100_000,
         initial_window: Some(10),
         min_rto: Duration::from_millis(200),
-        rack,
-        ..script_config()
+        ..config
     };
     let syn = TcpRepr {
         control: TcpControl::Syn,
@@ -127,4 +131,63 @@ fn a_lost_retransmission_at_snd_una_goes_again_before_the_rto() {
     assert_eq!(again.first(), Some(&ours(0)), "S0 again, its retransmission lost: {again:?}");
     let st = s.conn.stats();
     assert_eq!(st.timeouts, 0, "{st:?}");
+}
+
+/// One ACK delivers the retransmission of S0 (sent 100 ms after the flight) and S3 (sent with
+/// the flight, and deemed lost by RACK before), while S9 is outstanding and S8 was SACKed: the
+/// reordering (S3 delivered below S8) keeps the window open. Which RTT RACK takes decides S9:
+/// by the time they left (RFC 8985 §6.2) the retransmission's 110 ms, so S9, sent 210 ms ago, is
+/// lost at once; in Linux's order ([`Config::rack_rtt_sequence_order`]) S3's 210 ms, so S9 waits
+/// for the reordering window and the timer, as Linux's PRR-slow-start script
+/// (prr-ss-ack-below-snd_una-cubic.pkt) expects.
+#[test]
+fn linux_takes_rack_rtt_from_the_highest_segment_acknowledged() {
+    for linux in [false, true] {
+        let mut s =
+            ten_in_flight_with(Config { rack: true, rack_rtt_sequence_order: linux, ..script_config() });
+        s.advance(100 * MS);
+        s.send(&sack(&[(MSS, 2 * MSS)]));
+        s.send(&sack(&[(MSS, 3 * MSS)]));
+        s.send(&sack(&[(MSS, 3 * MSS), (8 * MSS, 9 * MSS)]));
+        let first: Vec<_> =
+            s.drain().into_iter().filter(|o| !o.payload.is_empty()).map(|o| o.repr.seq_number).collect();
+        assert_eq!(first, [ours(0)], "S0 resent in recovery, alone (PRR: one segment delivered)");
+        assert_eq!(s.conn.stats().lost_bytes, 6 * MSS, "S0 and S3..S7: sent before S8");
+        s.advance(110 * MS);
+        s.send(&TcpRepr { ack_number: Some(ours(4 * MSS)), ..sack(&[(8 * MSS, 9 * MSS)]) });
+        let st = s.conn.stats();
+        if linux {
+            assert_eq!(st.lost_bytes, 4 * MSS, "S4..S7; S9 waits: {st:?}");
+            // Its deadline: sent at 0, RACK.rtt 210 ms plus a quarter of the minimum RTT.
+            s.advance(24 * MS);
+            assert_eq!(s.conn.stats().lost_bytes, 4 * MSS);
+            s.advance(2 * MS);
+            assert_eq!(s.conn.stats().lost_bytes, 5 * MSS, "the reordering timer marks S9");
+        } else {
+            assert_eq!(st.lost_bytes, 5 * MSS, "S4..S7 and S9: {st:?}");
+        }
+    }
+}
+
+/// A SACK of part of a segment: with [`Config::sack_in_segments`] (Linux's whole-segment SACK
+/// tagging) it SACKs nothing, and a block that ends inside a segment SACKs only the whole ones
+/// before; without it every byte counts (RFC 6675's scoreboard), so the segment's resending
+/// would stop short of the SACKed byte (fr-4pkt-fack-last-byte.pkt resends all of it).
+#[test]
+fn linux_takes_sack_blocks_in_whole_segments() {
+    for linux in [false, true] {
+        let mut s = ten_in_flight_with(Config { rack: true, sack_in_segments: linux, ..script_config() });
+        s.advance(100 * MS);
+        // The last byte of S9.
+        s.send(&sack(&[(10 * MSS - 1, 10 * MSS)]));
+        assert_eq!(s.conn.stats().sacked_bytes, if linux { 0 } else { 1 });
+        // S7 whole and half of S8: S7 alone, or S7 and the half.
+        s.send(&sack(&[(7 * MSS, 8 * MSS + MSS / 2)]));
+        let want = if linux { MSS } else { MSS + MSS / 2 + 1 };
+        assert_eq!(s.conn.stats().sacked_bytes, want);
+        // A block from inside S5 to the end of S6: S6 alone.
+        s.send(&sack(&[(5 * MSS + 10, 7 * MSS)]));
+        let want = if linux { 2 * MSS } else { want + 2 * MSS - 10 };
+        assert_eq!(s.conn.stats().sacked_bytes, want);
+    }
 }
