@@ -205,14 +205,13 @@ impl<'c, D: NetDevice, R: Reclaim> ChannelizerBuilder<'c, D, R> {
 /// consumer per burst (VJ's publish-per-burst), not per packet. The default channel's lane.
 struct Lane {
     tx: PacketTx,
-    /// Room for one burst; `staged[..len]` are this burst's indices.
+    /// Room for one burst: a burst's indices, as many as `Staging::n_default` says.
     staged: Box<[u32]>,
-    len: usize,
 }
 
 impl Lane {
     fn new(tx: PacketTx, burst: usize) -> Self {
-        Self { tx, staged: vec![0; burst].into_boxed_slice(), len: 0 }
+        Self { tx, staged: vec![0; burst].into_boxed_slice() }
     }
 }
 
@@ -423,23 +422,32 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
             // no handle left: freeing them returns the buffers.
             unsafe { cache.free_burst(&malformed[..n_malformed]) };
         }
-        default.len = n_default;
+        let (blocks, tx) = (&mut lanes.blocks[..], &mut lanes.tx[..]);
         for &id in &dirty[..n_dirty] {
             if id == DEFAULT_DIRTY {
-                stats.to_default += flush(&mut default.tx, &default.staged, &mut default.len, cache, stats);
+                let staged = default.staged.get(..n_default).unwrap_or_default();
+                stats.to_default += flush(&mut default.tx, staged, cache, stats);
                 continue;
             }
-            let i = id as usize;
-            let Some([count, staged @ ..]) = lanes.blocks.get_mut(i * block..(i + 1) * block) else {
-                continue;
-            };
-            let mut n = std::mem::take(count) as usize;
-            match lanes.tx.get_mut(i) {
-                Some(Some(tx)) => stats.delivered += flush(tx, staged, &mut n, cache, stats),
-                _ => {
+            // Every id in `dirty` but the default's was staged by `Staging::dispatch`, which stages
+            // only ids below `ids` (the length of `tx`, and of `blocks` in blocks), and at most one
+            // burst of indices for each.
+            debug_assert!((id as usize) < ids);
+            let base = id as usize * block;
+            // SAFETY: `id < ids` (above), so `base < ids * block == blocks.len()`.
+            let count = unsafe { blocks.get_unchecked_mut(base) };
+            let n = std::mem::take(count) as usize;
+            debug_assert!(n <= burst);
+            // SAFETY: `n <= burst` (one burst staged at most), so `base + 1 + n <= base + block <=
+            // blocks.len()`.
+            let staged = unsafe { blocks.get_unchecked(base + 1..base + 1 + n) };
+            // SAFETY: `id < ids == tx.len()`.
+            match unsafe { tx.get_unchecked_mut(id as usize) } {
+                Some(tx) => stats.delivered += flush(tx, staged, cache, stats),
+                None => {
                     // Attached once, detached since: the default channel, counted.
                     stats.unattached += n as u64;
-                    stats.to_default += flush(&mut default.tx, staged, &mut n, cache, stats);
+                    stats.to_default += flush(&mut default.tx, staged, cache, stats);
                 }
             }
         }
@@ -602,17 +610,10 @@ fn stage_default(staged: &mut [u32], len: &mut usize, dirty: &mut [u32], n_dirty
     *len += 1;
 }
 
-/// Sends the first `len` of `staged` with one `push_burst` into `tx`, frees what does not fit (a full
-/// channel: drop and count), resets `len`, and returns how many were sent.
+/// Sends `staged` with one `push_burst` into `tx`, frees what does not fit (a full channel: drop and
+/// count), and returns how many were sent.
 #[inline(always)]
-fn flush(
-    tx: &mut PacketTx,
-    staged: &[u32],
-    len: &mut usize,
-    cache: &PoolCache,
-    stats: &mut ChannelizerStats,
-) -> u64 {
-    let staged = &staged[..std::mem::take(len).min(staged.len())];
+fn flush(tx: &mut PacketTx, staged: &[u32], cache: &PoolCache, stats: &mut ChannelizerStats) -> u64 {
     if staged.is_empty() {
         return 0;
     }

@@ -364,7 +364,7 @@ impl NetDevice for Pair {
             // handed over to the batch, each once.
             unsafe { raw.commit(n) };
             received.indices += n;
-            if n < want {
+            if n < want || received.indices == limit {
                 break;
             }
         }
