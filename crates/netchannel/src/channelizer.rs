@@ -1,7 +1,8 @@
 //! The channelizer: the driver loop of one RX queue (Van Jacobson & Felderman, "Speeding up
 //! Networking", LCA 2006: "channelize the driver").
 //!
-//! Each [`Channelizer::poll`] receives a burst from its device queue, classifies every frame
+//! Each [`Channelizer::poll`] receives a burst from its device queue (as buffer indices where the device
+//! holds them, [`NetDevice::rx_burst_raw`], so no packet is built per frame), classifies every frame
 //! ([`classify`](crate::classify::classify)), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
 //! first, then the listener), and pushes the packet into the channel of the consumer the registry
 //! names, waking that consumer if it sleeps. Everything else (ARP, ICMP, fragments, signatures nobody

@@ -6,6 +6,11 @@
 //! [`PacketBatch`] with packets whose buffers come from the caller's [`PoolCache`]; transmit takes
 //! packets from the front of a batch and frees (or, for DMA devices, later recycles) their buffers.
 //!
+//! A device that already holds its frames as buffer indices (the [`Pair`], the 82599 driver) can also
+//! hand a burst over as indices ([`NetDevice::rx_burst_raw`] into a [`RawBatch`]): the channelizer
+//! reads each frame from its buffer's header and never builds a [`Packet`] for it. A driver writes its
+//! receive loop once over an [`RxSink`] and gets both paths.
+//!
 //! One `NetDevice` value is driven by one thread. A device with several queues that are served by
 //! several cores hands each core its own value (the 82599 driver splits into per-queue devices); the
 //! `queue` parameter addresses the queues a value owns, `0..info().queues`.

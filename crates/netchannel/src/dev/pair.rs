@@ -5,7 +5,8 @@
 //! ([`Packet::into_raw`](crate::pool::Packet::into_raw)) and pushes the indices in one burst;
 //! `rx_burst` on the other end pops them and rebuilds the packets with the caller's cache. Ownership
 //! travels with the index, the metadata (data offset and length) travels in the buffer, and no byte is
-//! copied: the receiver gets the very buffer the sender filled.
+//! copied: the receiver gets the very buffer the sender filled. `rx_burst_raw` skips the rebuilding:
+//! it pops the indices straight into the caller's [`RawBatch`] (what a channelizer reads).
 //!
 //! Each channel is single-producer/single-consumer, so each end is driven by one thread at a time;
 //! ends are `Send` and may live on different threads.
