@@ -632,13 +632,14 @@ pub trait NetDevice {
     /// [`DevError::NoSuchQueue`] for a bad queue, [`DevError::Failed`] when the device is gone.
     fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError>;
 
-    /// Receives as [`rx_burst`](Self::rx_burst) does, up to `raw.remaining()` frames in all (the
-    /// caller's `batch` has at least as much room), but a device that holds its frames as buffer indices (the [`Pair`], the 82599
-    /// driver) appends them to `raw` as indices instead of building packets; what it cannot hand over
-    /// as a plain index (a frame of a shared buffer) it appends to `batch` as a packet, after which it
-    /// appends nothing more to `raw`, so that every index arrived before every packet. Returns how many
-    /// went each way. What a channelizer calls: it reads each frame from its buffer's header and
-    /// stages the index, so no packet is built and walked again.
+    /// Receives as [`rx_burst`](Self::rx_burst) does, at most one burst in all (the caller passes
+    /// `raw` and `batch` with the same room, the burst, as a channelizer does), but a device that
+    /// holds its frames as buffer indices (the [`Pair`], the 82599 driver) appends them to `raw` as
+    /// indices instead of building packets; what it cannot hand over as a plain index (a frame of a
+    /// shared buffer) it appends to `batch` as a packet, after which it appends nothing more to `raw`,
+    /// so that every index arrived before every packet. Returns how many went each way. What a
+    /// channelizer calls: it reads each frame from its buffer's header and stages the index, so no
+    /// packet is built and walked again.
     ///
     /// The default receives everything as packets with `rx_burst`.
     ///
