@@ -1,7 +1,8 @@
 //! The channelizer: the driver loop of one RX queue (Van Jacobson & Felderman, "Speeding up
 //! Networking", LCA 2006: "channelize the driver").
 //!
-//! Each [`Channelizer::poll`] receives a burst from its device queue, classifies every frame
+//! Each [`Channelizer::poll`] receives a burst from its device queue (as buffer indices where the device
+//! holds them, [`NetDevice::rx_burst_raw`], so no packet is built per frame), classifies every frame
 //! ([`classify`](crate::classify::classify)), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
 //! first, then the listener), and pushes the packet into the channel of the consumer the registry
 //! names, waking that consumer if it sleeps. Everything else (ARP, ICMP, fragments, signatures nobody
@@ -65,7 +66,7 @@
 use std::fmt;
 
 use crate::classify::{Classified, ClassifyStats, classify_fast, classify_general};
-use crate::dev::{DevError, NetDevice, PacketBatch};
+use crate::dev::{DevError, NetDevice, PacketBatch, RawBatch};
 use crate::pool::{PacketRx, PacketTx, PoolCache};
 use crate::rcu::{Qsbr, ReadSide, Reclaim};
 use crate::registry::Registry;
@@ -192,6 +193,7 @@ impl<'c, D: NetDevice, R: Reclaim> ChannelizerBuilder<'c, D, R> {
             dirty: vec![0; burst].into_boxed_slice(),
             malformed: vec![0; burst].into_boxed_slice(),
             tx_channels: Vec::new(),
+            rx_raw: RawBatch::with_capacity(burst),
             rx_batch: PacketBatch::with_capacity(burst),
             tx_batch: PacketBatch::with_capacity(burst),
             stats: ChannelizerStats::default(),
@@ -204,14 +206,13 @@ impl<'c, D: NetDevice, R: Reclaim> ChannelizerBuilder<'c, D, R> {
 /// consumer per burst (VJ's publish-per-burst), not per packet. The default channel's lane.
 struct Lane {
     tx: PacketTx,
-    /// Room for one burst; `staged[..len]` are this burst's indices.
+    /// Room for one burst: a burst's indices, as many as `Staging::n_default` says.
     staged: Box<[u32]>,
-    len: usize,
 }
 
 impl Lane {
     fn new(tx: PacketTx, burst: usize) -> Self {
-        Self { tx, staged: vec![0; burst].into_boxed_slice(), len: 0 }
+        Self { tx, staged: vec![0; burst].into_boxed_slice() }
     }
 }
 
@@ -252,6 +253,10 @@ pub struct Channelizer<'c, D: NetDevice, R: Reclaim = Qsbr> {
     /// Indices of malformed frames of this burst, freed after it; room for one burst.
     malformed: Box<[u32]>,
     tx_channels: Vec<PacketRx>,
+    /// What the device hands over as buffer indices ([`NetDevice::rx_burst_raw`]): read in place, no
+    /// packet built.
+    rx_raw: RawBatch,
+    /// What it hands over as packets (a device without indices, a frame of a shared buffer).
     rx_batch: PacketBatch<'c>,
     tx_batch: PacketBatch<'c>,
     stats: ChannelizerStats,
@@ -364,99 +369,53 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     }
 
     fn receive(&mut self) -> Result<usize, DevError> {
-        let n = self.device.rx_burst(self.queue, self.cache, &mut self.rx_batch)?;
+        let got = self.device.rx_burst_raw(self.queue, self.cache, &mut self.rx_raw, &mut self.rx_batch)?;
+        let n = got.indices + got.packets;
         self.stats.rx += n as u64;
-        let Self { registry, reader, rx_batch, stats, default, lanes, dirty, malformed, cache, .. } = self;
+        let Self {
+            registry, reader, rx_raw, rx_batch, stats, default, lanes, dirty, malformed, cache, ..
+        } = self;
         // Staged and malformed frames, and dirty lanes, are at most one burst each, so the cursors
         // below stay inside their boxes; the checked accesses turn a broken invariant into a lost
         // buffer instead of a panic between staging and `forget_all`.
         let burst = rx_batch.capacity();
-        // Slices, not `Vec`s, and plain values moved into the closure: one load each where the loop
-        // keeps them in memory, none per packet where it keeps them in registers.
         let block = burst + 1;
         let (blocks, ids) = (&mut lanes.blocks[..], lanes.tx.len());
         debug_assert_eq!(blocks.len(), ids * block);
-        let default_staged = &mut default.staged[..];
-        let (dirty_run, malformed_run, packets) = (&mut dirty[..], &mut malformed[..], rx_batch.as_slice());
-        let counters = &mut *stats;
-        // One read-side section for the whole burst.
-        let (n_dirty, n_malformed, n_slow, n_default) = registry.read(reader, move |view| {
-            let (mut n_dirty, mut n_malformed, mut n_slow, mut n_default) = (0usize, 0usize, 0usize, 0usize);
-            'packets: for packet in packets {
-                let data = packet.data();
-                let id = 'found: {
-                    // The common case inlined: IPv4 TCP/UDP, the signature in registers through the
-                    // lookup; the listener's lookup only on a miss, out of line.
-                    if let Some(sig) = classify_fast(data) {
-                        if let Some(id) = view.lookup(&sig) {
-                            break 'found id.0 as usize;
-                        }
-                        let (meta, a0) = sig.v4_words();
-                        if let Some(id) = lookup_listener_v4(view, meta, a0) {
-                            break 'found id.0 as usize;
-                        }
-                    } else {
-                        n_slow += 1;
-                        let verdict = classify_general(data);
-                        counters.classify.record(&verdict);
-                        match verdict {
-                            Classified::Flow { sig, .. } => {
-                                if let Some(id) =
-                                    view.lookup(&sig).or_else(|| view.lookup(&sig.to_listener()))
-                                {
-                                    break 'found id.0 as usize;
-                                }
-                            }
-                            Classified::Other(_) => {}
-                            Classified::Malformed(_) => {
-                                if let Some(slot) = malformed_run.get_mut(n_malformed) {
-                                    *slot = packet.index();
-                                    n_malformed += 1;
-                                }
-                                continue 'packets;
-                            }
-                        }
-                    }
-                    // No consumer: the default lane.
-                    stage_default(default_staged, &mut n_default, dirty_run, &mut n_dirty, packet.index());
-                    continue 'packets;
-                };
-                if id >= ids {
-                    // An id no channel here was ever attached for: the default lane, counted.
-                    counters.unattached += 1;
-                    stage_default(default_staged, &mut n_default, dirty_run, &mut n_dirty, packet.index());
-                    continue;
-                }
-                // The consumer's block: its count, then its staged indices.
-                let base = id * block;
-                // SAFETY: `id < ids` (above) and `blocks.len() == ids * block` (`attach` grows both
-                // together), so `base < blocks.len()`.
-                let at = unsafe { *blocks.get_unchecked(base) } as usize;
-                if at == 0
-                    && let Some(d) = dirty_run.get_mut(n_dirty)
-                {
-                    #[expect(clippy::cast_possible_truncation, reason = "ids are below MAX_CONSUMERS")]
-                    let id = id as u32;
-                    *d = id;
-                    n_dirty += 1;
-                }
-                debug_assert!(at < burst);
-                // SAFETY: `at < burst`: the count is reset by the flush after each burst, and one burst
-                // has at most `burst` packets (the batch's capacity), each staged once. So `base + 1 +
-                // at < base + block <= blocks.len()`.
-                unsafe { *blocks.get_unchecked_mut(base + 1 + at) = packet.index() };
-                // SAFETY: `base < blocks.len()`, as above.
-                #[expect(clippy::cast_possible_truncation, reason = "`at < burst`, the batch's capacity")]
-                unsafe {
-                    *blocks.get_unchecked_mut(base) = (at + 1) as u32;
-                }
+        let cache: &PoolCache = cache;
+        let (indices, packets) = (rx_raw.as_slice(), rx_batch.as_slice());
+        let mut staging = Staging {
+            blocks,
+            ids,
+            block,
+            burst,
+            default: &mut default.staged[..],
+            dirty: &mut dirty[..],
+            malformed: &mut malformed[..],
+            counters: &mut *stats,
+            n_dirty: 0,
+            n_malformed: 0,
+            n_slow: 0,
+            n_default: 0,
+        };
+        // One read-side section for the whole burst: the indices first (they arrived first), then
+        // the packets.
+        let frames = cache.raw_frames();
+        registry.read(reader, |view| {
+            // SAFETY: the device handed each index over (`RawBatch`'s contract): a buffer of `cache`'s
+            // pool that we own, with no packet; it stays ours until staged and forgotten below.
+            staging.dispatch(view, indices, move |&index| (index, unsafe { frames.data(index) }));
+            if !packets.is_empty() {
+                staging.dispatch(view, packets, |packet| (packet.index(), packet.data()));
             }
-            (n_dirty, n_malformed, n_slow, n_default)
         });
+        let Staging { n_dirty, n_malformed, n_slow, n_default, .. } = staging;
         stats.classify.flows += (n - n_slow) as u64;
-        // SAFETY: every packet of the batch had its index staged in a lane or put in `malformed`,
-        // exactly once (the cursors cannot run out: each holds a burst, and the batch holds at most
-        // one burst).
+        // SAFETY: every index of the raw batch was staged in a lane or put in `malformed`, exactly
+        // once (the cursors cannot run out: each holds a burst, and the device received at most one
+        // burst in all).
+        unsafe { rx_raw.forget_all() };
+        // SAFETY: as above, for every packet of the batch, by its index.
         unsafe { rx_batch.forget_all() };
         if n_malformed > 0 {
             stats.dropped_malformed += n_malformed as u64;
@@ -464,23 +423,32 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
             // no handle left: freeing them returns the buffers.
             unsafe { cache.free_burst(&malformed[..n_malformed]) };
         }
-        default.len = n_default;
+        let (blocks, tx) = (&mut lanes.blocks[..], &mut lanes.tx[..]);
         for &id in &dirty[..n_dirty] {
             if id == DEFAULT_DIRTY {
-                stats.to_default += flush(&mut default.tx, &default.staged, &mut default.len, cache, stats);
+                let staged = default.staged.get(..n_default).unwrap_or_default();
+                stats.to_default += flush(&mut default.tx, staged, cache, stats);
                 continue;
             }
-            let i = id as usize;
-            let Some([count, staged @ ..]) = lanes.blocks.get_mut(i * block..(i + 1) * block) else {
-                continue;
-            };
-            let mut n = std::mem::take(count) as usize;
-            match lanes.tx.get_mut(i) {
-                Some(Some(tx)) => stats.delivered += flush(tx, staged, &mut n, cache, stats),
-                _ => {
+            // Every id in `dirty` but the default's was staged by `Staging::dispatch`, which stages
+            // only ids below `ids` (the length of `tx`, and of `blocks` in blocks), and at most one
+            // burst of indices for each.
+            debug_assert!((id as usize) < ids);
+            let base = id as usize * block;
+            // SAFETY: `id < ids` (above), so `base < ids * block == blocks.len()`.
+            let count = unsafe { blocks.get_unchecked_mut(base) };
+            let n = std::mem::take(count) as usize;
+            debug_assert!(n <= burst);
+            // SAFETY: `n <= burst` (one burst staged at most), so `base + 1 + n <= base + block <=
+            // blocks.len()`.
+            let staged = unsafe { blocks.get_unchecked(base + 1..base + 1 + n) };
+            // SAFETY: `id < ids == tx.len()`.
+            match unsafe { tx.get_unchecked_mut(id as usize) } {
+                Some(tx) => stats.delivered += flush(tx, staged, cache, stats),
+                None => {
                     // Attached once, detached since: the default channel, counted.
                     stats.unattached += n as u64;
-                    stats.to_default += flush(&mut default.tx, staged, &mut n, cache, stats);
+                    stats.to_default += flush(&mut default.tx, staged, cache, stats);
                 }
             }
         }
@@ -502,6 +470,118 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         let sent = self.device.tx_burst(self.queue, &mut self.tx_batch)?;
         self.stats.tx += sent as u64;
         Ok(sent)
+    }
+}
+
+/// One burst's staging: where [`Staging::dispatch`] puts each frame's index, and its cursors.
+struct Staging<'a> {
+    /// The consumers' blocks ([`Lanes::blocks`]): `ids` blocks of `block` words.
+    blocks: &'a mut [u32],
+    ids: usize,
+    block: usize,
+    burst: usize,
+    /// The default lane's indices, `n_default` of them.
+    default: &'a mut [u32],
+    /// The ids with packets staged, `n_dirty` of them.
+    dirty: &'a mut [u32],
+    /// The malformed frames' indices, `n_malformed` of them.
+    malformed: &'a mut [u32],
+    counters: &'a mut ChannelizerStats,
+    n_dirty: usize,
+    n_malformed: usize,
+    /// Frames that missed the classifier's fast path.
+    n_slow: usize,
+    n_default: usize,
+}
+
+impl Staging<'_> {
+    /// Classifies each frame of `frames` (its index and data as `frame` reads them), looks its
+    /// signature up and stages its index for its consumer, the default lane, or the malformed list.
+    /// Written once for the device's indices and its packets; inlined into each, so that the cursors
+    /// live in registers through the loop. (A slice and a reader rather than an iterator of pairs: an
+    /// `Option` of a pair would be tested for its data pointer on every frame.)
+    #[inline(always)]
+    fn dispatch<'d, T, R: Reclaim>(
+        &mut self,
+        view: &crate::registry::View<'_, Signature, ConsumerId, R>,
+        frames: &'d [T],
+        frame: impl Fn(&'d T) -> (u32, &'d [u8]),
+    ) {
+        let (ids, block, burst) = (self.ids, self.block, self.burst);
+        let (blocks, default_staged) = (&mut *self.blocks, &mut *self.default);
+        let (dirty_run, malformed_run, counters) =
+            (&mut *self.dirty, &mut *self.malformed, &mut *self.counters);
+        let (mut n_dirty, mut n_malformed, mut n_slow, mut n_default) =
+            (self.n_dirty, self.n_malformed, self.n_slow, self.n_default);
+        'packets: for item in frames {
+            let (index, data) = frame(item);
+            let id = 'found: {
+                // The common case inlined: IPv4 TCP/UDP, the signature in registers through the
+                // lookup; the listener's lookup only on a miss, out of line.
+                if let Some(sig) = classify_fast(data) {
+                    if let Some(id) = view.lookup(&sig) {
+                        break 'found id.0 as usize;
+                    }
+                    let (meta, a0) = sig.v4_words();
+                    if let Some(id) = lookup_listener_v4(view, meta, a0) {
+                        break 'found id.0 as usize;
+                    }
+                } else {
+                    n_slow += 1;
+                    let verdict = classify_general(data);
+                    counters.classify.record(&verdict);
+                    match verdict {
+                        Classified::Flow { sig, .. } => {
+                            if let Some(id) = view.lookup(&sig).or_else(|| view.lookup(&sig.to_listener())) {
+                                break 'found id.0 as usize;
+                            }
+                        }
+                        Classified::Other(_) => {}
+                        Classified::Malformed(_) => {
+                            if let Some(slot) = malformed_run.get_mut(n_malformed) {
+                                *slot = index;
+                                n_malformed += 1;
+                            }
+                            continue 'packets;
+                        }
+                    }
+                }
+                // No consumer: the default lane.
+                stage_default(default_staged, &mut n_default, dirty_run, &mut n_dirty, index);
+                continue 'packets;
+            };
+            if id >= ids {
+                // An id no channel here was ever attached for: the default lane, counted.
+                counters.unattached += 1;
+                stage_default(default_staged, &mut n_default, dirty_run, &mut n_dirty, index);
+                continue;
+            }
+            // The consumer's block: its count, then its staged indices.
+            let base = id * block;
+            // SAFETY: `id < ids` (above) and `blocks.len() == ids * block` (`attach` grows both
+            // together), so `base < blocks.len()`.
+            let at = unsafe { *blocks.get_unchecked(base) } as usize;
+            if at == 0
+                && let Some(d) = dirty_run.get_mut(n_dirty)
+            {
+                #[expect(clippy::cast_possible_truncation, reason = "ids are below MAX_CONSUMERS")]
+                let id = id as u32;
+                *d = id;
+                n_dirty += 1;
+            }
+            debug_assert!(at < burst);
+            // SAFETY: `at < burst`: the count is reset by the flush after each burst, and one burst
+            // has at most `burst` packets (the batch's capacity), each staged once. So `base + 1 +
+            // at < base + block <= blocks.len()`.
+            unsafe { *blocks.get_unchecked_mut(base + 1 + at) = index };
+            // SAFETY: `base < blocks.len()`, as above.
+            #[expect(clippy::cast_possible_truncation, reason = "`at < burst`, the batch's capacity")]
+            unsafe {
+                *blocks.get_unchecked_mut(base) = (at + 1) as u32;
+            }
+        }
+        (self.n_dirty, self.n_malformed, self.n_slow, self.n_default) =
+            (n_dirty, n_malformed, n_slow, n_default);
     }
 }
 
@@ -531,17 +611,10 @@ fn stage_default(staged: &mut [u32], len: &mut usize, dirty: &mut [u32], n_dirty
     *len += 1;
 }
 
-/// Sends the first `len` of `staged` with one `push_burst` into `tx`, frees what does not fit (a full
-/// channel: drop and count), resets `len`, and returns how many were sent.
+/// Sends `staged` with one `push_burst` into `tx`, frees what does not fit (a full channel: drop and
+/// count), and returns how many were sent.
 #[inline(always)]
-fn flush(
-    tx: &mut PacketTx,
-    staged: &[u32],
-    len: &mut usize,
-    cache: &PoolCache,
-    stats: &mut ChannelizerStats,
-) -> u64 {
-    let staged = &staged[..std::mem::take(len).min(staged.len())];
+fn flush(tx: &mut PacketTx, staged: &[u32], cache: &PoolCache, stats: &mut ChannelizerStats) -> u64 {
     if staged.is_empty() {
         return 0;
     }

@@ -171,9 +171,37 @@ impl<K: Copy, V: Copy> Table<K, V> {
 
     #[inline(always)]
     fn bucket(&self, hash: u64) -> &AtomicPtr<Node<K, V>> {
+        self.heads().bucket(hash)
+    }
+
+    /// The bucket array and its mask as plain values, which a [`View`] holds for a whole section.
+    #[inline(always)]
+    fn heads(&self) -> Heads<'_, K, V> {
+        Heads { buckets: &self.buckets, mask: self.mask }
+    }
+}
+
+/// A table's bucket array and mask (`mask == buckets.len() - 1`, a power of two minus one).
+struct Heads<'t, K, V> {
+    buckets: &'t [AtomicPtr<Node<K, V>>],
+    mask: usize,
+}
+
+impl<K, V> Clone for Heads<'_, K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K, V> Copy for Heads<'_, K, V> {}
+
+impl<'t, K, V> Heads<'t, K, V> {
+    #[inline(always)]
+    fn bucket(self, hash: u64) -> &'t AtomicPtr<Node<K, V>> {
         #[expect(clippy::cast_possible_truncation, reason = "only the low bits index the table")]
         let i = hash as usize & self.mask;
-        // SAFETY: `mask == buckets.len() - 1` (a power of two), so `i < buckets.len()`.
+        // SAFETY: `mask == buckets.len() - 1` (a power of two: `Table::new` and `Table::heads`), so
+        // `i < buckets.len()`.
         unsafe { self.buckets.get_unchecked(i) }
     }
 }
@@ -336,11 +364,27 @@ where
     #[inline]
     pub fn read<T>(&self, reader: &mut R::Reader, f: impl FnOnce(&View<'_, K, V, R>) -> T) -> T {
         if reader.is_online() && self.reclaim.owns(reader) {
-            R::read_section(reader, || f(&View { registry: self }))
+            // SAFETY: inside the read-side section of an online reader of our domain, which lasts as
+            // long as the view (`f` borrows it), so the table stays live.
+            R::read_section(reader, || f(&unsafe { self.view() }))
         } else {
             let _w = self.lock();
-            f(&View { registry: self })
+            // SAFETY: under the writer lock, held as long as the view, the table stays live.
+            f(&unsafe { self.view() })
         }
+    }
+
+    /// A view of the current table.
+    ///
+    /// # Safety
+    ///
+    /// As [`lookup_raw`](Self::lookup_raw), for as long as the view lives.
+    #[inline(always)]
+    unsafe fn view(&self) -> View<'_, K, V, R> {
+        // Acquire: as in `lookup_raw`.
+        let table = self.table.load(Ordering::Acquire);
+        // SAFETY: live for as long as the view (the caller's contract).
+        View { registry: self, table: unsafe { &*table }.heads() }
     }
 
     #[cold]
@@ -362,6 +406,18 @@ where
         let table = self.table.load(Ordering::Acquire);
         // SAFETY: live by the caller's contract.
         let table = unsafe { &*table };
+        // SAFETY: its nodes are live by the caller's contract too.
+        unsafe { self.lookup_in(table.heads(), key) }
+    }
+
+    /// Looks `key` up in the buckets of `table`, this registry's current table or one it retired.
+    ///
+    /// # Safety
+    ///
+    /// As [`lookup_raw`](Self::lookup_raw): every node reachable from `table` stays live during the
+    /// call.
+    #[inline(always)]
+    unsafe fn lookup_in(&self, table: Heads<'_, K, V>, key: &K) -> Option<V> {
         // Acquire: the node's entry and `next` are initialized; pairs with the Release stores in
         // `register`, `repoint`, `unlink` and `grow`.
         let mut p = table.bucket(key.hash64(&self.key)).load(Ordering::Acquire);
@@ -517,6 +573,13 @@ where
 
 /// Lookups inside one [`Registry::read`] section (one burst). Only `read` makes one, and it cannot
 /// outlive the section: the closure receives it by reference and cannot return it.
+///
+/// The view holds the table as it was when the section began, so a lookup does not load the
+/// registry's table pointer again: entries registered, re-pointed or removed during the section are
+/// seen by its lookups as they would be by one lookup that began then (a table that grows during the
+/// section is seen at the next one, as by a lookup that loaded the old table before the grow). The
+/// registry's [guarantees](crate::registry#guarantees) are about quiescent states, which end sections, so they
+/// hold as they are.
 pub struct View<'r, K, V, R>
 where
     K: RegistryKey,
@@ -524,6 +587,9 @@ where
     R: Reclaim,
 {
     registry: &'r Registry<K, V, R>,
+    /// The buckets of the table when the section began: live while the view is (the section, or the
+    /// writer lock, lasts as long).
+    table: Heads<'r, K, V>,
 }
 
 impl<K, V, R> fmt::Debug for View<'_, K, V, R>
@@ -550,7 +616,7 @@ where
         // to a closure that runs either inside a read-side section of an online reader of this
         // registry's domain or holding the writer lock: either way every node and table reachable
         // now stays live until we return a copy.
-        unsafe { self.registry.lookup_raw(key) }
+        unsafe { self.registry.lookup_in(self.table, key) }
     }
 }
 
@@ -671,6 +737,34 @@ mod tests {
                     drop(a);
                     assert_eq!(reg.lookup(&mut r, &Key(1)), None);
                     assert!(reg.is_empty());
+                    r.quiescent();
+                    d.barrier();
+                }
+
+                #[test]
+                fn a_view_looks_up_in_the_table_its_section_began_with() {
+                    let d = domain();
+                    let reg = Arc::new(Registry::<Key, u32, _>::with_capacity(d.clone(), 1));
+                    let mut r = d.register();
+                    let _old = reg.register(Key(0), 7).unwrap();
+                    let buckets = reg.buckets();
+                    let regs = reg.read(&mut r, |view| {
+                        // Registered from inside the section (this reader is online, so the section
+                        // holds no lock) until the table grows: the view still reads the old table,
+                        // which keeps every entry it had and none of the new ones.
+                        let regs: Vec<_> = (1..64).map(|i| reg.register(Key(i), i).unwrap()).collect();
+                        assert!(reg.buckets() > buckets, "the table grew");
+                        assert_eq!(view.lookup(&Key(0)), Some(7));
+                        assert_eq!(view.lookup(&Key(63)), None, "a section reads one table");
+                        regs
+                    });
+                    r.quiescent();
+                    // The next section reads the grown table.
+                    assert_eq!(
+                        reg.read(&mut r, |view| (view.lookup(&Key(0)), view.lookup(&Key(63)))),
+                        (Some(7), Some(63))
+                    );
+                    drop(regs);
                     r.quiescent();
                     d.barrier();
                 }

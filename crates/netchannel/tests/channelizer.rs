@@ -453,3 +453,49 @@ fn detach_replace_and_reattach_keep_every_consumer_on_its_own_channel() {
     assert_eq!((s.delivered, s.to_default, s.unattached), (7, 1, 1));
     drop(regs);
 }
+
+#[test]
+fn indices_and_frames_of_shared_buffers_reach_their_consumer_in_order() {
+    let pool = pool(256);
+    let (nic, mut wire) = Pair::new(&pool).unwrap();
+    let registry = Arc::new(SignatureRegistry::new(Qsbr::new()));
+    let cache = pool.cache();
+    let peer = pool.cache();
+    let (default_tx, mut default_rx) = pool.packet_channel(64).unwrap();
+    let mut ch =
+        Channelizer::builder(nic, &cache, Arc::clone(&registry), default_tx).build().expect("same pool");
+    let (tx, mut rx) = pool.packet_channel(64).unwrap();
+    ch.attach(ConsumerId(0), tx).expect("same pool");
+    let _r = registry.register(listener(Proto::Tcp, "10.0.0.1:80"), ConsumerId(0)).unwrap();
+    let seg = |n: u8| frame(TCP, "10.0.0.2:1000", "10.0.0.1:80", &[n; 10]);
+
+    // Plain buffers: the pair hands them over as indices.
+    inject(&mut wire, &peer, &[seg(1), seg(2)]);
+    assert_eq!(ch.poll().unwrap().rx, 2);
+    assert_eq!(drain(&mut rx, &cache), [seg(1), seg(2)]);
+
+    // A burst with a frame of a shared buffer (headers written in front of a shared payload) arrives
+    // as packets, in wire order, with the plain buffers around it.
+    let by_reference = frame(TCP, "10.0.0.2:1000", "10.0.0.1:80", &[7; 300]);
+    let mut payload = peer.alloc().unwrap();
+    payload.extend_from_slice(&by_reference[54..]).unwrap();
+    let shared = payload.into_shared().unwrap();
+    let mut f = shared.frame(&peer, 54).unwrap();
+    f.data_mut().copy_from_slice(&by_reference[..54]);
+    let plain = |bytes: &[u8]| {
+        let mut packet = peer.alloc().unwrap();
+        packet.extend_from_slice(bytes).unwrap();
+        packet
+    };
+    let mut batch = PacketBatch::with_capacity(4);
+    batch.push(plain(&seg(3))).unwrap();
+    batch.push(f).unwrap();
+    batch.push(plain(&seg(4))).unwrap();
+    assert_eq!(wire.tx_burst(0, &mut batch).unwrap(), 3);
+    assert_eq!(ch.poll().unwrap().rx, 3);
+    assert_eq!(drain(&mut rx, &cache), [seg(3), by_reference, seg(4)]);
+    assert!(!shared.frame_in_flight(), "the consumer dropped the frame: released");
+    let s = ch.stats();
+    assert_eq!((s.rx, s.delivered, s.to_default, s.dropped_malformed), (5, 5, 0, 0));
+    assert!(drain(&mut default_rx, &cache).is_empty());
+}

@@ -15,7 +15,8 @@ use std::time::Duration;
 use ixgbe_vfio::driver::IxgbeQueue;
 use netchannel::dev::xdp::XdpQueue;
 use netchannel::dev::{
-    DevError, DeviceInfo, DeviceStats, Link, NetDevice, PacketBatch, Pair, PcapWriter, Tap,
+    DevError, DeviceInfo, DeviceStats, Link, NetDevice, PacketBatch, Pair, PcapWriter, RawBatch, RawReceived,
+    Tap,
 };
 use netchannel::pool::PoolCache;
 
@@ -118,6 +119,18 @@ impl NetDevice for Port {
         batch: &mut PacketBatch<'c>,
     ) -> Result<usize, DevError> {
         delegate!(self, dev => dev.rx_burst(queue, cache, batch))
+    }
+
+    /// The port's own: indices from the 82599 queue and the pair, packets from the others.
+    #[inline]
+    fn rx_burst_raw<'c>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        raw: &mut RawBatch,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<RawReceived, DevError> {
+        delegate!(self, dev => dev.rx_burst_raw(queue, cache, raw, batch))
     }
 
     #[inline]

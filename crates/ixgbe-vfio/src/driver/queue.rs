@@ -20,7 +20,8 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 use netchannel::dev::{
-    DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RxFrame,
+    DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RawBatch,
+    RawReceived, RxFrame, RxSink,
 };
 use netchannel::pool::PoolCache;
 
@@ -493,10 +494,10 @@ impl IxgbeQueue {
     /// (Flow Director matches are summed in a register and added once, and only when `FDIR`: the
     /// queue's Flow Director is on, without which no descriptor reports a match).
     #[inline(always)]
-    fn rx_fast<'c, const FDIR: bool>(
+    fn rx_fast<'c, S: RxSink<'c>, const FDIR: bool>(
         &mut self,
         cache: &'c PoolCache,
-        batch: &mut PacketBatch<'c>,
+        batch: &mut S,
         start: usize,
         run: usize,
     ) -> (usize, u64) {
@@ -548,6 +549,92 @@ impl IxgbeQueue {
         self.stash_len = from;
         self.extra.rx_fdir_matches += fdir;
         (taken, bytes)
+    }
+
+    /// Receives completed frames: polls DD in ring order from the queue's own cursor, validates each
+    /// descriptor (EOP set, no frame error, length within the buffer), hands good frames over
+    /// (packets of `cache`, or their indices), puts a fresh buffer from `cache` in each consumed slot (a bad descriptor's
+    /// buffer goes straight back into its slot), and moves RDT once per burst.
+    ///
+    /// `rx_burst` and `rx_burst_raw`, written once over the [`RxSink`] the frames go to.
+    #[inline(always)]
+    fn rx_into<'c, S: RxSink<'c>>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        batch: &mut S,
+    ) -> Result<usize, DevError> {
+        if queue != 0 {
+            return Err(DevError::NoSuchQueue { queue, queues: 1 });
+        }
+        if cache.pool().id() != self.pool_id {
+            return Err(DevError::WrongPool { what: "the cache passed to rx_burst", expected: self.pool_id });
+        }
+        // At most what the batch has room for, and at most the `ring - 1` slots the device owns: the
+        // slot at the tail is never read here.
+        let room = batch.remaining();
+        let limit = self.rx_bufs.len().saturating_sub(1);
+        let start = self.rx_next;
+        let mut slot = start;
+        let (mut frames, mut consumed, mut bytes) = (0, 0, 0);
+        let buf_len = self.dma.rx_buf_len();
+        while frames < room && consumed < limit {
+            // Fresh buffers are taken from the cache only when a frame waits for one: an idle queue
+            // holds no more of a scarce pool than its ring.
+            if !self.rx_discard
+                && (self.stash_len > 0 || (self.rx_done(slot) && self.refill_stash(cache) > 0))
+            {
+                let run = (room - frames).min(limit - consumed);
+                let (taken, len) = if self.rx_count_fdir {
+                    self.rx_fast::<S, true>(cache, batch, slot, run)
+                } else {
+                    self.rx_fast::<S, false>(cache, batch, slot, run)
+                };
+                frames += taken;
+                consumed += taken;
+                bytes += len;
+                slot = (slot + taken) & self.rx_mask;
+                if taken == run.min(self.stash_len + taken) {
+                    // It stopped for want of room or of fresh buffers, not at a descriptor.
+                    continue;
+                }
+            }
+            // A descriptor the fast path did not take: not done yet, inside a chain being dropped,
+            // a bad one, or any when the cache has no fresh buffer.
+            // Acquire: as in `rx_fast`.
+            let status = self.rx_ring.descriptor(slot).map_or(0, |d| d.load1(Ordering::Acquire));
+            if status & rx::STAT_DD == 0 {
+                break;
+            }
+            if !self.rx_discard && Self::rx_good(status, buf_len) {
+                if self.stash_len > 0 {
+                    // The device completed it after the scan looked (it writes descriptors
+                    // concurrently): the fast path takes it.
+                    continue;
+                }
+                // A good frame but no fresh buffer to replace it: leave it in the ring for the next
+                // burst.
+                self.extra.rx_no_buffer += 1;
+                self.stats.rx_no_buffer += 1;
+                break;
+            }
+            // The slot keeps its buffer.
+            self.drop_descriptor(slot, status);
+            slot = (slot + 1) & self.rx_mask;
+            consumed += 1;
+        }
+        if consumed > 0 {
+            self.check_tail_slot(start.wrapping_sub(1) & self.rx_mask);
+            self.rx_next = slot;
+            self.stats.rx_packets += frames as u64;
+            self.stats.rx_bytes += bytes;
+            // Release: orders the descriptor stores above before the tail write that hands them to
+            // the device; pairs with the device reading descriptors after it sees RDT.
+            fence(Ordering::Release);
+            // The device may fill up to, not including, the slot before our cursor.
+            self.mmio.write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_mask));
+        }
+        Ok(frames)
     }
 
     /// The TX fast path: writes a descriptor for each of up to `run` packets from the front of `batch`
@@ -645,87 +732,26 @@ impl NetDevice for IxgbeQueue {
         self.stats
     }
 
-    /// Receives completed frames: polls DD in ring order from the queue's own cursor, validates each
-    /// descriptor (EOP set, no frame error, length within the buffer), hands good frames over as
-    /// packets of `cache`, puts a fresh buffer from `cache` in each consumed slot (a bad descriptor's
-    /// buffer goes straight back into its slot), and moves RDT once per burst.
     fn rx_burst<'c>(
         &mut self,
         queue: u16,
         cache: &'c PoolCache,
         batch: &mut PacketBatch<'c>,
     ) -> Result<usize, DevError> {
-        if queue != 0 {
-            return Err(DevError::NoSuchQueue { queue, queues: 1 });
-        }
-        if cache.pool().id() != self.pool_id {
-            return Err(DevError::WrongPool { what: "the cache passed to rx_burst", expected: self.pool_id });
-        }
-        // At most what the batch has room for, and at most the `ring - 1` slots the device owns: the
-        // slot at the tail is never read here.
-        let room = batch.remaining();
-        let limit = self.rx_bufs.len().saturating_sub(1);
-        let start = self.rx_next;
-        let mut slot = start;
-        let (mut frames, mut consumed, mut bytes) = (0, 0, 0);
-        let buf_len = self.dma.rx_buf_len();
-        while frames < room && consumed < limit {
-            // Fresh buffers are taken from the cache only when a frame waits for one: an idle queue
-            // holds no more of a scarce pool than its ring.
-            if !self.rx_discard
-                && (self.stash_len > 0 || (self.rx_done(slot) && self.refill_stash(cache) > 0))
-            {
-                let run = (room - frames).min(limit - consumed);
-                let (taken, len) = if self.rx_count_fdir {
-                    self.rx_fast::<true>(cache, batch, slot, run)
-                } else {
-                    self.rx_fast::<false>(cache, batch, slot, run)
-                };
-                frames += taken;
-                consumed += taken;
-                bytes += len;
-                slot = (slot + taken) & self.rx_mask;
-                if taken == run.min(self.stash_len + taken) {
-                    // It stopped for want of room or of fresh buffers, not at a descriptor.
-                    continue;
-                }
-            }
-            // A descriptor the fast path did not take: not done yet, inside a chain being dropped,
-            // a bad one, or any when the cache has no fresh buffer.
-            // Acquire: as in `rx_fast`.
-            let status = self.rx_ring.descriptor(slot).map_or(0, |d| d.load1(Ordering::Acquire));
-            if status & rx::STAT_DD == 0 {
-                break;
-            }
-            if !self.rx_discard && Self::rx_good(status, buf_len) {
-                if self.stash_len > 0 {
-                    // The device completed it after the scan looked (it writes descriptors
-                    // concurrently): the fast path takes it.
-                    continue;
-                }
-                // A good frame but no fresh buffer to replace it: leave it in the ring for the next
-                // burst.
-                self.extra.rx_no_buffer += 1;
-                self.stats.rx_no_buffer += 1;
-                break;
-            }
-            // The slot keeps its buffer.
-            self.drop_descriptor(slot, status);
-            slot = (slot + 1) & self.rx_mask;
-            consumed += 1;
-        }
-        if consumed > 0 {
-            self.check_tail_slot(start.wrapping_sub(1) & self.rx_mask);
-            self.rx_next = slot;
-            self.stats.rx_packets += frames as u64;
-            self.stats.rx_bytes += bytes;
-            // Release: orders the descriptor stores above before the tail write that hands them to
-            // the device; pairs with the device reading descriptors after it sees RDT.
-            fence(Ordering::Release);
-            // The device may fill up to, not including, the slot before our cursor.
-            self.mmio.write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_mask));
-        }
-        Ok(frames)
+        self.rx_into(queue, cache, batch)
+    }
+
+    /// As `rx_burst`, but the good frames go to `raw` as buffer indices (their headers written as
+    /// for packets): no packet is built. Every frame is a plain buffer, so `batch` stays as it is.
+    fn rx_burst_raw<'c>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        raw: &mut RawBatch,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<RawReceived, DevError> {
+        let _ = batch;
+        Ok(RawReceived { indices: self.rx_into(queue, cache, raw)?, packets: 0 })
     }
 
     /// Transmits frames from the front of `batch`: one advanced data descriptor per frame

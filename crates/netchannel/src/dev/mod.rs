@@ -6,6 +6,11 @@
 //! [`PacketBatch`] with packets whose buffers come from the caller's [`PoolCache`]; transmit takes
 //! packets from the front of a batch and frees (or, for DMA devices, later recycles) their buffers.
 //!
+//! A device that already holds its frames as buffer indices (the [`Pair`], the 82599 driver) can also
+//! hand a burst over as indices ([`NetDevice::rx_burst_raw`] into a [`RawBatch`]): the channelizer
+//! reads each frame from its buffer's header and never builds a [`Packet`] for it. A driver writes its
+//! receive loop once over an [`RxSink`] and gets both paths.
+//!
 //! One `NetDevice` value is driven by one thread. A device with several queues that are served by
 //! several cores hands each core its own value (the 82599 driver splits into per-queue devices); the
 //! `queue` parameter addresses the queues a value owns, `0..info().queues`.
@@ -34,6 +39,7 @@ pub mod fault;
 pub mod pair;
 #[cfg(not(loom))]
 pub mod pcap;
+mod raw;
 #[cfg(not(loom))]
 pub mod tap;
 #[cfg(not(loom))]
@@ -48,6 +54,7 @@ pub use fault::{
 pub use pair::{DEFAULT_WIRE_CAPACITY, Pair, PairBuilder};
 #[cfg(not(loom))]
 pub use pcap::{PcapStats, PcapWriter};
+pub use raw::{RawBatch, RawReceived, RxSink};
 #[cfg(not(loom))]
 pub use tap::{OFFLOAD_DATA_ROOM, Tap, TapError, TapOptions, TapStats};
 #[cfg(not(loom))]
@@ -624,6 +631,31 @@ pub trait NetDevice {
     ///
     /// [`DevError::NoSuchQueue`] for a bad queue, [`DevError::Failed`] when the device is gone.
     fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError>;
+
+    /// Receives as [`rx_burst`](Self::rx_burst) does, at most one burst in all (the caller passes
+    /// `raw` and `batch` with the same room, the burst, as a channelizer does), but a device that
+    /// holds its frames as buffer indices (the [`Pair`], the 82599 driver) appends them to `raw` as
+    /// indices instead of building packets; what it cannot hand over as a plain index (a frame of a
+    /// shared buffer) it appends to `batch` as a packet, after which it appends nothing more to `raw`,
+    /// so that every index arrived before every packet. Returns how many went each way. What a
+    /// channelizer calls: it reads each frame from its buffer's header and stages the index, so no
+    /// packet is built and walked again.
+    ///
+    /// The default receives everything as packets with `rx_burst`.
+    ///
+    /// # Errors
+    ///
+    /// As [`rx_burst`](Self::rx_burst).
+    fn rx_burst_raw<'c>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        raw: &mut RawBatch,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<RawReceived, DevError> {
+        let _ = raw;
+        Ok(RawReceived { indices: 0, packets: self.rx_burst(queue, cache, batch)? })
+    }
 
     /// Blocks until a frame may be ready on `queue` or `timeout` passes (`None`: no limit). It may
     /// return early, spuriously or at once (callers re-check by polling [`rx_burst`](Self::rx_burst)):

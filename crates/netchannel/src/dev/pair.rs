@@ -5,7 +5,8 @@
 //! ([`Packet::into_raw`](crate::pool::Packet::into_raw)) and pushes the indices in one burst;
 //! `rx_burst` on the other end pops them and rebuilds the packets with the caller's cache. Ownership
 //! travels with the index, the metadata (data offset and length) travels in the buffer, and no byte is
-//! copied: the receiver gets the very buffer the sender filled.
+//! copied: the receiver gets the very buffer the sender filled. `rx_burst_raw` skips the rebuilding:
+//! it pops the indices straight into the caller's [`RawBatch`] (what a channelizer reads).
 //!
 //! Each channel is single-producer/single-consumer, so each end is driven by one thread at a time;
 //! ends are `Send` and may live on different threads.
@@ -39,8 +40,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::{
-    DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch,
-    packet_from_token, packet_in_pool, wrong_pool,
+    DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch, RawBatch,
+    RawReceived, packet_from_token, packet_in_pool, wrong_pool,
 };
 use crate::channel::{BuildError, Channel, Consumer, Producer, Wait, WakeMode};
 use crate::pool::{Pool, PoolCache};
@@ -278,15 +279,7 @@ impl NetDevice for Pair {
         cache: &'c PoolCache,
         batch: &mut PacketBatch<'c>,
     ) -> Result<usize, DevError> {
-        DevError::check_queue(queue, 1)?;
-        let pool = &self.wire.pool;
-        if cache.pool().id() != pool.id() {
-            return Err(wrong_pool("the cache passed to rx_burst", pool.id()));
-        }
-        let Some(rx) = self.rx.as_mut() else {
-            return Err(DevError::Failed(io::Error::from(io::ErrorKind::NotConnected)));
-        };
-        let buffers = pool.buffers();
+        let (rx, buffers) = receiving(&mut self.rx, &self.wire, queue, cache)?;
         let mut received = 0;
         loop {
             let want = batch.remaining().min(BURST);
@@ -323,13 +316,62 @@ impl NetDevice for Pair {
                 break;
             }
         }
-        // Acquire in `is_abandoned` makes every frame the peer sent before it left visible to the
-        // emptiness check that follows.
         if received == 0 && !batch.is_full() && rx.is_abandoned() && rx.is_empty() {
-            return Err(DevError::Failed(io::Error::new(
-                io::ErrorKind::NotConnected,
-                format!("{}: the other end of the pair was dropped", self.info.name),
-            )));
+            return Err(hung_up(&self.info.name));
+        }
+        Ok(received)
+    }
+
+    /// The indices popped off the wire go to `raw` as they are, popped straight into its room (their
+    /// lengths summed from their headers for the counters): no packet is built. A chunk that holds a
+    /// frame of a shared buffer takes the per-index path into `batch`, and the receive stops after it.
+    fn rx_burst_raw<'c>(
+        &mut self,
+        queue: u16,
+        cache: &'c PoolCache,
+        raw: &mut RawBatch,
+        batch: &mut PacketBatch<'c>,
+    ) -> Result<RawReceived, DevError> {
+        let (rx, buffers) = receiving(&mut self.rx, &self.wire, queue, cache)?;
+        let frames = cache.raw_frames();
+        let mut received = RawReceived::default();
+        // The indices take no room in `batch`, but the receive is bounded by both.
+        let limit = raw.remaining().min(batch.remaining());
+        loop {
+            let want = (limit - received.indices).min(BURST);
+            if want == 0 {
+                break;
+            }
+            let room = raw.room_mut();
+            let Some(room) = room.get_mut(..want) else { break };
+            let n = rx.pop_burst(room);
+            let popped = &room[..n];
+            // As in `rx_burst`: one check for the chunk, the per-index path only when it fails.
+            if !all_below(popped, buffers) {
+                let done = receive_checked(popped, buffers, cache, batch);
+                self.stats.rx_errors += done.errors;
+                self.stats.rx_dropped += done.dropped;
+                self.stats.rx_packets += done.packets as u64;
+                self.stats.rx_bytes += done.bytes;
+                received.packets += done.packets;
+                break;
+            }
+            // SAFETY: every index is below `buffers` (checked above), pushed by the peer's `tx_burst`
+            // after checking that its packet is of this pool and giving up the handle; popping it
+            // made it ours, and `cache` is of the same pool (`receiving`).
+            self.stats.rx_bytes += unsafe { frames.bytes(popped) };
+            self.stats.rx_packets += n as u64;
+            // SAFETY: the `n` indices after the batch's are in its room now, owned (as above) and
+            // handed over to the batch, each once.
+            unsafe { raw.commit(n) };
+            received.indices += n;
+            if n < want || received.indices == limit {
+                break;
+            }
+        }
+        if received.indices + received.packets == 0 && !batch.is_full() && rx.is_abandoned() && rx.is_empty()
+        {
+            return Err(hung_up(&self.info.name));
         }
         Ok(received)
     }
@@ -390,6 +432,37 @@ impl NetDevice for Pair {
         let _ = self.wait(timeout);
         Ok(())
     }
+}
+
+/// The checks both receive paths of a [`Pair`] start with: the queue, the cache's pool, the wire.
+/// Returns the receiving channel and the pool's buffer count.
+#[inline(always)]
+fn receiving<'a>(
+    rx: &'a mut Option<Consumer>,
+    wire: &Wire,
+    queue: u16,
+    cache: &PoolCache,
+) -> Result<(&'a mut Consumer, u32), DevError> {
+    DevError::check_queue(queue, 1)?;
+    let pool = &wire.pool;
+    if cache.pool().id() != pool.id() {
+        return Err(wrong_pool("the cache passed to rx_burst", pool.id()));
+    }
+    let Some(rx) = rx.as_mut() else {
+        return Err(DevError::Failed(io::Error::from(io::ErrorKind::NotConnected)));
+    };
+    Ok((rx, pool.buffers()))
+}
+
+/// The error of a receive on pair end `name` that found the wire empty and the peer gone. (Acquire in
+/// the caller's `is_abandoned` made every frame the peer sent before it left visible to its
+/// emptiness check.)
+#[cold]
+fn hung_up(name: &str) -> DevError {
+    DevError::Failed(io::Error::new(
+        io::ErrorKind::NotConnected,
+        format!("{name}: the other end of the pair was dropped"),
+    ))
 }
 
 /// Returns to `cache` the buffers of `indices`, popped but not received (unreachable: see
@@ -468,7 +541,7 @@ impl Drop for Pair {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::HugePages;
+    use crate::pool::{HugePages, Packet};
 
     fn pool(buffers: u32) -> Pool {
         Pool::builder(buffers).hugepages(HugePages::Never).batch(8).cache_size(16).build().unwrap()
@@ -532,6 +605,64 @@ mod tests {
         batch.push(shared.frame(&cache, 54).unwrap()).unwrap();
         assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 1);
         drop((a, b, shared, batch));
+        drop(cache);
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn rx_burst_raw_hands_over_indices_and_frames_of_shared_buffers_as_packets_after_them() {
+        let pool = pool(64);
+        let (mut a, mut b) = Pair::builder(&pool).capacity(64).build().unwrap();
+        let cache = pool.cache();
+        let mut batch = PacketBatch::with_capacity(8);
+        let mut raw = RawBatch::with_capacity(8);
+        // Plain buffers cross as indices: no packet is built, and the counters still see their bytes.
+        for (tag, len) in [(1, 60), (2, 70), (3, 80)] {
+            batch.push(frame(&cache, tag, len)).unwrap();
+        }
+        let sent: Vec<u32> = batch.as_slice().iter().map(Packet::index).collect();
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 3);
+        let got = b.rx_burst_raw(0, &cache, &mut raw, &mut batch).unwrap();
+        assert_eq!(got, RawReceived { indices: 3, packets: 0 });
+        assert_eq!((raw.as_slice(), batch.len()), (&sent[..], 0));
+        assert_eq!((b.stats().rx_packets, b.stats().rx_bytes), (3, 210));
+        let frames = cache.raw_frames();
+        for (&index, tag) in raw.as_slice().iter().zip(1u8..) {
+            // SAFETY: received above, ours, no packet made of it.
+            assert!(unsafe { frames.data(index) }.iter().all(|&x| x == tag));
+        }
+        let free = |raw: &mut RawBatch| {
+            // SAFETY: the indices are ours (received), freed once here...
+            unsafe { cache.free_burst(raw.as_slice()) };
+            // SAFETY: ...and forgotten by the batch.
+            unsafe { raw.forget_all() };
+        };
+        free(&mut raw);
+        // A chunk holding a frame of a shared buffer arrives as packets, in order, and nothing more
+        // goes to the raw batch after it.
+        let mut payload = cache.alloc().unwrap();
+        payload.extend_from_slice(&[7u8; 300]).unwrap();
+        let shared = payload.into_shared().unwrap();
+        batch.push(frame(&cache, 4, 60)).unwrap();
+        batch.push(shared.frame(&cache, 54).unwrap()).unwrap();
+        assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 2);
+        let got = b.rx_burst_raw(0, &cache, &mut raw, &mut batch).unwrap();
+        assert_eq!(got, RawReceived { indices: 0, packets: 2 });
+        assert!(raw.is_empty());
+        let kinds: Vec<(bool, usize)> = batch.as_slice().iter().map(|p| (p.is_frame(), p.len())).collect();
+        assert_eq!(kinds, [(false, 60), (true, 354)]);
+        assert_eq!((b.stats().rx_packets, b.stats().rx_bytes, b.stats().rx_errors), (5, 624, 0));
+        batch.clear();
+        // The room of the smaller batch bounds the receive.
+        let mut small = PacketBatch::with_capacity(1);
+        let mut sent = PacketBatch::with_capacity(8);
+        sent.push(frame(&cache, 5, 60)).unwrap();
+        sent.push(frame(&cache, 6, 60)).unwrap();
+        assert_eq!(a.tx_burst(0, &mut sent).unwrap(), 2);
+        assert_eq!(b.rx_burst_raw(0, &cache, &mut raw, &mut small).unwrap().indices, 1);
+        free(&mut raw);
+        assert_eq!(b.rx_burst(0, &cache, &mut batch).unwrap(), 1);
+        drop((a, b, shared, batch, small, sent));
         drop(cache);
         pool.check_leaks().unwrap();
     }

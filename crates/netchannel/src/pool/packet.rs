@@ -54,6 +54,16 @@ fn clamp_window(data_off: u32, data_len: u32, buf_len: u32) -> (usize, usize) {
     (off as usize, len as usize)
 }
 
+/// A header's data window clamped to a buffer of `buf_len` bytes (see [`Packet::window`]).
+#[inline(always)]
+fn window_in(Header { data_off, data_len }: Header, buf_len: u32) -> (usize, usize) {
+    if u64::from(data_off) + u64::from(data_len) <= u64::from(buf_len) {
+        (data_off as usize, data_len as usize)
+    } else {
+        clamp_window(data_off, data_len, buf_len)
+    }
+}
+
 impl<'c> Packet<'c> {
     #[inline(always)]
     fn buf_len(&self) -> usize {
@@ -90,13 +100,7 @@ impl<'c> Packet<'c> {
     /// out of line. The sum is taken in `u64`, so it cannot overflow on any target.
     #[inline(always)]
     pub(super) fn window(&self) -> (usize, usize) {
-        let Header { data_off, data_len } = self.header();
-        let buf_len = self.cache.layout.buf_len;
-        if u64::from(data_off) + u64::from(data_len) <= u64::from(buf_len) {
-            (data_off as usize, data_len as usize)
-        } else {
-            clamp_window(data_off, data_len, buf_len)
-        }
+        window_in(self.header(), self.cache.layout.buf_len)
     }
 
     #[inline(always)]
@@ -383,6 +387,89 @@ pub struct RxFrame {
     pub len: u32,
 }
 
+/// Where a receive loop puts each buffer it hands over: a packet slot of a
+/// [`PacketBatch`](crate::dev::PacketBatch) (the packet is built), or a plain index of a
+/// [`RawBatch`](crate::dev::RawBatch) (the index is stored, nothing built). The loops below are written
+/// once for both.
+pub(crate) trait RxSlot<'c> {
+    /// Takes buffer `index`, whose slot in the region starts at `at`, of `cache`'s pool.
+    fn put(&mut self, cache: &'c PoolCache, at: NonNull<u8>, index: u32);
+}
+
+impl<'c> RxSlot<'c> for std::mem::MaybeUninit<Packet<'c>> {
+    #[inline(always)]
+    fn put(&mut self, cache: &'c PoolCache, at: NonNull<u8>, index: u32) {
+        self.write(Packet { cache, slot: at, index });
+    }
+}
+
+impl RxSlot<'_> for u32 {
+    #[inline(always)]
+    fn put(&mut self, _: &PoolCache, _: NonNull<u8>, index: u32) {
+        *self = index;
+    }
+}
+
+/// A cache's region base and slot geometry as plain values ([`PoolCache::raw_frames`]): a loop over
+/// buffer indices keeps them in registers (the cache itself holds a cell, so the compiler reloads
+/// what it reads through it after every store).
+#[derive(Clone, Copy)]
+pub(crate) struct RawFrames<'c> {
+    base: NonNull<u8>,
+    stride: usize,
+    buf_len: u32,
+    cache: &'c PoolCache,
+}
+
+#[cfg_attr(loom, allow(dead_code, reason = "the loom build has no receive loop over indices"))]
+impl<'c> RawFrames<'c> {
+    /// The data of buffer `index` as its header says, clamped to the buffer as [`Packet::data`]'s is.
+    ///
+    /// # Safety
+    ///
+    /// As [`PoolCache::packet_from_raw`]: `index` names a buffer of the cache's pool that the caller
+    /// owns, and no packet for it exists (so nothing writes the buffer while the slice lives).
+    #[must_use]
+    #[inline(always)]
+    pub(crate) unsafe fn data(self, index: u32) -> &'c [u8] {
+        debug_assert!(index < self.cache.layout.count, "buffer index {index} out of range");
+        self.cache.pool.shared.track(index);
+        // SAFETY: `index < count` (the caller's contract), and the build checked that `count × stride`
+        // bytes fit in the region, so the slot is inside the mapping.
+        let at = unsafe { self.base.add(index as usize * self.stride) };
+        // SAFETY: the slot starts with an aligned header; the caller owns the buffer, so nothing writes
+        // it concurrently.
+        let (off, len) = window_in(unsafe { at.cast::<Header>().read() }, self.buf_len);
+        // SAFETY: `off <= buf_len` (clamped), so the pointer stays inside the buffer, which starts
+        // `HEADER_SIZE` bytes into the slot.
+        let start = unsafe { at.add(HEADER_SIZE + off) };
+        // SAFETY: `off + len <= buf_len` (clamped): bytes of the buffer, mapped (and initialised) while
+        // the cache's pool lives.
+        unsafe { std::slice::from_raw_parts(start.as_ptr(), len) }
+    }
+
+    /// The sum of the data lengths buffers `indices` hold as their headers say (for device counters
+    /// only: nothing reads memory by it).
+    ///
+    /// # Safety
+    ///
+    /// As [`data`](Self::data) for each index.
+    #[must_use]
+    #[inline(always)]
+    pub(crate) unsafe fn bytes(self, indices: &[u32]) -> u64 {
+        let mut bytes = 0;
+        for &index in indices {
+            debug_assert!(index < self.cache.layout.count, "buffer index {index} out of range");
+            self.cache.pool.shared.track(index);
+            // SAFETY: as in `data`.
+            let at = unsafe { self.base.add(index as usize * self.stride) };
+            // SAFETY: as in `data`.
+            bytes += u64::from(unsafe { at.cast::<Header>().read() }.data_len);
+        }
+        bytes
+    }
+}
+
 /// Packets made from a cache's buffers: one allocated empty, one rebuilt from its raw index, and the
 /// bursts a device's receive loop builds. They live beside [`Packet`] so that the cache, which
 /// packets borrow and free into, does not import them back.
@@ -426,6 +513,16 @@ impl PoolCache {
         Packet { cache: self, slot, index }
     }
 
+    /// The region's geometry, read once, for a receive loop over raw buffer indices
+    /// ([`RawBatch`](crate::dev::RawBatch)): it reads each frame through [`RawFrames::data`] instead of
+    /// building a packet.
+    #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no receive loop over indices"))]
+    #[must_use]
+    #[inline(always)]
+    pub(crate) fn raw_frames(&self) -> RawFrames<'_> {
+        RawFrames { base: self.base, stride: self.layout.stride, buf_len: self.layout.buf_len, cache: self }
+    }
+
     /// Writes the packets of buffers `indices` into `slots` (as many as both hold) and returns the sum
     /// of their data lengths as their headers say (for device statistics only: nothing reads memory by
     /// that sum, so a scribbled header can only skew a counter). A device's receive loop: the region
@@ -436,9 +533,9 @@ impl PoolCache {
     /// As [`PoolCache::packet_from_raw`] for each index written.
     #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
     #[inline(always)]
-    pub(crate) unsafe fn packets_from_raw<'c>(
+    pub(crate) unsafe fn packets_from_raw<'c, S: RxSlot<'c>>(
         &'c self,
-        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
+        slots: &mut [S],
         indices: &[u32],
     ) -> u64 {
         let (base, stride) = (self.base, self.layout.stride);
@@ -453,7 +550,7 @@ impl PoolCache {
             // nothing writes it concurrently.
             let header = unsafe { at.cast::<Header>().read() };
             bytes += u64::from(header.data_len);
-            slot.write(Packet { cache: self, slot: at, index });
+            slot.put(self, at, index);
         }
         bytes
     }
@@ -467,9 +564,9 @@ impl PoolCache {
     /// As [`PoolCache::packet_from_raw`] for each index written.
     #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
     #[inline(always)]
-    pub(crate) unsafe fn packets_from_received<'c>(
+    pub(crate) unsafe fn packets_from_received<'c, S: RxSlot<'c>>(
         &'c self,
-        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
+        slots: &mut [S],
         frames: &[RxFrame],
     ) -> u64 {
         let room = self.layout.buf_len - self.layout.headroom;
@@ -491,9 +588,9 @@ impl PoolCache {
     /// As [`PoolCache::packet_from_raw`] for each frame's index `next` returns.
     #[cfg_attr(loom, allow(dead_code, reason = "the loom build has no devices to call it"))]
     #[inline(always)]
-    pub(crate) unsafe fn packets_from_received_with<'c>(
+    pub(crate) unsafe fn packets_from_received_with<'c, S: RxSlot<'c>>(
         &'c self,
-        slots: &mut [std::mem::MaybeUninit<Packet<'c>>],
+        slots: &mut [S],
         mut next: impl FnMut(usize) -> Option<RxFrame>,
     ) -> (usize, u64) {
         let (base, stride) = (self.base, self.layout.stride);
@@ -511,7 +608,7 @@ impl PoolCache {
             // nothing reads or writes it concurrently (the lengths it holds are clamped on every read).
             unsafe { at.cast::<FullHeader>().write(FullHeader::fresh(headroom, data_len)) };
             bytes += u64::from(data_len);
-            slot.write(Packet { cache: self, slot: at, index });
+            slot.put(self, at, index);
             written += 1;
         }
         (written, bytes)
