@@ -62,16 +62,23 @@ impl Stack {
             self.settle(index);
             self.mark_ready(index);
         }
+        let mut expired = false;
         while let Some(&(at, key)) = self.time_wait_order.front() {
             if at > now {
                 break;
             }
             self.time_wait_order.pop_front();
+            expired = true;
             if self.time_wait_live(at, key) {
                 self.time_wait.remove(&key);
             }
         }
-        self.time_wait_trim();
+        // Every other change to the table trims the front as it goes (`time_wait_insert`, a
+        // segment that closes or restarts a record): only entries that came due here can have
+        // left a stale entry in front. Not trimming every poll saves a table lookup per poll.
+        if expired {
+            self.time_wait_trim();
+        }
         let mut requests = Vec::new();
         self.stats.arp_dropped += u64::try_from(self.arp.poll(now, &mut requests)).unwrap_or(u64::MAX);
         for ip in requests {
