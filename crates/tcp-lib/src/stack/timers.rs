@@ -69,9 +69,7 @@ impl Stack {
             }
             self.time_wait_order.pop_front();
             expired = true;
-            if self.time_wait_live(at, key) {
-                self.time_wait.remove(&key);
-            }
+            self.time_wait_expire(at, key);
         }
         // Every other change to the table trims the front as it goes (`time_wait_insert`, a
         // segment that closes or restarts a record): only entries that came due here can have
