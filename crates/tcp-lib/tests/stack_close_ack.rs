@@ -1,7 +1,8 @@
 //! The ACK of a FIN that moves a connection to CLOSE-WAIT is delayed, as Linux's `tcp_fin` does
 //! (ping-pong mode): when the application closes in time it rides on our own FIN, so a
 //! request/response connection the server closes costs one segment less; when it does not, the
-//! delayed-ACK timer sends it alone. A FIN in FIN-WAIT-2 is acknowledged at once.
+//! delayed-ACK timer sends it alone. A FIN before any data, and a FIN in FIN-WAIT-2, are
+//! acknowledged at once, as Linux does.
 
 mod common;
 
@@ -153,4 +154,28 @@ fn without_delayed_acks_the_fin_is_acknowledged_at_once() {
     assert_eq!(seen.len(), 8, "{seen:?}");
     let after = seen.iter().skip_while(|s| !s.fin || s.from_a).nth(1).copied();
     assert_eq!(after, Some(Seen { from_a: true, syn: false, fin: false, len: 0 }), "{seen:?}");
+}
+
+#[test]
+fn a_fin_before_any_data_is_acknowledged_at_once() {
+    // As Linux does (packetdrill's close/close-remote-fin-then-close.pkt): its ACK timeout
+    // estimate is 0 until data has arrived.
+    let mut net = Net::with(|c| c.tcp.nodelay = true, |c| c.tcp.nodelay = true);
+    let listener = net.b.listen(80).unwrap();
+    let mut seen = Vec::new();
+    let (client, server) = open(&mut net, listener, &mut seen);
+    net.b.close(server).unwrap();
+    let before = seen.len();
+    pump(&mut net, &mut seen);
+    pump(&mut net, &mut seen);
+    assert_eq!(net.a.state(client), Ok(State::CloseWait));
+    let after: Vec<_> = seen[before..].to_vec();
+    assert_eq!(
+        after,
+        [
+            Seen { from_a: false, syn: false, fin: true, len: 0 },
+            Seen { from_a: true, syn: false, fin: false, len: 0 }
+        ],
+        "the FIN and its ACK, in the next poll"
+    );
 }

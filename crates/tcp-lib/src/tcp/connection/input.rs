@@ -459,10 +459,12 @@ impl Connection {
                 // The application is expected to answer (its response, its own FIN): the ACK is
                 // delayed so that it rides on that segment, as Linux's `tcp_fin` does by entering
                 // ping-pong mode on the move to CLOSE-WAIT. A request/response connection closed
-                // by the server then costs one segment less.
+                // by the server then costs one segment less. Only once data has arrived: until
+                // then Linux's ACK timeout estimate (`icsk_ack.ato`) is 0 and its "delayed" ACK
+                // of the FIN leaves at once (packetdrill's close-remote-fin-then-close.pkt).
                 self.state = State::CloseWait;
                 match self.config.delayed_ack {
-                    Some(delay) if !self.ack.now => {
+                    Some(delay) if !self.ack.now && self.stats.bytes_in > 0 => {
                         self.timers.delayed_ack.get_or_insert(now + delay);
                     }
                     _ => self.ack.now = true,
