@@ -47,7 +47,9 @@
 //! instructions per byte of the in-memory bulk transfer under callgrind, both threads together).
 //!
 //! `tcp --child bulk|txn <tcp-lib|smoltcp|kernel-lo> <bytes|txns>` runs one case alone and prints
-//! its sample (for `valgrind`/`perf`).
+//! its sample (for `valgrind`/`perf`). `--child txn-lockstep <tcp-lib|smoltcp> N` runs the
+//! transactions with both ends on one thread in lock step (no waiting, one CPU time): under
+//! callgrind its count is the same from run to run, the stacks' and the workload's alone.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -86,7 +88,7 @@ mod workload;
 use crate::kernel::{bulk_kernel, txn_kernel};
 use crate::report::{Series, loadavg, record, rotated, series, table};
 use crate::settings::Settings;
-use crate::stacks::{Kind, bulk_stack, txn_stack};
+use crate::stacks::{Kind, bulk_stack, txn_lockstep_stack, txn_stack};
 use crate::tap::{TapMode, tap_run};
 
 /// Instructions per byte of the in-memory bulk transfer of `kind` (both threads), from two callgrind
@@ -113,7 +115,8 @@ fn child(args: &[String]) -> Result<(), String> {
     let s = Settings::from_env();
     let what = args.first().map(String::as_str).unwrap_or_default();
     let who = args.get(1).map(String::as_str).unwrap_or_default();
-    let n: u64 = args.get(2).and_then(|v| v.parse().ok()).ok_or("usage: --child bulk|txn WHO N")?;
+    let n: u64 =
+        args.get(2).and_then(|v| v.parse().ok()).ok_or("usage: --child bulk|txn|txn-lockstep WHO N")?;
     let kind = match who {
         "tcp-lib" => Some(Kind::TcpLib),
         "tcp-lib-inplace" => Some(Kind::TcpLibInPlace),
@@ -128,6 +131,7 @@ fn child(args: &[String]) -> Result<(), String> {
         ("bulk", None) => bulk_kernel(n, Ipv4Addr::LOCALHOST)?,
         ("txn", Some(k)) => txn_stack(k, &s, n)?,
         ("txn", None) => txn_kernel(n)?,
+        ("txn-lockstep", Some(k)) => txn_lockstep_stack(k, &s, n)?,
         _ => return Err(format!("unknown workload {what}")),
     };
     println!(

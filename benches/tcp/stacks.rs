@@ -11,7 +11,7 @@ use crate::endpoint::{Endpoint, InPlace, LibEndpoint};
 use crate::measure::{Sample, Side, two_threads};
 use crate::settings::Settings;
 use crate::smol::SmolEndpoint;
-use crate::workload::{bulk_receiver, bulk_sender, txn_client, txn_server};
+use crate::workload::{bulk_receiver, bulk_sender, txn_client, txn_lockstep, txn_server};
 use crate::{A_IP, B_IP, POOL_BUFFERS, PORT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,4 +187,29 @@ pub(crate) fn txn_stack(kind: Kind, s: &Settings, n: u64) -> Result<Sample, Stri
         |ep, barrier| ep.txn_server(busy, barrier, &stop),
     )?;
     Ok(Sample { units: n, wall: a.end - a.start, cpu: [a.cpu, b.cpu] })
+}
+
+/// The transaction workload with both ends on one thread ([`txn_lockstep`]): for instruction
+/// counts of the stacks without the waiting of two threads.
+pub(crate) fn txn_lockstep_stack(kind: Kind, s: &Settings, n: u64) -> Result<Sample, String> {
+    let pool = new_pool()?;
+    let (dev_a, dev_b) = Pair::builder(&pool).capacity(4096).build().map_err(|e| e.to_string())?;
+    let (cache_a, cache_b) = (dev_a.pool_cache(), dev_b.pool_cache());
+    let remote = SocketAddrV4::new(B_IP, PORT);
+    let side = match kind {
+        Kind::TcpLib => txn_lockstep(
+            &mut LibEndpoint::new(dev_a, &cache_a, A_IP, s.buf),
+            &mut LibEndpoint::new(dev_b, &cache_b, B_IP, s.buf),
+            remote,
+            n,
+        )?,
+        Kind::Smoltcp => txn_lockstep(
+            &mut SmolEndpoint::new(dev_a, &cache_a, A_IP, s.buf),
+            &mut SmolEndpoint::new(dev_b, &cache_b, B_IP, s.buf),
+            remote,
+            n,
+        )?,
+        _ => return Err(format!("{}: lock step runs tcp-lib and smoltcp only", kind.name())),
+    };
+    Ok(Sample { units: n, wall: side.end - side.start, cpu: [side.cpu, std::time::Duration::ZERO] })
 }

@@ -130,8 +130,107 @@ pub(crate) fn bulk_receiver<E: Endpoint>(
     Ok(side)
 }
 
-/// The client of the transaction workload: `n` times connect, send a 64-byte request, read the 64-byte
-/// response and the end of stream, close.
+/// The client of the transaction workload, one step at a time: `n` times connect, send a 64-byte
+/// request, read the 64-byte response and the end of stream, close.
+pub(crate) struct TxnClient<S> {
+    remote: SocketAddrV4,
+    n: u64,
+    done: u64,
+    /// The connection in progress: its handle, whether the request went out, response bytes.
+    cur: Option<(S, bool, usize)>,
+    buf: [u8; CHUNK / 64],
+}
+
+impl<S: Copy> TxnClient<S> {
+    pub(crate) fn new(remote: SocketAddrV4, n: u64) -> Self {
+        Self { remote, n, done: 0, cur: None, buf: [0; CHUNK / 64] }
+    }
+
+    /// One step after a poll: `(all done, progressed)`.
+    pub(crate) fn step<E: Endpoint<Sock = S>>(&mut self, ep: &mut E) -> Result<(bool, bool), String> {
+        let mut progressed = false;
+        if self.cur.is_none() {
+            if self.done == self.n {
+                return Ok((true, false));
+            }
+            self.cur = Some((ep.connect(self.remote)?, false, 0));
+            progressed = true;
+        }
+        if let Some((s, sent, got)) = self.cur.as_mut() {
+            if !*sent && ep.established(*s) {
+                if ep.send(*s, &[0x71_u8; MSG])? != MSG {
+                    return Err("the request did not fit".to_owned());
+                }
+                *sent = true;
+                progressed = true;
+            }
+            while let Some(k) = ep.recv(*s, &mut self.buf)? {
+                progressed = true;
+                if k == 0 {
+                    if *got != MSG {
+                        return Err(format!("response of {got} bytes"));
+                    }
+                    ep.close(*s);
+                    self.done += 1;
+                    self.cur = None;
+                    break;
+                }
+                *got += k;
+            }
+        }
+        Ok((false, progressed))
+    }
+}
+
+/// The server of the transaction workload, one step at a time: accepts, reads the 64-byte
+/// request, sends the 64-byte response and closes.
+pub(crate) struct TxnServer<S> {
+    conns: Vec<(S, usize)>,
+    buf: [u8; MSG],
+}
+
+impl<S: Copy> TxnServer<S> {
+    pub(crate) const fn new() -> Self {
+        Self { conns: Vec::new(), buf: [0; MSG] }
+    }
+
+    /// One step after a poll: whether it progressed.
+    pub(crate) fn step<E: Endpoint<Sock = S>>(&mut self, ep: &mut E) -> Result<bool, String> {
+        let mut progressed = false;
+        while let Some(s) = ep.accept() {
+            self.conns.push((s, 0));
+            progressed = true;
+        }
+        let mut i = 0;
+        while i < self.conns.len() {
+            let (s, got) = &mut self.conns[i];
+            let s = *s;
+            while *got < MSG {
+                match ep.recv(s, &mut self.buf[..MSG - *got])? {
+                    Some(0) => return Err("the client closed before its request".to_owned()),
+                    Some(k) => {
+                        *got += k;
+                        progressed = true;
+                    }
+                    None => break,
+                }
+            }
+            if *got == MSG {
+                if ep.send(s, &[0x72_u8; MSG])? != MSG {
+                    return Err("the response did not fit".to_owned());
+                }
+                ep.close(s);
+                self.conns.swap_remove(i);
+                progressed = true;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(progressed)
+    }
+}
+
+/// The client of the transaction workload ([`TxnClient`]), on its own thread.
 pub(crate) fn txn_client<E: Endpoint>(
     ep: &mut E,
     remote: SocketAddrV4,
@@ -142,52 +241,15 @@ pub(crate) fn txn_client<E: Endpoint>(
 ) -> Result<Side, String> {
     barrier.wait();
     let clock = Clock::start();
-    let req = [0x71_u8; MSG];
-    let mut buf = [0u8; CHUNK / 64];
-    let mut done = 0u64;
-    // The connection in progress: its handle, whether the request went out, response bytes.
-    let mut cur: Option<(E::Sock, bool, usize)> = None;
-    let r = drive(ep, busy, "transactions", |ep| {
-        let mut progressed = false;
-        if cur.is_none() {
-            if done == n {
-                return Ok((true, false));
-            }
-            cur = Some((ep.connect(remote)?, false, 0));
-            progressed = true;
-        }
-        if let Some((s, sent, got)) = cur.as_mut() {
-            if !*sent && ep.established(*s) {
-                if ep.send(*s, &req)? != MSG {
-                    return Err("the request did not fit".to_owned());
-                }
-                *sent = true;
-                progressed = true;
-            }
-            while let Some(k) = ep.recv(*s, &mut buf)? {
-                progressed = true;
-                if k == 0 {
-                    if *got != MSG {
-                        return Err(format!("response of {got} bytes"));
-                    }
-                    ep.close(*s);
-                    done += 1;
-                    cur = None;
-                    break;
-                }
-                *got += k;
-            }
-        }
-        Ok((false, progressed))
-    });
+    let mut client = TxnClient::new(remote, n);
+    let r = drive(ep, busy, "transactions", |ep| client.step(ep));
     let side = clock.stop();
     stop.store(true, Ordering::Release);
     r?;
     Ok(side)
 }
 
-/// The server of the transaction workload: accepts, reads the 64-byte request, sends the 64-byte
-/// response and closes, until `stop`.
+/// The server of the transaction workload ([`TxnServer`]), on its own thread, until `stop`.
 pub(crate) fn txn_server<E: Endpoint>(
     ep: &mut E,
     port: u16,
@@ -198,41 +260,38 @@ pub(crate) fn txn_server<E: Endpoint>(
     ep.listen(port)?;
     barrier.wait();
     let clock = Clock::start();
-    let resp = [0x72_u8; MSG];
-    let mut buf = [0u8; MSG];
-    let mut conns: Vec<(E::Sock, usize)> = Vec::new();
+    let mut server = TxnServer::new();
     drive(ep, busy, "transaction server", |ep| {
-        let mut progressed = false;
-        while let Some(s) = ep.accept() {
-            conns.push((s, 0));
-            progressed = true;
-        }
-        let mut i = 0;
-        while i < conns.len() {
-            let (s, got) = &mut conns[i];
-            let s = *s;
-            while *got < MSG {
-                match ep.recv(s, &mut buf[..MSG - *got])? {
-                    Some(0) => return Err("the client closed before its request".to_owned()),
-                    Some(k) => {
-                        *got += k;
-                        progressed = true;
-                    }
-                    None => break,
-                }
-            }
-            if *got == MSG {
-                if ep.send(s, &resp)? != MSG {
-                    return Err("the response did not fit".to_owned());
-                }
-                ep.close(s);
-                conns.swap_remove(i);
-                progressed = true;
-            } else {
-                i += 1;
-            }
-        }
+        let progressed = server.step(ep)?;
         Ok((stop.load(Ordering::Acquire), progressed))
     })?;
+    Ok(clock.stop())
+}
+
+/// The transaction workload with both ends on this thread, in lock step (client poll and step,
+/// server poll and step, again): no waiting, no second thread, so that under callgrind the
+/// instructions are the two stacks' and the workload's alone, the same from run to run.
+pub(crate) fn txn_lockstep<E: Endpoint>(
+    client_ep: &mut E,
+    server_ep: &mut E,
+    remote: SocketAddrV4,
+    n: u64,
+) -> Result<Side, String> {
+    server_ep.listen(remote.port())?;
+    let clock = Clock::start();
+    let mut client = TxnClient::new(remote, n);
+    let mut server = TxnServer::new();
+    let start = Instant::now();
+    loop {
+        client_ep.poll();
+        if client.step(client_ep)?.0 {
+            break;
+        }
+        server_ep.poll();
+        server.step(server_ep)?;
+        if start.elapsed() > DEADLINE {
+            return Err(format!("transactions in lock step: not done after {DEADLINE:?}"));
+        }
+    }
     Ok(clock.stop())
 }

@@ -34,18 +34,26 @@ impl Stack {
 
     pub(super) fn insert(
         &mut self,
-        mut conn: Connection,
+        conn: Connection,
         listener: Option<ListenerId>,
         phase: Phase,
         app_owned: bool,
     ) -> u32 {
-        if let Some(spare) = self.spares.pop() {
-            conn.adopt(spare);
-        }
-        conn.set_budget(&self.budget);
-        let key = FlowKey::new(conn.local(), conn.remote());
-        let entry = Entry {
-            conn,
+        self.insert_with(|| conn, listener, phase, app_owned)
+    }
+
+    /// [`insert`](Self::insert) of the connection `make` builds, built in its slot: a new
+    /// connection (1.7 KB) is not copied from where it was made into the table.
+    #[inline]
+    pub(super) fn insert_with(
+        &mut self,
+        make: impl FnOnce() -> Connection,
+        listener: Option<ListenerId>,
+        phase: Phase,
+        app_owned: bool,
+    ) -> u32 {
+        let index = self.slots.insert_with(|| Entry {
+            conn: make(),
             app_owned,
             listener,
             phase,
@@ -54,8 +62,15 @@ impl Stack {
             timer_at: None,
             write_shut: false,
             wakers: None,
-        };
-        let index = self.slots.insert(entry);
+        });
+        let spare = self.spares.pop();
+        let budget = &self.budget;
+        let Some(e) = self.slots.get_mut(index) else { return index };
+        if let Some(spare) = spare {
+            e.conn.adopt(spare);
+        }
+        e.conn.set_budget(budget);
+        let key = FlowKey::new(e.conn.local(), e.conn.remote());
         self.demux.insert(key, index);
         self.mark_ready(index);
         index
@@ -70,26 +85,30 @@ impl Stack {
         }
     }
 
+    /// Drops the connection in slot `index` (where it lies: the 1.7 KB are not copied out),
+    /// after taking it out of the tables and keeping its ring storage for the next connection.
     pub(super) fn reclaim(&mut self, index: u32) {
-        let Some(e) = self.slots.remove(index) else { return };
+        let keep_spare = self.spares.len() < MAX_SPARES;
+        let Some(e) = self.slots.get_mut(index) else { return };
         // Only released connections are reclaimed, and release woke their wakers.
         debug_assert!(e.wakers.is_none(), "a reclaimed connection has no wakers left");
-        if e.in_demux {
-            self.demux.remove(&FlowKey::new(e.conn.local(), e.conn.remote()));
+        let key = e.in_demux.then(|| FlowKey::new(e.conn.local(), e.conn.remote()));
+        let (phase, listener, ready) = (e.phase, e.listener, e.ready);
+        let spare = if keep_spare { Some(e.conn.take_spare()) } else { None };
+        self.slots.discard(index);
+        if let Some(key) = key {
+            self.demux.remove(&key);
         }
-        if e.phase == Phase::SynQueue
-            && let Some(l) = e.listener.and_then(|l| self.listener_mut(l))
+        if phase == Phase::SynQueue
+            && let Some(l) = listener.and_then(|l| self.listener_mut(l))
         {
             l.syn_queue = l.syn_queue.saturating_sub(1);
         }
-        if e.ready {
+        if ready {
             self.ready.retain(|&i| i != index);
         }
-        if self.spares.len() < MAX_SPARES {
-            let spare = e.conn.into_spare();
-            if spare.bytes() > 0 {
-                self.spares.push(spare);
-            }
+        if let Some(spare) = spare.filter(|s| s.bytes() > 0) {
+            self.spares.push(spare);
         }
         self.stats.connections_reclaimed += 1;
     }

@@ -85,6 +85,24 @@ impl<V> FlowMap<V> {
         }
     }
 
+    /// Removes the value of `key` if `pred` holds for it, in one lookup; whether it did.
+    pub(crate) fn remove_if(&mut self, key: FlowKey, pred: impl FnOnce(&V) -> bool) -> bool {
+        use std::collections::hash_map::Entry;
+        fn remove<V>(entry: Entry<'_, impl Sized, V>, pred: impl FnOnce(&V) -> bool) -> bool {
+            match entry {
+                Entry::Occupied(e) if pred(e.get()) => {
+                    e.remove();
+                    true
+                }
+                _ => false,
+            }
+        }
+        match key {
+            FlowKey::V4(k) => remove(self.v4.entry(k), pred),
+            FlowKey::V6(k) => remove(self.v6.entry(k), pred),
+        }
+    }
+
     pub(crate) fn remove(&mut self, key: &FlowKey) -> Option<V> {
         match key {
             FlowKey::V4(k) => self.v4.remove(k),
@@ -171,6 +189,11 @@ mod tests {
         assert_eq!(map.remove(&v6(80, 90)), Some(5));
         assert!(!map.contains_key(&v6(80, 90)));
         assert!(map.contains_key(&mapped));
+        assert!(!map.remove_if(mapped, |&v| v != 3), "kept: the predicate says no");
+        assert!(!map.remove_if(v6(1, 2), |_| true), "nothing to remove");
+        assert!(map.remove_if(mapped, |&v| v == 3));
+        assert!(!map.contains_key(&mapped));
+        assert!(map.insert(mapped, 3).is_none());
         assert_eq!(map.insert(v4(80, 90), 7), Some(1));
         assert_eq!(map.len(), 2);
     }

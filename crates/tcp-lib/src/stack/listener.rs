@@ -208,14 +208,19 @@ impl Stack {
                     return;
                 }
                 if syn_queue < lconfig.syn_queue {
-                    let iss = hash::isn(&self.key, local, remote, since);
-                    let Some(conn) = Connection::accept(tcp, local, remote, seg, iss, now) else {
+                    if !Connection::accepts(seg, local, remote) {
                         return;
-                    };
+                    }
+                    let iss = hash::isn(&self.key, local, remote, since);
                     if let Some(l) = self.listener_mut(id) {
                         l.syn_queue += 1;
                     }
-                    self.insert(conn, Some(id), Phase::SynQueue, false);
+                    // Built in its slot, the SYN taken there (no copy of the connection).
+                    let make = || Connection::syn_received(tcp, local, remote, iss, now);
+                    let index = self.insert_with(make, Some(id), Phase::SynQueue, false);
+                    if let Some(e) = self.slot_entry(index) {
+                        e.conn.take_syn(seg, now);
+                    }
                     self.stats.connections_opened += 1;
                     if let Some(hook) = self.accept_hook.as_mut() {
                         hook.opened(id, local, remote);

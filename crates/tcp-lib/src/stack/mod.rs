@@ -138,7 +138,8 @@
 //! Connections that have something to send are queued on a ready list, so
 //! [`transmit`](Stack::transmit) visits only them; connection timers sit in a binary heap with at
 //! most one live entry per connection plus stale entries that are skipped (the heap is rebuilt
-//! when stale entries outnumber live connections).
+//! when stale entries outnumber live connections by more than 64, so that short connections'
+//! leftovers are dropped in bulk rather than popped one by one).
 //!
 //! # Listeners, SYN queue, SYN cookies, accept backlog
 //!

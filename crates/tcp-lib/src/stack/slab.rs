@@ -68,6 +68,14 @@ impl<T> Slab<T> {
     /// Stores `value` in a free slot (the most recently freed one) or a new one; returns its index.
     /// The slot keeps its generation: [`generation`](Self::generation) gives the handle's.
     pub(super) fn insert(&mut self, value: T) -> u32 {
+        self.insert_with(|| value)
+    }
+
+    /// Stores the value `make` builds, as [`insert`](Self::insert) does, but builds it where it
+    /// is stored: the value is made in the empty slot (`Option::get_or_insert_with` on a slot
+    /// known to be empty), so a large value (a connection) is not built elsewhere and copied in.
+    #[inline]
+    pub(super) fn insert_with(&mut self, make: impl FnOnce() -> T) -> u32 {
         let index = if let Some(i) = self.free.pop() {
             i
         } else {
@@ -75,7 +83,8 @@ impl<T> Slab<T> {
             u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
         };
         if let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) {
-            slot.value = Some(value);
+            debug_assert!(slot.value.is_none(), "a free slot holds no value");
+            slot.value.get_or_insert_with(make);
         }
         self.len += 1;
         index
@@ -90,6 +99,22 @@ impl<T> Slab<T> {
         self.free.push(index);
         self.len -= 1;
         Some(value)
+    }
+
+    /// Drops the value at `index` where it lies (no copy of it out of the slot), as
+    /// [`remove`](Self::remove) otherwise does; whether there was one.
+    pub(super) fn discard(&mut self, index: u32) -> bool {
+        let Some(slot) = usize::try_from(index).ok().and_then(|i| self.slots.get_mut(i)) else {
+            return false;
+        };
+        if slot.value.is_none() {
+            return false;
+        }
+        slot.value = None;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index);
+        self.len -= 1;
+        true
     }
 
     /// Every value with its slot's position and generation, in index order.
@@ -114,6 +139,7 @@ mod tests {
         assert_eq!(slab.generation(a), Some(0));
         assert_eq!(slab.remove(a), Some("a"));
         assert_eq!(slab.remove(a), None, "removed once");
+        assert!(!slab.discard(a), "nothing left to discard");
         assert_eq!(slab.len(), 1);
         assert_eq!(slab.get_mut(a), None);
         assert_eq!(slab.get_mut(7), None);
@@ -136,6 +162,21 @@ mod tests {
         assert_eq!(slab.get_checked_mut(j, newer).map(|v| *v), Some(2));
         assert_eq!(slab.get_mut_with_generation(j).map(|(g, v)| (g, *v)), Some((newer, 2)));
         assert_eq!(slab.get_checked_mut(j, generation), None);
+    }
+
+    #[test]
+    fn discard_drops_in_place_and_frees_the_slot() {
+        let mut slab = Slab::new();
+        let shared = std::rc::Rc::new(());
+        let i = slab.insert_with(|| std::rc::Rc::clone(&shared));
+        let generation = slab.generation(i).expect("a slot");
+        assert_eq!(std::rc::Rc::strong_count(&shared), 2);
+        assert!(slab.discard(i));
+        assert_eq!(std::rc::Rc::strong_count(&shared), 1, "the value was dropped");
+        assert_eq!(slab.len(), 0);
+        assert!(slab.get_checked(i, generation).is_none(), "its handles are stale");
+        assert!(!slab.discard(i));
+        assert_eq!(slab.insert_with(|| std::rc::Rc::clone(&shared)), i, "the slot is reused");
     }
 
     #[test]

@@ -55,8 +55,9 @@ impl Stack {
             .ok_or(Error::NoPorts)?;
         let local = SocketAddr::new(ip, port);
         let iss = hash::isn(&self.key, local, remote, self.now - self.epoch);
-        let conn = Connection::connect(tcp, local, remote, iss, self.now);
-        let index = self.insert(conn, None, Phase::Open, true);
+        let now = self.now;
+        let index =
+            self.insert_with(|| Connection::connect(tcp, local, remote, iss, now), None, Phase::Open, true);
         self.stats.connections_opened += 1;
         Ok(self.stream_id(index))
     }

@@ -17,12 +17,18 @@ impl Stack {
         self.time_wait_queue(at, key);
         while self.time_wait.len() > self.config.max_time_wait {
             let Some((at, key)) = self.time_wait_order.pop_front() else { break };
-            if self.time_wait_live(at, key) {
-                self.time_wait.remove(&key);
+            if self.time_wait_expire(at, key) {
                 self.stats.time_wait_evicted += 1;
             }
         }
         self.time_wait_trim();
+    }
+
+    /// Drops the record of the order entry `(at, key)` just taken off the queue if the entry is
+    /// its record's, in one table lookup; whether it was.
+    pub(super) fn time_wait_expire(&mut self, at: Instant, key: FlowKey) -> bool {
+        let epoch = self.epoch;
+        self.time_wait.remove_if(key, |r| r.expires(epoch) == at)
     }
 
     /// Whether the order entry `(at, key)` is its record's (not stale).
@@ -33,8 +39,15 @@ impl Stack {
     /// Queues the record of `key` expiring `at` in expiry order; drops the stale entries once
     /// they outnumber the records (a peer that keeps restarting 2·MSL cannot grow the queue).
     pub(super) fn time_wait_queue(&mut self, at: Instant, key: FlowKey) {
-        let i = self.time_wait_order.partition_point(|&(t, _)| t <= at);
-        self.time_wait_order.insert(i, (at, key));
+        // Deadlines are `now + 2·MSL` on a clock that does not go back: nearly always the
+        // latest, appended without a search (a binary search over thousands of entries missed
+        // the cache at every probe).
+        if self.time_wait_order.back().is_none_or(|&(t, _)| t <= at) {
+            self.time_wait_order.push_back((at, key));
+        } else {
+            let i = self.time_wait_order.partition_point(|&(t, _)| t <= at);
+            self.time_wait_order.insert(i, (at, key));
+        }
         if self.time_wait_order.len() > 2 * self.time_wait.len() + 1024 {
             let (epoch, table) = (self.epoch, &self.time_wait);
             self.time_wait_order.retain(|&(t, k)| table.get(&k).is_some_and(|r| r.expires(epoch) == t));

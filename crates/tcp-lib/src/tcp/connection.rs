@@ -353,7 +353,15 @@ fn distance(from: SeqNumber, to: SeqNumber) -> usize {
 }
 
 impl Connection {
-    fn new(config: Config, local: SocketAddr, remote: SocketAddr, iss: SeqNumber, now: Instant) -> Self {
+    /// A connection in `state` (`passive`: made by a listener), built as one value: the
+    /// constructors return it as it is, so it is written once, where the caller stores it.
+    fn new(
+        config: Config,
+        (local, remote): (SocketAddr, SocketAddr),
+        iss: SeqNumber,
+        now: Instant,
+        (state, passive): (State, bool),
+    ) -> Self {
         let rcv_wscale = match (config.window_scaling, config.rcv_wscale) {
             (false, _) => 0,
             (true, Some(shift)) => shift.min(MAX_WSCALE),
@@ -363,9 +371,9 @@ impl Connection {
             config,
             local,
             remote,
-            state: State::Closed,
+            state,
             error: None,
-            passive: false,
+            passive,
             ws_ok: false,
             sack_ok: false,
             snd: SendSide {
@@ -481,9 +489,7 @@ impl Connection {
         iss: SeqNumber,
         now: Instant,
     ) -> Self {
-        let mut c = Self::new(config, local.into(), remote.into(), iss, now);
-        c.state = State::SynSent;
-        c
+        Self::new(config, (local.into(), remote.into()), iss, now, (State::SynSent, false))
     }
 
     /// Passive open: the connection a listener creates for the SYN `syn` from `remote` (the
@@ -500,18 +506,34 @@ impl Connection {
         now: Instant,
     ) -> Option<Self> {
         let (local, remote) = (local.into(), remote.into());
-        if syn.control != TcpControl::Syn
-            || syn.ack_number.is_some()
-            || syn.src_port != remote.port()
-            || syn.dst_port != local.port()
-        {
+        if !Self::accepts(syn, local, remote) {
             return None;
         }
-        let mut c = Self::new(config, local, remote, iss, now);
-        c.passive = true;
-        c.state = State::SynReceived;
+        let mut c = Self::syn_received(config, local, remote, iss, now);
         c.take_syn(syn, now);
         Some(c)
+    }
+
+    /// Whether [`accept`](Self::accept) takes `syn` for `local` and `remote`: a SYN without ACK
+    /// between their ports.
+    pub(crate) fn accepts(syn: &TcpRepr<'_>, local: SocketAddr, remote: SocketAddr) -> bool {
+        syn.control == TcpControl::Syn
+            && syn.ack_number.is_none()
+            && syn.src_port == remote.port()
+            && syn.dst_port == local.port()
+    }
+
+    /// [`accept`](Self::accept) in two steps, so that the stack builds the connection in its
+    /// table's slot: this makes it (in SYN-RECEIVED), and [`take_syn`](Self::take_syn) on it
+    /// where it lies records the SYN, which [`accepts`](Self::accepts) checked.
+    pub(crate) fn syn_received(
+        config: Config,
+        local: SocketAddr,
+        remote: SocketAddr,
+        iss: SeqNumber,
+        now: Instant,
+    ) -> Self {
+        Self::new(config, (local, remote), iss, now, (State::SynReceived, true))
     }
 
     // ---------------------------------------------------------------------------------------

@@ -130,8 +130,10 @@
 //!   when timestamps are off, exponential backoff, a retry limit after which the connection fails
 //!   with [`ConnectionError::TimedOut`]; SYN retries.
 //! * RFC 1122 §4.2.3.2: delayed ACKs (at most [`Config::delayed_ack`], and at least every second
-//!   full-sized segment); §4.2.2.17 zero-window probing with the persist timer; §4.2.3.6 keepalive
-//!   (off by default).
+//!   full-sized segment; the ACK of a FIN that moves the connection to CLOSE-WAIT after data
+//!   arrived is delayed too, as Linux's `tcp_fin` does, so that it rides on the application's
+//!   answer or FIN: a connection the server closes costs one segment less); §4.2.2.17 zero-window
+//!   probing with the persist timer; §4.2.3.6 keepalive (off by default).
 //! * RFC 1191 path MTU discovery: [`Connection::handle_frag_needed`] takes an ICMP
 //!   fragmentation-needed report (checked against the segments in flight, RFC 5927 §4.1; the RFC
 //!   1191 plateaus when the router gives no MTU) and shrinks the send MSS.

@@ -689,6 +689,36 @@ fn aligned_timestamp_bytes(ts: Timestamp) -> [u8; ALIGNED_TIMESTAMP_LEN] {
     bytes
 }
 
+/// The options of a SYN as Linux lays them out (and as [`Repr::emit`] writes a SYN with all
+/// four): MSS, SACK-permitted, timestamps, NOP, window scale, 20 bytes.
+const SYN_LAYOUT_LEN: usize = 20;
+
+/// The MSS, timestamps and window scale of options in [`SYN_LAYOUT_LEN`]'s layout (SACK
+/// permitted), and nothing else.
+#[inline]
+fn syn_layout(options: &[u8]) -> Option<(u16, Timestamp, u8)> {
+    let b: &[u8; SYN_LAYOUT_LEN] = options.try_into().ok()?;
+    if b[..2] != [kind::MSS, 4]
+        || b[4..8] != [kind::SACK_PERMITTED, 2, kind::TIMESTAMP, 10]
+        || b[16..19] != [kind::NOP, kind::WS, 3]
+    {
+        return None;
+    }
+    Some((be16(b, 2), Timestamp { tsval: be32(b, 8), tsecr: be32(b, 12) }, b[19]))
+}
+
+/// The bytes [`syn_layout`] reads.
+fn syn_layout_bytes(mss: u16, ts: Timestamp, shift: u8) -> [u8; SYN_LAYOUT_LEN] {
+    let mut b = [0; SYN_LAYOUT_LEN];
+    b[..2].copy_from_slice(&[kind::MSS, 4]);
+    b[2..4].copy_from_slice(&mss.to_be_bytes());
+    b[4..8].copy_from_slice(&[kind::SACK_PERMITTED, 2, kind::TIMESTAMP, 10]);
+    b[8..12].copy_from_slice(&ts.tsval.to_be_bytes());
+    b[12..16].copy_from_slice(&ts.tsecr.to_be_bytes());
+    b[16..].copy_from_slice(&[kind::NOP, kind::WS, 3, shift]);
+    b
+}
+
 /// An iterator over the options of a header. It ends after End of Option List, at the end of the
 /// bytes, or after yielding the first error; it always ends, since every step consumes at least one
 /// byte.
@@ -846,6 +876,14 @@ impl<'a> Repr<'a> {
             repr.timestamp = Some(ts);
             return Ok(repr);
         }
+        // The SYN and SYN-ACK of nearly every connection (Linux's layout, and ours), also at once.
+        if let Some((mss, ts, shift)) = syn_layout(options) {
+            repr.max_seg_size = Some(mss);
+            repr.sack_permitted = true;
+            repr.timestamp = Some(ts);
+            repr.window_scale = Some(shift);
+            return Ok(repr);
+        }
         for option in TcpOptions::new(options) {
             match option? {
                 TcpOption::EndOfList | TcpOption::NoOperation | TcpOption::Unknown { .. } => {}
@@ -986,6 +1024,20 @@ impl<'a> Repr<'a> {
         packet.set_urgent_at(self.urgent_pointer.unwrap_or(0));
 
         let mut out = packet.options_mut();
+        if let (Some(mss), true, Some(ts), Some(shift), 0) = (
+            self.max_seg_size,
+            self.sack_permitted,
+            self.timestamp,
+            self.window_scale,
+            self.sack_blocks.len(),
+        ) {
+            // The layout `syn_layout` reads back, written at once (what the general path below
+            // writes for these four).
+            out.copy_from_slice(&syn_layout_bytes(mss, ts, shift));
+            packet.payload_mut().copy_from_slice(self.payload);
+            packet.set_checksum(0);
+            return;
+        }
         if let Some(mss) = self.max_seg_size {
             out = TcpOption::MaxSegmentSize(mss).emit(out);
         }
@@ -1373,6 +1425,45 @@ pub(crate) mod tests {
             let mut out = vec![0u8; sent.buffer_len()];
             sent.emit_unsummed(&mut Packet::new_unchecked(&mut out[..]));
             prop_assert_eq!(&out[HEADER_LEN..], &[&[1u8, 1][..], &option].concat()[..]);
+        }
+
+        #[test]
+        fn the_syn_layout_reads_and_writes_as_the_general_path_does(
+            mss in any::<u16>(), tsval in any::<u32>(), tsecr in any::<u32>(), shift in any::<u8>(),
+            swap in any::<bool>(),
+        ) {
+            let ts = Timestamp { tsval, tsecr };
+            let general = |out: &mut [u8]| {
+                let mut out = TcpOption::MaxSegmentSize(mss).emit(out);
+                out = TcpOption::SackPermitted.emit(out);
+                out = TcpOption::Timestamp(ts).emit(out);
+                out = TcpOption::NoOperation.emit(out);
+                out = TcpOption::WindowScale(shift).emit(out);
+                assert!(out.is_empty());
+            };
+            let mut walked = [0u8; SYN_LAYOUT_LEN];
+            general(&mut walked);
+            prop_assert_eq!(walked, syn_layout_bytes(mss, ts, shift));
+            prop_assert_eq!(syn_layout(&walked), Some((mss, ts, shift)));
+            // What emit writes for a SYN with all four is that layout.
+            let syn = Repr {
+                src_port: 1, dst_port: 2, control: Control::Syn, max_seg_size: Some(mss),
+                sack_permitted: true, timestamp: Some(ts), window_scale: Some(shift), ..Repr::default()
+            };
+            let mut out = vec![0u8; syn.buffer_len()];
+            syn.emit_unsummed(&mut Packet::new_unchecked(&mut out[..]));
+            prop_assert_eq!(&out[HEADER_LEN..], &walked[..]);
+            // Parsed at once, or (another order: SACK-permitted after the timestamps) by the walk,
+            // the fields are the same.
+            let mut options = walked;
+            if swap {
+                options[4..14].copy_from_slice(&walked[6..16]);
+                options[14..16].copy_from_slice(&walked[4..6]);
+                prop_assert_eq!(syn_layout(&options), None);
+            }
+            out[HEADER_LEN..].copy_from_slice(&options);
+            let repr = Repr::parse(&Packet::new_unchecked(&out[..]), SRC, DST, ChecksumPolicy::Trust).unwrap();
+            prop_assert_eq!(repr, syn);
         }
 
         #[test]

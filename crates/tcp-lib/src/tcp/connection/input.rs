@@ -26,7 +26,7 @@ use crate::wire::{TcpControl, TcpRepr};
 impl Connection {
     /// Records the peer's SYN: sequence numbers and the options negotiation (RFC 9293 §3.7.1,
     /// RFC 7323 §2.2 and §3.2, RFC 2018 §2).
-    pub(super) fn take_syn(&mut self, syn: &TcpRepr<'_>, now: Instant) {
+    pub(crate) fn take_syn(&mut self, syn: &TcpRepr<'_>, now: Instant) {
         self.rcv.irs = syn.seq_number;
         self.rcv.nxt = syn.seq_number + 1;
         self.ws_ok = self.config.window_scaling && syn.window_scale.is_some();
@@ -452,20 +452,37 @@ impl Connection {
         self.rcv.nxt += 1;
         self.rcv.fin_received = true;
         self.ack.pending = true;
-        self.ack.now = true;
         self.rcv.ooo.clear();
         self.rcv.sack_recent.clear();
         match self.state {
-            State::SynReceived | State::Established => self.state = State::CloseWait,
+            State::SynReceived | State::Established => {
+                // The application is expected to answer (its response, its own FIN): the ACK is
+                // delayed so that it rides on that segment, as Linux's `tcp_fin` does by entering
+                // ping-pong mode on the move to CLOSE-WAIT. A request/response connection closed
+                // by the server then costs one segment less. Only once data has arrived: until
+                // then Linux's ACK timeout estimate (`icsk_ack.ato`) is 0 and its "delayed" ACK
+                // of the FIN leaves at once (packetdrill's close-remote-fin-then-close.pkt).
+                self.state = State::CloseWait;
+                match self.config.delayed_ack {
+                    Some(delay) if !self.ack.now && self.stats.bytes_in > 0 => {
+                        self.timers.delayed_ack.get_or_insert(now + delay);
+                    }
+                    _ => self.ack.now = true,
+                }
+            }
             State::FinWait1 => {
+                self.ack.now = true;
                 if self.fin_acked() {
                     self.enter_time_wait(now);
                 } else {
                     self.state = State::Closing;
                 }
             }
-            State::FinWait2 => self.enter_time_wait(now),
-            _ => {}
+            State::FinWait2 => {
+                self.ack.now = true;
+                self.enter_time_wait(now);
+            }
+            _ => self.ack.now = true,
         }
     }
 

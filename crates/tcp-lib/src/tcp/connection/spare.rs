@@ -26,8 +26,8 @@ impl Spare {
 
 impl Connection {
     /// The storage this connection leaves (its rings' storage, emptied, their charges refunded):
-    /// for a connection the stack is discarding.
-    pub(crate) fn into_spare(mut self) -> Spare {
+    /// for a connection the stack is discarding (and drops where it lies).
+    pub(crate) fn take_spare(&mut self) -> Spare {
         Spare { send: self.snd.stream.take_storage(), recv: self.rcv.buf.take_storage() }
     }
 

@@ -13,18 +13,20 @@ impl Connection {
     /// The earliest instant at which [`handle_timeout`](Self::handle_timeout) has work, if any.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [
-            self.timers.rto,
-            self.timers.delayed_ack,
-            self.timers.persist,
-            self.timers.keepalive,
-            self.timers.time_wait,
-            self.timers.tlp,
-            self.timers.rack,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        // Pairwise, without an array and an iterator over it: the stack asks after every event
+        // of every connection.
+        #[inline]
+        fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+            match (a, b) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, None) => x,
+                (None, y) => y,
+            }
+        }
+        let t = &self.timers;
+        let retransmit = earlier(earlier(t.rto, t.tlp), t.rack);
+        let other = earlier(earlier(t.delayed_ack, t.persist), earlier(t.keepalive, t.time_wait));
+        earlier(retransmit, other)
     }
 
     /// Runs the timers due at `now`: retransmission, delayed ACK, persist, keepalive, TIME-WAIT.
