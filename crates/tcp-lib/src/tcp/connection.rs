@@ -166,6 +166,8 @@ struct SendSide {
     /// The most payload bytes in one segment handed to a device that cuts it into `mss`-sized
     /// segments (TSO; see [`Connection::set_super_segment_limit`]); at most `mss`: off.
     super_max: usize,
+    /// The TSO packet new data is being sent in ([`Push::Linux`](super::Push::Linux)).
+    packet: Option<super::push::Packet>,
     /// The path MTU learned from ICMP fragmentation-needed messages (RFC 1191), if any; it caps
     /// `mss`.
     path_mtu: Option<usize>,
@@ -379,6 +381,7 @@ impl Connection {
                 last_seg: iss,
                 mss: usize::from(DEFAULT_MSS),
                 super_max: 0,
+                packet: None,
                 path_mtu: None,
                 wscale: 0,
                 retries: 0,

@@ -173,7 +173,7 @@
 //! receiving, ACK processing and loss recovery, sending, and timers. `send_stream.rs` is the send
 //! stream (copied bytes and prepared content), `buffer.rs` the rings and the out-of-order
 //! assembler, `sack.rs` the SACK scoreboard and our SACK blocks, `rtt.rs` the RTO estimator,
-//! `budget.rs` the budget the rings are charged to, `congestion.rs` the congestion controllers, `prepared.rs` prepared content with its checksums,
+//! `budget.rs` the budget the rings are charged to, `push.rs` where PSH goes, `congestion.rs` the congestion controllers, `prepared.rs` prepared content with its checksums,
 //! `rules.rs` the segment rules shared with `time_wait.rs`.
 
 use std::fmt;
@@ -186,6 +186,7 @@ mod buffer;
 mod congestion;
 mod connection;
 mod prepared;
+mod push;
 mod rack;
 mod rtt;
 mod rules;
@@ -201,6 +202,7 @@ pub use congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
 pub use connection::Connection;
 pub(crate) use connection::Spare;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
+pub use push::Push;
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 
 /// The states of RFC 9293 §3.3.2.
@@ -356,6 +358,10 @@ pub struct Config {
     /// and accepts it in a peer's. [`Ecn::Passive`] (the default, as Linux's `tcp_ecn = 2`):
     /// accepted when a peer asks, never asked for.
     pub ecn: Ecn,
+    /// Where data segments carry PSH (RFC 1122 §4.2.2.2 leaves it to the sender):
+    /// [`Push::Burst`] (the default) on the segment that empties the send buffer and on the last
+    /// one of a burst; [`Push::Linux`] where Linux's TSO packets put it.
+    pub push: Push,
 }
 
 /// Whether a connection uses Explicit Congestion Notification (RFC 3168, [`Config::ecn`]).
@@ -405,6 +411,7 @@ impl Default for Config {
             rack: false,
             challenge_ack_limit: 1000,
             ecn: Ecn::Passive,
+            push: Push::Burst,
         }
     }
 }

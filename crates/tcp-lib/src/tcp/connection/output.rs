@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use super::{Connection, MAX_RXT_MARKS, MIN_PERSIST, distance};
 use crate::tcp::congestion::CongestionControl;
 use crate::tcp::prepared::PreparedSlice;
+use crate::tcp::push::{Packet, Sizing};
 use crate::tcp::rtt::MAX_RTO;
-use crate::tcp::{Ecn, State, Transmit};
+use crate::tcp::{Ecn, Push, State, Transmit};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
@@ -401,6 +402,21 @@ impl Connection {
             size = limit;
             clipped = true;
         }
+        if let Push::Linux { min_tso_segs } = self.config.push
+            && size > 0
+        {
+            let tail_ok = self.snd.nodelay || in_flight == 0 || self.snd.fin_queued;
+            let sizing = Sizing {
+                mss,
+                cwnd: self.cc.window(),
+                ssthresh: self.cc.ssthresh(),
+                srtt: self.rtt.srtt(),
+                room: usable,
+                unsent,
+                tail_ok,
+            };
+            size = self.linux_packet(now, min_tso_segs, size, &sizing);
+        }
         let ends_data = size == unsent;
         let fin = fin_pending && ends_data;
         // Sender SWS avoidance and Nagle (RFC 9293 §3.8.6.2.1).
@@ -439,7 +455,11 @@ impl Connection {
             && self.recovery.dup_acks == 0
             && self.recovery.tlp_budget == 0
             && seq >= self.snd.max;
-        repr.push = n > 0 && (ends_data || (calm && burst_end));
+        repr.push = n > 0
+            && match self.config.push {
+                Push::Burst => ends_data || (calm && burst_end),
+                Push::Linux { .. } => Packet::sent(&mut self.snd.packet, seq, n) || ends_data,
+            };
         let end = seq + n + usize::from(fin);
         if self.config.cwnd_validation && n > 0 && seq >= self.snd.max {
             self.track_cwnd_use(in_flight + n, usable.saturating_sub(size) < mss && rest > 0);
@@ -477,6 +497,16 @@ impl Connection {
             self.stats.segments_out += n.div_ceil(mss) as u64 - 1;
         }
         Some(t)
+    }
+
+    /// Under [`Push::Linux`]: the TSO packet the segment of `size` bytes at SND.NXT belongs to
+    /// (planned as Linux's `tcp_write_xmit` would when it starts one), and the segment's size,
+    /// a super-segment cut where the packet ends.
+    fn linux_packet(&mut self, now: Instant, min_tso_segs: u16, size: usize, sizing: &Sizing) -> usize {
+        let mss = sizing.mss;
+        let end =
+            Packet::end(&mut self.snd.packet, now, self.snd.nxt, mss, || Packet::plan(min_tso_segs, sizing));
+        if size > mss { size.min(distance(self.snd.nxt, end).max(mss)) } else { size }
     }
 
     /// The payload of a super-segment (TSO) when `fits` bytes (at least one segment of `mss`)

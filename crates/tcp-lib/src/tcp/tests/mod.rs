@@ -6,6 +6,7 @@
 //! * `ecn`: Explicit Congestion Notification (RFC 3168): negotiation, ECT, ECE and CWR.
 //! * `rack`: RACK time-based loss detection (RFC 8985 §6) and its reordering timer.
 //! * `prr`: what each ACK of fast recovery sends (Proportional Rate Reduction, RFC 9937).
+//! * `push`: where PSH goes, tcp-lib's rule against Linux's TSO packets.
 //! * `pair`: two connections over an in-memory link with seeded faults (drop, duplicate,
 //!   reorder, delay), every segment emitted and parsed through `wire` with checksums; bulk and
 //!   proptest transfers.
@@ -37,6 +38,7 @@ mod fuzz;
 mod linux_profile;
 mod pair;
 mod prr;
+mod push;
 mod rack;
 mod scripted;
 mod time_wait;
