@@ -41,7 +41,7 @@ use libfuzzer_sys::fuzz_target;
 use tcp_lib::stack::PreparedSegments;
 use tcp_lib::tcp::{
     BufferBudget, Config, CongestionAlgorithm, Connection, ConnectionError, Ecn, Keepalive, ListenAction,
-    State, Transmit, listen_reply, reset_for,
+    Push, State, Transmit, WindowProbe, listen_reply, reset_for,
 };
 use tcp_lib::wire::tcp::{SackBlock, SackBlocks, Timestamp};
 use tcp_lib::wire::{ChecksumPolicy, SeqNumber, TcpControl, TcpPacket, TcpRepr, checksum};
@@ -153,7 +153,9 @@ impl ConfigIn {
             challenge_ack_limit: [0, 1, 10, 1000][usize::from(self.challenge_ack_limit % 4)],
             rcv_wscale: self.rcv_wscale.map(|s| s % 16),
             initial_window: self.initial_window.map(|n| usize::from(n % 65)),
-            quick_acks: usize::from(self.quick_acks % 33),
+            // Bits 0 to 5 of the quick-ACK byte; bit 6 Linux's PSH placement, bit 7 its empty
+            // zero-window probes.
+            quick_acks: usize::from((self.quick_acks & 0x3f) % 33),
             slow_start_segments_per_ack: 1 + usize::from(self.slow_start_per_ack % 64),
             cwnd_validation: self.slow_start_per_ack & 0x80 != 0,
             tail_loss_probe: self.slow_start_per_ack & 0x40 != 0,
@@ -162,6 +164,8 @@ impl ConfigIn {
                 [usize::from((self.challenge_ack_limit >> 4) & 3)],
             // Bit 6 of the same byte.
             rack: self.challenge_ack_limit & 0x40 != 0,
+            push: if self.quick_acks & 0x40 != 0 { Push::Linux { min_tso_segs: 2 } } else { Push::Burst },
+            window_probe: if self.quick_acks & 0x80 != 0 { WindowProbe::Empty } else { WindowProbe::Byte },
         }
     }
 }

@@ -193,8 +193,8 @@ impl Profile {
     /// data segments (acknowledged at once), receive and
     /// send buffers of the sizes `tcp_rmem`/`tcp_wmem` give a socket (and the window scale its
     /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used, tail
-    /// loss probes and RACK loss detection (RFC 8985), five SYN retries, and PSH where Linux's
-    /// TSO packets put it ([`tcp::Push::Linux`], `tcp_min_tso_segs` 2).
+    /// loss probes and RACK loss detection (RFC 8985), five SYN retries, PSH where Linux's
+    /// TSO packets put it ([`tcp::Push::Linux`], `tcp_min_tso_segs` 2), and empty zero-window probes.
     #[must_use]
     pub fn tcp(&self) -> tcp::Config {
         let mut c =
@@ -216,6 +216,7 @@ impl Profile {
             c.rack = true;
             c.quick_acks = 16;
             c.push = tcp::Push::Linux { min_tso_segs: 2 };
+            c.window_probe = tcp::WindowProbe::Empty;
         }
         c
     }

@@ -362,6 +362,21 @@ pub struct Config {
     /// [`Push::Burst`] (the default) on the segment that empties the send buffer and on the last
     /// one of a burst; [`Push::Linux`] where Linux's TSO packets put it.
     pub push: Push,
+    /// What a zero-window probe carries (RFC 9293 §3.8.6.1): [`WindowProbe::Byte`] (the default)
+    /// one byte past the window, [`WindowProbe::Empty`] nothing, as Linux probes.
+    pub window_probe: WindowProbe,
+}
+
+/// What a zero-window probe carries ([`Config::window_probe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WindowProbe {
+    /// One byte of queued data past the window (RFC 9293 §3.8.6.1, RFC 1122 §4.2.2.17): a peer
+    /// whose window opened meanwhile takes it and acknowledges it.
+    #[default]
+    Byte,
+    /// An empty segment at SND.UNA - 1 (Linux's `tcp_xmit_probe_skb`): old to the peer, which
+    /// answers with an ACK that carries its window (RFC 9293 §3.10.7.4), and no data is resent.
+    Empty,
 }
 
 /// Whether a connection uses Explicit Congestion Notification (RFC 3168, [`Config::ecn`]).
@@ -412,6 +427,7 @@ impl Default for Config {
             challenge_ack_limit: 1000,
             ecn: Ecn::Passive,
             push: Push::Burst,
+            window_probe: WindowProbe::Byte,
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::tcp::congestion::CongestionControl;
 use crate::tcp::prepared::PreparedSlice;
 use crate::tcp::push::{Packet, Sizing};
 use crate::tcp::rtt::MAX_RTO;
-use crate::tcp::{Ecn, Push, State, Transmit};
+use crate::tcp::{Ecn, Push, State, Transmit, WindowProbe};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
@@ -534,11 +534,20 @@ impl Connection {
     }
 
     /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,
-    /// and the persist timer again with backoff.
+    /// or an empty segment at SND.UNA - 1 ([`WindowProbe::Empty`]); and the persist timer again
+    /// with backoff.
     fn send_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let sent = distance(self.send_base(), self.snd.nxt);
         if self.snd.wnd != 0 || buf.is_empty() {
             return None;
+        }
+        if self.config.window_probe == WindowProbe::Empty {
+            if sent >= self.snd.stream.len() {
+                return None;
+            }
+            let repr = self.header(now, TcpControl::None, self.snd.una - 1);
+            self.timers.persist = Some(now + self.persist_interval());
+            return Some(self.transmit(repr, 0));
         }
         let n = self.snd.stream.read(sent, &mut buf[..1]);
         if n == 0 {
