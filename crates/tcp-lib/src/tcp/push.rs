@@ -7,10 +7,12 @@
 //!
 //! [`Push::Linux`] marks what Linux's output marks on the wire. Linux sends new data in "TSO
 //! packets" (one `sk_buff` handed to the device, cut into MSS-sized segments by TSO or GSO,
-//! `tcp_gso_segment`, which keeps PSH on the last cut segment only), and a TSO packet of two or
-//! more segments carries PSH on its last one; a packet of a single segment carries it only where
-//! the written data ends (`tcp_push` marks the tail of the write queue). How many segments a
-//! TSO packet holds is `tcp_write_xmit`'s choice:
+//! `tcp_gso_segment`, which keeps PSH on the last cut segment only). `__tcp_transmit_skb` sets
+//! PSH on every packet of more than one segment ("Force a PSH flag on all (GSO) packets to
+//! expedite GRO flush at receiver"; not on single segments, "sent under high congestion
+//! events"), on the copy it transmits: a resent segment does not inherit it. Besides, `tcp_push`
+//! marks the queued `sk_buff` that ends each write, so the segment that ends the written data
+//! carries PSH. How many segments a TSO packet holds is `tcp_write_xmit`'s choice:
 //!
 //! * at most `tcp_tso_autosize`'s count: about a millisecond of the pacing rate (Linux's
 //!   `sk_pacing_rate >> sk_pacing_shift`, the rate being 200 % of cwnd per smoothed RTT in slow
