@@ -402,20 +402,8 @@ impl Connection {
             size = limit;
             clipped = true;
         }
-        if let Push::Linux { min_tso_segs } = self.config.push
-            && size > 0
-        {
-            let tail_ok = self.snd.nodelay || in_flight == 0 || self.snd.fin_queued;
-            let sizing = Sizing {
-                mss,
-                cwnd: self.cc.window(),
-                ssthresh: self.cc.ssthresh(),
-                srtt: self.rtt.srtt(),
-                room: usable,
-                unsent,
-                tail_ok,
-            };
-            size = self.linux_packet(now, min_tso_segs, size, &sizing);
+        if size > 0 && self.config.push != Push::Burst {
+            size = self.linux_packet(now, size, unsent, usable, in_flight, mss);
         }
         let ends_data = size == unsent;
         let fin = fin_pending && ends_data;
@@ -502,10 +490,29 @@ impl Connection {
     /// Under [`Push::Linux`]: the TSO packet the segment of `size` bytes at SND.NXT belongs to
     /// (planned as Linux's `tcp_write_xmit` would when it starts one), and the segment's size,
     /// a super-segment cut where the packet ends.
-    fn linux_packet(&mut self, now: Instant, min_tso_segs: u16, size: usize, sizing: &Sizing) -> usize {
-        let mss = sizing.mss;
+    #[cold]
+    #[inline(never)]
+    fn linux_packet(
+        &mut self,
+        now: Instant,
+        size: usize,
+        unsent: usize,
+        room: usize,
+        in_flight: usize,
+        mss: usize,
+    ) -> usize {
+        let Push::Linux { min_tso_segs } = self.config.push else { return size };
+        let sizing = Sizing {
+            mss,
+            cwnd: self.cc.window(),
+            ssthresh: self.cc.ssthresh(),
+            srtt: self.rtt.srtt(),
+            room,
+            unsent,
+            tail_ok: self.snd.nodelay || in_flight == 0 || self.snd.fin_queued,
+        };
         let end =
-            Packet::end(&mut self.snd.packet, now, self.snd.nxt, mss, || Packet::plan(min_tso_segs, sizing));
+            Packet::end(&mut self.snd.packet, now, self.snd.nxt, mss, || Packet::plan(min_tso_segs, &sizing));
         if size > mss { size.min(distance(self.snd.nxt, end).max(mss)) } else { size }
     }
 
