@@ -439,8 +439,7 @@ impl Harness {
             conn.set_budget(budget);
         }
         conn.set_super_segment_limit(setup.super_segments.map_or(0, usize::from));
-        let iss = SeqNumber::new(setup.iss);
-        let irs = SeqNumber::new(setup.irs);
+        let (iss, irs) = (SeqNumber::new(setup.iss), SeqNumber::new(setup.irs));
         Self {
             state: conn.state(),
             conn,
@@ -622,8 +621,7 @@ impl Harness {
 
     /// The checks after an input that may have moved the state `steps` transitions at most.
     fn after(&mut self, steps: u32) {
-        let prev = self.state;
-        let state = self.conn.state();
+        let (prev, state) = (self.state, self.conn.state());
         assert_ne!(state, State::Listen);
         assert!(reachable(prev, state, steps), "illegal transition {prev:?} -> {state:?}");
         self.state = state;

@@ -195,7 +195,8 @@ impl Profile {
     /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used and that HyStart may end, CUBIC with Linux's arithmetic, tail
     /// loss probes and RACK loss detection (RFC 8985, its RTT taken in Linux's order, SACKs taken
     /// in whole segments) with growth for SACKed data under reordering, ECN reductions by PRR
-    /// (Linux's CWR state), five SYN retries.
+    /// (Linux's CWR state), five SYN retries, PSH where Linux's TSO packets put it
+    /// ([`tcp::Push::Linux`], `tcp_min_tso_segs` 2), and empty zero-window probes.
     #[must_use]
     pub fn tcp(&self) -> tcp::Config {
         let mut c =
@@ -223,6 +224,8 @@ impl Profile {
             c.ecn_prr = true;
             c.sack_in_segments = true;
             c.quick_acks = 16;
+            c.push = tcp::Push::Linux { min_tso_segs: 2 };
+            c.window_probe = tcp::WindowProbe::Empty;
         }
         c
     }

@@ -48,6 +48,9 @@ pub fn apply_from(root: &Path, c: &mut tcp::Config) {
     if let Some(on) = flag("tcp_window_scaling") {
         c.window_scaling = on;
     }
+    if let Some(on) = flag("tcp_slow_start_after_idle") {
+        c.restart_after_idle = on;
+    }
     if let Some(v) = read(root, "tcp_rmem").filter(|v| v.len() == 3) {
         c.recv_buffer = usize::try_from(v[1]).unwrap_or(usize::MAX);
         c.rcv_wscale = Some(wscale_for(v[2].max(v[1])));
@@ -63,6 +66,9 @@ pub fn apply_from(root: &Path, c: &mut tcp::Config) {
     }
     if let Some(ms) = value("tcp_rto_min_us").map(|us| us / 1000).filter(|&ms| ms > 0) {
         c.min_rto = Duration::from_millis(ms);
+    }
+    if let (Some(n), tcp::Push::Linux { min_tso_segs }) = (value("tcp_min_tso_segs"), &mut c.push) {
+        *min_tso_segs = u16::try_from(n).unwrap_or(u16::MAX).max(1);
     }
     // 0: off, 1: ask and accept, 2 (Linux's default): accept only; Linux's other values (3 and
     // up: AccECN) are not RFC 3168 and leave it alone.
@@ -102,11 +108,16 @@ mod tests {
         std::fs::write(dir.join("tcp_syn_retries"), "5\n").unwrap();
         std::fs::write(dir.join("tcp_window_scaling"), "garbage\n").unwrap();
         std::fs::write(dir.join("tcp_ecn"), "1\n").unwrap();
-        let mut c = tcp::Config { sack: false, ..tcp::Config::default() };
+        std::fs::write(dir.join("tcp_min_tso_segs"), "10\n").unwrap();
+        std::fs::write(dir.join("tcp_slow_start_after_idle"), "1\n").unwrap();
+        let mut c =
+            tcp::Config { sack: false, push: tcp::Push::Linux { min_tso_segs: 2 }, ..tcp::Config::default() };
         apply_from(&dir, &mut c);
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(!c.timestamps && c.sack && c.window_scaling, "garbage leaves the setting alone");
         assert_eq!(c.ecn, tcp::Ecn::On);
+        assert_eq!(c.push, tcp::Push::Linux { min_tso_segs: 10 });
+        assert!(c.restart_after_idle);
         assert_eq!(
             (c.recv_buffer, c.rcv_wscale, c.send_buffer, c.syn_retries),
             (540_000, Some(8), 262_144, 5)

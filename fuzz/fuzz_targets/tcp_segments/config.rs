@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use tcp_lib::tcp::{BufferBudget, Config, CongestionAlgorithm, Ecn, Keepalive};
+use tcp_lib::tcp::{BufferBudget, Config, CongestionAlgorithm, Ecn, HyStart, Keepalive, Push, WindowProbe};
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum BufSize {
@@ -88,11 +88,24 @@ impl ConfigIn {
             }),
             nodelay: self.nodelay,
             max_ooo_ranges: usize::from(self.max_ooo_ranges % 17),
-            congestion: if self.newreno { CongestionAlgorithm::NewReno } else { CongestionAlgorithm::Cubic },
+            // Bit 7 of the SYN-retries byte: Linux's CUBIC arithmetic instead of RFC 9438's.
+            congestion: match (self.newreno, self.syn_retries & 0x80 != 0) {
+                (true, _) => CongestionAlgorithm::NewReno,
+                (false, false) => CongestionAlgorithm::Cubic,
+                (false, true) => CongestionAlgorithm::LinuxCubic,
+            },
+            // Bits 3 and 4 of the SYN-retries byte (bits 0 to 2 choose the retries), bits 5 and 6
+            // Linux's RTO estimator and growth for SACKed data under reordering.
+            hystart: [HyStart::Off, HyStart::Linux, HyStart::Rfc9406, HyStart::Off]
+                [usize::from((self.syn_retries >> 3) & 3)],
+            linux_rto: self.syn_retries & 0x20 != 0,
+            grow_on_reordered_sacks: self.syn_retries & 0x40 != 0,
             challenge_ack_limit: [0, 1, 10, 1000][usize::from(self.challenge_ack_limit % 4)],
             rcv_wscale: self.rcv_wscale.map(|s| s % 16),
             initial_window: self.initial_window.map(|n| usize::from(n % 65)),
-            quick_acks: usize::from(self.quick_acks % 33),
+            // Bits 0 to 5 of the quick-ACK byte; bit 6 Linux's PSH placement, bit 7 its empty
+            // zero-window probes.
+            quick_acks: usize::from((self.quick_acks & 0x3f) % 33),
             slow_start_segments_per_ack: 1 + usize::from(self.slow_start_per_ack % 64),
             cwnd_validation: self.slow_start_per_ack & 0x80 != 0,
             tail_loss_probe: self.slow_start_per_ack & 0x40 != 0,
@@ -105,6 +118,10 @@ impl ConfigIn {
             rack_rtt_sequence_order: self.max_retransmits & 0x10 != 0,
             sack_in_segments: self.max_retransmits & 0x20 != 0,
             ecn_prr: self.max_retransmits & 0x40 != 0,
+            // Bit 7 of the same byte.
+            restart_after_idle: self.max_retransmits & 0x80 != 0,
+            push: if self.quick_acks & 0x40 != 0 { Push::Linux { min_tso_segs: 2 } } else { Push::Burst },
+            window_probe: if self.quick_acks & 0x80 != 0 { WindowProbe::Empty } else { WindowProbe::Byte },
         }
     }
 }

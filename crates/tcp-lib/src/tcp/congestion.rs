@@ -64,6 +64,12 @@ pub trait CongestionControl: fmt::Debug + Send {
     fn on_idle_restart(&mut self, idle: Duration, now: Instant) {
         let _ = (idle, now);
     }
+
+    /// The restart window after idle ([`Config::restart_after_idle`](super::Config::restart_after_idle)):
+    /// cwnd becomes `cwnd` and ssthresh `ssthresh` (bytes). The default ignores it.
+    fn on_restart_window(&mut self, cwnd: usize, ssthresh: usize) {
+        let _ = (cwnd, ssthresh);
+    }
 }
 
 /// Which congestion control a connection uses.
@@ -176,6 +182,10 @@ impl CongestionControl for NewReno {
 
     fn set_slow_start_divisor(&mut self, divisor: u32) {
         self.ss_divisor = divisor.max(1) as usize;
+    }
+
+    fn on_restart_window(&mut self, cwnd: usize, ssthresh: usize) {
+        (self.cwnd, self.ssthresh, self.acked_in_ca) = (cwnd, ssthresh, 0);
     }
 }
 
@@ -339,6 +349,11 @@ impl CongestionControl for Cubic {
 
     fn set_slow_start_divisor(&mut self, divisor: u32) {
         self.ss_divisor = f64::from(divisor.max(1));
+    }
+
+    fn on_restart_window(&mut self, cwnd: usize, ssthresh: usize) {
+        // The next congestion avoidance stage starts a new epoch from the restarted window.
+        (self.cwnd, self.ssthresh, self.epoch) = (cwnd as f64, ssthresh, None);
     }
 }
 

@@ -136,6 +136,8 @@ struct EcnState {
 #[derive(Debug)]
 struct SendSide {
     iss: SeqNumber,
+    /// When data (new or resent) last left ([`Config::restart_after_idle`]).
+    last_data_sent: Option<Instant>,
     /// SND.UNA.
     una: SeqNumber,
     /// SND.NXT.
@@ -171,6 +173,8 @@ struct SendSide {
     /// The most payload bytes in one segment handed to a device that cuts it into `mss`-sized
     /// segments (TSO; see [`Connection::set_super_segment_limit`]); at most `mss`: off.
     super_max: usize,
+    /// The TSO packet new data is being sent in ([`Push::Linux`](super::Push::Linux)).
+    packet: Option<super::push::Packet>,
     /// The path MTU learned from ICMP fragmentation-needed messages (RFC 1191), if any; it caps
     /// `mss`.
     path_mtu: Option<usize>,
@@ -378,6 +382,7 @@ impl Connection {
             sack_ok: false,
             snd: SendSide {
                 iss,
+                last_data_sent: None,
                 una: iss,
                 nxt: iss,
                 max: iss,
@@ -396,6 +401,7 @@ impl Connection {
                 last_seg: iss,
                 mss: usize::from(DEFAULT_MSS),
                 super_max: 0,
+                packet: None,
                 path_mtu: None,
                 wscale: 0,
                 retries: 0,

@@ -93,4 +93,8 @@ impl CongestionControl for Controller {
     fn on_idle_restart(&mut self, idle: Duration, now: Instant) {
         dispatch!(self, c => c.on_idle_restart(idle, now));
     }
+
+    fn on_restart_window(&mut self, cwnd: usize, ssthresh: usize) {
+        dispatch!(self, c => c.on_restart_window(cwnd, ssthresh));
+    }
 }

@@ -275,6 +275,11 @@ impl CongestionControl for LinuxCubic {
             self.epoch = Some((epoch + idle).min(now));
         }
     }
+
+    fn on_restart_window(&mut self, cwnd: usize, ssthresh: usize) {
+        // `tcp_cwnd_restart` sets the window; CUBIC itself ignores `CA_EVENT_CWND_RESTART`.
+        (self.cwnd, self.ssthresh) = (cwnd, ssthresh);
+    }
 }
 
 #[cfg(test)]

@@ -183,7 +183,7 @@
 //! the congestion controller learns besides acknowledged bytes. `send_stream.rs` is the send
 //! stream (copied bytes and prepared content), `buffer.rs` the rings and the out-of-order
 //! assembler, `sack.rs` the SACK scoreboard and our SACK blocks, `rtt.rs` the RTO estimator,
-//! `budget.rs` the budget the rings are charged to, `congestion.rs` the congestion controllers (`cubic_linux.rs` Linux's CUBIC arithmetic,
+//! `budget.rs` the budget the rings are charged to, `push.rs` where PSH goes, `congestion.rs` the congestion controllers (`cubic_linux.rs` Linux's CUBIC arithmetic,
 //! `controller.rs` the one a connection holds, `hystart.rs` HyStart and its RTT samples), `prepared.rs` prepared content with its checksums,
 //! `rules.rs` the segment rules shared with `time_wait.rs`.
 
@@ -200,6 +200,7 @@ mod controller;
 mod cubic_linux;
 mod hystart;
 mod prepared;
+mod push;
 mod rack;
 mod rtt;
 mod rules;
@@ -217,6 +218,7 @@ pub(crate) use connection::Spare;
 pub use cubic_linux::LinuxCubic;
 pub use hystart::HyStart;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
+pub use push::Push;
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 
 /// The states of RFC 9293 §3.3.2.
@@ -388,6 +390,14 @@ pub struct Config {
     /// `tcp_is_cwnd_limited`): in the current window of data the flight filled cwnd, or, in slow
     /// start, reached half of it. `false` (the default): every ACK outside recovery grows it.
     pub cwnd_validation: bool,
+    /// The restart window after idle (RFC 5681 §4.1, Linux's `tcp_slow_start_after_idle`): new
+    /// data written after nothing has been sent for more than an RTO, with nothing in flight,
+    /// goes out under a cwnd of at most the initial window (halved from the old cwnd once per RTO
+    /// idle, as Linux's `tcp_cwnd_restart`), ssthresh keeping three quarters of the old cwnd.
+    /// `false` (the default): the window stays as the last flight left it (RFC 5681 says SHOULD;
+    /// the default keeps what earlier releases did, and RFC 7661's [`Config::cwnd_validation`]
+    /// is the other answer to a stale window).
+    pub restart_after_idle: bool,
     /// The initial congestion window in segments (at least one: a window of none would never
     /// send, so no timer would ever end the connection); `None` (the default): RFC 5681 §3.1's
     /// two to four segments by SMSS. Linux starts with ten (RFC 6928).
@@ -409,6 +419,25 @@ pub struct Config {
     /// acknowledges data sent after the reduction began. A loss detected meanwhile continues
     /// the same reduction in fast recovery instead of reducing again ([`Stats::cwr`]).
     pub ecn_prr: bool,
+    /// Where data segments carry PSH (RFC 1122 §4.2.2.2 leaves it to the sender):
+    /// [`Push::Burst`] (the default) on the segment that empties the send buffer and on the last
+    /// one of a burst; [`Push::Linux`] where Linux's TSO packets put it.
+    pub push: Push,
+    /// What a zero-window probe carries (RFC 9293 §3.8.6.1): [`WindowProbe::Byte`] (the default)
+    /// one byte past the window, [`WindowProbe::Empty`] nothing, as Linux probes.
+    pub window_probe: WindowProbe,
+}
+
+/// What a zero-window probe carries ([`Config::window_probe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WindowProbe {
+    /// One byte of queued data past the window (RFC 9293 §3.8.6.1, RFC 1122 §4.2.2.17): a peer
+    /// whose window opened meanwhile takes it and acknowledges it.
+    #[default]
+    Byte,
+    /// An empty segment at SND.UNA - 1 (Linux's `tcp_xmit_probe_skb`): old to the peer, which
+    /// answers with an ACK that carries its window (RFC 9293 §3.10.7.4), and no data is resent.
+    Empty,
 }
 
 /// Whether a connection uses Explicit Congestion Notification (RFC 3168, [`Config::ecn`]).
@@ -458,6 +487,7 @@ impl Default for Config {
             initial_window: None,
             slow_start_segments_per_ack: 1,
             cwnd_validation: false,
+            restart_after_idle: false,
             tail_loss_probe: false,
             rack: false,
             rack_rtt_sequence_order: false,
@@ -465,6 +495,8 @@ impl Default for Config {
             challenge_ack_limit: 1000,
             ecn: Ecn::Passive,
             ecn_prr: false,
+            push: Push::Burst,
+            window_probe: WindowProbe::Byte,
         }
     }
 }
@@ -542,6 +574,8 @@ pub struct Stats {
     pub ecn_reductions: u64,
     /// Slow starts HyStart ended before a loss ([`Config::hystart`]).
     pub hystart_exits: u64,
+    /// Restart windows taken after idle ([`Config::restart_after_idle`]).
+    pub idle_restarts: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

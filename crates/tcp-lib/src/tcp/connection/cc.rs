@@ -63,8 +63,43 @@ impl Connection {
         }
     }
 
+    /// New data is about to go with nothing in flight: after more than an RTO without sending,
+    /// the restart window ([`Config::restart_after_idle`](crate::tcp::Config::restart_after_idle);
+    /// RFC 5681 §4.1, with Linux's `tcp_cwnd_restart` arithmetic: the old cwnd halved once per
+    /// RTO idle down to the initial window, ssthresh at least three quarters of the old cwnd
+    /// outside a reduction).
+    pub(super) fn cc_restart_after_idle(&mut self, now: Instant) {
+        let Some(last) = self.snd.last_data_sent else { return };
+        let rto = self.rtt.rto();
+        let mut idle = now.saturating_duration_since(last);
+        if !self.config.restart_after_idle || idle <= rto || rto.is_zero() {
+            return;
+        }
+        let mss = self.snd.mss.max(1);
+        let cwnd = self.cc.window();
+        let restart = self.initial_window().min(cwnd);
+        let ssthresh = if self.recovery.active || self.recovery.cwr {
+            self.cc.ssthresh()
+        } else {
+            self.cc.ssthresh().max(cwnd / 2 + cwnd / 4)
+        };
+        let mut segments = cwnd / mss;
+        loop {
+            idle = idle.saturating_sub(rto);
+            if idle.is_zero() || segments * mss <= restart {
+                break;
+            }
+            segments /= 2;
+        }
+        self.cc.on_restart_window((segments * mss).max(restart), ssthresh);
+        // The restarted window is fresh: the idle time no longer counts from the last send.
+        self.snd.last_data_sent = Some(now);
+        self.stats.idle_restarts += 1;
+    }
+
     /// `start..end` leaves at `now` (before SND.MAX moves past it).
     pub(super) fn cc_on_sent(&mut self, start: SeqNumber, end: SeqNumber, now: Instant) {
+        self.snd.last_data_sent = Some(now);
         if !self.slow_start.active() {
             return;
         }

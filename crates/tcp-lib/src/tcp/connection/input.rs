@@ -64,11 +64,16 @@ impl Connection {
         self.snd.wl1 = syn.seq_number;
         self.rcv.adv = self.rcv.nxt + self.rcv.buf.free().min(usize::from(u16::MAX));
         self.ts.last_ack_sent = self.rcv.nxt;
-        let initial_window = match self.config.initial_window {
+        self.cc.on_established(self.initial_window());
+    }
+
+    /// The initial window in bytes ([`Config::initial_window`](crate::tcp::Config::initial_window),
+    /// else RFC 5681's).
+    pub(super) fn initial_window(&self) -> usize {
+        match self.config.initial_window {
             Some(segments) => segments.max(1).saturating_mul(self.snd.mss),
             None => NewReno::initial_window(self.snd.mss),
-        };
-        self.cc.on_established(initial_window);
+        }
     }
 
     /// Processes one segment that the caller demultiplexed to this connection (RFC 9293

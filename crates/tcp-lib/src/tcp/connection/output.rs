@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use super::{Connection, MAX_RXT_MARKS, MIN_PERSIST, distance};
 use crate::tcp::congestion::CongestionControl;
 use crate::tcp::prepared::PreparedSlice;
+use crate::tcp::push::{Packet, Sizing};
 use crate::tcp::rtt::MAX_RTO;
-use crate::tcp::{Ecn, State, Transmit};
+use crate::tcp::{Ecn, Push, State, Transmit, WindowProbe};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
@@ -362,6 +363,10 @@ impl Connection {
         if unsent == 0 && !fin_pending {
             return None;
         }
+        if unsent > 0 && self.snd.una == self.snd.max && self.snd.wnd > 0 {
+            // New data can go (a zero window holds it, and the restart, until the peer opens).
+            self.cc_restart_after_idle(now);
+        }
         let in_flight = distance(self.snd.una, self.snd.nxt);
         let mss = self.data_mss();
         // Limited transmit (RFC 3042): up to two segments past cwnd on the first two duplicate
@@ -402,6 +407,9 @@ impl Connection {
             size = limit;
             clipped = true;
         }
+        if size > 0 && self.config.push != Push::Burst {
+            size = self.linux_packet(now, size, unsent, usable, in_flight, mss);
+        }
         let ends_data = size == unsent;
         let fin = fin_pending && ends_data;
         // Sender SWS avoidance and Nagle (RFC 9293 §3.8.6.2.1).
@@ -440,7 +448,11 @@ impl Connection {
             && self.recovery.dup_acks == 0
             && self.recovery.tlp_budget == 0
             && seq >= self.snd.max;
-        repr.push = n > 0 && (ends_data || (calm && burst_end));
+        repr.push = n > 0
+            && match self.config.push {
+                Push::Burst => ends_data || (calm && burst_end),
+                Push::Linux { .. } => Packet::sent(&mut self.snd.packet, seq, n) || ends_data,
+            };
         let end = seq + n + usize::from(fin);
         if self.config.cwnd_validation && n > 0 && seq >= self.snd.max {
             self.track_cwnd_use(in_flight + n, usable.saturating_sub(size) < mss && rest > 0);
@@ -481,6 +493,35 @@ impl Connection {
         Some(t)
     }
 
+    /// Under [`Push::Linux`]: the TSO packet the segment of `size` bytes at SND.NXT belongs to
+    /// (planned as Linux's `tcp_write_xmit` would when it starts one), and the segment's size,
+    /// a super-segment cut where the packet ends.
+    #[cold]
+    #[inline(never)]
+    fn linux_packet(
+        &mut self,
+        now: Instant,
+        size: usize,
+        unsent: usize,
+        room: usize,
+        in_flight: usize,
+        mss: usize,
+    ) -> usize {
+        let Push::Linux { min_tso_segs } = self.config.push else { return size };
+        let sizing = Sizing {
+            mss,
+            cwnd: self.cc.window(),
+            ssthresh: self.cc.ssthresh(),
+            srtt: self.rtt.srtt(),
+            room,
+            unsent,
+            tail_ok: self.snd.nodelay || in_flight == 0 || self.snd.fin_queued,
+        };
+        let end =
+            Packet::end(&mut self.snd.packet, now, self.snd.nxt, mss, || Packet::plan(min_tso_segs, &sizing));
+        if size > mss { size.min(distance(self.snd.nxt, end).max(mss)) } else { size }
+    }
+
     /// The payload of a super-segment (TSO) when `fits` bytes (at least one segment of `mss`)
     /// fit the windows and the buffer: whole segments up to the limit, and the short last one
     /// only where the data ends (`unsent`) and Nagle would let it go now (Linux's
@@ -506,11 +547,20 @@ impl Connection {
     }
 
     /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,
-    /// and the persist timer again with backoff.
+    /// or an empty segment at SND.UNA - 1 ([`WindowProbe::Empty`]); and the persist timer again
+    /// with backoff.
     fn send_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let sent = distance(self.send_base(), self.snd.nxt);
         if self.snd.wnd != 0 || buf.is_empty() {
             return None;
+        }
+        if self.config.window_probe == WindowProbe::Empty {
+            if sent >= self.snd.stream.len() {
+                return None;
+            }
+            let repr = self.header(now, TcpControl::None, self.snd.una - 1);
+            self.timers.persist = Some(now + self.persist_interval());
+            return Some(self.transmit(repr, 0));
         }
         let n = self.snd.stream.read(sent, &mut buf[..1]);
         if n == 0 {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{LOCAL_SEQ, REMOTE_SEQ, SEND_TEMPL, Script, script_config, syn_from_peer};
 use crate::tcp::{Config, State};
-use crate::wire::TcpRepr;
+use crate::wire::{SeqNumber, TcpRepr};
 
 /// A passive open under `config`, completed: the SYN-ACK and the handshake's ACK consumed.
 fn established(config: Config) -> Script {
@@ -272,4 +272,31 @@ fn a_tail_loss_probe_resends_the_last_segment_before_the_rto() {
     let (_, sent, stats) = probe(false);
     assert!(sent.is_empty(), "without probes only the RTO resends");
     assert_eq!(stats.tail_loss_probes, 0);
+}
+
+/// The first zero-window probe under `config`: 100 bytes sent and acknowledged with a zero
+/// window, 100 more queued: its sequence number and payload length.
+fn first_window_probe(config: Config) -> (SeqNumber, usize) {
+    let mut s = established(Config { send_buffer: 1000, ..config });
+    assert_eq!(s.conn.send(&[5; 100]), 100);
+    assert_eq!(s.drain().len(), 1);
+    s.send(&TcpRepr { ack_number: Some(LOCAL_SEQ + 101), window_len: 0, ..SEND_TEMPL });
+    assert_eq!(s.conn.send(&[6; 100]), 100);
+    assert!(s.drain().is_empty(), "the window is closed");
+    s.advance(Duration::from_secs(2));
+    let probes = s.drain();
+    assert_eq!(probes.len(), 1, "{probes:?}");
+    (probes[0].repr.seq_number, probes[0].payload.len())
+}
+
+#[test]
+fn an_empty_window_probe_is_an_old_ack() {
+    use crate::tcp::WindowProbe;
+    // RFC 9293 §3.8.6.1: one byte past the window.
+    assert_eq!(first_window_probe(script_config()), (LOCAL_SEQ + 101, 1));
+    let byte = Config { window_probe: WindowProbe::Byte, ..script_config() };
+    assert_eq!(first_window_probe(byte), (LOCAL_SEQ + 101, 1));
+    // Linux: no data, at SND.UNA - 1.
+    let empty = Config { window_probe: WindowProbe::Empty, ..script_config() };
+    assert_eq!(first_window_probe(empty), (LOCAL_SEQ + 100, 0));
 }

@@ -10,6 +10,7 @@
 //!   slows it first (RFC 9406's HyStart++).
 //! * `rack`: RACK time-based loss detection (RFC 8985 §6) and its reordering timer.
 //! * `prr`: what each ACK of fast recovery sends (Proportional Rate Reduction, RFC 9937).
+//! * `push`: where PSH goes, tcp-lib's rule against Linux's TSO packets.
 //! * `pair`: two connections over an in-memory link with seeded faults (drop, duplicate,
 //!   reorder, delay), every segment emitted and parsed through `wire` with checksums; bulk and
 //!   proptest transfers.
@@ -40,9 +41,11 @@ mod cubic;
 mod ecn;
 mod fuzz;
 mod hystart;
+mod idle_restart;
 mod linux_profile;
 mod pair;
 mod prr;
+mod push;
 mod rack;
 mod scripted;
 mod time_wait;
