@@ -314,21 +314,28 @@ impl Stack {
             // The payload is read from the send ring straight into the frame, behind room for the
             // longest headers, which then go right in front of it (`in_frame`): one copy of each
             // byte on its way out. It takes at most what the scratch buffer would (one MSS, or
-            // the super-segment limit). Only a pool buffer too small for the headers' room reads
-            // it into the scratch buffer (and copies it again into the frame).
-            let room = packet.headroom() + ETH_LEN + ip_len + MAX_TCP_HEADER;
-            let buffer = packet.buffer_mut();
-            let end = buffer.len().min(room + self.scratch.len());
-            let in_frame = room < end;
-            let polled = if in_frame {
-                e.conn.poll_transmit_prepared(now, &mut buffer[room..end])
+            // the super-segment limit). A connection with nothing queued to send has no payload
+            // to place (its ACKs, SYN or FIN take the plain path), and only a pool buffer too
+            // small for the headers' room reads a payload into the scratch buffer (and copies it
+            // again into the frame).
+            let area = if e.conn.send_queue() > 0 {
+                let room = packet.headroom() + ETH_LEN + ip_len + MAX_TCP_HEADER;
+                let end = packet.buffer_mut().len().min(room + self.scratch.len());
+                (room < end).then_some((room, end))
             } else {
-                e.conn.poll_transmit_prepared(now, &mut self.scratch)
+                None
             };
-            let Some((t, lent)) = polled else { return Drained::All };
+            let in_frame = area.is_some();
+            let payload = match area {
+                Some((room, end)) => &mut packet.buffer_mut()[room..end],
+                None => &mut self.scratch[..],
+            };
+            let Some((t, lent)) = e.conn.poll_transmit_prepared(now, payload) else { return Drained::All };
             self.ident = ident;
-            // The TCP header (`t.repr` carries no payload).
-            let header_len = t.repr.buffer_len();
+            // The segment, with its payload only when that lies in the scratch buffer (else it is
+            // in the frame already, or lent).
+            let seg = if in_frame || lent.is_some() { t.segment(&[]) } else { t.segment(&self.scratch) };
+            let header_len = seg.header_len();
             // A segment that is exactly one pool buffer of prepared content goes by reference: a
             // frame of the first of its copies with none in flight (round robin), whose data is only the
             // headers in front of the payload.
@@ -350,8 +357,9 @@ impl Stack {
                 let gap =
                     if in_frame && lent.is_none() { MAX_TCP_HEADER.checked_sub(header_len) } else { Some(0) };
                 let len = ETH_LEN + ip_len + header_len + t.payload_len;
-                let placed = gap
-                    .is_some_and(|gap| packet.set_len(gap + len).is_ok() && packet.strip_front(gap).is_ok());
+                let placed = gap.is_some_and(|gap| {
+                    packet.set_len(gap + len).is_ok() && (gap == 0 || packet.strip_front(gap).is_ok())
+                });
                 if !placed {
                     self.stats.tx_dropped += 1;
                     continue;
@@ -364,7 +372,7 @@ impl Stack {
             let (buf, flags, config) = (&mut data[ETH_LEN..], (t.ect, OFFLOAD), &self.config);
             match &lent {
                 Some(slice) => {
-                    let seg = &t.repr;
+                    let seg = &seg;
                     let precomputed = if by_reference {
                         emit::segment_prepared::<true>(buf, seg, slice, ends, flags, ident, config)
                     } else {
@@ -375,12 +383,12 @@ impl Stack {
                     self.stats.tx_prepared_sums += u64::from(precomputed);
                 }
                 None if in_frame => {
-                    emit::segment_in_place(buf, &t.repr, t.payload_len, ends, flags, ident, config);
+                    emit::segment_in_place(buf, &seg, t.payload_len, ends, flags, ident, config);
                 }
-                None => emit::segment(buf, &t.segment(&self.scratch), ends, flags, ident, config),
+                None => emit::segment(buf, &seg, ends, flags, ident, config),
             }
             if OFFLOAD {
-                let gso = (t.segment_size, header_len, t.repr.cwr);
+                let gso = (t.segment_size, header_len, seg.cwr);
                 packet.set_offload(offload_for(gso, ip_len, remote_ip.is_ipv6()));
                 if t.segment_size != 0 {
                     self.stats.tx_super_segments += 1;
