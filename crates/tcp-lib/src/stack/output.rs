@@ -14,6 +14,18 @@ use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
 use super::{ETH_LEN, IP_LEN, IP6_LEN, PreparedSlice, Stack, emit};
 
+/// The Ethernet header (no VLAN tag) of a frame from `src` to `dst` carrying `ethertype`, as its
+/// 14 bytes: a connection's frames write it with one copy (`EthernetRepr::emit` sets the fields one
+/// by one, about 30 instructions more per frame).
+#[inline]
+fn ethernet_header(src: EthernetAddress, dst: EthernetAddress, ethertype: EtherType) -> [u8; ETH_LEN] {
+    let mut header = [0; ETH_LEN];
+    header[..6].copy_from_slice(&dst.0);
+    header[6..12].copy_from_slice(&src.0);
+    header[12..].copy_from_slice(&u16::from(ethertype).to_be_bytes());
+    header
+}
+
 /// The longest TCP header (a data offset of 15 words): the room a frame keeps in front of a payload
 /// read into it before the segment's own header length is known.
 const MAX_TCP_HEADER: usize = 60;
@@ -367,8 +379,7 @@ impl Stack {
             }
             let data = packet.data_mut();
             let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
-            EthernetRepr { src_addr: self.config.mac, dst_addr: mac, vlan: None, ethertype }
-                .emit(&mut EthernetFrame::new_unchecked(&mut data[..]));
+            data[..ETH_LEN].copy_from_slice(&ethernet_header(self.config.mac, mac, ethertype));
             let (buf, flags, config) = (&mut data[ETH_LEN..], (t.ect, OFFLOAD), &self.config);
             match &lent {
                 Some(slice) => {
@@ -466,5 +477,21 @@ impl Stack {
     fn super_payload(&self, ip_len: usize, cache: &PoolCache) -> usize {
         let limit = self.config.super_segment_limit();
         limit.min(cache.pool().data_room().saturating_sub(ETH_LEN)).saturating_sub(ip_len + 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ethernet_header_bytes_are_what_emit_writes() {
+        let (src, dst) = (EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2]));
+        for ethertype in [EtherType::Ipv4, EtherType::Ipv6] {
+            let mut frame = [0xff; ETH_LEN];
+            EthernetRepr { src_addr: src, dst_addr: dst, vlan: None, ethertype }
+                .emit(&mut EthernetFrame::new_unchecked(&mut frame[..]));
+            assert_eq!(ethernet_header(src, dst, ethertype), frame);
+        }
     }
 }
