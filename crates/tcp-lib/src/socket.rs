@@ -1176,9 +1176,8 @@ impl<D: NetDevice> Stream<D> {
         }
     }
 
-    /// [`Write::write`] whose bytes the application writes straight into the send buffer, so that
-    /// they are copied once on their way out (from the buffer, which is also the retransmit queue,
-    /// into each frame): up to `max` bytes, offered to `write` as [`Stack::send_with`] says (the
+    /// [`Write::write`] whose bytes the application writes straight into the send buffer (which is
+    /// also the retransmit queue), skipping the copy into it: up to `max` bytes, offered to `write` as [`Stack::send_with`] says (the
     /// free space as a slice, twice when it wraps; `write` returns how many bytes it wrote at the
     /// front). Blocks (driving the interface) while the buffer is full, unless non-blocking, and
     /// polls once after queuing, as `write` does. Returns the bytes queued; `Ok(0)` when `write`

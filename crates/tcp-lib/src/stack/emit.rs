@@ -36,34 +36,6 @@ pub(super) fn segment(
     }
 }
 
-/// [`segment`] for a segment whose payload already lies in `buf`, behind the IP header and `seg`'s
-/// TCP header (`seg` carries no payload; `buf` is exactly the IP header, `seg.buffer_len()` and
-/// `payload_len` bytes): the payload was read from the send ring straight into the frame, and only
-/// the headers are written; the checksum sums the payload where it lies.
-#[inline]
-pub(super) fn segment_in_place(
-    buf: &mut [u8],
-    seg: &TcpRepr<'_>,
-    payload_len: usize,
-    (local, remote): (SocketAddr, SocketAddr),
-    (ect, partial): (bool, bool),
-    ident: u16,
-    config: &Config,
-) {
-    let sum = |payload: &[u8]| checksum::data(payload);
-    match (local, remote) {
-        (SocketAddr::V4(s), SocketAddr::V4(d)) => {
-            let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
-            emit_headers(buf, seg, payload_len, ends, partial, (ident, config), sum);
-        }
-        (SocketAddr::V6(s), SocketAddr::V6(d)) => {
-            let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
-            emit_headers(buf, seg, payload_len, ends, partial, (ident, config), sum);
-        }
-        _ => {}
-    }
-}
-
 /// [`segment`] for a segment whose payload is prepared content (see [`emit_ip_tcp_prepared`]);
 /// `BY_REFERENCE`: `buf` is exactly the IP and TCP headers, which lie in front of the payload in its
 /// pool buffer (a frame's headroom), and the payload is not touched.
@@ -137,46 +109,25 @@ fn emit_ip_tcp_prepared<A: TcpFamily, const BY_REFERENCE: bool>(
         let (_, payload) = buf.split_at_mut(A::HEADER_LEN + seg.buffer_len());
         payload[..slice.len].copy_from_slice(slice.bytes());
     }
-    let mut precomputed = false;
-    emit_headers(buf, seg, slice.len, ends, partial, (ident, config), |_| {
-        let sum = slice.sum();
-        precomputed = sum.is_some();
-        sum.unwrap_or_else(|| checksum::data(slice.bytes()))
-    });
-    precomputed
-}
-
-/// Writes the IP header and `seg`'s TCP header (`seg` carries no payload) at the front of `buf`,
-/// for a segment of `payload_len` payload bytes that lie behind them already (or elsewhere: a
-/// buffer's payload sent by reference), and its checksum: the pseudo-header sum alone when
-/// `partial`; none without [`Config::tx_checksum`]; else with `payload_sum` of the payload (it gets
-/// what `buf` holds past the headers).
-fn emit_headers<A: TcpFamily>(
-    buf: &mut [u8],
-    seg: &TcpRepr<'_>,
-    payload_len: usize,
-    ends: Ends<A>,
-    partial: bool,
-    (ident, config): (u16, &Config),
-    payload_sum: impl FnOnce(&[u8]) -> u16,
-) {
     let header_len = seg.buffer_len();
-    let tcp_len = header_len + payload_len;
+    let tcp_len = header_len + slice.len;
     let (ip, tcp) = buf.split_at_mut(A::HEADER_LEN);
     A::emit_header(ip, ends, tcp_len, ident, config);
-    let (header, rest) = tcp.split_at_mut(header_len);
-    let mut view = TcpPacket::new_unchecked(&mut header[..]);
+    let mut view = TcpPacket::new_unchecked(&mut tcp[..header_len]);
     seg.emit_unsummed(&mut view);
     if partial {
         view.set_checksum(partial_sum(ends, tcp_len));
-        return;
+        return false;
     }
     // `emit_unsummed` left the checksum field 0, as the sum below needs it.
     if !config.tx_checksum {
-        return;
+        return false;
     }
-    let payload = payload_sum(&rest[..payload_len.min(rest.len())]);
+    let precomputed = slice.sum();
+    let payload_sum = precomputed.unwrap_or_else(|| checksum::data(slice.bytes()));
     let length = u32::try_from(tcp_len).unwrap_or(u32::MAX);
-    let sum = checksum::combine(&[A::pseudo_header(ends, length), checksum::data(header), payload]);
-    TcpPacket::new_unchecked(header).set_checksum(checksum::finish(sum));
+    let sum =
+        checksum::combine(&[A::pseudo_header(ends, length), checksum::data(&tcp[..header_len]), payload_sum]);
+    TcpPacket::new_unchecked(&mut tcp[..header_len]).set_checksum(checksum::finish(sum));
+    precomputed.is_some()
 }

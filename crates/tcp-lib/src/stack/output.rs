@@ -25,10 +25,6 @@ fn ethernet_header(src: EthernetAddress, dst: EthernetAddress, ethertype: EtherT
     header[12..].copy_from_slice(&u16::from(ethertype).to_be_bytes());
     header
 }
-
-/// The longest TCP header (a data offset of 15 words): the room a frame keeps in front of a payload
-/// read into it before the segment's own header length is known.
-const MAX_TCP_HEADER: usize = 60;
 use crate::tcp::State;
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
@@ -303,8 +299,8 @@ impl Stack {
             if super_max != 0 {
                 // Super-segments only into pool buffers: a frame queued for ARP goes out without
                 // offloads. (A stack without TSO never sets the limit; a connection adopted from
-                // one with TSO keeps its limit, but the payload room, the scratch buffer's size of
-                // one MSS, caps its segments there.)
+                // one with TSO keeps its limit, but the scratch buffer of one MSS caps its
+                // segments there.)
                 e.conn.set_super_segment_limit(if mac.is_some() { super_max } else { 0 });
             }
             let Some(mac) = mac else {
@@ -322,38 +318,21 @@ impl Stack {
                 self.send_frame_to(hop, frame);
                 continue;
             };
-            let Some(mut packet) = cache.alloc() else { return Drained::Stopped };
-            // The payload is read from the send ring straight into the frame, behind room for the
-            // longest headers, which then go right in front of it (`in_frame`): one copy of each
-            // byte on its way out. It takes at most what the scratch buffer would (one MSS, or
-            // the super-segment limit). A connection with nothing queued to send has no payload
-            // to place (its ACKs, SYN or FIN take the plain path), and only a pool buffer too
-            // small for the headers' room reads a payload into the scratch buffer (and copies it
-            // again into the frame).
-            let area = if e.conn.send_queue() > 0 {
-                let room = packet.headroom() + ETH_LEN + ip_len + MAX_TCP_HEADER;
-                let end = packet.buffer_mut().len().min(room + self.scratch.len());
-                (room < end).then_some((room, end))
-            } else {
-                None
+            let Some(plain) = cache.alloc() else { return Drained::Stopped };
+            let Some((t, lent)) = e.conn.poll_transmit_prepared(now, &mut self.scratch) else {
+                return Drained::All;
             };
-            let in_frame = area.is_some();
-            let payload = match area {
-                Some((room, end)) => &mut packet.buffer_mut()[room..end],
-                None => &mut self.scratch[..],
-            };
-            let Some((t, lent)) = e.conn.poll_transmit_prepared(now, payload) else { return Drained::All };
             self.ident = ident;
-            // The segment, with its payload only when that lies in the scratch buffer (else it is
-            // in the frame already, or lent).
-            let seg = if in_frame || lent.is_some() { t.segment(&[]) } else { t.segment(&self.scratch) };
-            let header_len = seg.header_len();
+            let seg = match &lent {
+                Some(_) => t.segment(&[]),
+                None => t.segment(&self.scratch),
+            };
             // A segment that is exactly one pool buffer of prepared content goes by reference: a
             // frame of the first of its copies with none in flight (round robin), whose data is only the
             // headers in front of the payload.
             let frame = match lent.as_ref().and_then(PreparedSlice::copies) {
                 Some(mut copies) => {
-                    let headers = ETH_LEN + ip_len + header_len;
+                    let headers = ETH_LEN + ip_len + seg.buffer_len();
                     let frame = copies.find_map(|s| s.frame(cache, headers).ok());
                     self.stats.tx_by_reference_copied += u64::from(frame.is_none());
                     frame
@@ -361,45 +340,40 @@ impl Stack {
                 None => None,
             };
             let by_reference = frame.is_some();
-            if let Some(frame) = frame {
-                packet = frame;
+            let mut packet = if let Some(frame) = frame {
+                drop(plain);
+                frame
             } else {
-                // Headers shorter than the room leave a gap in front of them: the frame starts
-                // after it (a payload read in place stays where it is).
-                let gap =
-                    if in_frame && lent.is_none() { MAX_TCP_HEADER.checked_sub(header_len) } else { Some(0) };
-                let len = ETH_LEN + ip_len + header_len + t.payload_len;
-                let placed = gap.is_some_and(|gap| {
-                    packet.set_len(gap + len).is_ok() && (gap == 0 || packet.strip_front(gap).is_ok())
-                });
-                if !placed {
+                let mut packet = plain;
+                let payload_len = lent.as_ref().map_or(0, |l| l.len);
+                let len = ETH_LEN + ip_len + seg.buffer_len() + payload_len;
+                if packet.set_len(len).is_err() {
                     self.stats.tx_dropped += 1;
                     continue;
                 }
-            }
+                packet
+            };
             let data = packet.data_mut();
             let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
             data[..ETH_LEN].copy_from_slice(&ethernet_header(self.config.mac, mac, ethertype));
-            let (buf, flags, config) = (&mut data[ETH_LEN..], (t.ect, OFFLOAD), &self.config);
             match &lent {
                 Some(slice) => {
-                    let seg = &seg;
+                    let (buf, flags, config) = (&mut data[ETH_LEN..], (t.ect, OFFLOAD), &self.config);
                     let precomputed = if by_reference {
-                        emit::segment_prepared::<true>(buf, seg, slice, ends, flags, ident, config)
+                        emit::segment_prepared::<true>(buf, &seg, slice, ends, flags, ident, config)
                     } else {
-                        emit::segment_prepared::<false>(buf, seg, slice, ends, flags, ident, config)
+                        emit::segment_prepared::<false>(buf, &seg, slice, ends, flags, ident, config)
                     };
                     self.stats.tx_by_reference += u64::from(by_reference);
                     self.stats.tx_prepared += 1;
                     self.stats.tx_prepared_sums += u64::from(precomputed);
                 }
-                None if in_frame => {
-                    emit::segment_in_place(buf, &seg, t.payload_len, ends, flags, ident, config);
+                None => {
+                    emit::segment(&mut data[ETH_LEN..], &seg, ends, (t.ect, OFFLOAD), ident, &self.config)
                 }
-                None => emit::segment(buf, &seg, ends, flags, ident, config),
             }
             if OFFLOAD {
-                let gso = (t.segment_size, header_len, seg.cwr);
+                let gso = (t.segment_size, seg.header_len(), seg.cwr);
                 packet.set_offload(offload_for(gso, ip_len, remote_ip.is_ipv6()));
                 if t.segment_size != 0 {
                     self.stats.tx_super_segments += 1;

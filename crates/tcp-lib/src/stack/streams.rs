@@ -81,9 +81,9 @@ impl Stack {
     }
 
     /// Lets the application write up to `max` bytes for `stream` straight into its send buffer,
-    /// instead of copying them in from a buffer of its own as [`send`](Self::send) does: so
-    /// application data is copied once on its way out, from the send buffer (which is also the
-    /// retransmit queue) into each frame. `write` gets the free space as a slice, writes its bytes
+    /// instead of copying them in from a buffer of its own as [`send`](Self::send) does: the copy
+    /// into the send buffer is skipped, and each segment reads its payload from the buffer (which
+    /// is also the retransmit queue) on its way out. `write` gets the free space as a slice, writes its bytes
     /// at the front and returns how many; when the free space wraps around the ring and the first
     /// slice was filled, `write` is called once more with the rest (see
     /// [`Connection::send_with`]). Returns the bytes queued (`Ok(0)` when `write` wrote none, or

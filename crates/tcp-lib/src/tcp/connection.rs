@@ -768,8 +768,8 @@ impl Connection {
     /// space, instead of copying them in from a buffer of its own as [`send`](Self::send) does:
     /// `write` gets the free space as a slice (holding earlier bytes of this stream, or zeros),
     /// writes its bytes at its front and returns how many; when the free space wraps around the
-    /// ring and the first slice was filled, `write` is called again with the rest. The bytes are
-    /// copied once, from the buffer into each frame that carries them (retransmissions included).
+    /// ring and the first slice was filled, `write` is called again with the rest. Each segment that
+    /// carries the bytes reads them from the buffer (retransmissions included), as for `send`.
     /// Returns `None` without calling `write` when no byte can be queued now (the buffer is full,
     /// or the sending side is shut down or the connection closed), else how many bytes were queued.
     pub fn send_with(&mut self, max: usize, write: impl FnMut(&mut [u8]) -> usize) -> Option<usize> {

@@ -2,7 +2,7 @@
 //! SND.UNA (or the byte after our SYN) on. Bytes the application copied in with
 //! [`Connection::send`](super::Connection::send), or wrote straight into the ring's free space with
 //! [`Connection::send_with`](super::Connection::send_with), sit in a ring buffer, which is also the
-//! retransmit queue: each segment copies its payload from there into its frame; content queued by
+//! retransmit queue: each segment reads its payload from there; content queued by
 //! reference with [`Connection::send_prepared`](super::Connection::send_prepared) stays in its
 //! [`PreparedSegments`] and is only read (or, in lending mode, lent as a [`PreparedSlice`]) when
 //! a segment is cut from it. Once prepared content was queued the stream is a list of pieces:
@@ -128,7 +128,7 @@ impl SendStream {
     /// `write` gets the free space as a slice, writes its bytes at the front and returns how many
     /// (more than the slice's length counts as all of it); when the free space wraps and the first
     /// slice was filled, `write` is called once more with the rest. The bytes written are appended
-    /// to the stream, to be copied once, into each frame that carries them. Returns `None` (and
+    /// to the stream, without a copy of their own. Returns `None` (and
     /// `write` is not called) when the ring has no free space to offer, else the bytes appended.
     pub(super) fn push_with(
         &mut self,
