@@ -13,6 +13,13 @@ use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
 use super::{ETH_LEN, IP_LEN, IP6_LEN, PreparedSlice, Stack, emit};
+use crate::tcp::State;
+use crate::wire::ipv6::addr::multicast_mac;
+use crate::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
+    Icmpv4Repr, Icmpv6Packet, Icmpv6Repr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, Protocol, TcpControl,
+    TcpPacket, TcpRepr,
+};
 
 /// The Ethernet header (no VLAN tag) of a frame from `src` to `dst` carrying `ethertype`, as its
 /// 14 bytes: a connection's frames write it with one copy (`EthernetRepr::emit` sets the fields one
@@ -25,13 +32,6 @@ fn ethernet_header(src: EthernetAddress, dst: EthernetAddress, ethertype: EtherT
     header[12..].copy_from_slice(&u16::from(ethertype).to_be_bytes());
     header
 }
-use crate::tcp::State;
-use crate::wire::ipv6::addr::multicast_mac;
-use crate::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
-    Icmpv4Repr, Icmpv6Packet, Icmpv6Repr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, Protocol, TcpControl,
-    TcpPacket, TcpRepr,
-};
 
 impl Stack {
     fn next_ident(&mut self) -> u16 {
