@@ -22,6 +22,8 @@
 //!   matching anchor, smoltcp's closure calls `Socket::send(|buf| ..)` (the same fill) and
 //!   `Socket::recv(|buf| ..)` (a copy into the application's buffer). Compare copying with copying
 //!   (`tcp-lib` / `smoltcp`) and in place with in place (`tcp-lib-inplace-rw` / `smoltcp-inplace`).
+//!   `--child bulk` (below) takes every contender's name: also `tcp-lib-inplace`,
+//!   `tcp-lib-inplace-rw`, `tcp-lib-v6`, `tcp-lib-tso` and `smoltcp-inplace`.
 //! * **txn**: transactions, one after another: connect, 64-byte request, 64-byte response, the server
 //!   closes, the client reads the end of stream and closes (`TCP_BENCH_TXNS` of them). Nagle off
 //!   everywhere. Run once per stack buffer size of `TCP_BENCH_TXN_BUFS` (tcp-lib allocates each
@@ -54,8 +56,7 @@
 //! `TCP_BENCH_ONLY` (comma list of `bulk`, `txn`, `tap`), `TCP_BENCH_ICOUNT=1` (also count
 //! instructions per byte of the in-memory bulk transfer under callgrind, both threads together).
 //!
-//! `tcp --child bulk|txn <contender> <bytes|txns>` (contenders `tcp-lib`, `tcp-lib-inplace`,
-//! `tcp-lib-inplace-rw`, `tcp-lib-v6`, `tcp-lib-tso`, `smoltcp`, `smoltcp-inplace`, `kernel-lo`) runs one case alone and prints
+//! `tcp --child bulk|txn <tcp-lib|smoltcp|kernel-lo> <bytes|txns>` runs one case alone and prints
 //! its sample (for `valgrind`/`perf`).
 
 use std::net::Ipv4Addr;
