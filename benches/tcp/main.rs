@@ -14,6 +14,16 @@
 //!   still TSO/GSO, so the kernel still moves ~64 KiB per trip; `gso_max_segs 1` would force one
 //!   segment per packet but throttles the kernel ~15x here, far more than per-packet cost explains,
 //!   so it is no fair anchor and is not run).
+//!   Besides the copying applications (`send_slice`/`recv_slice`, `Stack::send`/`Stack::recv`),
+//!   applications that work in place: `tcp-lib-inplace` reads each payload where it lies in the
+//!   received frame (`Stack::poll_with`) and copies it into its own buffer, as `read(2)` would;
+//!   `tcp-lib-inplace-rw` also writes in place (`Stack::send_with`: it produces its bytes straight
+//!   into the send ring, which is also the retransmit queue, with a fill); `smoltcp-inplace` is the
+//!   matching anchor, smoltcp's closure calls `Socket::send(|buf| ..)` (the same fill) and
+//!   `Socket::recv(|buf| ..)` (a copy into the application's buffer). Compare copying with copying
+//!   (`tcp-lib` / `smoltcp`) and in place with in place (`tcp-lib-inplace-rw` / `smoltcp-inplace`).
+//!   `--child bulk` (below) takes every contender's name: also `tcp-lib-inplace`,
+//!   `tcp-lib-inplace-rw`, `tcp-lib-v6`, `tcp-lib-tso` and `smoltcp-inplace`.
 //! * **txn**: transactions, one after another: connect, 64-byte request, 64-byte response, the server
 //!   closes, the client reads the end of stream and closes (`TCP_BENCH_TXNS` of them). Nagle off
 //!   everywhere. Run once per stack buffer size of `TCP_BENCH_TXN_BUFS` (tcp-lib allocates each
@@ -120,6 +130,8 @@ fn child(args: &[String]) -> Result<(), String> {
     let kind = match who {
         "tcp-lib" => Some(Kind::TcpLib),
         "tcp-lib-inplace" => Some(Kind::TcpLibInPlace),
+        "tcp-lib-inplace-rw" => Some(Kind::TcpLibInPlaceRw),
+        "smoltcp-inplace" => Some(Kind::SmoltcpInPlace),
         "tcp-lib-v6" => Some(Kind::TcpLibV6),
         "smoltcp" => Some(Kind::Smoltcp),
         "tcp-lib-tso" => Some(Kind::TcpLibTso),
@@ -170,9 +182,17 @@ fn main() {
     let ns_missing = netns::namespace_unavailable();
 
     if want("bulk") {
-        let mut ser =
-            series(&["tcp-lib", "smoltcp", "tcp-lib-inplace", "tcp-lib-v6", "kernel-lo", "kernel-lo-1500"]);
-        let contenders = if ns_missing.is_some() { 5 } else { 6 };
+        let mut ser = series(&[
+            "tcp-lib",
+            "smoltcp",
+            "tcp-lib-inplace",
+            "tcp-lib-v6",
+            "kernel-lo",
+            "tcp-lib-inplace-rw",
+            "smoltcp-inplace",
+            "kernel-lo-1500",
+        ]);
+        let contenders = if ns_missing.is_some() { 7 } else { 8 };
         for round in 0..s.rounds {
             eprintln!("bulk round {round}:");
             rotated(round, contenders, |i| {
@@ -182,6 +202,8 @@ fn main() {
                     2 => bulk_stack(Kind::TcpLibInPlace, &s, s.bytes),
                     3 => bulk_stack(Kind::TcpLibV6, &s, s.bytes),
                     4 => bulk_kernel(s.bytes, Ipv4Addr::LOCALHOST),
+                    5 => bulk_stack(Kind::TcpLibInPlaceRw, &s, s.bytes),
+                    6 => bulk_stack(Kind::SmoltcpInPlace, &s, s.bytes),
                     _ => {
                         let bytes = s.bytes;
                         netns::in_private_namespace(move || {
@@ -195,20 +217,38 @@ fn main() {
         }
         if let Some(why) = ns_missing {
             println!("(kernel-lo-1500 skipped: {why})");
-            ser.truncate(5);
+            ser.truncate(7);
         }
         table(&format!("Bulk, one connection, {} MiB, in-memory link", s.bytes >> 20), "MB", 1e6, &ser);
         // The same samples with the in-place reader as the reference.
-        ser.swap(0, 2);
+        let mut reader = ser.clone();
+        reader.swap(0, 2);
         table(
             &format!("Bulk, one connection, {} MiB, in-memory link, tcp-lib reading in place", s.bytes >> 20),
             "MB",
             1e6,
-            &ser,
+            &reader,
+        );
+        // Writing and reading in place on both stacks: the matching pair first.
+        let both: Vec<Series> = [5, 6, 1, 0, 2].iter().map(|&i| ser[i].clone()).collect();
+        table(
+            &format!(
+                "Bulk, one connection, {} MiB, in-memory link, both stacks writing and reading in place",
+                s.bytes >> 20
+            ),
+            "MB",
+            1e6,
+            &both,
         );
         if std::env::var("TCP_BENCH_ICOUNT").is_ok_and(|v| v == "1") {
             if common::have_valgrind() {
-                for kind in [Kind::TcpLib, Kind::TcpLibInPlace, Kind::Smoltcp] {
+                for kind in [
+                    Kind::TcpLib,
+                    Kind::TcpLibInPlace,
+                    Kind::Smoltcp,
+                    Kind::TcpLibInPlaceRw,
+                    Kind::SmoltcpInPlace,
+                ] {
                     match icount_per_byte(kind) {
                         Ok(x) => println!(
                             "{}: {x:.2} instructions per byte (callgrind, both threads)",

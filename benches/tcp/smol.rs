@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use crate::device::{Sleep, SmolDev, trust_checksums};
-use crate::endpoint::{Endpoint, sleep_on};
+use crate::endpoint::{Endpoint, copy_in_pieces, produce, sleep_on};
 
 pub(crate) struct SmolEndpoint<'c, D> {
     pub(crate) iface: Interface,
@@ -21,6 +21,9 @@ pub(crate) struct SmolEndpoint<'c, D> {
     /// Sockets for `connect`, reused once closed, and the next local port.
     pub(crate) clients: Vec<SocketHandle>,
     pub(crate) next_port: u16,
+    /// The application writes and reads in place (`Socket::send` and `Socket::recv` with a
+    /// closure) instead of `send_slice` and `recv_slice`.
+    pub(crate) in_place: bool,
 }
 
 impl<'c, D: Sleep> SmolEndpoint<'c, D> {
@@ -45,6 +48,7 @@ impl<'c, D: Sleep> SmolEndpoint<'c, D> {
             port: 0,
             clients: Vec::new(),
             next_port: 49_152,
+            in_place: false,
         }
     }
 
@@ -151,16 +155,39 @@ impl<D: Sleep> Endpoint for SmolEndpoint<'_, D> {
     }
 
     fn send(&mut self, s: SocketHandle, data: &[u8]) -> Result<usize, String> {
+        let in_place = self.in_place;
         let s = self.tcp_mut(s);
         if !s.may_send() {
             return Ok(0);
+        }
+        if in_place {
+            // The free space up to the end of smoltcp's ring (the caller calls again for the rest).
+            let want = data.len();
+            return s
+                .send(|free| {
+                    let n = produce(free, want);
+                    (n, n)
+                })
+                .map_err(|e| format!("smoltcp send: {e}"));
         }
         s.send_slice(data).map_err(|e| format!("smoltcp send: {e}"))
     }
 
     fn recv(&mut self, s: SocketHandle, buf: &mut [u8]) -> Result<Option<usize>, String> {
+        let in_place = self.in_place;
         let s = self.tcp_mut(s);
-        match s.recv_slice(buf) {
+        let r = if in_place {
+            // The bytes where they lie in smoltcp's ring, copied into the application's buffer as
+            // tcp-lib's in-place reader copies them from the frame (in the same pieces).
+            s.recv(|ring| {
+                let n = ring.len().min(buf.len());
+                copy_in_pieces(&mut buf[..n], &ring[..n]);
+                (n, n)
+            })
+        } else {
+            s.recv_slice(buf)
+        };
+        match r {
             Ok(0) => Ok(None),
             Ok(n) => Ok(Some(n)),
             Err(stcp::RecvError::Finished) => Ok(Some(0)),

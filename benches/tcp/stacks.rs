@@ -19,6 +19,12 @@ pub(crate) enum Kind {
     TcpLib,
     /// tcp-lib, the receiving application reading in place ([`InPlace`]).
     TcpLibInPlace,
+    /// tcp-lib, the sending application writing in place (`Stack::send_with`, see
+    /// [`produce`](crate::endpoint::produce)) and the receiving one reading in place.
+    TcpLibInPlaceRw,
+    /// smoltcp with the application writing and reading in place (`Socket::send` and
+    /// `Socket::recv` with a closure): the anchor for [`Kind::TcpLibInPlaceRw`].
+    SmoltcpInPlace,
     /// tcp-lib over IPv6 (both ends dual-stack, connecting to the IPv6 address).
     TcpLibV6,
     /// tcp-lib on a TAP opened with offloads (virtio-net header): TSO super-segments and partial
@@ -32,6 +38,8 @@ impl Kind {
         match self {
             Kind::TcpLib => "tcp-lib",
             Kind::TcpLibInPlace => "tcp-lib-inplace",
+            Kind::TcpLibInPlaceRw => "tcp-lib-inplace-rw",
+            Kind::SmoltcpInPlace => "smoltcp-inplace",
             Kind::TcpLibV6 => "tcp-lib-v6",
             Kind::TcpLibTso => "tcp-lib-tso",
             Kind::Smoltcp => "smoltcp",
@@ -85,10 +93,21 @@ pub(crate) fn with_endpoint<D: Sleep + HasPool, R>(
             ep.in_place = Some(InPlace::new());
             f(&mut ep)
         }
+        Kind::TcpLibInPlaceRw => {
+            let mut ep = LibEndpoint::new(dev, &cache, ip, buf);
+            ep.in_place = Some(InPlace::new());
+            ep.write_in_place = true;
+            f(&mut ep)
+        }
         Kind::TcpLibV6 => f(&mut LibEndpoint::new_v6(dev, &cache, ip, buf)),
         // A Pair offers no offloads: the same stack as tcp-lib (the TAP runs are what it is for).
         Kind::TcpLibTso => f(&mut LibEndpoint::with_offloads(dev, &cache, ip, buf)),
         Kind::Smoltcp => f(&mut SmolEndpoint::new(dev, &cache, ip, buf)),
+        Kind::SmoltcpInPlace => {
+            let mut ep = SmolEndpoint::new(dev, &cache, ip, buf);
+            ep.in_place = true;
+            f(&mut ep)
+        }
     }
 }
 

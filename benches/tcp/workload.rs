@@ -9,6 +9,9 @@ use crate::endpoint::Endpoint;
 use crate::measure::{Clock, Side};
 use crate::{CHUNK, DEADLINE, MSG};
 
+/// The byte every bulk transfer carries.
+pub(crate) const FILL: u8 = 0x5a;
+
 /// Waits (polling) until `done`, failing after [`DEADLINE`].
 pub(crate) fn drive<E: Endpoint>(
     ep: &mut E,
@@ -90,7 +93,7 @@ pub(crate) fn bulk_sender<E: Endpoint>(
     drive(ep, busy, "bulk connect", |ep| Ok((ep.established(s), false)))?;
     barrier.wait();
     let clock = Clock::start();
-    let data = vec![0x5a_u8; CHUNK];
+    let data = vec![FILL; CHUNK];
     let mut sent = 0u64;
     drive(ep, busy, "bulk send", |ep| {
         let progressed = send_some(ep, s, &data, &mut sent, total)?;

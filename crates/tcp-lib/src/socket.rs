@@ -1176,6 +1176,48 @@ impl<D: NetDevice> Stream<D> {
         }
     }
 
+    /// [`Write::write`] whose bytes the application writes straight into the send buffer (which is
+    /// also the retransmit queue), skipping the copy into it: up to `max` bytes, offered to `write` as [`Stack::send_with`] says (the
+    /// free space as a slice, twice when it wraps; `write` returns how many bytes it wrote at the
+    /// front). Blocks (driving the interface) while the buffer is full, unless non-blocking, and
+    /// polls once after queuing, as `write` does. Returns the bytes queued; `Ok(0)` when `write`
+    /// wrote none or `max` is 0.
+    ///
+    /// ```
+    /// use std::net::{Ipv4Addr, SocketAddrV4};
+    /// use std::time::Instant;
+    ///
+    /// use netchannel::dev::{NetDevice, Pair};
+    /// use netchannel::pool::{HugePages, Pool};
+    /// use tcp_lib::socket::{Interface, Stream};
+    /// use tcp_lib::stack::{Config, Stack};
+    /// use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    ///
+    /// let pool = Pool::builder(256).hugepages(HugePages::Never).build()?;
+    /// let (dev, _peer) = Pair::new(&pool)?;
+    /// let cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24).expect("a /24");
+    /// let stack = Stack::new(Config::new(EthernetAddress(dev.info().mac.0), cidr), Instant::now());
+    /// let cache = dev.pool().cache();
+    /// let iface = Interface::new(stack, dev, cache);
+    /// let stream = Stream::connect_nonblocking(&iface, SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80))?;
+    /// // Bytes queued while connecting follow the SYN: a counter, formatted in place.
+    /// let n = stream.write_with(64, |free| {
+    ///     let text = format!("{}", 12345);
+    ///     free[..text.len()].copy_from_slice(text.as_bytes());
+    ///     text.len()
+    /// })?;
+    /// assert_eq!((n, stream.queues()?.1), (5, 5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Write::write`].
+    pub fn write_with(&self, max: usize, mut write: impl FnMut(&mut [u8]) -> usize) -> io::Result<usize> {
+        let id = self.id;
+        self.queue(max == 0, |stack| stack.send_with(id, max, &mut write))
+    }
+
     fn read_inner(&self, buf: &mut [u8]) -> io::Result<usize> {
         if self.read_shut.get() {
             if let Ok(mut inner) = self.iface.borrow() {
@@ -1195,17 +1237,24 @@ impl<D: NetDevice> Stream<D> {
     }
 
     fn write_inner(&self, buf: &[u8]) -> io::Result<usize> {
+        let id = self.id;
+        self.queue(buf.is_empty(), |stack| stack.send(id, buf))
+    }
+
+    /// Queues bytes with `send` as [`Write::write`] does (blocking while the buffer is full,
+    /// unless non-blocking); `empty`: the call queues nothing whatever the room, and only reports a
+    /// failed or shut-down connection, as a non-empty write would.
+    fn queue(
+        &self,
+        empty: bool,
+        mut send: impl FnMut(&mut Stack) -> Result<usize, stack::Error>,
+    ) -> io::Result<usize> {
         let nonblocking = self.nonblocking.get();
         let deadline = self.iface.deadline(self.write_timeout.get());
-        let id = self.id;
         let n = self.iface.block(nonblocking, deadline, write_timed_out, |inner| {
-            if buf.is_empty() {
-                // Report a failed or shut-down connection, as a non-empty write would.
-                return Some(inner.stack.send(id, buf).map_err(stack_error));
-            }
-            match inner.stack.send(id, buf) {
+            match send(&mut inner.stack) {
                 Ok(n) => Some(Ok(n)),
-                Err(stack::Error::WouldBlock) => None,
+                Err(stack::Error::WouldBlock) if !empty => None,
                 Err(e) => Some(Err(stack_error(e))),
             }
         })?;

@@ -402,6 +402,51 @@ fn abort_resets_the_peer() {
 }
 
 #[test]
+fn blocking_write_with_writes_in_place_until_all_is_queued() {
+    const TOTAL: usize = 1 << 20;
+    let (_pool, dev_a, dev_b) = pair();
+    let data = Rng(5).bytes(TOTAL);
+    let expected = data.clone();
+    let (handle, done) = server(dev_b, 7, move |b, listener, done| {
+        let (s, _) = listener.accept()?;
+        timeouts(&s);
+        // More than the send buffer: each call blocks until the client has read some of it, and
+        // the free space wraps around the ring.
+        let (mut sent, mut calls, mut wrapped) = (0, 0, 0);
+        while sent < TOTAL {
+            let (mut slices, mut at) = (0, sent);
+            let n = s.write_with(TOTAL - sent, |free| {
+                slices += 1;
+                let k = free.len().min(TOTAL - at);
+                free[..k].copy_from_slice(&data[at..at + k]);
+                at += k;
+                k
+            })?;
+            assert_eq!(sent + n, at, "what was written is what was queued");
+            sent = at;
+            calls += 1;
+            wrapped += usize::from(slices == 2);
+        }
+        s.shutdown(Shutdown::Write)?;
+        // The closed side refuses, and names why.
+        let err = s.write_with(1, |_| 1).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+        keep_polling(b, &done)?;
+        Ok((calls, wrapped))
+    });
+    let a = interface(dev_a, A_IP);
+    let mut s = Stream::connect_timeout(&a, SocketAddrV4::new(B_IP, 7), T).unwrap();
+    timeouts(&s);
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    done.send(()).unwrap();
+    let (calls, wrapped) = join(handle);
+    assert_eq!(got.len(), TOTAL);
+    assert!(got == expected, "byte-exact");
+    assert!(calls > 4 && wrapped > 0, "{calls} calls, {wrapped} wrapped");
+}
+
+#[test]
 fn drop_without_linger_delivers_all_data_and_the_fin() {
     const TOTAL: usize = 1 << 20;
     let (_pool, dev_a, dev_b) = pair();

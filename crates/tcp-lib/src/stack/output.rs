@@ -21,6 +21,18 @@ use crate::wire::{
     TcpPacket, TcpRepr,
 };
 
+/// The Ethernet header (no VLAN tag) of a frame from `src` to `dst` carrying `ethertype`, as its
+/// 14 bytes: a connection's frames write it with one copy (`EthernetRepr::emit` sets the fields one
+/// by one, about 30 instructions more per frame).
+#[inline]
+fn ethernet_header(src: EthernetAddress, dst: EthernetAddress, ethertype: EtherType) -> [u8; ETH_LEN] {
+    let mut header = [0; ETH_LEN];
+    header[..6].copy_from_slice(&dst.0);
+    header[6..12].copy_from_slice(&src.0);
+    header[12..].copy_from_slice(&u16::from(ethertype).to_be_bytes());
+    header
+}
+
 impl Stack {
     fn next_ident(&mut self) -> u16 {
         self.ident = self.ident.wrapping_add(1);
@@ -343,8 +355,7 @@ impl Stack {
             };
             let data = packet.data_mut();
             let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
-            EthernetRepr { src_addr: self.config.mac, dst_addr: mac, vlan: None, ethertype }
-                .emit(&mut EthernetFrame::new_unchecked(&mut data[..]));
+            data[..ETH_LEN].copy_from_slice(&ethernet_header(self.config.mac, mac, ethertype));
             match &lent {
                 Some(slice) => {
                     let (buf, flags, config) = (&mut data[ETH_LEN..], (t.ect, OFFLOAD), &self.config);
@@ -440,5 +451,21 @@ impl Stack {
     fn super_payload(&self, ip_len: usize, cache: &PoolCache) -> usize {
         let limit = self.config.super_segment_limit();
         limit.min(cache.pool().data_room().saturating_sub(ETH_LEN)).saturating_sub(ip_len + 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ethernet_header_bytes_are_what_emit_writes() {
+        let (src, dst) = (EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2]));
+        for ethertype in [EtherType::Ipv4, EtherType::Ipv6] {
+            let mut frame = [0xff; ETH_LEN];
+            EthernetRepr { src_addr: src, dst_addr: dst, vlan: None, ethertype }
+                .emit(&mut EthernetFrame::new_unchecked(&mut frame[..]));
+            assert_eq!(ethernet_header(src, dst, ethertype), frame);
+        }
     }
 }

@@ -69,18 +69,7 @@ impl Stack {
     /// [`shutdown_write`](Self::shutdown_write) or once the connection is closing,
     /// [`Error::Connection`] once it failed, [`Error::InvalidHandle`].
     pub fn send(&mut self, stream: StreamId, data: &[u8]) -> Result<usize, Error> {
-        let e = self.entry_mut(stream)?;
-        if let Some(err) = e.conn.error() {
-            return Err(Error::Connection(err));
-        }
-        if e.write_shut
-            || !matches!(
-                e.conn.state(),
-                State::SynSent | State::SynReceived | State::Established | State::CloseWait
-            )
-        {
-            return Err(Error::WriteClosed);
-        }
+        let e = self.writable_entry(stream)?;
         if data.is_empty() {
             return Ok(0);
         }
@@ -92,15 +81,63 @@ impl Stack {
         Ok(n)
     }
 
-    /// Queues prepared content on `stream` after what is queued, by reference (no copy of its
-    /// bytes; see [Prepared content](crate::stack#prepared-content-the-sandstorm-send-path)). All or
-    /// nothing: the send ring's room does not limit it (the content is shared, not buffered per
-    /// connection), but at most 64 runs of content wait per connection.
+    /// Lets the application write up to `max` bytes for `stream` straight into its send buffer,
+    /// instead of copying them in from a buffer of its own as [`send`](Self::send) does: the copy
+    /// into the send buffer is skipped, and each segment reads its payload from the buffer (which
+    /// is also the retransmit queue) on its way out. `write` gets the free space as a slice, writes its bytes
+    /// at the front and returns how many; when the free space wraps around the ring and the first
+    /// slice was filled, `write` is called once more with the rest (see
+    /// [`Connection::send_with`]). Returns the bytes queued (`Ok(0)` when `write` wrote none, or
+    /// `max` is 0).
+    ///
+    /// ```
+    /// # use std::time::Instant;
+    /// # use tcp_lib::stack::{Config, Error, Stack};
+    /// # use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    /// let cidr = Ipv4Cidr::new([10, 0, 0, 1].into(), 24).expect("a /24");
+    /// let mut config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr);
+    /// config.tcp.send_buffer = 4096;
+    /// let mut stack = Stack::new(config, Instant::now());
+    /// let stream = stack.connect(([10, 0, 0, 2], 80))?; // data queued now follows the SYN
+    /// // Serialize a response header right into the send buffer.
+    /// let n = stack.send_with(stream, 1024, |free| {
+    ///     let line = b"HTTP/1.1 200 OK\r\n";
+    ///     free[..line.len()].copy_from_slice(line);
+    ///     line.len()
+    /// })?;
+    /// assert_eq!(n, 17);
+    /// // Fill the rest of the buffer with a pattern, generated in place.
+    /// let n = stack.send_with(stream, usize::MAX, |free| {
+    ///     free.fill(b'x');
+    ///     free.len()
+    /// })?;
+    /// assert_eq!(n, 4096 - 17);
+    /// assert_eq!(stack.send_with(stream, 1, |_| 1), Err(Error::WouldBlock), "full");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
-    /// [`Error::WouldBlock`] when 64 runs are queued, [`Error::WriteClosed`],
-    /// [`Error::Connection`], [`Error::InvalidHandle`] as for [`send`](Self::send).
-    pub fn send_prepared(&mut self, stream: StreamId, segments: &Arc<PreparedSegments>) -> Result<(), Error> {
+    /// [`Error::WouldBlock`] when the buffer is full (`write` is not called), and the others as for
+    /// [`send`](Self::send).
+    pub fn send_with(
+        &mut self,
+        stream: StreamId,
+        max: usize,
+        write: impl FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize, Error> {
+        let e = self.writable_entry(stream)?;
+        if max == 0 {
+            return Ok(0);
+        }
+        let n = e.conn.send_with(max, write).ok_or(Error::WouldBlock)?;
+        if n > 0 {
+            self.mark_ready(stream.index);
+        }
+        Ok(n)
+    }
+
+    /// The entry of `stream`, if the application may still queue bytes on it.
+    fn writable_entry(&mut self, stream: StreamId) -> Result<&mut super::Entry, Error> {
         let e = self.entry_mut(stream)?;
         if let Some(err) = e.conn.error() {
             return Err(Error::Connection(err));
@@ -113,6 +150,19 @@ impl Stack {
         {
             return Err(Error::WriteClosed);
         }
+        Ok(e)
+    }
+
+    /// Queues prepared content on `stream` after what is queued, by reference (no copy of its
+    /// bytes; see [Prepared content](crate::stack#prepared-content-the-sandstorm-send-path)). All or
+    /// nothing: the send ring's room does not limit it (the content is shared, not buffered per
+    /// connection), but at most 64 runs of content wait per connection.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when 64 runs are queued, [`Error::WriteClosed`],
+    /// [`Error::Connection`], [`Error::InvalidHandle`] as for [`send`](Self::send).
+    pub fn send_prepared(&mut self, stream: StreamId, segments: &Arc<PreparedSegments>) -> Result<(), Error> {
+        let e = self.writable_entry(stream)?;
         if !e.conn.send_prepared(segments) {
             return Err(Error::WouldBlock);
         }

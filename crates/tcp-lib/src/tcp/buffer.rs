@@ -429,8 +429,31 @@ impl RingBuffer {
         n
     }
 
+    /// At most `max` bytes of the free space from the end of the stored bytes, as two slices for
+    /// the caller to write in place (the second is empty unless the free space wraps past the end
+    /// of the storage); [`enqueue_unallocated`](Self::enqueue_unallocated) commits what was
+    /// written, from the front of the first. The storage grows to cover them first, as for a write
+    /// of `max` bytes (so a budget that refuses the growth clamps the ring, and the slices are
+    /// shorter); the part of it never written before is zeroed once, so the slices hold this
+    /// ring's earlier bytes or zeros, never another's.
+    pub(crate) fn free_slices(&mut self, max: usize) -> (&mut [u8], &mut [u8]) {
+        let n = self.room(0, max);
+        if n == 0 {
+            return (&mut [], &mut []);
+        }
+        let start = self.index(self.len);
+        let first = n.min(self.cap - start);
+        if self.storage.len() < start + first {
+            // Within the capacity `room` made sure of: no reallocation.
+            self.storage.resize(start + first, 0);
+        }
+        // A wrapped run ends before the head, which lies inside the written storage.
+        let (front, back) = self.storage.split_at_mut(start);
+        (&mut back[..first], &mut front[..n - first])
+    }
+
     /// Commits `n` bytes previously written with [`write_unallocated`](Self::write_unallocated)
-    /// at the end (at most the free space).
+    /// (or into [`free_slices`](Self::free_slices)) at the end (at most the free space).
     pub(crate) fn enqueue_unallocated(&mut self, n: usize) {
         self.len += n.min(self.free());
     }
@@ -593,6 +616,51 @@ mod tests {
         let mut out = [0; 6];
         assert_eq!(r.dequeue_slice(&mut out), 6);
         assert_eq!(&out, b"ablate");
+    }
+
+    #[test]
+    fn free_slices_are_written_in_place_and_wrap() {
+        let mut r = RingBuffer::new(8);
+        let (a, b) = r.free_slices(5);
+        assert_eq!((a.len(), b.len()), (5, 0), "at most what was asked");
+        assert!(a.iter().all(|&x| x == 0), "storage never written is zeroed");
+        a[..3].copy_from_slice(b"abc");
+        r.enqueue_unallocated(3);
+        assert_eq!(r.allocated(), MIN_ALLOCATION.min(8), "grown as a write of 5 would grow it");
+        assert_eq!(r.dequeue_allocated(2), 2);
+        // Free: storage 3..8, then 0..2 (wrapped).
+        let (a, b) = r.free_slices(100);
+        assert_eq!((a.len(), b.len()), (5, 2));
+        a.copy_from_slice(b"defgh");
+        b.copy_from_slice(b"ij");
+        r.enqueue_unallocated(7);
+        assert_eq!(r.free(), 0);
+        let (a, b) = r.free_slices(100);
+        assert!(a.is_empty() && b.is_empty(), "full");
+        let mut out = [0; 8];
+        assert_eq!(r.dequeue_slice(&mut out), 8);
+        assert_eq!(&out, b"cdefghij");
+        // The model: one enqueue_slice of the same bytes leaves the same ring.
+        let mut m = RingBuffer::new(8);
+        m.enqueue_slice(b"abc");
+        m.dequeue_allocated(2);
+        m.enqueue_slice(b"defghij");
+        let mut out2 = [0; 8];
+        assert_eq!(m.dequeue_slice(&mut out2), 8);
+        assert_eq!(out, out2);
+    }
+
+    #[test]
+    fn free_slices_of_a_refused_ring_are_its_storage() {
+        let budget = Arc::new(BufferBudget::new(0));
+        let mut r = RingBuffer::new(64 * 1024);
+        r.set_budget(&budget, Side::Tx);
+        let (a, b) = r.free_slices(10_000);
+        assert_eq!((a.len(), b.len()), (BufferBudget::GUARANTEED, 0), "clamped to the guaranteed storage");
+        r.enqueue_unallocated(BufferBudget::GUARANTEED);
+        assert!(r.is_clamped());
+        assert_eq!((budget.stats().tx_clamps, budget.stats().tx_refused), (1, 1));
+        assert_eq!(r.allocated(), BufferBudget::GUARANTEED);
     }
 
     #[test]

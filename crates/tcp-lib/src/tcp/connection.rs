@@ -811,6 +811,21 @@ impl Connection {
         self.snd.stream.push(data)
     }
 
+    /// Lets the application write up to `max` bytes to send straight into the send buffer's free
+    /// space, instead of copying them in from a buffer of its own as [`send`](Self::send) does:
+    /// `write` gets the free space as a slice (holding earlier bytes of this stream, or zeros),
+    /// writes its bytes at its front and returns how many; when the free space wraps around the
+    /// ring and the first slice was filled, `write` is called again with the rest. Each segment that
+    /// carries the bytes reads them from the buffer (retransmissions included), as for `send`.
+    /// Returns `None` without calling `write` when no byte can be queued now (the buffer is full,
+    /// or the sending side is shut down or the connection closed), else how many bytes were queued.
+    pub fn send_with(&mut self, max: usize, write: impl FnMut(&mut [u8]) -> usize) -> Option<usize> {
+        if !self.may_send() {
+            return None;
+        }
+        self.snd.stream.push_with(max, write)
+    }
+
     /// Queues prepared content to send after what is queued, by reference: its bytes are not
     /// copied into the send ring, and the connection holds the [`Arc`] until they are all
     /// acknowledged (retransmissions read them again). Returns false (nothing queued) once the

@@ -1,6 +1,8 @@
 //! [`SendStream`]: what a connection has queued to send and not yet had acknowledged, from
 //! SND.UNA (or the byte after our SYN) on. Bytes the application copied in with
-//! [`Connection::send`](super::Connection::send) sit in a ring buffer; content queued by
+//! [`Connection::send`](super::Connection::send), or wrote straight into the ring's free space with
+//! [`Connection::send_with`](super::Connection::send_with), sit in a ring buffer, which is also the
+//! retransmit queue: each segment reads its payload from there; content queued by
 //! reference with [`Connection::send_prepared`](super::Connection::send_prepared) stays in its
 //! [`PreparedSegments`] and is only read (or, in lending mode, lent as a [`PreparedSlice`]) when
 //! a segment is cut from it. Once prepared content was queued the stream is a list of pieces:
@@ -116,18 +118,55 @@ impl SendStream {
     /// Copies bytes into the ring at the end of the stream; returns how many fit (fewer than the
     /// free space when the ring's budget refuses it storage).
     pub(super) fn push(&mut self, data: &[u8]) -> usize {
+        self.unclamp();
+        let n = self.buf.enqueue_slice(data);
+        self.appended(n);
+        n
+    }
+
+    /// Lets the application write up to `max` bytes straight into the ring's free space:
+    /// `write` gets the free space as a slice, writes its bytes at the front and returns how many
+    /// (more than the slice's length counts as all of it); when the free space wraps and the first
+    /// slice was filled, `write` is called once more with the rest. The bytes written are appended
+    /// to the stream, without a copy of their own. Returns `None` (and
+    /// `write` is not called) when the ring has no free space to offer, else the bytes appended.
+    pub(super) fn push_with(
+        &mut self,
+        max: usize,
+        mut write: impl FnMut(&mut [u8]) -> usize,
+    ) -> Option<usize> {
+        self.unclamp();
+        let (first, second) = self.buf.free_slices(max);
+        if first.is_empty() {
+            return None;
+        }
+        let (len, more) = (first.len(), !second.is_empty());
+        let mut n = write(first).min(len);
+        if n == len && more {
+            let len = second.len();
+            n += write(second).min(len);
+        }
+        self.buf.enqueue_unallocated(n);
+        self.appended(n);
+        Some(n)
+    }
+
+    /// A clamped ring whose bytes were all acknowledged may ask its budget for storage again.
+    fn unclamp(&mut self) {
         if self.buf.is_clamped() {
-            // Everything sent was acknowledged: the ring may ask the budget again.
             self.buf.unclamp();
         }
-        let n = self.buf.enqueue_slice(data);
+    }
+
+    /// Records `n` bytes just appended to the ring in the piece list, if the stream is kept as
+    /// pieces.
+    fn appended(&mut self, n: usize) {
         if n > 0 && !self.pieces.is_empty() {
             match self.pieces.back_mut() {
                 Some(Piece::Ring(len)) => *len += n,
                 _ => self.pieces.push_back(Piece::Ring(n)),
             }
         }
-        n
     }
 
     /// Queues prepared content at the end of the stream, by reference; false (nothing queued)
