@@ -97,7 +97,7 @@
 //!   NextSeg() (lost holes, then new data, then other holes below HighSACK), exit once the
 //!   cumulative ACK reaches the recovery point; an RTO forgets the scoreboard (§5.1, safe
 //!   against reneging) and resends from SND.UNA, skipping what is SACKed afterwards. Also: RFC
-//!   5827 early retransmit for windows under four segments, and detection of a lost
+//!   5827 early retransmit for windows under four segments (without RACK), and detection of a lost
 //!   retransmission of the hole at SND.UNA (data sent after it was SACKed). No rescue
 //!   retransmission. Without SACK, NewReno recovery as below.
 //! * RFC 8985 §6 RACK ([`Config::rack`], off by default): time-based loss marking beside IsLost.
@@ -369,8 +369,9 @@ pub struct Config {
     /// RACK time-based loss detection with SACK (RFC 8985 §6): a segment sent before one the
     /// peer has SACKed is deemed lost once an RTT plus a reordering window (a quarter of the
     /// minimum RTT while reordering is seen or the loss is not plain) has passed since it left,
-    /// checked on every ACK and by a reordering timer, besides RFC 6675's IsLost. `false` (the
-    /// default): IsLost alone, and the RTO.
+    /// checked on every ACK and by a reordering timer, besides RFC 6675's IsLost. Its
+    /// reordering window then stands in for RFC 5827's early retransmit, which is off (as in
+    /// Linux since 4.14). `false` (the default): IsLost and early retransmit, and the RTO.
     pub rack: bool,
     /// Which delivered transmission gives RACK.rtt when one ACK delivers several: `false` (the
     /// default) the last by the time it left (RFC 8985 §6.2 step 2); `true` the last in Linux's

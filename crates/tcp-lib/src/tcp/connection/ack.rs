@@ -239,8 +239,9 @@ impl Connection {
         // RFC 6675 §5 step (1.b): with SACK, loss is also detected when IsLost(HighACK + 1),
         // whatever the ACK carried (data from the peer does not make an ACK a duplicate, but its
         // SACK blocks count); and by early retransmit (RFC 5827) when too little is in flight
-        // for three segments to be SACKed. A new recovery starts once HighACK >= RecoveryPoint
-        // (RFC 6675 §5).
+        // for three segments to be SACKed, unless RACK is on: its reordering window covers that
+        // case (RFC 8985 §3.4, as Linux, which dropped early retransmit for RACK in 4.14). A new
+        // recovery starts once HighACK >= RecoveryPoint (RFC 6675 §5).
         if new_sack
             && !self.recovery.active
             && self.snd.una.partial_cmp(&self.recovery.recover) != Some(std::cmp::Ordering::Less)
@@ -250,7 +251,7 @@ impl Connection {
                 .holes(self.snd.una, self.snd.max, mss)
                 .next()
                 .is_some_and(|h| h.start == self.snd.una && h.lost)
-                || self.early_retransmit())
+                || (!self.config.rack && self.early_retransmit()))
         {
             self.enter_recovery();
         }

@@ -20,6 +20,11 @@ fn ten_in_flight(rack: bool) -> Script {
 
 /// [`ten_in_flight`] with the rest of `config` as given.
 fn ten_in_flight_with(config: Config) -> Script {
+    in_flight(config, 10)
+}
+
+/// Established as [`ten_in_flight`] says, with `segments` sent at once.
+fn in_flight(config: Config, segments: usize) -> Script {
     let config = Config {
         sack: true,
         mss: 1000,
@@ -43,9 +48,9 @@ fn ten_in_flight_with(config: Config) -> Script {
     s.send(&TcpRepr { ack_number: Some(LOCAL_SEQ + 1), window_len: 60_000, ..SEND_TEMPL });
     assert_eq!(s.conn.state(), State::Established);
     assert_eq!(s.conn.stats().srtt, Some(100 * MS));
-    assert_eq!(s.conn.send(&[3; 10 * MSS]), 10 * MSS);
+    assert_eq!(s.conn.send(&vec![3; segments * MSS]), segments * MSS);
     let flight = s.drain();
-    assert_eq!(flight.iter().filter(|o| !o.payload.is_empty()).count(), 10);
+    assert_eq!(flight.iter().filter(|o| !o.payload.is_empty()).count(), segments);
     s
 }
 
@@ -190,4 +195,27 @@ fn linux_takes_sack_blocks_in_whole_segments() {
         let want = if linux { 2 * MSS } else { want + 2 * MSS - 10 };
         assert_eq!(s.conn.stats().sacked_bytes, want);
     }
+}
+
+/// Two segments out, the second SACKed: RFC 5827's early retransmit resends the first at once
+/// (fewer than four segments in flight, all but one SACKed). With RACK the reordering window
+/// covers that case instead (as Linux, which removed early retransmit for RACK): nothing goes at
+/// once, and the reordering timer resends the first segment a quarter of the minimum RTT later
+/// (packetdrill's `cubic/cubic-rack-reo-timeout-retrans-failed-incoming-data.pkt`).
+#[test]
+fn rack_waits_out_the_reordering_window_where_early_retransmit_would_not() {
+    let resent_at_once = |rack: bool| {
+        let mut s = in_flight(Config { rack, ..script_config() }, 2);
+        s.advance(100 * MS);
+        s.send(&sack(&[(MSS, 2 * MSS)]));
+        let out = s.drain();
+        (s, out.iter().filter(|o| !o.payload.is_empty()).map(|o| o.repr.seq_number).collect::<Vec<_>>())
+    };
+    assert_eq!(resent_at_once(false).1, [ours(0)], "early retransmit");
+    let (mut s, at_once) = resent_at_once(true);
+    assert!(at_once.is_empty(), "RACK waits for the reordering window: {at_once:?}");
+    s.advance(26 * MS);
+    let out = s.drain();
+    let rexmit: Vec<_> = out.iter().filter(|o| !o.payload.is_empty()).map(|o| o.repr.seq_number).collect();
+    assert_eq!(rexmit, [ours(0)], "the reordering timer resends it");
 }
