@@ -69,10 +69,15 @@ impl Connection {
     /// RTO idle down to the initial window, ssthresh at least three quarters of the old cwnd
     /// outside a reduction).
     pub(super) fn cc_restart_after_idle(&mut self, now: Instant) {
+        // The knob first: this runs before every send with nothing in flight, and the clock
+        // arithmetic below is not free.
+        if !self.config.restart_after_idle {
+            return;
+        }
         let Some(last) = self.snd.last_data_sent else { return };
         let rto = self.rtt.rto();
         let mut idle = now.saturating_duration_since(last);
-        if !self.config.restart_after_idle || idle <= rto || rto.is_zero() {
+        if idle <= rto || rto.is_zero() {
             return;
         }
         let mss = self.snd.mss.max(1);
