@@ -390,6 +390,21 @@ impl IxgbeQueue {
         }
     }
 
+    /// The slow step found a good frame and the stash empty: the device completed the descriptor
+    /// after the loop looked at it with an empty stash, so no refill was tried. Tries one; when the
+    /// cache has no buffer either, counts `rx_no_buffer` (the frame stays in the ring for the next
+    /// burst) and returns false.
+    #[cold]
+    #[inline(never)]
+    fn rx_refill_late(&mut self, cache: &PoolCache) -> bool {
+        if self.refill_stash(cache) > 0 {
+            return true;
+        }
+        self.extra.rx_no_buffer += 1;
+        self.stats.rx_no_buffer += 1;
+        false
+    }
+
     /// Drops the descriptor in `slot` (status `status`): counts it, tracks chains of descriptors
     /// without EOP (the rest of such a frame is dropped too), and re-arms the slot with its own
     /// buffer.
@@ -607,15 +622,11 @@ impl IxgbeQueue {
                 break;
             }
             if !self.rx_discard && Self::rx_good(status, buf_len) {
-                if self.stash_len > 0 {
+                if self.stash_len > 0 || self.rx_refill_late(cache) {
                     // The device completed it after the scan looked (it writes descriptors
                     // concurrently): the fast path takes it.
                     continue;
                 }
-                // A good frame but no fresh buffer to replace it: leave it in the ring for the next
-                // burst.
-                self.extra.rx_no_buffer += 1;
-                self.stats.rx_no_buffer += 1;
                 break;
             }
             // The slot keeps its buffer.
