@@ -22,7 +22,7 @@
 //! ```text
 //! cargo build --release -p netchannel --example channel_regimes
 //! target/release/examples/channel_regimes [--rounds 5] [--items 10000000] [--work 6] [--cpus 2,3]
-//!     [--filter free/1] [--verbose]
+//!     [--filter free/1] [--verbose] [--only nc-park]
 //! ```
 
 #![expect(
@@ -405,11 +405,19 @@ struct Opts {
     cpus: Option<(usize, usize)>,
     filter: Vec<String>,
     verbose: bool,
+    only: Option<&'static str>,
 }
 
 fn parse_args() -> Result<Opts, String> {
-    let mut opts =
-        Opts { rounds: 5, items: 10_000_000, steps: 4, cpus: None, filter: Vec::new(), verbose: false };
+    let mut opts = Opts {
+        rounds: 5,
+        items: 10_000_000,
+        steps: 4,
+        cpus: None,
+        filter: Vec::new(),
+        verbose: false,
+        only: None,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |what: &str| args.next().ok_or_else(|| format!("{arg} needs {what}"));
@@ -426,6 +434,14 @@ fn parse_args() -> Result<Opts, String> {
             }
             "--filter" => opts.filter.push(value("a substring of a case label")?),
             "--verbose" => opts.verbose = true,
+            "--only" => {
+                let v = value("a contender")?;
+                let name = CONTENDERS
+                    .iter()
+                    .find(|&&c| c == v)
+                    .ok_or_else(|| format!("--only: no contender {v}; one of {}", CONTENDERS.join(", ")))?;
+                opts.only = Some(name);
+            }
             "--help" | "-h" => return Err(String::new()),
             // `cargo bench` passes this to harness-less targets.
             "--bench" => {}
@@ -468,12 +484,28 @@ fn main() {
                 eprintln!("channel_regimes: {e}");
             }
             eprintln!(
-                "usage: channel_regimes [--rounds N] [--items N] [--work STEPS] [--cpus P,C] [--filter S]... [--verbose]"
+                "usage: channel_regimes [--rounds N] [--items N] [--work STEPS] [--cpus P,C] [--filter S]... [--verbose] [--only CONTENDER]"
             );
             std::process::exit(2);
         }
     };
     let cases = cases(&opts.filter);
+    if let Some(name) = opts.only {
+        // One contender alone, for a profiler attached to the whole process (`perf stat`).
+        for round in 0..opts.rounds {
+            for &case in &cases {
+                let r = run_named(name, case, &opts);
+                println!(
+                    "round {round} {:<28} {name:<8} {:>7.2} ns/item  failed pushes {:>10}  empty pops {:>10}",
+                    case.label(),
+                    r.ns_per_item,
+                    r.failed_pushes,
+                    r.empty_pops
+                );
+            }
+        }
+        return;
+    }
     // ns[case][contender][round]
     let mut ns = vec![vec![Vec::new(); CONTENDERS.len()]; cases.len()];
     let mut ratio = vec![Vec::new(); cases.len()];
