@@ -294,8 +294,9 @@ fi
 stage "benchmarks compile (cargo bench --no-run; the benches are the netchannels-benches package, benches/)"
 cargo bench --workspace --all-features --no-run --locked
 
-# Budget: under 2 minutes (about 30 s on 2 busy cores, target/debug warm from the stages above: only
-# the five packages compile). Packs every publishable crate and builds the packages together, offline.
+# Budget: under 4 minutes (about 30 s on 2 busy cores to build the five packages, target/debug warm
+# from the stages above, and up to 2 minutes for their tests' `cargo test --no-run`). Packs every
+# publishable crate and builds the packages and their tests together, offline.
 stage "packages: cargo package --workspace of the publishable crates, each built from its .crate (scripts/package.sh)"
 run_script_stage packages 'package: [0-9]+ crates packed and built from their packages' "packages" scripts/package.sh
 

@@ -728,6 +728,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use netchannel::dev::PacketBatch;
+    #[cfg(feature = "netns-tests")]
     use netns_test::ip;
 
     use super::*;
@@ -883,6 +884,7 @@ mod tests {
         assert!(std::error::Error::source(&e).is_some());
     }
 
+    #[cfg(feature = "netns-tests")]
     #[test]
     fn tap_opens_existing_and_new_interfaces_and_refuses_what_it_cannot_serve() {
         netns_test::in_private_namespace(|| {
@@ -938,6 +940,7 @@ mod tests {
         });
     }
 
+    #[cfg(feature = "netns-tests")]
     /// Runs `body` in a private namespace holding a veth pair with 4 queues each way, the end we
     /// serve being `ncrtx0`.
     fn with_veth(body: impl FnOnce() -> Result<(), String> + Send + 'static) {
@@ -966,6 +969,7 @@ mod tests {
         });
     }
 
+    #[cfg(feature = "netns-tests")]
     /// Missing kernel support is a skip, anything else a failure.
     fn xdp_open(backend: &Backend, options: &OpenOptions<'_>) -> Result<Opened, String> {
         open(backend, options).map_err(|e| match &e {
@@ -977,6 +981,7 @@ mod tests {
         })
     }
 
+    #[cfg(feature = "netns-tests")]
     #[test]
     fn xdp_opens_one_port_per_queue() {
         with_veth(|| {
@@ -1016,6 +1021,7 @@ mod tests {
         });
     }
 
+    #[cfg(feature = "netns-tests")]
     #[test]
     fn xdp_errors_name_the_interface_and_the_fix() {
         with_veth(|| {

@@ -206,6 +206,7 @@ mod tests {
         pool.check_leaks().unwrap();
     }
 
+    #[cfg(feature = "netns-tests")]
     /// An idle core sleeps on an AF_XDP port only while nothing waits on its TX ring: a copy-mode
     /// `sendto` takes at most 32 frames, so after a burst of 200 the rest wait for the next kick,
     /// which a sleep would hold back until a frame arrived.
