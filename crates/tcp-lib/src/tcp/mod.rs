@@ -600,7 +600,7 @@ pub struct Stats {
     /// Data transmissions that waited for their departure time ([`Config::pacing`]).
     pub paced: u64,
     /// How long those waited in all: from the first time the pacing held one back to its
-    /// departure.
+    /// departure time.
     pub pacing_wait: Duration,
     /// The rate the last paced transmission was paced at, in bytes per second (0: none yet).
     pub pacing_rate: u64,

@@ -108,21 +108,19 @@ pub(crate) struct Pacer {
 
 impl Pacer {
     /// The departure time a data transmission must wait for at `now`, if it is ahead.
-    pub(crate) fn hold(&mut self, now: Instant) -> Option<Instant> {
-        let next = self.next.filter(|&t| t > now)?;
-        self.waiting.get_or_insert(now);
-        Some(next)
+    pub(crate) fn departure(&self, now: Instant) -> Option<Instant> {
+        self.next.filter(|&t| t > now)
     }
 
-    /// The departure time came and nothing was sent (the windows hold the data): no
-    /// transmission is waiting for the pacing any more.
-    pub(crate) fn idle(&mut self) {
-        self.waiting = None;
+    /// A data transmission is held back at `now` until [`departure`](Self::departure).
+    pub(crate) fn hold(&mut self, now: Instant) {
+        self.waiting.get_or_insert(now);
     }
 
     /// A data transmission of `bytes` in `segments` segments left at `now`, paced at `rate`
     /// bytes per second: the next departure time moves on (`tcp_update_skb_after_send`). Returns
-    /// how long it waited for its departure time, if [`hold`](Self::hold) held it back.
+    /// how long the pacing held it back, if [`hold`](Self::hold) did: from the first hold to the
+    /// departure time (not beyond: what the windows held it for after that is not the pacing's).
     pub(crate) fn sent(
         &mut self,
         now: Instant,
@@ -132,6 +130,7 @@ impl Pacer {
     ) -> Option<Duration> {
         let prior = self.next.unwrap_or(now);
         let start = prior.max(now);
+        let waited = self.waiting.take().map(|held| prior.saturating_duration_since(held));
         self.segments = self.segments.saturating_add(segments).min(UNPACED_START);
         let mut next = start;
         if let Some(rate) = rate.filter(|&r| r > 0)
@@ -145,7 +144,7 @@ impl Pacer {
             next += interval - late.min(interval / 2);
         }
         self.next = Some(next);
-        self.waiting.take().map(|held| now.saturating_duration_since(held))
+        waited
     }
 }
 
@@ -176,20 +175,22 @@ mod tests {
         // 1000 bytes per ms.
         let rate = Some(1_000_000);
         for _ in 0..4 {
-            assert_eq!(pacer.hold(t0), None);
+            assert_eq!(pacer.departure(t0), None);
             pacer.sent(t0, 2000, 2, rate);
         }
-        assert_eq!(pacer.hold(t0), None, "eight segments: unpaced");
+        assert_eq!(pacer.departure(t0), None, "eight segments: unpaced");
         pacer.sent(t0, 2000, 2, rate);
-        assert_eq!(pacer.hold(t0), Some(t0 + 2 * MS), "the tenth segment starts the pacing");
-        assert_eq!(pacer.hold(t0 + MS), Some(t0 + 2 * MS));
+        assert_eq!(pacer.departure(t0), Some(t0 + 2 * MS), "the tenth segment starts the pacing");
+        pacer.hold(t0);
+        assert_eq!(pacer.departure(t0 + MS), Some(t0 + 2 * MS));
+        pacer.hold(t0 + MS);
         assert_eq!(pacer.sent(t0 + 2 * MS, 2000, 2, rate), Some(2 * MS), "it waited since t0");
-        assert_eq!(pacer.hold(t0 + 3 * MS), Some(t0 + 4 * MS));
-        // Sent 6 ms late: half of the next interval is given back.
-        assert_eq!(pacer.sent(t0 + 10 * MS, 2000, 2, rate), Some(7 * MS));
-        assert_eq!(pacer.hold(t0 + 10 * MS), Some(t0 + 11 * MS));
-        pacer.idle();
+        assert_eq!(pacer.departure(t0 + 3 * MS), Some(t0 + 4 * MS));
+        pacer.hold(t0 + 3 * MS);
+        // Sent 6 ms late (the windows held it): the pacing held it 1 ms, and half of the next
+        // interval is given back.
+        assert_eq!(pacer.sent(t0 + 10 * MS, 2000, 2, rate), Some(MS));
         assert_eq!(pacer.sent(t0 + 11 * MS, 2000, 2, None), None, "no RTT: no interval");
-        assert_eq!(pacer.hold(t0 + 11 * MS), None);
+        assert_eq!(pacer.departure(t0 + 11 * MS), None);
     }
 }

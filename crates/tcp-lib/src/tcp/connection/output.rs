@@ -154,7 +154,7 @@ impl Connection {
         // Pacing (`pacing.rs`): data waits for its departure time; the knob is tested before any
         // clock arithmetic, so that a connection without pacing pays nothing for it.
         let held = self.config.pacing.is_some() && self.pace_hold(now);
-        if !held && self.recovery.fast_rexmit {
+        if self.recovery.fast_rexmit && !held {
             self.recovery.fast_rexmit = false;
             if let Some(t) = self.retransmit_first(now, buf) {
                 return Some(t);
@@ -165,7 +165,7 @@ impl Connection {
         {
             return Some(t);
         }
-        let sack_recovery = !held && self.recovery.active && self.sack_ok && self.state != State::TimeWait;
+        let sack_recovery = self.recovery.active && !held && self.sack_ok && self.state != State::TimeWait;
         // RFC 6675 §5 step (C), NextSeg() rule 1: lost holes first...
         if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, true) {
             return Some(t);
@@ -180,9 +180,6 @@ impl Connection {
         // ... rule 3: holes below the highest SACKed byte not yet deemed lost.
         if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, false) {
             return Some(t);
-        }
-        if !held && self.config.pacing.is_some() {
-            self.snd.pacer.idle();
         }
         if self.persist.probe_pending {
             self.persist.probe_pending = false;
@@ -514,6 +511,7 @@ impl Connection {
     #[cold]
     #[inline(never)]
     fn pace_hold(&mut self, now: Instant) -> bool {
+        let Some(at) = self.snd.pacer.departure(now) else { return false };
         if Packet::continues(&self.snd.packet, now, self.snd.nxt) {
             // The rest of a TSO packet goes with its first segment.
             return false;
@@ -523,13 +521,11 @@ impl Connection {
         let waiting = self.recovery.fast_rexmit
             || self.recovery.active
             || (room && (unsent || self.snd.nxt < self.snd.max));
-        match self.snd.pacer.hold(now).filter(|_| waiting) {
-            Some(at) => {
-                self.timers.pace = Some(at);
-                true
-            }
-            None => false,
+        if waiting {
+            self.snd.pacer.hold(now);
+            self.timers.pace = Some(at);
         }
+        waiting
     }
 
     /// A data transmission of `len` bytes at `seq` left at `now`: the pacing's next departure
