@@ -57,7 +57,8 @@ pub struct Pacing {
     /// `tcp_pacing_ca_ratio` (120).
     pub ca_ratio: u16,
     /// The most bytes per second, whatever the window (Linux's `SO_MAX_PACING_RATE`); `None`: no
-    /// cap.
+    /// cap. A rate of 0 (a cap of 0, or a window too small for a byte per second) paces nothing:
+    /// the windows alone hold the data then.
     pub max_rate: Option<u64>,
 }
 
