@@ -151,10 +151,9 @@ impl Connection {
             }
             _ => {}
         }
-        // Pacing (`pacing.rs`): data waits for its departure time; the knob is tested before any
-        // clock arithmetic, so that a connection without pacing pays nothing for it.
-        let held = self.config.pacing.is_some() && self.pace_hold(now);
-        if self.recovery.fast_rexmit && !held {
+        // Pacing (`pacing.rs`) holds data until its departure time: checked only where data
+        // would go, so that an ACK pays nothing for it.
+        if self.recovery.fast_rexmit && !self.paced_hold(now) {
             self.recovery.fast_rexmit = false;
             if let Some(t) = self.retransmit_first(now, buf) {
                 return Some(t);
@@ -165,14 +164,14 @@ impl Connection {
         {
             return Some(t);
         }
-        let sack_recovery = self.recovery.active && !held && self.sack_ok && self.state != State::TimeWait;
+        let sack_recovery =
+            self.recovery.active && self.sack_ok && self.state != State::TimeWait && !self.paced_hold(now);
         // RFC 6675 §5 step (C), NextSeg() rule 1: lost holes first...
         if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, true) {
             return Some(t);
         }
         // ... rule 2: new data...
-        if !held
-            && self.state != State::TimeWait
+        if self.state != State::TimeWait
             && let Some(t) = self.send_data(now, buf)
         {
             return Some(t);
@@ -371,6 +370,10 @@ impl Connection {
         if unsent == 0 && !fin_pending {
             return None;
         }
+        // Pacing: the data waits for its departure time (a tail loss probe does not).
+        if self.config.pacing.is_some() && self.recovery.tlp_budget == 0 && self.pace_hold(now) {
+            return None;
+        }
         if unsent > 0 && self.snd.una == self.snd.max && self.snd.wnd > 0 {
             // New data can go (a zero window holds it, and the restart, until the peer opens).
             self.cc_restart_after_idle(now);
@@ -502,6 +505,13 @@ impl Connection {
             self.stats.segments_out += n.div_ceil(mss) as u64 - 1;
         }
         Some(t)
+    }
+
+    /// [`pace_hold`](Self::pace_hold) when the connection paces; the knob is tested before any
+    /// clock arithmetic, so that a connection without pacing pays a test for it.
+    #[inline]
+    fn paced_hold(&mut self, now: Instant) -> bool {
+        self.config.pacing.is_some() && self.pace_hold(now)
     }
 
     /// Whether data must wait for its departure time ([`Config::pacing`](crate::tcp::Config::pacing)):

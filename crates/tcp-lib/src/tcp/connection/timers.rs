@@ -24,9 +24,11 @@ impl Connection {
             }
         }
         let t = &self.timers;
-        let retransmit = earlier(earlier(earlier(t.rto, t.tlp), t.rack), t.pace);
+        let retransmit = earlier(earlier(t.rto, t.tlp), t.rack);
         let other = earlier(earlier(t.delayed_ack, t.persist), earlier(t.keepalive, t.time_wait));
-        earlier(retransmit, other)
+        let soonest = earlier(retransmit, other);
+        // Only a pacing connection arms the pacing timer.
+        if self.config.pacing.is_some() { earlier(soonest, t.pace) } else { soonest }
     }
 
     /// Runs the timers due at `now`: retransmission, delayed ACK, persist, keepalive, TIME-WAIT.
