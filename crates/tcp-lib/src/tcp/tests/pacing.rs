@@ -25,7 +25,7 @@ fn linux(min_tso_segs: u16, pacing: Option<Pacing>) -> Config {
         linux_rto: true,
         grow_on_reordered_sacks: true,
         cwnd_validation: true,
-        tail_loss_probe: false,
+        tail_loss_probe: true,
         rack: true,
         rack_rtt_sequence_order: true,
         sack_in_segments: true,
