@@ -25,6 +25,12 @@
 //!   [`Connection::poll_timeout`]'s timers: a paced connection sleeps until it, never spins
 //!   (Linux's `tcp_pacing_check` arms an hrtimer the same way).
 //!
+//! This is Linux's internal pacing, where a packet is built when it may leave. Under `fq`, Linux
+//! hands the qdisc up to two packets ahead (TCP Small Queues), each stamped with its departure
+//! time when handed over, so an ACK that arrives meanwhile changes the rate one or two packets
+//! later than here: departures differ by a fraction of a packet interval (packetdrill's
+//! `slow-start-fq-ack-per-2pkt.pkt` allows 4 ms and tcp-lib's are within 3 ms of its times).
+//!
 //! The TSO packet sizes of [`Push::Linux`](super::Push::Linux) follow the same rate
 //! (`tcp_tso_autosize`: about a millisecond of it). [`Stats::paced`] counts the transmissions
 //! that waited for their departure time, [`Stats::pacing_wait`] how long they waited in all, and
