@@ -21,6 +21,8 @@
 //! * [`socket`]: the socket calls, with Linux's errno values, over the descriptor table in [`fds`];
 //! * [`profile`]: `--so_flags`, and the Linux-compatible configuration profile;
 //! * [`sysctl`]: the namespace's `net.ipv4` sysctls, read as a script sets them;
+//! * [`qdisc`]: whether the script puts `fq` on `tun0`, under which Linux paces (and so does the
+//!   shim's stack);
 //! * [`tcp_info`]: `TCP_INFO` for the scripts' Python assertions, through an interposed
 //!   `getsockopt` (the shim is also `LD_PRELOAD`ed).
 //!
@@ -35,6 +37,7 @@ pub mod fds;
 pub mod ffi;
 pub mod host;
 pub mod profile;
+pub mod qdisc;
 pub mod socket;
 pub mod sysctl;
 pub mod tcp_info;

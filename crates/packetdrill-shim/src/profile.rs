@@ -11,7 +11,7 @@
 //! | `mtu` | `1500` | the IP MTU |
 //! | `profile` | `linux` | `linux` ([`Defaults::Linux`], see [`Profile::tcp`]) or `tcp-lib` (the library's own defaults) |
 //! | `horizon` | `600` | seconds of virtual time `netdev_receive` waits for the stack to send |
-//! | `sysctls` | `on` | under `linux`, read the namespace's sysctls ([`crate::sysctl`]); `off`: the profile alone |
+//! | `sysctls` | `on` | under `linux`, read the namespace's sysctls ([`crate::sysctl`]) and pace when the script puts `fq` on `tun0` ([`crate::qdisc`]); `off`: the profile alone |
 //!
 //! An unknown key or a malformed value is an error that names the key: a misspelt flag must not
 //! silently test another configuration.

@@ -15,7 +15,7 @@ use tcp_lib::tcp::{self, ConnectionError, Keepalive, State};
 use crate::fds::{Errno, Kind, Options, Socket};
 use crate::host::Host;
 use crate::profile::Defaults;
-use crate::sysctl;
+use crate::{qdisc, sysctl};
 
 /// What a socket call came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,12 +89,16 @@ fn positive(v: i32) -> Result<u32, Errno> {
 
 impl Host {
     /// The configuration of a connection opened or accepted through a socket with `opts`: the
-    /// profile's, then (profile `linux`) the namespace's sysctls, then the socket's options.
+    /// profile's, then (profile `linux`) the namespace's sysctls and pacing when the script put
+    /// `fq` on `tun0` ([`qdisc`]), then the socket's options.
     fn tcp_config(&self, opts: &Options) -> tcp::Config {
         let mut c = self.profile.tcp();
         let linux = self.profile.defaults == Defaults::Linux;
         let sysctls = linux && self.profile.sysctls;
         if sysctls {
+            if qdisc::script_installs_fq() {
+                c.pacing = Some(tcp::Pacing::LINUX);
+            }
             sysctl::apply(&mut c);
         }
         if let Some(mss) = opts.maxseg {

@@ -70,6 +70,14 @@ pub fn apply_from(root: &Path, c: &mut tcp::Config) {
     if let (Some(n), tcp::Push::Linux { min_tso_segs }) = (value("tcp_min_tso_segs"), &mut c.push) {
         *min_tso_segs = u16::try_from(n).unwrap_or(u16::MAX).max(1);
     }
+    if let Some(p) = c.pacing.as_mut() {
+        if let Some(n) = value("tcp_pacing_ss_ratio") {
+            p.ss_ratio = u16::try_from(n).unwrap_or(u16::MAX);
+        }
+        if let Some(n) = value("tcp_pacing_ca_ratio") {
+            p.ca_ratio = u16::try_from(n).unwrap_or(u16::MAX);
+        }
+    }
     // 0: off, 1: ask and accept, 2 (Linux's default): accept only; Linux's other values (3 and
     // up: AccECN) are not RFC 3168 and leave it alone.
     match value("tcp_ecn") {
@@ -110,14 +118,20 @@ mod tests {
         std::fs::write(dir.join("tcp_ecn"), "1\n").unwrap();
         std::fs::write(dir.join("tcp_min_tso_segs"), "10\n").unwrap();
         std::fs::write(dir.join("tcp_slow_start_after_idle"), "1\n").unwrap();
-        let mut c =
-            tcp::Config { sack: false, push: tcp::Push::Linux { min_tso_segs: 2 }, ..tcp::Config::default() };
+        std::fs::write(dir.join("tcp_pacing_ss_ratio"), "150\n").unwrap();
+        let mut c = tcp::Config {
+            sack: false,
+            push: tcp::Push::Linux { min_tso_segs: 2 },
+            pacing: Some(tcp::Pacing::LINUX),
+            ..tcp::Config::default()
+        };
         apply_from(&dir, &mut c);
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(!c.timestamps && c.sack && c.window_scaling, "garbage leaves the setting alone");
         assert_eq!(c.ecn, tcp::Ecn::On);
         assert_eq!(c.push, tcp::Push::Linux { min_tso_segs: 10 });
         assert!(c.restart_after_idle);
+        assert_eq!(c.pacing, Some(tcp::Pacing { ss_ratio: 150, ..tcp::Pacing::LINUX }));
         assert_eq!(
             (c.recv_buffer, c.rcv_wscale, c.send_buffer, c.syn_retries),
             (540_000, Some(8), 262_144, 5)

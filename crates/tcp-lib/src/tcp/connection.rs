@@ -18,6 +18,7 @@ use super::buffer::{Assembler, RingBuffer};
 use super::congestion::{CongestionAlgorithm, CongestionControl};
 use super::controller::Controller;
 use super::hystart::SlowStartExit;
+use super::pacing::Pacer;
 use super::prepared::PreparedSegments;
 use super::rack::Rack;
 use super::rtt::RttEstimator;
@@ -184,6 +185,8 @@ struct SendSide {
     retries: u32,
     /// The segment timed for an RTT sample when timestamps are off (Karn's algorithm).
     rtt_timing: Option<(SeqNumber, Instant)>,
+    /// Departure times ([`Config::pacing`]).
+    pacer: Pacer,
 }
 
 /// The receive side of a connection: the receive sequence space, the receive ring and the data
@@ -261,6 +264,8 @@ struct Timers {
     tlp: Option<Instant>,
     /// RACK's reordering timer (RFC 8985 §6.3).
     rack: Option<Instant>,
+    /// The departure time of data the pacing holds back ([`Config::pacing`]).
+    pace: Option<Instant>,
 }
 
 /// Zero-window probing (RFC 1122 §4.2.2.17).
@@ -406,6 +411,7 @@ impl Connection {
                 wscale: 0,
                 retries: 0,
                 rtt_timing: None,
+                pacer: Pacer::default(),
             },
             rcv: RecvSide {
                 irs: SeqNumber::default(),
@@ -440,6 +446,7 @@ impl Connection {
                 time_wait: None,
                 tlp: None,
                 rack: None,
+                pace: None,
             },
             persist: Persist {
                 backoff: 0,
@@ -474,7 +481,8 @@ impl Connection {
             cc: config.congestion.controller(),
             slow_start: SlowStartExit::new(
                 config.hystart,
-                config.congestion == CongestionAlgorithm::LinuxCubic,
+                // Its log of transmissions gives Linux's RTO estimator a sample per ACK, too.
+                config.congestion == CongestionAlgorithm::LinuxCubic || config.linux_rto,
                 now,
                 iss,
             ),
@@ -937,6 +945,7 @@ impl Connection {
         self.timers.time_wait = None;
         self.timers.tlp = None;
         self.timers.rack = None;
+        self.timers.pace = None;
         self.recovery.tlp_pending = false;
         self.ack.pending = false;
         self.ack.now = false;
@@ -971,6 +980,7 @@ impl Connection {
         self.timers.keepalive = None;
         self.timers.tlp = None;
         self.timers.rack = None;
+        self.timers.pace = None;
         self.recovery.tlp_pending = false;
         self.persist.probe_pending = false;
         self.keepalive.pending = false;

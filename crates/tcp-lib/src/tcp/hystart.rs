@@ -84,6 +84,9 @@ const OFFLOAD_MAX: Duration = Duration::from_millis(1);
 pub(crate) struct Verdict {
     /// The RTT sample the ACK gave (the newest original transmission it acknowledged).
     pub(crate) sample: Option<Duration>,
+    /// The RTT of the oldest original transmission the ACK acknowledged (Linux's `seq_rtt_us`,
+    /// the sample its RTO estimator takes from every ACK).
+    pub(crate) oldest: Option<Duration>,
     /// Slow start should end here (ssthresh = cwnd).
     pub(crate) exit: bool,
     /// Slow start's growth is to be divided by this from now on (HyStart++'s Conservative Slow
@@ -201,7 +204,12 @@ impl SlowStartExit {
     pub(crate) fn on_ack(&mut self, a: AckInfo) -> Verdict {
         let mut verdict = Verdict::default();
         let mut newest = None;
+        let mut oldest = None;
         while let Some(&(start, end, at)) = self.log.front() {
+            if start < a.una {
+                // Acknowledged, whole or in part.
+                oldest.get_or_insert(at);
+            }
             if end <= a.una {
                 newest = Some(at);
                 self.log.pop_front();
@@ -213,6 +221,7 @@ impl SlowStartExit {
                 break;
             }
         }
+        verdict.oldest = oldest.map(|t| a.now.saturating_duration_since(t));
         let Some(sent) = newest else { return verdict };
         let rtt = a.now.saturating_duration_since(sent).max(Duration::from_micros(1));
         verdict.sample = Some(rtt);

@@ -156,6 +156,10 @@
 //!   retransmission) for an ECE, with CWR on the next new data. By default the reduction is RFC
 //!   3168's, at once; with [`Config::ecn_prr`] it is Linux's CWR state: ssthresh from cwnd, and
 //!   PRR (RFC 9937) paces the flight down to it over the round trip.
+//! * Pacing ([`Config::pacing`], off by default; `pacing.rs`): each data transmission (a TSO
+//!   packet whole) at its earliest departure time, at Linux's rate of 200 % of cwnd per smoothed
+//!   RTT in slow start and 120 % after, as Linux sends under the `fq` qdisc; the departure time
+//!   is a timer of [`Connection::poll_timeout`], so a paced connection sleeps between packets.
 //! * Overlapping data: the first copy of a byte received wins (see `connection/input.rs`).
 //!
 //! Urgent data is not supported: the urgent pointer is ignored and urgent bytes are ordinary data.
@@ -183,7 +187,7 @@
 //! the congestion controller learns besides acknowledged bytes. `send_stream.rs` is the send
 //! stream (copied bytes and prepared content), `buffer.rs` the rings and the out-of-order
 //! assembler, `sack.rs` the SACK scoreboard and our SACK blocks, `rtt.rs` the RTO estimator,
-//! `budget.rs` the budget the rings are charged to, `push.rs` where PSH goes, `congestion.rs` the congestion controllers (`cubic_linux.rs` Linux's CUBIC arithmetic,
+//! `budget.rs` the budget the rings are charged to, `push.rs` where PSH goes, `pacing.rs` departure times, `congestion.rs` the congestion controllers (`cubic_linux.rs` Linux's CUBIC arithmetic,
 //! `controller.rs` the one a connection holds, `hystart.rs` HyStart and its RTT samples), `prepared.rs` prepared content with its checksums,
 //! `rules.rs` the segment rules shared with `time_wait.rs`.
 
@@ -199,6 +203,7 @@ mod connection;
 mod controller;
 mod cubic_linux;
 mod hystart;
+mod pacing;
 mod prepared;
 mod push;
 mod rack;
@@ -217,6 +222,7 @@ pub use connection::Connection;
 pub(crate) use connection::Spare;
 pub use cubic_linux::LinuxCubic;
 pub use hystart::HyStart;
+pub use pacing::Pacing;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
 pub use push::Push;
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
@@ -350,7 +356,12 @@ pub struct Config {
     /// Compute the RTO as Linux does: SRTT plus the largest deviation of the last round trip
     /// (four times the mean deviation), never less than [`min_rto`](Self::min_rto), so the RTO
     /// is at least SRTT + `min_rto` (300 ms for a 100 ms RTT and Linux's 200 ms minimum). `false`
-    /// (the default): RFC 6298, SRTT + 4·RTTVAR with `min_rto` bounding the whole RTO.
+    /// (the default): RFC 6298, SRTT + 4·RTTVAR with `min_rto` bounding the whole RTO. Without
+    /// timestamps, Linux also measures every ACK that acknowledges original data (the time since
+    /// the oldest transmission it covers left, from its log of transmissions; Karn's rule leaves
+    /// retransmitted data out) where RFC 6298 times one segment per round trip: the estimate
+    /// follows a queue that builds within the round trip, as Linux's does (and its pacing rate
+    /// with it, [`Config::pacing`]).
     pub linux_rto: bool,
     /// HyStart: whether slow start ends before a loss when the RTT shows the bottleneck's queue
     /// growing: [`HyStart::Rfc9406`] (HyStart++, with Conservative Slow Start) or
@@ -427,6 +438,14 @@ pub struct Config {
     /// What a zero-window probe carries (RFC 9293 §3.8.6.1): [`WindowProbe::Byte`] (the default)
     /// one byte past the window, [`WindowProbe::Empty`] nothing, as Linux probes.
     pub window_probe: WindowProbe,
+    /// Pacing (`pacing.rs`): data leaves at a rate derived from the congestion window (by default
+    /// [`Pacing::LINUX`]'s 200 % of cwnd per smoothed RTT in slow start, 120 % after), each
+    /// transmission at its earliest departure time, as Linux sends under the `fq` qdisc, instead
+    /// of a window's worth at once. It smooths the bursts of a window-limited sender into queues
+    /// too shallow for them (the connection sleeps on a timer until each departure time;
+    /// [`Stats::paced`], [`Stats::pacing_wait`] and [`Stats::pacing_rate`] say what it did).
+    /// `None` (the default): every segment goes as soon as the windows allow (RFC 9293).
+    pub pacing: Option<Pacing>,
 }
 
 /// What a zero-window probe carries ([`Config::window_probe`]).
@@ -498,6 +517,7 @@ impl Default for Config {
             ecn_prr: false,
             push: Push::Burst,
             window_probe: WindowProbe::Byte,
+            pacing: None,
         }
     }
 }
@@ -577,6 +597,13 @@ pub struct Stats {
     pub hystart_exits: u64,
     /// Restart windows taken after idle ([`Config::restart_after_idle`]).
     pub idle_restarts: u64,
+    /// Data transmissions that waited for their departure time ([`Config::pacing`]).
+    pub paced: u64,
+    /// How long those waited in all: from the first time the pacing held one back to its
+    /// departure time.
+    pub pacing_wait: Duration,
+    /// The rate the last paced transmission was paced at, in bytes per second (0: none yet).
+    pub pacing_rate: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

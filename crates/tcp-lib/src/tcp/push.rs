@@ -29,6 +29,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::pacing::{self, Pacing};
 use crate::wire::SeqNumber;
 
 /// Where PSH goes on the data segments a connection sends ([`Config::push`](super::Config::push)).
@@ -62,6 +63,9 @@ pub(crate) struct Sizing {
     pub ssthresh: usize,
     /// The smoothed RTT, when one was measured.
     pub srtt: Option<Duration>,
+    /// The pacing rate's ratios (Linux's `tcp_pacing_ss_ratio` and `_ca_ratio`, which size TSO
+    /// packets whether or not the connection paces).
+    pub pacing: Pacing,
     /// What the congestion and receive windows let go now.
     pub room: usize,
     /// Queued data not yet sent (from the packet's first byte on).
@@ -76,11 +80,10 @@ pub(crate) struct Sizing {
 pub(crate) fn tso_segs(min_tso_segs: u16, s: &Sizing) -> usize {
     let mss = s.mss.max(1);
     let bytes = match s.srtt.filter(|r| !r.is_zero()) {
-        // Linux's `tcp_update_pacing_rate`: cwnd per srtt, at 200 % in slow start (cwnd below half
-        // ssthresh), 120 % after; `>> 10` bytes per "millisecond".
+        // Linux's `tcp_update_pacing_rate` (`pacing::rate`): cwnd per srtt, at 200 % in slow start
+        // (cwnd below half ssthresh), 120 % after; `>> 10` bytes per "millisecond".
         Some(srtt) => {
-            let ratio: u128 = if s.cwnd < s.ssthresh / 2 { 200 } else { 120 };
-            let rate = s.cwnd as u128 * ratio * 1_000_000 / 100 / srtt.as_micros().max(1);
+            let rate = pacing::rate(&s.pacing, s.cwnd, s.cwnd, s.ssthresh, Some(srtt)).unwrap_or(u64::MAX);
             let per_ms = usize::try_from(rate >> 10).unwrap_or(usize::MAX);
             // Linux 5.19's `tcp_tso_rtt_log` (9): bigger packets on short paths.
             let shift = srtt.as_micros() >> 9;
@@ -99,6 +102,7 @@ pub(crate) fn tso_segs(min_tso_segs: u16, s: &Sizing) -> usize {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Packet {
     at: Instant,
+    start: SeqNumber,
     next: SeqNumber,
     end: SeqNumber,
     multi: bool,
@@ -133,10 +137,31 @@ impl Packet {
             Some(p) if p.at == now && p.next == seq && seq < p.end => p.end,
             _ => {
                 let len = plan();
-                let p = Packet { at: now, next: seq, end: seq + len, multi: len > mss };
+                let p = Packet { at: now, start: seq, next: seq, end: seq + len, multi: len > mss };
                 *slot = Some(p);
                 p.end
             }
+        }
+    }
+
+    /// Whether the segment at `seq`, sent at `now`, continues the packet in `slot`: it leaves
+    /// with the packet's first segment, whatever the pacing says (Linux paces whole packets).
+    pub(crate) fn continues(slot: &Option<Packet>, now: Instant, seq: SeqNumber) -> bool {
+        slot.is_some_and(|p| p.at == now && p.next == seq && p.start < seq && seq < p.end)
+    }
+
+    /// What the pacing charges for `len` bytes sent at `seq` at `now`: the whole packet on its
+    /// first segment, nothing on the others of the packet in `slot`, `len` outside it.
+    pub(crate) fn paced_len(slot: &Option<Packet>, now: Instant, seq: SeqNumber, len: usize) -> usize {
+        match slot {
+            Some(p) if p.at == now && p.start <= seq && seq < p.end => {
+                if seq == p.start {
+                    usize::try_from(p.end - p.start).unwrap_or(len)
+                } else {
+                    0
+                }
+            }
+            _ => len,
         }
     }
 
@@ -163,6 +188,7 @@ mod tests {
             cwnd: 10 * 1460,
             ssthresh: usize::MAX,
             srtt,
+            pacing: Pacing::LINUX,
             room: usize::MAX,
             unsent: usize::MAX,
             tail_ok: true,

@@ -26,13 +26,16 @@ impl Connection {
             }
         } else if let Some((seq, sent)) = self.snd.rtt_timing
             && ack > seq
+            && (seq == self.snd.iss || !self.config.linux_rto)
         {
+            // One timed segment per round trip (RFC 6298, Karn's algorithm); with Linux's RTO
+            // estimator, only the SYN: every ACK of data gives a sample (`cc_on_ack`).
             self.take_rtt_sample(now.saturating_duration_since(sent));
             self.snd.rtt_timing = None;
         }
     }
 
-    fn take_rtt_sample(&mut self, rtt: Duration) {
+    pub(super) fn take_rtt_sample(&mut self, rtt: Duration) {
         self.rtt.sample(rtt);
         if self.config.rack {
             self.recovery.rack.on_rtt_sample(rtt);

@@ -16,7 +16,8 @@ impl Connection {
     /// slow start (ssthresh = cwnd, so that this ACK already grows the window in congestion
     /// avoidance, as Linux's `pkts_acked` hook runs before `cong_avoid`) or, as HyStart++, slow
     /// its growth (Conservative Slow Start). With Linux's RTO estimator, the ACK may also end its
-    /// round trip ([`Config::linux_rto`](crate::tcp::Config::linux_rto)).
+    /// round trip, and without timestamps it gives that estimator its RTT sample: the oldest
+    /// original transmission it acknowledged ([`Config::linux_rto`](crate::tcp::Config::linux_rto)).
     pub(super) fn cc_on_ack(&mut self, now: Instant, una: SeqNumber) {
         self.rtt.end_round(una, self.snd.max);
         if !self.slow_start.active() {
@@ -31,6 +32,13 @@ impl Connection {
             mss: self.snd.mss,
             srtt: self.rtt.srtt(),
         });
+        if self.config.linux_rto
+            && !self.ts.ok
+            && let Some(rtt) = verdict.oldest
+        {
+            // Linux's RTT sample of every ACK without timestamps (see `sample_rtt`).
+            self.take_rtt_sample(rtt);
+        }
         if let Some(rtt) = verdict.sample {
             self.cc.on_delay_sample(rtt, now);
         }

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use super::{Connection, MAX_RXT_MARKS, MIN_PERSIST, distance};
 use crate::tcp::congestion::CongestionControl;
+use crate::tcp::pacing;
 use crate::tcp::prepared::PreparedSlice;
 use crate::tcp::push::{Packet, Sizing};
 use crate::tcp::rtt::MAX_RTO;
-use crate::tcp::{Ecn, Push, State, Transmit, WindowProbe};
+use crate::tcp::{Ecn, Pacing, Push, State, Transmit, WindowProbe};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
@@ -150,7 +151,9 @@ impl Connection {
             }
             _ => {}
         }
-        if self.recovery.fast_rexmit {
+        // Pacing (`pacing.rs`) holds data until its departure time: checked only where data
+        // would go, so that an ACK pays nothing for it.
+        if self.recovery.fast_rexmit && !self.paced_hold(now) {
             self.recovery.fast_rexmit = false;
             if let Some(t) = self.retransmit_first(now, buf) {
                 return Some(t);
@@ -161,7 +164,8 @@ impl Connection {
         {
             return Some(t);
         }
-        let sack_recovery = self.recovery.active && self.sack_ok && self.state != State::TimeWait;
+        let sack_recovery =
+            self.recovery.active && self.sack_ok && self.state != State::TimeWait && !self.paced_hold(now);
         // RFC 6675 §5 step (C), NextSeg() rule 1: lost holes first...
         if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, true) {
             return Some(t);
@@ -338,6 +342,9 @@ impl Connection {
         if self.config.rack {
             self.recovery.rack.on_sent(seq, end, now, true);
         }
+        if self.config.pacing.is_some() {
+            self.pace_sent(now, seq, n);
+        }
         self.timers.rto.get_or_insert(now + self.rtt.rto());
         Some(self.transmit(repr, n))
     }
@@ -361,6 +368,10 @@ impl Connection {
             && self.snd.nxt <= data_end
             && matches!(self.state, State::FinWait1 | State::Closing | State::LastAck);
         if unsent == 0 && !fin_pending {
+            return None;
+        }
+        // Pacing: the data waits for its departure time (a tail loss probe does not).
+        if self.config.pacing.is_some() && self.recovery.tlp_budget == 0 && self.pace_hold(now) {
             return None;
         }
         if unsent > 0 && self.snd.una == self.snd.max && self.snd.wnd > 0 {
@@ -480,6 +491,9 @@ impl Connection {
             self.rack_sent(seq, end, now, mss);
         }
         self.prr_sent(n);
+        if self.config.pacing.is_some() {
+            self.pace_sent(now, seq, n);
+        }
         self.snd.nxt = end;
         self.snd.max = self.snd.max.max(end);
         self.timers.rto.get_or_insert(now + self.rtt.rto());
@@ -491,6 +505,60 @@ impl Connection {
             self.stats.segments_out += n.div_ceil(mss) as u64 - 1;
         }
         Some(t)
+    }
+
+    /// [`pace_hold`](Self::pace_hold) when the connection paces; the knob is tested before any
+    /// clock arithmetic, so that a connection without pacing pays a test for it.
+    #[inline]
+    fn paced_hold(&mut self, now: Instant) -> bool {
+        self.config.pacing.is_some() && self.pace_hold(now)
+    }
+
+    /// Whether data must wait for its departure time ([`Config::pacing`](crate::tcp::Config::pacing)):
+    /// then the pacing timer is armed for it. Only when there is data the windows would let go
+    /// (or recovery is under way), so that the end of a burst or a full window arms no timer
+    /// that would find nothing to send (the ACK that opens the window calls here again).
+    #[cold]
+    #[inline(never)]
+    fn pace_hold(&mut self, now: Instant) -> bool {
+        let Some(at) = self.snd.pacer.departure(now) else { return false };
+        if Packet::continues(&self.snd.packet, now, self.snd.nxt) {
+            // The rest of a TSO packet goes with its first segment.
+            return false;
+        }
+        let unsent = distance(self.send_base(), self.snd.nxt) < self.snd.stream.len();
+        let room = distance(self.snd.una, self.snd.nxt) < self.cc.window().min(self.snd.wnd);
+        let waiting = self.recovery.fast_rexmit
+            || self.recovery.active
+            || (room && (unsent || self.snd.nxt < self.snd.max));
+        if waiting {
+            self.snd.pacer.hold(now);
+            self.timers.pace = Some(at);
+        }
+        waiting
+    }
+
+    /// A data transmission of `len` bytes at `seq` left at `now`: the pacing's next departure
+    /// time moves on, at the rate the window and the smoothed RTT give now (before the
+    /// transmission counts in the flight, as Linux computes the rate on the ACK that let it go).
+    /// Under [`Push::Linux`] a TSO packet is paced whole, as Linux paces its packets: its first
+    /// segment is charged for all of it, the others for nothing.
+    #[cold]
+    #[inline(never)]
+    fn pace_sent(&mut self, now: Instant, seq: SeqNumber, len: usize) {
+        let Some(p) = self.config.pacing else { return };
+        let bytes = Packet::paced_len(&self.snd.packet, now, seq, len);
+        let cwnd = self.cc.window();
+        let flight = distance(self.snd.una, self.snd.nxt);
+        let rate = pacing::rate(&p, cwnd.max(flight), cwnd, self.cc.ssthresh(), self.rtt.srtt());
+        let segments = u32::try_from(bytes.div_ceil(self.snd.mss.max(1))).unwrap_or(u32::MAX);
+        if let Some(waited) = self.snd.pacer.sent(now, bytes, segments, rate) {
+            self.stats.paced += 1;
+            self.stats.pacing_wait = self.stats.pacing_wait.saturating_add(waited);
+        }
+        if let Some(rate) = rate {
+            self.stats.pacing_rate = rate;
+        }
     }
 
     /// Under [`Push::Linux`]: the TSO packet the segment of `size` bytes at SND.NXT belongs to
@@ -513,6 +581,7 @@ impl Connection {
             cwnd: self.cc.window(),
             ssthresh: self.cc.ssthresh(),
             srtt: self.rtt.srtt(),
+            pacing: self.config.pacing.unwrap_or(Pacing::LINUX),
             room,
             unsent,
             tail_ok: self.snd.nodelay || in_flight == 0 || self.snd.fin_queued,

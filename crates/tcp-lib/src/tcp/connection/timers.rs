@@ -1,7 +1,7 @@
 //! The clock side of a [`Connection`]: when it next has work ([`Connection::poll_timeout`]) and
 //! what its timers do when due ([`Connection::handle_timeout`]): retransmission timeouts with
-//! backoff and the retry limit, the delayed ACK, the persist timer, keepalive probes and the
-//! end of TIME-WAIT; and the timestamp clock.
+//! backoff and the retry limit, the delayed ACK, the persist timer, keepalive probes, the end of
+//! TIME-WAIT and the pacing's departure times; and the timestamp clock.
 
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,9 @@ impl Connection {
         let t = &self.timers;
         let retransmit = earlier(earlier(t.rto, t.tlp), t.rack);
         let other = earlier(earlier(t.delayed_ack, t.persist), earlier(t.keepalive, t.time_wait));
-        earlier(retransmit, other)
+        let soonest = earlier(retransmit, other);
+        // Only a pacing connection arms the pacing timer.
+        if self.config.pacing.is_some() { earlier(soonest, t.pace) } else { soonest }
     }
 
     /// Runs the timers due at `now`: retransmission, delayed ACK, persist, keepalive, TIME-WAIT.
@@ -36,6 +38,10 @@ impl Connection {
         if due(self.timers.time_wait) {
             self.enter_closed(None);
             return;
+        }
+        if due(self.timers.pace) {
+            // The departure time of data the pacing held: the next poll_transmit sends it.
+            self.timers.pace = None;
         }
         if due(self.timers.rack) {
             self.timers.rack = None;

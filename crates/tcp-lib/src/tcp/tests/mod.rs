@@ -43,6 +43,7 @@ mod fuzz;
 mod hystart;
 mod idle_restart;
 mod linux_profile;
+mod pacing;
 mod pair;
 mod prr;
 mod push;
