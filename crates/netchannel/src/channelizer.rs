@@ -373,7 +373,19 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         let n = got.indices + got.packets;
         self.stats.rx += n as u64;
         let Self {
-            registry, reader, rx_raw, rx_batch, stats, default, lanes, dirty, malformed, cache, ..
+            device,
+            queue,
+            registry,
+            reader,
+            rx_raw,
+            rx_batch,
+            stats,
+            default,
+            lanes,
+            dirty,
+            malformed,
+            cache,
+            ..
         } = self;
         // Staged and malformed frames, and dirty lanes, are at most one burst each, so the cursors
         // below stay inside their boxes; the checked accesses turn a broken invariant into a lost
@@ -397,6 +409,7 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
             n_malformed: 0,
             n_slow: 0,
             n_default: 0,
+            raw_bytes: 0,
         };
         // One read-side section for the whole burst: the indices first (they arrived first), then
         // the packets.
@@ -404,12 +417,17 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         registry.read(reader, |view| {
             // SAFETY: the device handed each index over (`RawBatch`'s contract): a buffer of `cache`'s
             // pool that we own, with no packet; it stays ours until staged and forgotten below.
-            staging.dispatch(view, indices, move |&index| (index, unsafe { frames.data(index) }));
+            staging
+                .dispatch::<_, _, true>(view, indices, move |&index| (index, unsafe { frames.data(index) }));
             if !packets.is_empty() {
-                staging.dispatch(view, packets, |packet| (packet.index(), packet.data()));
+                staging.dispatch::<_, _, false>(view, packets, |packet| (packet.index(), packet.data()));
             }
         });
-        let Staging { n_dirty, n_malformed, n_slow, n_default, .. } = staging;
+        let Staging { n_dirty, n_malformed, n_slow, n_default, raw_bytes, .. } = staging;
+        if got.indices > 0 {
+            // The bytes of the indices, summed as they were read: the device's `rx_bytes`.
+            device.count_raw_rx_bytes(*queue, raw_bytes);
+        }
         stats.classify.flows += (n - n_slow) as u64;
         // SAFETY: every index of the raw batch was staged in a lane or put in `malformed`, exactly
         // once (the cursors cannot run out: each holds a burst, and the device received at most one
@@ -492,6 +510,9 @@ struct Staging<'a> {
     /// Frames that missed the classifier's fast path.
     n_slow: usize,
     n_default: usize,
+    /// The data lengths of the frames that arrived as indices, summed (for
+    /// [`NetDevice::count_raw_rx_bytes`]).
+    raw_bytes: u64,
 }
 
 impl Staging<'_> {
@@ -499,9 +520,10 @@ impl Staging<'_> {
     /// signature up and stages its index for its consumer, the default lane, or the malformed list.
     /// Written once for the device's indices and its packets; inlined into each, so that the cursors
     /// live in registers through the loop. (A slice and a reader rather than an iterator of pairs: an
-    /// `Option` of a pair would be tested for its data pointer on every frame.)
+    /// `Option` of a pair would be tested for its data pointer on every frame.) With `RAW_BYTES` it
+    /// sums the frames' lengths into `raw_bytes`.
     #[inline(always)]
-    fn dispatch<'d, T, R: Reclaim>(
+    fn dispatch<'d, T, R: Reclaim, const RAW_BYTES: bool>(
         &mut self,
         view: &crate::registry::View<'_, Signature, ConsumerId, R>,
         frames: &'d [T],
@@ -513,8 +535,12 @@ impl Staging<'_> {
             (&mut *self.dirty, &mut *self.malformed, &mut *self.counters);
         let (mut n_dirty, mut n_malformed, mut n_slow, mut n_default) =
             (self.n_dirty, self.n_malformed, self.n_slow, self.n_default);
+        let mut raw_bytes = self.raw_bytes;
         'packets: for item in frames {
             let (index, data) = frame(item);
+            if RAW_BYTES {
+                raw_bytes += data.len() as u64;
+            }
             let id = 'found: {
                 // The common case inlined: IPv4 TCP/UDP, the signature in registers through the
                 // lookup; the listener's lookup only on a miss, out of line.
@@ -580,8 +606,8 @@ impl Staging<'_> {
                 *blocks.get_unchecked_mut(base) = (at + 1) as u32;
             }
         }
-        (self.n_dirty, self.n_malformed, self.n_slow, self.n_default) =
-            (n_dirty, n_malformed, n_slow, n_default);
+        (self.n_dirty, self.n_malformed, self.n_slow, self.n_default, self.raw_bytes) =
+            (n_dirty, n_malformed, n_slow, n_default, raw_bytes);
     }
 }
 
