@@ -443,16 +443,16 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         }
         let (blocks, tx) = (&mut lanes.blocks[..], &mut lanes.tx[..]);
         for &id in &dirty[..n_dirty] {
-            if id == DEFAULT_DIRTY {
+            let id = id as usize;
+            if id >= ids {
+                // `DEFAULT_DIRTY`, above every id a lane has (`ids <= MAX_CONSUMERS`): every other id
+                // in `dirty` was staged by `Staging::dispatch`, which stages only ids below `ids`.
+                debug_assert_eq!(id, DEFAULT_DIRTY as usize);
                 let staged = default.staged.get(..n_default).unwrap_or_default();
                 stats.to_default += flush(&mut default.tx, staged, cache, stats);
                 continue;
             }
-            // Every id in `dirty` but the default's was staged by `Staging::dispatch`, which stages
-            // only ids below `ids` (the length of `tx`, and of `blocks` in blocks), and at most one
-            // burst of indices for each.
-            debug_assert!((id as usize) < ids);
-            let base = id as usize * block;
+            let base = id * block;
             // SAFETY: `id < ids` (above), so `base < ids * block == blocks.len()`.
             let count = unsafe { blocks.get_unchecked_mut(base) };
             let n = std::mem::take(count) as usize;
@@ -461,7 +461,7 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
             // blocks.len()`.
             let staged = unsafe { blocks.get_unchecked(base + 1..base + 1 + n) };
             // SAFETY: `id < ids == tx.len()`.
-            match unsafe { tx.get_unchecked_mut(id as usize) } {
+            match unsafe { tx.get_unchecked_mut(id) } {
                 Some(tx) => stats.delivered += flush(tx, staged, cache, stats),
                 None => {
                     // Attached once, detached since: the default channel, counted.
@@ -638,12 +638,10 @@ fn stage_default(staged: &mut [u32], len: &mut usize, dirty: &mut [u32], n_dirty
 }
 
 /// Sends `staged` with one `push_burst` into `tx`, frees what does not fit (a full channel: drop and
-/// count), and returns how many were sent.
+/// count), and returns how many were sent. Only dirty lanes are flushed, so `staged` is never empty
+/// (an empty one would be a `push_burst` of nothing).
 #[inline(always)]
 fn flush(tx: &mut PacketTx, staged: &[u32], cache: &PoolCache, stats: &mut ChannelizerStats) -> u64 {
-    if staged.is_empty() {
-        return 0;
-    }
     // SAFETY: every staged index came from a packet received into `cache`, whose pool is the
     // channel's (checked in `build` and `attach`); each was staged once and has no handle.
     let sent = unsafe { tx.push_raw_burst(staged) };
