@@ -2,7 +2,8 @@
 //! Networking", LCA 2006: "channelize the driver").
 //!
 //! Each [`Channelizer::poll`] receives a burst from its device queue (as buffer indices where the device
-//! holds them, [`NetDevice::rx_burst_raw`], so no packet is built per frame), classifies every frame
+//! holds them, [`NetDevice::rx_burst_raw`], so no packet is built per frame, and the lengths it reads
+//! are summed for the device's byte counter, [`NetDevice::count_raw_rx_bytes`]), classifies every frame
 //! ([`classify`](crate::classify::classify)), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
 //! first, then the listener), and pushes the packet into the channel of the consumer the registry
 //! names, waking that consumer if it sleeps. Everything else (ARP, ICMP, fragments, signatures nobody
