@@ -2,7 +2,8 @@
 //! Networking", LCA 2006: "channelize the driver").
 //!
 //! Each [`Channelizer::poll`] receives a burst from its device queue (as buffer indices where the device
-//! holds them, [`NetDevice::rx_burst_raw`], so no packet is built per frame), classifies every frame
+//! holds them, [`NetDevice::rx_burst_raw`], so no packet is built per frame, and the lengths it reads
+//! are summed for the device's byte counter, [`NetDevice::count_raw_rx_bytes`]), classifies every frame
 //! ([`classify`](crate::classify::classify)), looks its transport signature up in the [registry](crate::registry) (exact 5-tuple
 //! first, then the listener), and pushes the packet into the channel of the consumer the registry
 //! names, waking that consumer if it sleeps. Everything else (ARP, ICMP, fragments, signatures nobody
@@ -188,10 +189,18 @@ impl<'c, D: NetDevice, R: Reclaim> ChannelizerBuilder<'c, D, R> {
             cache,
             registry,
             reader,
-            default: Lane::new(default, burst),
-            lanes: Lanes::default(),
-            dirty: vec![0; burst].into_boxed_slice(),
-            malformed: vec![0; burst].into_boxed_slice(),
+            staging: Staging {
+                default: Lane::new(default, burst),
+                lanes: Lanes::default(),
+                dirty: vec![0; burst].into_boxed_slice(),
+                malformed: vec![0; burst].into_boxed_slice(),
+                burst,
+                n_dirty: 0,
+                n_malformed: 0,
+                n_slow: 0,
+                n_default: 0,
+                raw_bytes: 0,
+            },
             tx_channels: Vec::new(),
             rx_raw: RawBatch::with_capacity(burst),
             rx_batch: PacketBatch::with_capacity(burst),
@@ -243,15 +252,8 @@ pub struct Channelizer<'c, D: NetDevice, R: Reclaim = Qsbr> {
     cache: &'c PoolCache,
     registry: Arc<SignatureRegistry<R>>,
     reader: R::Reader,
-    /// The default channel's lane.
-    default: Lane,
-    /// The consumers' lanes, by id.
-    lanes: Lanes,
-    /// Ids with packets staged in this burst ([`DEFAULT_DIRTY`] for the default lane), in the
-    /// order of their first packet; room for one burst.
-    dirty: Box<[u32]>,
-    /// Indices of malformed frames of this burst, freed after it; room for one burst.
-    malformed: Box<[u32]>,
+    /// The lanes a burst is staged in, and its cursors.
+    staging: Staging,
     tx_channels: Vec<PacketRx>,
     /// What the device hands over as buffer indices ([`NetDevice::rx_burst_raw`]): read in place, no
     /// packet built.
@@ -266,7 +268,7 @@ impl<D: NetDevice, R: Reclaim> fmt::Debug for Channelizer<'_, D, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Channelizer")
             .field("queue", &self.queue)
-            .field("consumers", &self.lanes.tx.iter().flatten().count())
+            .field("consumers", &self.staging.lanes.tx.iter().flatten().count())
             .field("tx_channels", &self.tx_channels.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
@@ -298,7 +300,7 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
             return Err(channel);
         }
         let index = id.0 as usize;
-        let lanes = &mut self.lanes;
+        let lanes = &mut self.staging.lanes;
         if lanes.tx.len() <= index {
             let block = self.rx_batch.capacity() + 1;
             lanes.tx.resize_with(index + 1, || None);
@@ -310,7 +312,7 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     /// Detaches consumer `id`'s channel; its packets go to the default channel until the registry
     /// stops naming it.
     pub fn detach(&mut self, id: ConsumerId) -> Option<PacketTx> {
-        self.lanes.tx.get_mut(id.0 as usize)?.take()
+        self.staging.lanes.tx.get_mut(id.0 as usize)?.take()
     }
 
     /// Adds a TX channel (a consumer's outgoing packets) that every poll drains into the device queue.
@@ -372,45 +374,45 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         let got = self.device.rx_burst_raw(self.queue, self.cache, &mut self.rx_raw, &mut self.rx_batch)?;
         let n = got.indices + got.packets;
         self.stats.rx += n as u64;
-        let Self {
-            registry, reader, rx_raw, rx_batch, stats, default, lanes, dirty, malformed, cache, ..
-        } = self;
-        // Staged and malformed frames, and dirty lanes, are at most one burst each, so the cursors
-        // below stay inside their boxes; the checked accesses turn a broken invariant into a lost
-        // buffer instead of a panic between staging and `forget_all`.
-        let burst = rx_batch.capacity();
-        let block = burst + 1;
-        let (blocks, ids) = (&mut lanes.blocks[..], lanes.tx.len());
-        debug_assert_eq!(blocks.len(), ids * block);
+        let Self { device, queue, registry, reader, rx_raw, rx_batch, stats, staging, cache, .. } = self;
         let cache: &PoolCache = cache;
         let (indices, packets) = (rx_raw.as_slice(), rx_batch.as_slice());
-        let mut staging = Staging {
-            blocks,
-            ids,
-            block,
-            burst,
-            default: &mut default.staged[..],
-            dirty: &mut dirty[..],
-            malformed: &mut malformed[..],
-            counters: &mut *stats,
-            n_dirty: 0,
-            n_malformed: 0,
-            n_slow: 0,
-            n_default: 0,
-        };
         // One read-side section for the whole burst: the indices first (they arrived first), then
-        // the packets.
+        // the packets. The staging lives in the channelizer, so the section's closure takes a few
+        // pointers, not a burst's worth of fields copied in and out.
         let frames = cache.raw_frames();
         registry.read(reader, |view| {
-            // SAFETY: the device handed each index over (`RawBatch`'s contract): a buffer of `cache`'s
-            // pool that we own, with no packet; it stays ours until staged and forgotten below.
-            staging.dispatch(view, indices, move |&index| (index, unsafe { frames.data(index) }));
+            staging.dispatch::<_, _, true>(stats, view, indices, move |&index| {
+                // SAFETY: the device handed each index over (`RawBatch`'s contract): a buffer of
+                // `cache`'s pool that we own, with no packet; it stays ours until staged and
+                // forgotten below.
+                (index, unsafe { frames.data(index) })
+            });
             if !packets.is_empty() {
-                staging.dispatch(view, packets, |packet| (packet.index(), packet.data()));
+                staging
+                    .dispatch::<_, _, false>(stats, view, packets, |packet| (packet.index(), packet.data()));
             }
         });
-        let Staging { n_dirty, n_malformed, n_slow, n_default, .. } = staging;
-        stats.classify.flows += (n - n_slow) as u64;
+        let Staging {
+            default,
+            lanes,
+            dirty,
+            malformed,
+            burst,
+            n_dirty,
+            n_malformed,
+            n_slow,
+            n_default,
+            raw_bytes,
+        } = staging;
+        let (n_dirty, n_malformed, n_default) =
+            (std::mem::take(n_dirty), std::mem::take(n_malformed), std::mem::take(n_default));
+        let (burst, block, ids) = (*burst, *burst + 1, lanes.tx.len());
+        if got.indices > 0 {
+            // The bytes of the indices, summed as they were read: the device's `rx_bytes`.
+            device.count_raw_rx_bytes(*queue, std::mem::take(raw_bytes));
+        }
+        stats.classify.flows += (n - std::mem::take(n_slow)) as u64;
         // SAFETY: every index of the raw batch was staged in a lane or put in `malformed`, exactly
         // once (the cursors cannot run out: each holds a burst, and the device received at most one
         // burst in all).
@@ -425,16 +427,16 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
         }
         let (blocks, tx) = (&mut lanes.blocks[..], &mut lanes.tx[..]);
         for &id in &dirty[..n_dirty] {
-            if id == DEFAULT_DIRTY {
+            let id = id as usize;
+            if id >= ids {
+                // `DEFAULT_DIRTY`, above every id a lane has (`ids <= MAX_CONSUMERS`): every other id
+                // in `dirty` was staged by `Staging::dispatch`, which stages only ids below `ids`.
+                debug_assert_eq!(id, DEFAULT_DIRTY as usize);
                 let staged = default.staged.get(..n_default).unwrap_or_default();
                 stats.to_default += flush(&mut default.tx, staged, cache, stats);
                 continue;
             }
-            // Every id in `dirty` but the default's was staged by `Staging::dispatch`, which stages
-            // only ids below `ids` (the length of `tx`, and of `blocks` in blocks), and at most one
-            // burst of indices for each.
-            debug_assert!((id as usize) < ids);
-            let base = id as usize * block;
+            let base = id * block;
             // SAFETY: `id < ids` (above), so `base < ids * block == blocks.len()`.
             let count = unsafe { blocks.get_unchecked_mut(base) };
             let n = std::mem::take(count) as usize;
@@ -443,7 +445,7 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
             // blocks.len()`.
             let staged = unsafe { blocks.get_unchecked(base + 1..base + 1 + n) };
             // SAFETY: `id < ids == tx.len()`.
-            match unsafe { tx.get_unchecked_mut(id as usize) } {
+            match unsafe { tx.get_unchecked_mut(id) } {
                 Some(tx) => stats.delivered += flush(tx, staged, cache, stats),
                 None => {
                     // Attached once, detached since: the default channel, counted.
@@ -473,48 +475,63 @@ impl<'c, D: NetDevice, R: Reclaim> Channelizer<'c, D, R> {
     }
 }
 
-/// One burst's staging: where [`Staging::dispatch`] puts each frame's index, and its cursors.
-struct Staging<'a> {
-    /// The consumers' blocks ([`Lanes::blocks`]): `ids` blocks of `block` words.
-    blocks: &'a mut [u32],
-    ids: usize,
-    block: usize,
+/// Where [`Staging::dispatch`] puts each frame's index, and the cursors of the burst under way
+/// (zero between bursts: `receive` takes them back). Part of the channelizer, so that a burst's
+/// dispatch reaches it through one pointer.
+struct Staging {
+    /// The default channel's lane; `n_default` indices staged.
+    default: Lane,
+    /// The consumers' lanes, by id.
+    lanes: Lanes,
+    /// Ids with packets staged in this burst ([`DEFAULT_DIRTY`] for the default lane), in the
+    /// order of their first packet, `n_dirty` of them; room for one burst.
+    dirty: Box<[u32]>,
+    /// Indices of malformed frames of this burst, `n_malformed` of them, freed after it; room for one
+    /// burst.
+    malformed: Box<[u32]>,
+    /// The most frames a burst has (the batches' capacity): a consumer's block is `burst + 1` words.
     burst: usize,
-    /// The default lane's indices, `n_default` of them.
-    default: &'a mut [u32],
-    /// The ids with packets staged, `n_dirty` of them.
-    dirty: &'a mut [u32],
-    /// The malformed frames' indices, `n_malformed` of them.
-    malformed: &'a mut [u32],
-    counters: &'a mut ChannelizerStats,
     n_dirty: usize,
     n_malformed: usize,
     /// Frames that missed the classifier's fast path.
     n_slow: usize,
     n_default: usize,
+    /// The data lengths of the frames that arrived as indices, summed (for
+    /// [`NetDevice::count_raw_rx_bytes`]).
+    raw_bytes: u64,
 }
 
-impl Staging<'_> {
+impl Staging {
     /// Classifies each frame of `frames` (its index and data as `frame` reads them), looks its
     /// signature up and stages its index for its consumer, the default lane, or the malformed list.
     /// Written once for the device's indices and its packets; inlined into each, so that the cursors
     /// live in registers through the loop. (A slice and a reader rather than an iterator of pairs: an
-    /// `Option` of a pair would be tested for its data pointer on every frame.)
+    /// `Option` of a pair would be tested for its data pointer on every frame.) With `RAW_BYTES` it
+    /// sums the frames' lengths into `raw_bytes`.
     #[inline(always)]
-    fn dispatch<'d, T, R: Reclaim>(
+    fn dispatch<'d, T, R: Reclaim, const RAW_BYTES: bool>(
         &mut self,
+        counters: &mut ChannelizerStats,
         view: &crate::registry::View<'_, Signature, ConsumerId, R>,
         frames: &'d [T],
         frame: impl Fn(&'d T) -> (u32, &'d [u8]),
     ) {
-        let (ids, block, burst) = (self.ids, self.block, self.burst);
-        let (blocks, default_staged) = (&mut *self.blocks, &mut *self.default);
-        let (dirty_run, malformed_run, counters) =
-            (&mut *self.dirty, &mut *self.malformed, &mut *self.counters);
+        // Staged and malformed frames, and dirty lanes, are at most one burst each, so the cursors
+        // below stay inside their boxes; the checked accesses turn a broken invariant into a lost
+        // buffer instead of a panic between staging and `forget_all`.
+        let (ids, burst) = (self.lanes.tx.len(), self.burst);
+        let block = burst + 1;
+        let (blocks, default_staged) = (&mut self.lanes.blocks[..], &mut self.default.staged[..]);
+        debug_assert_eq!(blocks.len(), ids * block);
+        let (dirty_run, malformed_run) = (&mut self.dirty[..], &mut self.malformed[..]);
         let (mut n_dirty, mut n_malformed, mut n_slow, mut n_default) =
             (self.n_dirty, self.n_malformed, self.n_slow, self.n_default);
+        let mut raw_bytes = self.raw_bytes;
         'packets: for item in frames {
             let (index, data) = frame(item);
+            if RAW_BYTES {
+                raw_bytes += data.len() as u64;
+            }
             let id = 'found: {
                 // The common case inlined: IPv4 TCP/UDP, the signature in registers through the
                 // lookup; the listener's lookup only on a miss, out of line.
@@ -580,8 +597,8 @@ impl Staging<'_> {
                 *blocks.get_unchecked_mut(base) = (at + 1) as u32;
             }
         }
-        (self.n_dirty, self.n_malformed, self.n_slow, self.n_default) =
-            (n_dirty, n_malformed, n_slow, n_default);
+        (self.n_dirty, self.n_malformed, self.n_slow, self.n_default, self.raw_bytes) =
+            (n_dirty, n_malformed, n_slow, n_default, raw_bytes);
     }
 }
 
@@ -612,12 +629,10 @@ fn stage_default(staged: &mut [u32], len: &mut usize, dirty: &mut [u32], n_dirty
 }
 
 /// Sends `staged` with one `push_burst` into `tx`, frees what does not fit (a full channel: drop and
-/// count), and returns how many were sent.
+/// count), and returns how many were sent. Only dirty lanes are flushed, so `staged` is never empty
+/// (an empty one would be a `push_burst` of nothing).
 #[inline(always)]
 fn flush(tx: &mut PacketTx, staged: &[u32], cache: &PoolCache, stats: &mut ChannelizerStats) -> u64 {
-    if staged.is_empty() {
-        return 0;
-    }
     // SAFETY: every staged index came from a packet received into `cache`, whose pool is the
     // channel's (checked in `build` and `attach`); each was staged once and has no handle.
     let sent = unsafe { tx.push_raw_burst(staged) };

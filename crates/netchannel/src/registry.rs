@@ -18,9 +18,10 @@
 //!   into the predecessor's link in one `Release` store, so a reader sees the old or the new node, never
 //!   neither; the old node is retired. Its `next` is never written again, so a reader standing on it
 //!   still walks the rest of the chain (whose later removals are retired after it).
-//! * **grow** (when the table holds more entries than buckets): a new array with twice the buckets and
-//!   copies of every node is built privately, then the table pointer is published; the old array and
-//!   its nodes are retired together. A reader on the old table sees a consistent old snapshot.
+//! * **grow** (when the table holds more entries than half its buckets, so that a hit probes 1.19
+//!   nodes on average): a new array with twice the buckets and copies of every node is built
+//!   privately, then the table pointer is published; the old array and its nodes are retired
+//!   together. A reader on the old table sees a consistent old snapshot.
 //!
 //! Retired objects are freed by the reclaimer after a grace period; dropping the registry frees the
 //! live table at once (no lookup can be running: it borrows the registry).
@@ -124,6 +125,12 @@ impl fmt::Debug for HashKey {
 
 /// The largest bucket array the registry grows to (2^30 buckets).
 const MAX_BUCKETS: usize = 1 << 30;
+
+/// Buckets per entry the table keeps at least (it doubles when the entries pass half its buckets, up
+/// to `MAX_BUCKETS`): a load factor α of at most 1/2, so a hit probes 1 + α/2 nodes, about 1.19 on
+/// average as α goes from 1/4 to 1/2 between doublings (1.38 with up to one entry per bucket), for
+/// 16 to 32 bytes of buckets per entry.
+const BUCKETS_PER_ENTRY: usize = 2;
 
 /// A bucket head or a node's `next`.
 type Link<K, V> = AtomicPtr<Node<K, V>>;
@@ -294,7 +301,8 @@ where
         Self::with_capacity(reclaim, 16)
     }
 
-    /// An empty registry with room for `capacity` entries before it grows, and a random hash seed.
+    /// An empty registry with room for `capacity` entries before it grows (a table of at least
+    /// `2 × capacity` buckets, [`buckets`](Self::buckets)), and a random hash seed.
     pub fn with_capacity(reclaim: R, capacity: usize) -> Self {
         use std::hash::BuildHasher;
         let seed = std::collections::hash_map::RandomState::new().hash_one(0x6e63_7265_6769_7374_u64);
@@ -303,7 +311,7 @@ where
 
     /// An empty registry with room for `capacity` entries and the hash seed `seed`.
     pub fn with_capacity_and_seed(reclaim: R, capacity: usize, seed: u64) -> Self {
-        let buckets = capacity.clamp(1, MAX_BUCKETS).next_power_of_two();
+        let buckets = capacity.saturating_mul(BUCKETS_PER_ENTRY).clamp(1, MAX_BUCKETS).next_power_of_two();
         Self {
             table: AtomicPtr::new(Box::into_raw(Table::new(buckets))),
             key: HashKey::from_seed(seed),
@@ -473,7 +481,7 @@ where
         // Release: publishes the node's entry and `next`; pairs with the Acquire loads in `lookup_raw`.
         head.store(node, Ordering::Release);
         w.len += 1;
-        if w.len > table.buckets.len() && table.buckets.len() < MAX_BUCKETS {
+        if w.len > table.buckets.len() / BUCKETS_PER_ENTRY && table.buckets.len() < MAX_BUCKETS {
             self.grow(&w);
         }
         drop(w);
@@ -783,6 +791,19 @@ mod tests {
                     drop(regs);
                     assert_eq!(reg.len(), 0);
                     r.quiescent();
+                    d.barrier();
+                }
+
+                #[test]
+                fn the_table_keeps_two_buckets_per_entry() {
+                    let d = domain();
+                    let reg = Arc::new(Registry::<Key, u32, _>::with_capacity(d.clone(), 4));
+                    assert_eq!(reg.buckets(), 8, "room for 4 entries: 8 buckets");
+                    let mut regs: Vec<_> = (0..4).map(|i| reg.register(Key(i), i).unwrap()).collect();
+                    assert_eq!(reg.buckets(), 8, "4 entries fit");
+                    regs.push(reg.register(Key(4), 4).unwrap());
+                    assert_eq!(reg.buckets(), 16, "the fifth passes half the buckets: the table doubles");
+                    drop(regs);
                     d.barrier();
                 }
 

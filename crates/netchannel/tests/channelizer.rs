@@ -130,10 +130,19 @@ fn exact_then_listener_then_default() {
             unclaimed_port.clone(),
             udp_not_tcp.clone(),
             arp.clone(),
-            malformed,
+            malformed.clone(),
         ],
     );
     assert_eq!(ch.poll().unwrap().rx, 8);
+    // The pair's wire carries bare indices: the channelizer hands it the bytes it read, malformed
+    // frames included, so its counters see every byte the peer sent.
+    let bytes = [&exact, &other_client, &dns, &v6, &unclaimed_port, &udp_not_tcp, &arp, &malformed]
+        .iter()
+        .map(|f| f.len() as u64)
+        .sum::<u64>();
+    let dev = ch.device().stats();
+    assert_eq!((dev.rx_packets, dev.rx_bytes), (8, bytes));
+    assert_eq!(dev.rx_bytes, wire.stats().tx_bytes);
 
     assert_eq!(drain(&mut rx[0], &cache), [exact]);
     assert_eq!(drain(&mut rx[1], &cache), [other_client]);

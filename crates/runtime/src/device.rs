@@ -133,6 +133,12 @@ impl NetDevice for Port {
         delegate!(self, dev => dev.rx_burst_raw(queue, cache, raw, batch))
     }
 
+    /// Forwarded with `rx_burst_raw`: the pair counts its received bytes here.
+    #[inline]
+    fn count_raw_rx_bytes(&mut self, queue: u16, bytes: u64) {
+        delegate!(self, dev => dev.count_raw_rx_bytes(queue, bytes));
+    }
+
     #[inline]
     fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
         delegate!(self, dev => dev.tx_burst(queue, batch))
@@ -199,6 +205,10 @@ mod tests {
         assert_eq!(b.rx_burst(0, &cache, &mut batch).unwrap(), 1);
         assert_eq!(batch.as_slice()[0].data(), &[0xab; 60]);
         assert_eq!((a.stats().tx_packets, b.stats().rx_packets), (1, 1));
+        // A channelizer hands the pair the bytes of the indices it received raw, through the port.
+        let bytes = b.stats().rx_bytes;
+        b.count_raw_rx_bytes(0, 100);
+        assert_eq!(b.stats().rx_bytes, bytes + 100);
         assert!(matches!(a.tx_burst(1, &mut batch), Err(DevError::NoSuchQueue { .. })));
         drop(batch);
         drop((a, b));

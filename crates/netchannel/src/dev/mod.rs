@@ -639,7 +639,9 @@ pub trait NetDevice {
     /// shared buffer) it appends to `batch` as a packet, after which it appends nothing more to `raw`,
     /// so that every index arrived before every packet. Returns how many went each way. What a
     /// channelizer calls: it reads each frame from its buffer's header and stages the index, so no
-    /// packet is built and walked again.
+    /// packet is built and walked again. `rx_packets` counts every frame here; a device without
+    /// lengths of its own may leave the indices' bytes to the caller, who reports them with
+    /// [`count_raw_rx_bytes`](Self::count_raw_rx_bytes).
     ///
     /// The default receives everything as packets with `rx_burst`.
     ///
@@ -655,6 +657,20 @@ pub trait NetDevice {
     ) -> Result<RawReceived, DevError> {
         let _ = raw;
         Ok(RawReceived { indices: 0, packets: self.rx_burst(queue, cache, batch)? })
+    }
+
+    /// Takes the sum of the data lengths of the indices the last [`rx_burst_raw`](Self::rx_burst_raw)
+    /// on `queue` appended to its [`RawBatch`], as the caller read them: the caller reads every
+    /// frame's header anyway, so a device that has no lengths of its own (the [`Pair`], whose wire
+    /// carries bare indices) adds them to its `rx_bytes` here instead of reading each header a second
+    /// time. A [`Channelizer`](crate::channelizer::Channelizer) calls it after every receive that
+    /// appended an index.
+    ///
+    /// The default ignores it: a device that counts its received bytes itself (the 82599 driver,
+    /// from its descriptors) keeps its own count. A wrapper that forwards `rx_burst_raw` forwards this
+    /// too.
+    fn count_raw_rx_bytes(&mut self, queue: u16, bytes: u64) {
+        let _ = (queue, bytes);
     }
 
     /// Blocks until a frame may be ready on `queue` or `timeout` passes (`None`: no limit). It may

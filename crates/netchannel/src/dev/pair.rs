@@ -6,7 +6,9 @@
 //! `rx_burst` on the other end pops them and rebuilds the packets with the caller's cache. Ownership
 //! travels with the index, the metadata (data offset and length) travels in the buffer, and no byte is
 //! copied: the receiver gets the very buffer the sender filled. `rx_burst_raw` skips the rebuilding:
-//! it pops the indices straight into the caller's [`RawBatch`] (what a channelizer reads).
+//! it pops the indices straight into the caller's [`RawBatch`] (what a channelizer reads), and counts
+//! their bytes when the caller, which reads every frame anyway, reports them
+//! ([`NetDevice::count_raw_rx_bytes`]).
 //!
 //! Each channel is single-producer/single-consumer, so each end is driven by one thread at a time;
 //! ends are `Send` and may live on different threads.
@@ -322,9 +324,11 @@ impl NetDevice for Pair {
         Ok(received)
     }
 
-    /// The indices popped off the wire go to `raw` as they are, popped straight into its room (their
-    /// lengths summed from their headers for the counters): no packet is built. A chunk that holds a
-    /// frame of a shared buffer takes the per-index path into `batch`, and the receive stops after it.
+    /// The indices popped off the wire go to `raw` as they are, popped straight into its room: no
+    /// packet is built, and no header read (the wire carries bare indices, so their bytes reach
+    /// `rx_bytes` through [`count_raw_rx_bytes`](NetDevice::count_raw_rx_bytes), from the caller that
+    /// reads them). A chunk that holds a frame of a shared buffer takes the per-index path into
+    /// `batch`, and the receive stops after it.
     fn rx_burst_raw<'c>(
         &mut self,
         queue: u16,
@@ -333,7 +337,6 @@ impl NetDevice for Pair {
         batch: &mut PacketBatch<'c>,
     ) -> Result<RawReceived, DevError> {
         let (rx, buffers) = receiving(&mut self.rx, &self.wire, queue, cache)?;
-        let frames = cache.raw_frames();
         let mut received = RawReceived::default();
         // The indices take no room in `batch`, but the receive is bounded by both.
         let limit = raw.remaining().min(batch.remaining());
@@ -356,13 +359,11 @@ impl NetDevice for Pair {
                 received.packets += done.packets;
                 break;
             }
-            // SAFETY: every index is below `buffers` (checked above), pushed by the peer's `tx_burst`
-            // after checking that its packet is of this pool and giving up the handle; popping it
-            // made it ours, and `cache` is of the same pool (`receiving`).
-            self.stats.rx_bytes += unsafe { frames.bytes(popped) };
             self.stats.rx_packets += n as u64;
-            // SAFETY: the `n` indices after the batch's are in its room now, owned (as above) and
-            // handed over to the batch, each once.
+            // SAFETY: the `n` indices after the batch's are in its room now, each below `buffers`
+            // (checked above), pushed by the peer's `tx_burst` after checking that its packet is of
+            // this pool and giving up the handle; popping them made them ours, `cache` is of the same
+            // pool (`receiving`), and they are handed over to the batch, each once.
             unsafe { raw.commit(n) };
             received.indices += n;
             if n < want || received.indices == limit {
@@ -374,6 +375,15 @@ impl NetDevice for Pair {
             return Err(hung_up(&self.info.name));
         }
         Ok(received)
+    }
+
+    /// The bytes of the indices [`rx_burst_raw`](NetDevice::rx_burst_raw) handed over, as the
+    /// caller read them from their headers (queue 0 is the only one).
+    #[inline]
+    fn count_raw_rx_bytes(&mut self, queue: u16, bytes: u64) {
+        if queue == 0 {
+            self.stats.rx_bytes += bytes;
+        }
     }
 
     fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
@@ -616,7 +626,8 @@ mod tests {
         let cache = pool.cache();
         let mut batch = PacketBatch::with_capacity(8);
         let mut raw = RawBatch::with_capacity(8);
-        // Plain buffers cross as indices: no packet is built, and the counters still see their bytes.
+        // Plain buffers cross as indices: no packet is built and no header read; their bytes reach
+        // the counters from the caller, who reads the frames.
         for (tag, len) in [(1, 60), (2, 70), (3, 80)] {
             batch.push(frame(&cache, tag, len)).unwrap();
         }
@@ -625,12 +636,19 @@ mod tests {
         let got = b.rx_burst_raw(0, &cache, &mut raw, &mut batch).unwrap();
         assert_eq!(got, RawReceived { indices: 3, packets: 0 });
         assert_eq!((raw.as_slice(), batch.len()), (&sent[..], 0));
-        assert_eq!((b.stats().rx_packets, b.stats().rx_bytes), (3, 210));
+        assert_eq!((b.stats().rx_packets, b.stats().rx_bytes), (3, 0));
         let frames = cache.raw_frames();
+        let mut bytes = 0;
         for (&index, tag) in raw.as_slice().iter().zip(1u8..) {
             // SAFETY: received above, ours, no packet made of it.
-            assert!(unsafe { frames.data(index) }.iter().all(|&x| x == tag));
+            let data = unsafe { frames.data(index) };
+            assert!(data.iter().all(|&x| x == tag));
+            bytes += data.len() as u64;
         }
+        b.count_raw_rx_bytes(1, bytes);
+        assert_eq!(b.stats().rx_bytes, 0, "a pair has one queue");
+        b.count_raw_rx_bytes(0, bytes);
+        assert_eq!((b.stats().rx_packets, b.stats().rx_bytes), (3, 210));
         let free = |raw: &mut RawBatch| {
             // SAFETY: the indices are ours (received), freed once here...
             unsafe { cache.free_burst(raw.as_slice()) };

@@ -8,6 +8,10 @@
 //! take each index back out and forget the packet. A `RawBatch` carries the index alone; the
 //! channelizer reads each frame's data from the buffer's own header
 //! ([`PoolCache::raw_frames`]) and stages the index for its consumer's channel, as it did before.
+//! Since it reads each frame's length there, it also hands the device their sum
+//! ([`NetDevice::count_raw_rx_bytes`](super::NetDevice::count_raw_rx_bytes)), so a device whose
+//! indices come without lengths (the `Pair`'s wire) counts its received bytes without reading every
+//! header a second time.
 
 use super::PacketBatch;
 use crate::pool::{PoolCache, RxFrame};

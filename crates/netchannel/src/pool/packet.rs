@@ -447,27 +447,6 @@ impl<'c> RawFrames<'c> {
         // the cache's pool lives.
         unsafe { std::slice::from_raw_parts(start.as_ptr(), len) }
     }
-
-    /// The sum of the data lengths buffers `indices` hold as their headers say (for device counters
-    /// only: nothing reads memory by it).
-    ///
-    /// # Safety
-    ///
-    /// As [`data`](Self::data) for each index.
-    #[must_use]
-    #[inline(always)]
-    pub(crate) unsafe fn bytes(self, indices: &[u32]) -> u64 {
-        let mut bytes = 0;
-        for &index in indices {
-            debug_assert!(index < self.cache.layout.count, "buffer index {index} out of range");
-            self.cache.pool.shared.track(index);
-            // SAFETY: as in `data`.
-            let at = unsafe { self.base.add(index as usize * self.stride) };
-            // SAFETY: as in `data`.
-            bytes += u64::from(unsafe { at.cast::<Header>().read() }.data_len);
-        }
-        bytes
-    }
 }
 
 /// Packets made from a cache's buffers: one allocated empty, one rebuilt from its raw index, and the
