@@ -72,7 +72,7 @@ pub(crate) trait AsyncService: Service {
     async fn serve(&self, core: AsyncCore<'_>, live: &Self::Live) -> io::Result<()>;
 }
 
-/// How the cores run a service: [`Runtime::run`] or [`Runtime::run_async`], with the service's
+/// How the cores run a service: [`Runtime::run`] or `Runtime::run_async` (feature `async`), with the service's
 /// counters, and `main` on this thread.
 trait Mode<S: Service> {
     fn run<T>(

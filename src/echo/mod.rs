@@ -13,7 +13,7 @@
 //! `N` (one accept per 5 ms, 1 ms per chunk read) so that its accept queue fills, it turns busy and
 //! the other cores steal from it; `--backlog` sets the queue size that busyness is measured against.
 //!
-//! With feature `async`, [`run_async`] is the same service written with async/await (an accept loop
+//! With feature `async`, `run_async` is the same service written with async/await (an accept loop
 //! spawning a task per connection on each core's executor; TCP only): `cargo run --release
 //! --features async --example async_echo`.
 //!
