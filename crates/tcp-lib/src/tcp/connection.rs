@@ -26,6 +26,7 @@ use super::send_stream::SendStream;
 use super::time_wait::{TimeWait, TimeWaitParts};
 use super::{Config, ConnectionError, State, Stats};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
+use netchannel::pool::SharedPacket;
 
 mod ack;
 mod cc;
@@ -838,6 +839,24 @@ impl Connection {
             return false;
         }
         self.snd.stream.push_prepared(segments)
+    }
+
+    /// Queues the data of a pool buffer to send after what is queued, by reference (see
+    /// [`PooledSlice`](crate::tcp::PooledSlice)): the connection holds the buffer until its bytes are
+    /// acknowledged, and sends it as one segment, by reference when the segment is all of it.
+    /// The buffer comes back (nothing queued) once the sending side is shut down or the
+    /// connection closed, when the bytes queued would pass the send buffer's size (an empty send
+    /// stream takes any one buffer), or when 4096 buffers are queued.
+    ///
+    /// # Errors
+    ///
+    /// The buffer, when it was not queued.
+    pub fn send_pooled(&mut self, buffer: SharedPacket) -> Result<(), SharedPacket> {
+        let queued = self.snd.stream.len();
+        if !self.may_send() || (queued > 0 && queued + buffer.len() > self.snd.stream.capacity()) {
+            return Err(buffer);
+        }
+        self.snd.stream.push_pooled(buffer)
     }
 
     /// Reads received bytes in order; returns how many (0 when none are buffered; see

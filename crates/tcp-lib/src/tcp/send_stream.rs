@@ -5,21 +5,34 @@
 //! retransmit queue: each segment reads its payload from there; content queued by
 //! reference with [`Connection::send_prepared`](super::Connection::send_prepared) stays in its
 //! [`PreparedSegments`] and is only read (or, in lending mode, lent as a [`PreparedSlice`]) when
-//! a segment is cut from it. Once prepared content was queued the stream is a list of pieces:
-//! runs of ring bytes and runs of prepared content, in stream order.
+//! a segment is cut from it. Application data in pool buffers, queued by reference with
+//! [`Connection::send_pooled`](super::Connection::send_pooled), stays in its buffer (a
+//! [`SharedPacket`]) until acknowledged, and is lent as a [`PooledSlice`] the same way. Once
+//! either was queued the stream is a list of pieces: runs of ring bytes, runs of prepared content
+//! and pool buffers, in stream order. A lookup cursor remembers the last piece found, so a
+//! stream of many pool buffers finds the next segment's piece without walking from the front.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
+use netchannel::pool::SharedPacket;
+
 use super::budget::{BufferBudget, Side};
 use super::buffer::RingBuffer;
 use super::prepared::{PreparedSegments, PreparedSlice};
+use super::send_ref::{Lent, PooledSlice};
 
-/// The most pieces (runs of ring bytes and prepared contents) the send stream holds once prepared
-/// content was queued: [`Connection::send_prepared`](super::Connection::send_prepared) refuses
-/// more.
+/// The most pieces other than pool buffers (runs of ring bytes and prepared contents) the send
+/// stream holds once prepared content was queued:
+/// [`Connection::send_prepared`](super::Connection::send_prepared) refuses more.
 const MAX_SEND_PIECES: usize = 64;
+
+/// The most pool buffers the send stream holds
+/// ([`Connection::send_pooled`](super::Connection::send_pooled) refuses more, whatever their
+/// bytes): a 1 MiB send buffer of 1448-byte buffers is 725.
+pub(super) const MAX_POOLED_PIECES: usize = 4096;
 
 /// A run of the send stream, once prepared content was queued (see
 /// [`Connection::send_prepared`](super::Connection::send_prepared)).
@@ -28,12 +41,14 @@ enum Piece {
     Ring(usize),
     /// `len` bytes of prepared content from offset `start`, held by reference.
     Prepared { segments: Arc<PreparedSegments>, start: usize, len: usize },
+    /// `len` bytes of a pool buffer's data from offset `start`, held by reference.
+    Pooled { buffer: SharedPacket, start: usize, len: usize },
 }
 
 impl Piece {
     fn len(&self) -> usize {
         match self {
-            Self::Ring(len) | Self::Prepared { len, .. } => *len,
+            Self::Ring(len) | Self::Prepared { len, .. } | Self::Pooled { len, .. } => *len,
         }
     }
 }
@@ -44,6 +59,9 @@ impl fmt::Debug for Piece {
             Self::Ring(len) => write!(f, "Ring({len})"),
             Self::Prepared { segments, start, len } => {
                 write!(f, "Prepared {{ of: {}, start: {start}, len: {len} }}", segments.len())
+            }
+            Self::Pooled { buffer, start, len } => {
+                write!(f, "Pooled {{ buffer: {}, start: {start}, len: {len} }}", buffer.index())
             }
         }
     }
@@ -58,12 +76,18 @@ pub(super) struct SendStream {
     /// The send stream as runs of ring bytes and prepared content, once prepared content was
     /// queued; empty otherwise (then the ring holds the whole stream).
     pieces: VecDeque<Piece>,
-    /// Bytes of prepared content in `pieces`.
+    /// Bytes of prepared content and pool buffers in `pieces` (the bytes outside the ring).
     prepared_len: usize,
-    /// `poll_transmit_prepared` is running: payload in prepared content is lent, not copied.
+    /// Pool buffers in `pieces`.
+    pooled: usize,
+    /// Where the last lookup found its piece: `(index, stream offset, ring offset)` of a piece's
+    /// first byte, a place to start the next lookup from (see [`Self::piece_at`]).
+    cursor: Cell<(usize, usize, usize)>,
+    /// `poll_transmit_lent` is running: payload in prepared content or pool buffers is lent, not
+    /// copied.
     lend: bool,
     /// The payload lent by the last read in lending mode.
-    lent: Option<PreparedSlice>,
+    lent: Option<Lent>,
 }
 
 impl SendStream {
@@ -73,6 +97,8 @@ impl SendStream {
             buf: RingBuffer::new(capacity),
             pieces: VecDeque::new(),
             prepared_len: 0,
+            pooled: 0,
+            cursor: Cell::new((0, 0, 0)),
             lend: false,
             lent: None,
         }
@@ -172,7 +198,7 @@ impl SendStream {
     /// Queues prepared content at the end of the stream, by reference; false (nothing queued)
     /// when [`MAX_SEND_PIECES`] pieces are already queued.
     pub(super) fn push_prepared(&mut self, segments: &Arc<PreparedSegments>) -> bool {
-        if self.pieces.len() >= MAX_SEND_PIECES {
+        if self.pieces.len() - self.pooled >= MAX_SEND_PIECES {
             return false;
         }
         if segments.is_empty() {
@@ -187,6 +213,30 @@ impl SendStream {
         true
     }
 
+    /// Queues the data of a pool buffer at the end of the stream, by reference; the buffer comes
+    /// back (nothing queued) when [`MAX_POOLED_PIECES`] buffers are already queued.
+    pub(super) fn push_pooled(&mut self, buffer: SharedPacket) -> Result<(), SharedPacket> {
+        if self.pooled >= MAX_POOLED_PIECES {
+            return Err(buffer);
+        }
+        let len = buffer.len();
+        if len == 0 {
+            return Ok(());
+        }
+        if self.pieces.is_empty() && !self.buf.is_empty() {
+            self.pieces.push_back(Piece::Ring(self.buf.len()));
+        }
+        self.pieces.push_back(Piece::Pooled { buffer, start: 0, len });
+        self.prepared_len += len;
+        self.pooled += 1;
+        Ok(())
+    }
+
+    /// The ring's capacity.
+    pub(super) fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Bytes of the send stream from the first unacknowledged data byte on.
     pub(super) fn len(&self) -> usize {
         self.buf.len() + self.prepared_len
@@ -194,6 +244,7 @@ impl SendStream {
 
     /// Drops `n` acknowledged bytes from the front of the send stream.
     pub(super) fn dequeue(&mut self, mut n: usize) {
+        let (total, mut ring, mut popped) = (n, 0, 0);
         while n > 0
             && let Some(front) = self.pieces.front_mut()
         {
@@ -202,8 +253,9 @@ impl SendStream {
                 Piece::Ring(len) => {
                     self.buf.dequeue_allocated(k);
                     *len -= k;
+                    ring += k;
                 }
-                Piece::Prepared { start, len, .. } => {
+                Piece::Prepared { start, len, .. } | Piece::Pooled { start, len, .. } => {
                     *start += k;
                     *len -= k;
                     self.prepared_len -= k;
@@ -211,9 +263,16 @@ impl SendStream {
             }
             n -= k;
             if front.len() == 0 {
-                self.pieces.pop_front();
+                if let Some(Piece::Pooled { .. }) = self.pieces.pop_front() {
+                    self.pooled -= 1;
+                }
+                popped += 1;
             }
         }
+        // The cursor's piece keeps its place when it lies wholly after the bytes dropped.
+        let (i, pos, r) = self.cursor.get();
+        let kept = pos >= total - n && i >= popped;
+        self.cursor.set(if kept { (i - popped, pos - (total - n), r - ring) } else { (0, 0, 0) });
         if self.pieces.is_empty() {
             self.buf.dequeue_allocated(n);
         }
@@ -221,17 +280,24 @@ impl SendStream {
 
     /// The piece holding stream offset `offset`: its index, the offset of its first byte, and the
     /// ring offset of its first byte (the ring bytes of the pieces before it).
+    /// The walk starts at the cursor (the piece the last lookup found) when `offset` lies at or
+    /// after it, as the next segment's does, and from the front otherwise (a retransmission).
     fn piece_at(&self, offset: usize) -> Option<(usize, usize, usize)> {
-        let (mut pos, mut ring) = (0, 0);
-        for (i, p) in self.pieces.iter().enumerate() {
+        let (mut i, mut pos, mut ring) = match self.cursor.get() {
+            c @ (i, pos, _) if i < self.pieces.len() && pos <= offset => c,
+            _ => (0, 0, 0),
+        };
+        while let Some(p) = self.pieces.get(i) {
             let len = p.len();
             if offset < pos + len {
+                self.cursor.set((i, pos, ring));
                 return Some((i, pos, ring));
             }
             pos += len;
             if let Piece::Ring(_) = p {
                 ring += len;
             }
+            i += 1;
         }
         None
     }
@@ -245,15 +311,26 @@ impl SendStream {
         }
         let Some((idx, pos, mut ring)) = self.piece_at(offset) else { return 0 };
         let mut within = offset - pos;
-        if self.lend
-            && let Piece::Prepared { segments, start, len } = &self.pieces[idx]
-        {
-            let n = buf.len().min(len - within);
-            if n > 0 {
-                self.lent =
-                    Some(PreparedSlice { segments: Arc::clone(segments), offset: start + within, len: n });
+        if self.lend {
+            let n = buf.len().min(self.pieces[idx].len() - within);
+            match &self.pieces[idx] {
+                Piece::Prepared { segments, start, .. } if n > 0 => {
+                    let offset = start + within;
+                    self.lent = Some(Lent::Prepared(PreparedSlice {
+                        segments: Arc::clone(segments),
+                        offset,
+                        len: n,
+                    }));
+                    return n;
+                }
+                Piece::Pooled { buffer, start, .. } if n > 0 => {
+                    let offset = start + within;
+                    self.lent = Some(Lent::Pooled(PooledSlice { buffer: buffer.clone(), offset, len: n }));
+                    return n;
+                }
+                Piece::Ring(_) => {}
+                _ => return n,
             }
-            return n;
         }
         let mut copied = 0;
         for p in self.pieces.iter().skip(idx) {
@@ -269,6 +346,10 @@ impl SendStream {
                 Piece::Prepared { segments, start, .. } => {
                     let from = start + within;
                     buf[copied..copied + k].copy_from_slice(&segments.data()[from..from + k]);
+                }
+                Piece::Pooled { buffer, start, .. } => {
+                    let from = start + within;
+                    buf[copied..copied + k].copy_from_slice(&buffer.data()[from..from + k]);
                 }
             }
             copied += k;
@@ -288,21 +369,24 @@ impl SendStream {
                 let at = start + within;
                 Some((len - within).min(segments.next_boundary(at, mss) - at))
             }
+            // A pool buffer goes in a segment of its own, whatever the segment size: one frame
+            // of it by reference (or, when the segment must be shorter, a copy of a part).
+            Piece::Pooled { len, .. } => Some(len - within),
             // Ring bytes before prepared content end their segment where it starts.
             Piece::Ring(len) if idx + 1 < self.pieces.len() => Some(len - within),
             Piece::Ring(_) => None,
         }
     }
 
-    /// Enters lending mode (for `poll_transmit_prepared`): reads starting in prepared content
-    /// lend it instead of copying it.
+    /// Enters lending mode (for `poll_transmit_lent`): reads starting in prepared content or a
+    /// pool buffer lend it instead of copying it.
     pub(super) fn start_lending(&mut self) {
         self.lend = true;
         self.lent = None;
     }
 
     /// Leaves lending mode; returns the payload lent by the last read, if any.
-    pub(super) fn stop_lending(&mut self) -> Option<PreparedSlice> {
+    pub(super) fn stop_lending(&mut self) -> Option<Lent> {
         self.lend = false;
         self.lent.take()
     }
@@ -313,6 +397,111 @@ impl SendStream {
         self.buf.release();
         if self.pieces.is_empty() {
             self.pieces = VecDeque::new();
+            self.cursor.set((0, 0, 0));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use netchannel::pool::{HugePages, Pool};
+
+    use super::*;
+
+    /// SplitMix64.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            usize::try_from((z ^ (z >> 31)) % n as u64).unwrap()
+        }
+    }
+
+    /// Ring bytes, prepared content and pool buffers queued, read (forward, as new segments are,
+    /// and back, as retransmissions are; lent and copied) and acknowledged at random: every read
+    /// returns the model's bytes, whatever the lookup cursor remembered, and every buffer goes
+    /// back to the pool.
+    #[test]
+    fn reads_match_a_model_through_pieces_and_the_cursor() {
+        let pool = Pool::builder(4096).hugepages(HugePages::Never).build().unwrap();
+        let cache = pool.cache();
+        let mut rng = Rng(7);
+        let mut s = SendStream::new(8192);
+        let mut model: VecDeque<u8> = VecDeque::new();
+        let mut next = 0u8;
+        let mut fresh = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    next = next.wrapping_add(1);
+                    next
+                })
+                .collect()
+        };
+        let mut forward = 0usize;
+        let mut buf = vec![0u8; 3000];
+        for _ in 0..20_000 {
+            match rng.below(8) {
+                0 => {
+                    let data = fresh(1 + rng.below(2000));
+                    let n = s.push(&data);
+                    model.extend(&data[..n]);
+                }
+                1 | 2 => {
+                    let data = fresh(1 + rng.below(2000));
+                    let mut p = cache.alloc().unwrap();
+                    p.extend_from_slice(&data).unwrap();
+                    if s.push_pooled(p.into_shared().unwrap()).is_ok() {
+                        model.extend(&data);
+                    }
+                }
+                3 if rng.below(8) == 0 => {
+                    let data = fresh(1 + rng.below(5000));
+                    if s.push_prepared(&Arc::new(PreparedSegments::new(data.clone(), &[1448]))) {
+                        model.extend(&data);
+                    }
+                }
+                4 => {
+                    let n = rng.below(model.len() + 1).min(4000);
+                    s.dequeue(n);
+                    model.drain(..n);
+                    forward = forward.saturating_sub(n);
+                }
+                _ => {
+                    if model.is_empty() {
+                        continue;
+                    }
+                    // Mostly the next segment, sometimes a retransmission from further back.
+                    let at =
+                        if rng.below(4) == 0 { rng.below(model.len()) } else { forward.min(model.len() - 1) };
+                    let want = 1 + rng.below(buf.len());
+                    let lend = rng.below(2) == 0;
+                    if lend {
+                        s.start_lending();
+                    }
+                    let n = s.read(at, &mut buf[..want]);
+                    let got = match s.stop_lending() {
+                        Some(lent) => lent.bytes().to_vec(),
+                        None => buf[..n].to_vec(),
+                    };
+                    assert!(lend || s.lent.is_none());
+                    assert_eq!(got.len(), n);
+                    assert!(n > 0 && n <= want, "{n} of {want} at {at}");
+                    let expected: Vec<u8> = model.iter().skip(at).take(n).copied().collect();
+                    assert_eq!(got, expected, "at {at}, {n} bytes, lent: {lend}");
+                    if let Some(limit) = s.prepared_limit(at, 1448) {
+                        assert!(limit > 0 && at + limit <= model.len());
+                    }
+                    forward = at + n;
+                }
+            }
+            assert_eq!(s.len(), model.len());
+        }
+        drop(s);
+        drop(cache);
+        pool.check_leaks().unwrap();
     }
 }

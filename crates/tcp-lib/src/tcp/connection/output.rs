@@ -10,6 +10,7 @@ use crate::tcp::congestion::CongestionControl;
 use crate::tcp::prepared::PreparedSlice;
 use crate::tcp::push::{Packet, Sizing};
 use crate::tcp::rtt::MAX_RTO;
+use crate::tcp::send_ref::Lent;
 use crate::tcp::{Ecn, Push, State, Transmit, WindowProbe};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
@@ -201,17 +202,35 @@ impl Connection {
     /// payload lent as a [`PreparedSlice`] (`payload_len` bytes of it) instead of copied into
     /// `buf`: the caller emits the payload from it, and its sum from
     /// [`PreparedSlice::sum`] when the segment is a prepared cut.
+    /// A payload in a pool buffer (queued with [`send_pooled`](Self::send_pooled)) is copied into
+    /// `buf` as by [`poll_transmit`](Self::poll_transmit); [`poll_transmit_lent`](Self::poll_transmit_lent)
+    /// lends it too.
     pub fn poll_transmit_prepared(
         &mut self,
         now: Instant,
         buf: &mut [u8],
     ) -> Option<(Transmit, Option<PreparedSlice>)> {
+        match self.poll_transmit_lent(now, buf)? {
+            (t, Some(Lent::Prepared(p))) => Some((t, Some(p))),
+            (t, Some(Lent::Pooled(p))) => {
+                buf[..p.len].copy_from_slice(p.bytes());
+                Some((t, None))
+            }
+            (t, None) => Some((t, None)),
+        }
+    }
+
+    /// [`poll_transmit_prepared`](Self::poll_transmit_prepared), with a payload in a pool buffer
+    /// (queued with [`send_pooled`](Self::send_pooled)) lent as well, as a
+    /// [`PooledSlice`](crate::tcp::PooledSlice): the caller sends the buffer by reference when the
+    /// slice [is all of it](crate::tcp::PooledSlice::is_whole), else copies the range.
+    pub fn poll_transmit_lent(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Transmit, Option<Lent>)> {
         self.snd.stream.start_lending();
         let t = self.poll_transmit(now, buf);
         let lent = self.snd.stream.stop_lending();
         let t = t?;
         debug_assert!(
-            lent.as_ref().is_none_or(|l| l.len == t.payload_len),
+            lent.as_ref().is_none_or(|l| l.len() == t.payload_len),
             "the lent payload is the segment's"
         );
         Some((t, lent))
