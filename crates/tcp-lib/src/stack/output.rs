@@ -289,6 +289,9 @@ impl Stack {
         let ip_len = if remote_ip.is_ipv6() { IP6_LEN } else { IP_LEN };
         let super_max =
             if OFFLOAD && self.config.tso_max_size != 0 { self.super_payload(ip_len, cache) } else { 0 };
+        if let Some(e) = self.slots.get_mut(index) {
+            e.conn.recycle_acked(cache);
+        }
         loop {
             let mac = self.neighbor_lookup(hop);
             if mac.is_some() && out.is_full() {
@@ -465,7 +468,7 @@ impl Stack {
 /// caller copies.
 fn pooled_frame<'c>(
     stats: &mut StackStats,
-    slice: &PooledSlice,
+    slice: &PooledSlice<'_>,
     cache: &'c PoolCache,
     headers: usize,
 ) -> Option<Packet<'c>> {

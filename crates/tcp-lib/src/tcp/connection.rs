@@ -26,7 +26,7 @@ use super::send_stream::SendStream;
 use super::time_wait::{TimeWait, TimeWaitParts};
 use super::{Config, ConnectionError, State, Stats};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
-use netchannel::pool::SharedPacket;
+use netchannel::pool::{PoolCache, SharedPacket};
 
 mod ack;
 mod cc;
@@ -857,6 +857,15 @@ impl Connection {
             return Err(buffer);
         }
         self.snd.stream.push_pooled(buffer)
+    }
+
+    /// Gives the pool buffers queued with [`send_pooled`](Self::send_pooled) and acknowledged
+    /// since the last call back to `cache`'s free list (the ones the device is done with; the
+    /// others go back when it is), instead of to the pool's shared one. The stack calls it when
+    /// it drains the connection's output; without it they go back all the same.
+    #[inline]
+    pub fn recycle_acked(&mut self, cache: &PoolCache) {
+        self.snd.stream.recycle(cache);
     }
 
     /// Reads received bytes in order; returns how many (0 when none are buffered; see

@@ -29,18 +29,20 @@ use netchannel::pool::SharedPacket;
 use super::prepared::PreparedSlice;
 
 /// A range of a pool buffer's data that a connection emits as one segment's payload (from
-/// [`Connection::poll_transmit_lent`](super::Connection::poll_transmit_lent)).
-#[derive(Clone, Debug)]
-pub struct PooledSlice {
-    /// The buffer (a reference of its own).
-    pub buffer: SharedPacket,
+/// [`Connection::poll_transmit_lent`](super::Connection::poll_transmit_lent)), borrowed from the
+/// connection's send stream (no reference count taken: the buffer's state word is shared with
+/// the core that releases its frames, and each atomic on it costs a cache-line transfer).
+#[derive(Clone, Copy, Debug)]
+pub struct PooledSlice<'a> {
+    /// The buffer.
+    pub buffer: &'a SharedPacket,
     /// The first byte, an offset into the buffer's [data](SharedPacket::data).
     pub offset: usize,
     /// Bytes.
     pub len: usize,
 }
 
-impl PooledSlice {
+impl PooledSlice<'_> {
     /// The payload bytes.
     #[must_use]
     pub fn bytes(&self) -> &[u8] {
@@ -56,14 +58,14 @@ impl PooledSlice {
 
 /// A segment's payload lent instead of copied: prepared content or a pool buffer.
 #[derive(Clone, Debug)]
-pub enum Lent {
+pub enum Lent<'a> {
     /// Prepared content ([`Connection::send_prepared`](super::Connection::send_prepared)).
     Prepared(PreparedSlice),
     /// Application data in a pool buffer ([`Connection::send_pooled`](super::Connection::send_pooled)).
-    Pooled(PooledSlice),
+    Pooled(PooledSlice<'a>),
 }
 
-impl Lent {
+impl Lent<'_> {
     /// The payload bytes.
     #[must_use]
     pub fn bytes(&self) -> &[u8] {

@@ -17,12 +17,20 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-use netchannel::pool::SharedPacket;
+use netchannel::pool::{PoolCache, SharedPacket};
 
 use super::budget::{BufferBudget, Side};
 use super::buffer::RingBuffer;
 use super::prepared::{PreparedSegments, PreparedSlice};
 use super::send_ref::{Lent, PooledSlice};
+
+/// What a read in lending mode lent: prepared content, or the range of the pool buffer of piece
+/// `piece` (borrowed when lending ends, see [`SendStream::stop_lending`]).
+#[derive(Debug)]
+enum Lending {
+    Prepared(PreparedSlice),
+    Pooled { piece: usize, offset: usize, len: usize },
+}
 
 /// The most pieces other than pool buffers (runs of ring bytes and prepared contents) the send
 /// stream holds once prepared content was queued:
@@ -33,6 +41,10 @@ const MAX_SEND_PIECES: usize = 64;
 /// ([`Connection::send_pooled`](super::Connection::send_pooled) refuses more, whatever their
 /// bytes): a 1 MiB send buffer of 1448-byte buffers is 725.
 pub(super) const MAX_POOLED_PIECES: usize = 4096;
+
+/// The most acknowledged pool buffers kept for [`SendStream::recycle`]; more are dropped at once
+/// (back to the pool's shared free list).
+const MAX_ACKED: usize = 256;
 
 /// A run of the send stream, once prepared content was queued (see
 /// [`Connection::send_prepared`](super::Connection::send_prepared)).
@@ -80,6 +92,10 @@ pub(super) struct SendStream {
     prepared_len: usize,
     /// Pool buffers in `pieces`.
     pooled: usize,
+    /// Pool buffers acknowledged since the last [`Self::recycle`] (at most [`MAX_ACKED`]): the
+    /// stack gives them back to its own pool cache, the cheap way, when it next drains the
+    /// connection.
+    acked: Vec<SharedPacket>,
     /// Where the last lookup found its piece: `(index, stream offset, ring offset)` of a piece's
     /// first byte, a place to start the next lookup from (see [`Self::piece_at`]).
     cursor: Cell<(usize, usize, usize)>,
@@ -87,7 +103,7 @@ pub(super) struct SendStream {
     /// copied.
     lend: bool,
     /// The payload lent by the last read in lending mode.
-    lent: Option<Lent>,
+    lent: Option<Lending>,
 }
 
 impl SendStream {
@@ -98,6 +114,7 @@ impl SendStream {
             pieces: VecDeque::new(),
             prepared_len: 0,
             pooled: 0,
+            acked: Vec::new(),
             cursor: Cell::new((0, 0, 0)),
             lend: false,
             lent: None,
@@ -237,6 +254,23 @@ impl SendStream {
         self.buf.capacity()
     }
 
+    /// Gives the acknowledged pool buffers back to `cache` (its local free list, no lock) when
+    /// nothing else holds them. One whose frame the device still holds stays for a later call
+    /// (so that this core, not the device's, frees it: the device then only drops its frame's
+    /// reference); one of another pool, or with a handle left elsewhere, is dropped, to go back
+    /// when its last reference goes.
+    pub(super) fn recycle(&mut self, cache: &PoolCache) {
+        let mut i = 0;
+        while let Some(buffer) = self.acked.get(i) {
+            if buffer.frame_in_flight() && buffer.pool_id() == cache.pool().id() {
+                i += 1;
+                continue;
+            }
+            // Dropped either way: a packet of `cache` goes to its free list.
+            let _ = self.acked.swap_remove(i).try_into_packet(cache);
+        }
+    }
+
     /// Bytes of the send stream from the first unacknowledged data byte on.
     pub(super) fn len(&self) -> usize {
         self.buf.len() + self.prepared_len
@@ -263,8 +297,12 @@ impl SendStream {
             }
             n -= k;
             if front.len() == 0 {
-                if let Some(Piece::Pooled { .. }) = self.pieces.pop_front() {
+                if let Some(Piece::Pooled { buffer, .. }) = self.pieces.pop_front() {
                     self.pooled -= 1;
+                    // Past the bound (a device holding many frames), dropped at once.
+                    if self.acked.len() < MAX_ACKED {
+                        self.acked.push(buffer);
+                    }
                 }
                 popped += 1;
             }
@@ -316,16 +354,16 @@ impl SendStream {
             match &self.pieces[idx] {
                 Piece::Prepared { segments, start, .. } if n > 0 => {
                     let offset = start + within;
-                    self.lent = Some(Lent::Prepared(PreparedSlice {
+                    self.lent = Some(Lending::Prepared(PreparedSlice {
                         segments: Arc::clone(segments),
                         offset,
                         len: n,
                     }));
                     return n;
                 }
-                Piece::Pooled { buffer, start, .. } if n > 0 => {
+                Piece::Pooled { start, .. } if n > 0 => {
                     let offset = start + within;
-                    self.lent = Some(Lent::Pooled(PooledSlice { buffer: buffer.clone(), offset, len: n }));
+                    self.lent = Some(Lending::Pooled { piece: idx, offset, len: n });
                     return n;
                 }
                 Piece::Ring(_) => {}
@@ -386,9 +424,16 @@ impl SendStream {
     }
 
     /// Leaves lending mode; returns the payload lent by the last read, if any.
-    pub(super) fn stop_lending(&mut self) -> Option<Lent> {
+    pub(super) fn stop_lending(&mut self) -> Option<Lent<'_>> {
         self.lend = false;
-        self.lent.take()
+        match self.lent.take()? {
+            Lending::Prepared(p) => Some(Lent::Prepared(p)),
+            Lending::Pooled { piece, offset, len } => match self.pieces.get(piece) {
+                Some(Piece::Pooled { buffer, .. }) => Some(Lent::Pooled(PooledSlice { buffer, offset, len })),
+                // Unreachable: nothing changes the pieces between the read and here.
+                _ => None,
+            },
+        }
     }
 
     /// Frees the heap storage of a stream that carries no more data (see
@@ -500,6 +545,35 @@ mod tests {
             }
             assert_eq!(s.len(), model.len());
         }
+        drop(s);
+        drop(cache);
+        pool.check_leaks().unwrap();
+    }
+
+    /// An acknowledged pool buffer goes back to the stack's own cache (not the pool's shared
+    /// depot), but only once the device let its frame go: until then it is kept, so that the
+    /// device's core only drops the frame's reference.
+    #[test]
+    fn acknowledged_buffers_go_back_to_the_cache_once_their_frame_is_done() {
+        let pool = Pool::builder(64).hugepages(HugePages::Never).build().unwrap();
+        let cache = pool.cache();
+        let mut s = SendStream::new(8192);
+        let mut p = cache.alloc().unwrap();
+        p.extend_from_slice(&[5u8; 1000]).unwrap();
+        let buffer = p.into_shared().unwrap();
+        let frame = buffer.frame(&cache, 54).unwrap();
+        s.push_pooled(buffer).unwrap();
+        s.dequeue(1000);
+        assert_eq!((s.len(), s.acked.len()), (0, 1));
+        let before = pool.audit();
+        s.recycle(&cache);
+        assert_eq!(s.acked.len(), 1, "kept while its frame is in flight");
+        drop(frame);
+        s.recycle(&cache);
+        assert!(s.acked.is_empty());
+        let after = pool.audit();
+        assert_eq!(after.in_caches, before.in_caches + 1, "{before:?} -> {after:?}");
+        assert_eq!((after.in_depot, after.shared), (before.in_depot, 0), "{before:?} -> {after:?}");
         drop(s);
         drop(cache);
         pool.check_leaks().unwrap();

@@ -224,7 +224,11 @@ impl Connection {
     /// (queued with [`send_pooled`](Self::send_pooled)) lent as well, as a
     /// [`PooledSlice`](crate::tcp::PooledSlice): the caller sends the buffer by reference when the
     /// slice [is all of it](crate::tcp::PooledSlice::is_whole), else copies the range.
-    pub fn poll_transmit_lent(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Transmit, Option<Lent>)> {
+    pub fn poll_transmit_lent(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<Lent<'_>>)> {
         self.snd.stream.start_lending();
         let t = self.poll_transmit(now, buf);
         let lent = self.snd.stream.stop_lending();
