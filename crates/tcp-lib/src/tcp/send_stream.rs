@@ -259,7 +259,16 @@ impl SendStream {
     /// (so that this core, not the device's, frees it: the device then only drops its frame's
     /// reference); one of another pool, or with a handle left elsewhere, is dropped, to go back
     /// when its last reference goes.
+    #[inline]
     pub(super) fn recycle(&mut self, cache: &PoolCache) {
+        if !self.acked.is_empty() {
+            self.recycle_some(cache);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recycle_some(&mut self, cache: &PoolCache) {
         let mut i = 0;
         while let Some(buffer) = self.acked.get(i) {
             if buffer.frame_in_flight() && buffer.pool_id() == cache.pool().id() {
@@ -278,6 +287,10 @@ impl SendStream {
 
     /// Drops `n` acknowledged bytes from the front of the send stream.
     pub(super) fn dequeue(&mut self, mut n: usize) {
+        if self.pieces.is_empty() {
+            self.buf.dequeue_allocated(n);
+            return;
+        }
         let (total, mut ring, mut popped) = (n, 0, 0);
         while n > 0
             && let Some(front) = self.pieces.front_mut()
@@ -424,6 +437,7 @@ impl SendStream {
     }
 
     /// Leaves lending mode; returns the payload lent by the last read, if any.
+    #[inline]
     pub(super) fn stop_lending(&mut self) -> Option<Lent<'_>> {
         self.lend = false;
         match self.lent.take()? {

@@ -224,6 +224,7 @@ impl Connection {
     /// (queued with [`send_pooled`](Self::send_pooled)) lent as well, as a
     /// [`PooledSlice`](crate::tcp::PooledSlice): the caller sends the buffer by reference when the
     /// slice [is all of it](crate::tcp::PooledSlice::is_whole), else copies the range.
+    #[inline]
     pub fn poll_transmit_lent(
         &mut self,
         now: Instant,
