@@ -284,7 +284,8 @@
 //! [`StackStats::tx_pool_by_reference`]. The buffer returns to the pool when the last reference
 //! goes: acknowledged and the device done with its frame. The tests are in
 //! `tests/stack_send_pooled.rs` (loss, reordering, duplication, IPv6, partial checksums, a
-//! retransmission while the first frame is in flight, leaks).
+//! retransmission while the first frame is in flight, leaks) and `tests/stack_tso.rs` (a buffer of
+//! several segments by reference as one super-segment).
 //!
 //! # Offloads: partial checksums and TCP super-segments (TSO)
 //!
