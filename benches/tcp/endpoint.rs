@@ -1,7 +1,7 @@
 //! The `Endpoint` interface both stacks are driven through, and tcp-lib's endpoint (copying, or
 //! reading and writing in place, or sending by reference from pool buffers).
 
-use netchannel::pool::{PoolCache, SharedPacket};
+use netchannel::pool::PoolCache;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 use tcp_lib::stack::{Config, Error as StackError, Stack, StreamId};
@@ -50,10 +50,8 @@ pub(crate) struct LibEndpoint<'c, D> {
     /// The application writes in place (`Stack::send_with`, see [`produce`]).
     pub(crate) write_in_place: bool,
     /// The application produces each segment's payload in a pool buffer and queues the buffer
-    /// by reference (`Stack::send_pooled`, see [`Self::send_by_reference`]).
+    /// by reference (`Stack::send_pooled_with`, see [`Self::send_by_reference`]).
     pub(crate) by_reference: bool,
-    /// A filled buffer the stack had no room for yet: queued before any new one.
-    pub(crate) held: Option<SharedPacket>,
     /// Connections go over IPv6: to `fd00::N` for the workload's `10.0.0.N` (the stack has both).
     pub(crate) v6: bool,
 }
@@ -149,7 +147,6 @@ impl<'c, D: Sleep> LibEndpoint<'c, D> {
             in_place: None,
             write_in_place: false,
             by_reference: false,
-            held: None,
             v6,
         }
     }
@@ -178,38 +175,25 @@ impl<'c, D: Sleep> LibEndpoint<'c, D> {
 }
 
 impl<D> LibEndpoint<'_, D> {
-    /// Queues up to `want` bytes on `s` in pool buffers of one segment each: every buffer's
-    /// payload produced in place ([`produce`], the same fill as the in-place writer's) and
-    /// handed to the stack by reference, which sends it with only the headers written in front
-    /// of it. A buffer the stack refuses is kept for the next call.
-    fn send_by_reference(&mut self, s: StreamId, want: usize) -> Result<usize, StackError> {
+    /// Queues up to `want` bytes on `s` in pool buffers of one segment each, as many as the send
+    /// buffer takes (`Stack::send_pooled_with`): every buffer's payload produced in place
+    /// ([`produce`], the same fill as the in-place writer's) and handed to the stack by
+    /// reference, which sends it with only the headers written in front of it. A buffer is
+    /// filled only when a whole segment fits.
+    fn send_by_reference(&mut self, s: StreamId, mut want: usize) -> Result<usize, StackError> {
         let mss = self.stack.send_mss(s)?;
-        let mut queued = 0;
-        while queued < want {
-            let buffer = match self.held.take() {
-                Some(b) => b,
-                None => {
-                    let Some(mut p) = self.cache.alloc() else { break };
-                    let n = mss.min(want - queued).min(p.tailroom());
-                    if p.set_len(n).is_err() {
-                        break;
-                    }
-                    produce(p.data_mut(), n);
-                    let Ok(b) = p.into_shared() else { break };
-                    b
-                }
-            };
-            let n = buffer.len();
-            match self.stack.send_pooled(s, buffer) {
-                Ok(()) => queued += n,
-                Err((StackError::WouldBlock, b)) => {
-                    self.held = Some(b);
-                    break;
-                }
-                Err((e, _)) => return Err(e),
+        let cache = self.cache;
+        self.stack.send_pooled_with(s, |room| {
+            let n = mss.min(want);
+            if n == 0 || n > room {
+                return None;
             }
-        }
-        if queued == 0 { Err(StackError::WouldBlock) } else { Ok(queued) }
+            let mut p = cache.alloc()?;
+            p.set_len(n).ok()?;
+            produce(p.data_mut(), n);
+            want -= n;
+            p.into_shared().ok()
+        })
     }
 }
 

@@ -23,7 +23,7 @@
 //!   `Socket::recv(|buf| ..)` (a copy into the application's buffer). Compare copying with copying
 //!   (`tcp-lib` / `smoltcp`) and in place with in place (`tcp-lib-inplace-rw` / `smoltcp-inplace`).
 //!   `tcp-lib-byref` produces each segment's payload in a pool buffer of its own (the same fill)
-//!   and hands the buffer to the stack by reference (`Stack::send_pooled`), which writes only the
+//!   and hands the buffer to the stack by reference (`Stack::send_pooled_with`), which writes only the
 //!   headers into its headroom and sends the buffer itself, holding it until acknowledged: no copy
 //!   on the send side; it reads in place.
 //!   `--child bulk` (below) takes every contender's name: also `tcp-lib-inplace`,

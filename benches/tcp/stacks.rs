@@ -23,7 +23,7 @@ pub(crate) enum Kind {
     /// [`produce`](crate::endpoint::produce)) and the receiving one reading in place.
     TcpLibInPlaceRw,
     /// tcp-lib, the sending application producing each segment's payload in a pool buffer of its
-    /// own and handing it over by reference (`Stack::send_pooled`, see
+    /// own and handing it over by reference (`Stack::send_pooled_with`, see
     /// [`LibEndpoint::send_by_reference`](crate::endpoint::LibEndpoint)), the receiving one reading
     /// in place: no copy of the payload on the send side.
     TcpLibByRef,

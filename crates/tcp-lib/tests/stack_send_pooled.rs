@@ -53,6 +53,9 @@ struct Run {
     recv_buffer: usize,
     /// The share of frames reordered.
     reorder: f64,
+    /// Queue with `send_pooled_with` (buffers filled only when there is room) instead of
+    /// `send_pooled`.
+    with: bool,
     total: usize,
 }
 
@@ -103,7 +106,23 @@ fn send_pooled_through_faults(r: &Run) -> (StackStats, u64) {
             server = Some(s);
         }
         let size = r.size.unwrap_or_else(|| a.send_mss(c).unwrap());
-        while sent < expected.len() {
+        if r.with && sent < expected.len() {
+            let n = a
+                .send_pooled_with(c, |room| {
+                    // Whole segments only: a buffer cut to the room left would be a short segment.
+                    let n = size.min(expected.len() - sent);
+                    if n == 0 || n > room {
+                        return None;
+                    }
+                    let p = buffer(&cache, &expected[sent..sent + n]);
+                    sent += n;
+                    Some(p)
+                })
+                .or_else(|e| if e == Error::WouldBlock { Ok(0) } else { Err(e) })
+                .unwrap();
+            assert!(n <= expected.len());
+        }
+        while !r.with && sent < expected.len() {
             let p = held.take().unwrap_or_else(|| {
                 let n = size.min(expected.len() - sent);
                 buffer(&cache, &expected[sent..sent + n])
@@ -147,7 +166,8 @@ fn send_pooled_through_faults(r: &Run) -> (StackStats, u64) {
 }
 
 fn whole_buffers(v6: bool, partial: bool) {
-    let run = Run { size: None, v6, partial, recv_buffer: 256 * 1024, reorder: 0.02, total: 3 << 20 };
+    let run =
+        Run { size: None, v6, partial, recv_buffer: 256 * 1024, reorder: 0.02, with: v6, total: 3 << 20 };
     let (st, retransmits) = send_pooled_through_faults(&run);
     assert!(retransmits > 20, "retransmissions happened: {retransmits}");
     let all = st.tx_pool_by_reference + st.tx_pool_split + st.tx_pool_busy;
@@ -183,6 +203,7 @@ fn buffers_larger_than_the_mss_are_copied() {
         partial: false,
         recv_buffer: 256 * 1024,
         reorder: 0.02,
+        with: false,
         total: 1 << 20,
     };
     let (st, _) = send_pooled_through_faults(&run);
@@ -195,8 +216,15 @@ fn buffers_larger_than_the_mss_are_copied() {
 /// holds a reordered frame until three more pass, which a window this small may not let happen.)
 #[test]
 fn a_small_window_cuts_buffers() {
-    let run =
-        Run { size: None, v6: false, partial: false, recv_buffer: 1000, reorder: 0.0, total: 128 * 1024 };
+    let run = Run {
+        size: None,
+        v6: false,
+        partial: false,
+        recv_buffer: 1000,
+        reorder: 0.0,
+        with: true,
+        total: 128 * 1024,
+    };
     let (st, _) = send_pooled_through_faults(&run);
     assert!(st.tx_pool_split > 0, "{st:?}");
     assert!(st.tx_pool_by_reference > st.tx_pool_split, "{st:?}");

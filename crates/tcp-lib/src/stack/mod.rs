@@ -273,7 +273,9 @@
 //!
 //! [`send_pooled`](Stack::send_pooled) takes a pool buffer the application filled with one
 //! segment's payload and shared ([`SharedPacket`](netchannel::pool::SharedPacket)) and queues it
-//! on a connection by reference: no copy at all on the send side. The connection holds the buffer
+//! on a connection by reference: no copy at all on the send side
+//! ([`send_pooled_with`](Stack::send_pooled_with) takes as many as the send buffer has room for,
+//! filled by a closure, in one call). The connection holds the buffer
 //! until its bytes are acknowledged (it is their retransmit queue), cuts a segment at each buffer's
 //! end, and a segment that is all of a buffer goes to the device as a frame of that buffer with
 //! only the headers written into its headroom (the machinery prepared content uses:

@@ -235,6 +235,57 @@ impl Stack {
         Ok(())
     }
 
+    /// [`send_pooled`](Self::send_pooled) for as many buffers as `stream`'s send buffer takes, in
+    /// one call: `fill` gets the room left in bytes and returns a pool buffer it filled with at most
+    /// that many (one segment's payload, as for `send_pooled`), or `None` to stop; it is called
+    /// again until it returns `None` or the room is gone (see
+    /// [`Connection::send_pooled_with`]). No buffer comes back: the application fills one only
+    /// when there is room for it. Returns the bytes queued.
+    ///
+    /// ```
+    /// # use std::time::Instant;
+    /// # use netchannel::pool::{HugePages, Pool};
+    /// # use tcp_lib::stack::{Config, Error, Stack};
+    /// # use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    /// let pool = Pool::builder(64).hugepages(HugePages::Never).build()?;
+    /// let cache = pool.cache();
+    /// let cidr = Ipv4Cidr::new([10, 0, 0, 1].into(), 24).expect("a /24");
+    /// let mut config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr);
+    /// config.tcp.send_buffer = 4096;
+    /// let mut stack = Stack::new(config, Instant::now());
+    /// let stream = stack.connect(([10, 0, 0, 2], 80))?;
+    /// let mss = stack.send_mss(stream)?;
+    /// let queued = stack.send_pooled_with(stream, |room| {
+    ///     let n = mss.min(room);
+    ///     let mut packet = cache.alloc()?;
+    ///     packet.set_len(n).ok()?;
+    ///     packet.data_mut().fill(b'x'); // one segment's payload, produced in place
+    ///     packet.into_shared().ok()
+    /// })?;
+    /// assert_eq!(queued, 4096);
+    /// assert_eq!(stack.send_pooled_with(stream, |_| unreachable!()), Err(Error::WouldBlock));
+    /// drop(stack);
+    /// drop(cache);
+    /// pool.check_leaks()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when the send buffer is full (`fill` is not called), and the others
+    /// as for [`send`](Self::send).
+    pub fn send_pooled_with(
+        &mut self,
+        stream: StreamId,
+        fill: impl FnMut(usize) -> Option<SharedPacket>,
+    ) -> Result<usize, Error> {
+        let e = self.writable_entry(stream)?;
+        let n = e.conn.send_pooled_with(fill).ok_or(Error::WouldBlock)?;
+        if n > 0 {
+            self.mark_ready(stream.index);
+        }
+        Ok(n)
+    }
+
     /// Reads received bytes of `stream` in order; `Ok(0)` at the end of the stream (the peer's FIN,
     /// or a connection closed normally).
     ///

@@ -254,6 +254,12 @@ impl SendStream {
         self.buf.capacity()
     }
 
+    /// Whether [`push_pooled`](Self::push_pooled) takes another buffer (fewer than
+    /// [`MAX_POOLED_PIECES`] are queued).
+    pub(super) fn pooled_room(&self) -> bool {
+        self.pooled < MAX_POOLED_PIECES
+    }
+
     /// Gives the acknowledged pool buffers back to `cache` (its local free list, no lock) when
     /// nothing else holds them. One whose frame the device still holds stays for a later call
     /// (so that this core, not the device's, frees it: the device then only drops its frame's

@@ -14,6 +14,7 @@ use crate::tcp::send_ref::Lent;
 use crate::tcp::{Ecn, Push, State, Transmit, WindowProbe};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
+use netchannel::pool::SharedPacket;
 
 impl Connection {
     /// The SWS threshold of the receiver (RFC 9293 §3.8.6.2.2): min(RCV.BUFF / 2, Eff.snd.MSS).
@@ -217,6 +218,35 @@ impl Connection {
                 Some((t, None))
             }
             (t, None) => Some((t, None)),
+        }
+    }
+
+    /// [`send_pooled`](Self::send_pooled) for as many buffers as the send buffer takes: `fill` gets
+    /// the room left (the bytes the send buffer takes now) and returns a buffer filled with at
+    /// most that many bytes, or `None` to stop; it is called again until it returns `None`, the
+    /// room is gone, or 4096 buffers are queued (then it is not called). A buffer larger than the
+    /// room offered is queued all the same. Returns the bytes queued, or `None` without calling
+    /// `fill` once the sending side is shut down or the connection closed, or when there is no
+    /// room.
+    pub fn send_pooled_with(&mut self, mut fill: impl FnMut(usize) -> Option<SharedPacket>) -> Option<usize> {
+        let room =
+            |s: &super::SendStream| if s.pooled_room() { s.capacity().saturating_sub(s.len()) } else { 0 };
+        if !self.may_send() || room(&self.snd.stream) == 0 {
+            return None;
+        }
+        let mut queued = 0;
+        loop {
+            let stream = &mut self.snd.stream;
+            let room = room(stream);
+            if room == 0 {
+                return Some(queued);
+            }
+            let Some(buffer) = fill(room) else { return Some(queued) };
+            let n = buffer.len();
+            // Never refused: there is room for another buffer (checked above).
+            if stream.push_pooled(buffer).is_ok() {
+                queued += n;
+            }
         }
     }
 
