@@ -1,5 +1,5 @@
 //! The `Endpoint` interface both stacks are driven through, and tcp-lib's endpoint (copying, or
-//! reading and writing in place).
+//! reading and writing in place, or sending by reference from pool buffers).
 
 use netchannel::pool::PoolCache;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
@@ -49,6 +49,9 @@ pub(crate) struct LibEndpoint<'c, D> {
     pub(crate) in_place: Option<InPlace>,
     /// The application writes in place (`Stack::send_with`, see [`produce`]).
     pub(crate) write_in_place: bool,
+    /// The application produces each segment's payload in a pool buffer and queues the buffer
+    /// by reference (`Stack::send_pooled_with`, see [`Self::send_by_reference`]).
+    pub(crate) by_reference: bool,
     /// Connections go over IPv6: to `fd00::N` for the workload's `10.0.0.N` (the stack has both).
     pub(crate) v6: bool,
 }
@@ -133,10 +136,24 @@ pub(crate) fn lib_config(mac: [u8; 6], ip: Ipv4Addr, buf: usize, trust: bool) ->
 }
 
 impl<'c, D: Sleep> LibEndpoint<'c, D> {
+    /// An endpoint with `config`, copying (the application modes are set after).
+    fn with_config(dev: D, cache: &'c PoolCache, config: Config, v6: bool) -> Self {
+        let stack = Stack::new(config, Instant::now());
+        Self {
+            stack,
+            dev,
+            cache,
+            listener: None,
+            in_place: None,
+            write_in_place: false,
+            by_reference: false,
+            v6,
+        }
+    }
+
     pub(crate) fn new(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
         let config = lib_config(dev.info().mac.0, ip, buf, trust_checksums::<D>());
-        let stack = Stack::new(config, Instant::now());
-        Self { stack, dev, cache, listener: None, in_place: None, write_in_place: false, v6: false }
+        Self::with_config(dev, cache, config, false)
     }
 
     /// The same endpoint with the transmit offloads its device offers (a TAP opened with
@@ -145,8 +162,7 @@ impl<'c, D: Sleep> LibEndpoint<'c, D> {
         let offloads = dev.info().offloads;
         let config =
             lib_config(dev.info().mac.0, ip, buf, trust_checksums::<D>()).with_device_offloads(offloads);
-        let stack = Stack::new(config, Instant::now());
-        Self { stack, dev, cache, listener: None, in_place: None, write_in_place: false, v6: false }
+        Self::with_config(dev, cache, config, false)
     }
 
     /// The same endpoint with IPv6 on (`fd00::N/64` besides `10.0.0.N/24`), connecting over
@@ -154,8 +170,30 @@ impl<'c, D: Sleep> LibEndpoint<'c, D> {
     pub(crate) fn new_v6(dev: D, cache: &'c PoolCache, ip: Ipv4Addr, buf: usize) -> Self {
         let config = lib_config(dev.info().mac.0, ip, buf, trust_checksums::<D>())
             .with_ipv6(Ipv6Cidr::new(v6_of(ip), 64).expect("a /64"));
-        let stack = Stack::new(config, Instant::now());
-        Self { stack, dev, cache, listener: None, in_place: None, write_in_place: false, v6: true }
+        Self::with_config(dev, cache, config, true)
+    }
+}
+
+impl<D> LibEndpoint<'_, D> {
+    /// Queues up to `want` bytes on `s` in pool buffers of one segment each, as many as the send
+    /// buffer takes (`Stack::send_pooled_with`): every buffer's payload produced in place
+    /// ([`produce`], the same fill as the in-place writer's) and handed to the stack by
+    /// reference, which sends it with only the headers written in front of it. A buffer is
+    /// filled only when a whole segment fits.
+    fn send_by_reference(&mut self, s: StreamId, mut want: usize) -> Result<usize, StackError> {
+        let mss = self.stack.send_mss(s)?;
+        let cache = self.cache;
+        self.stack.send_pooled_with(s, |room| {
+            let n = mss.min(want);
+            if n == 0 || n > room {
+                return None;
+            }
+            let mut p = cache.alloc()?;
+            p.set_len(n).ok()?;
+            produce(p.data_mut(), n);
+            want -= n;
+            p.into_shared().ok()
+        })
     }
 }
 
@@ -211,7 +249,9 @@ impl<D: Sleep> Endpoint for LibEndpoint<'_, D> {
     }
 
     fn send(&mut self, s: StreamId, data: &[u8]) -> Result<usize, String> {
-        let queued = if self.write_in_place {
+        let queued = if self.by_reference {
+            self.send_by_reference(s, data.len())
+        } else if self.write_in_place {
             let mut want = data.len();
             self.stack.send_with(s, want, |free| {
                 let n = produce(free, want);

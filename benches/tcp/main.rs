@@ -22,8 +22,12 @@
 //!   matching anchor, smoltcp's closure calls `Socket::send(|buf| ..)` (the same fill) and
 //!   `Socket::recv(|buf| ..)` (a copy into the application's buffer). Compare copying with copying
 //!   (`tcp-lib` / `smoltcp`) and in place with in place (`tcp-lib-inplace-rw` / `smoltcp-inplace`).
+//!   `tcp-lib-byref` produces each segment's payload in a pool buffer of its own (the same fill)
+//!   and hands the buffer to the stack by reference (`Stack::send_pooled_with`), which writes only the
+//!   headers into its headroom and sends the buffer itself, holding it until acknowledged: no copy
+//!   on the send side; it reads in place.
 //!   `--child bulk` (below) takes every contender's name: also `tcp-lib-inplace`,
-//!   `tcp-lib-inplace-rw`, `tcp-lib-v6`, `tcp-lib-tso` and `smoltcp-inplace`.
+//!   `tcp-lib-inplace-rw`, `tcp-lib-byref`, `tcp-lib-v6`, `tcp-lib-tso` and `smoltcp-inplace`.
 //! * **txn**: transactions, one after another: connect, 64-byte request, 64-byte response, the server
 //!   closes, the client reads the end of stream and closes (`TCP_BENCH_TXNS` of them). Nagle off
 //!   everywhere. Run once per stack buffer size of `TCP_BENCH_TXN_BUFS` (tcp-lib allocates each
@@ -131,6 +135,7 @@ fn child(args: &[String]) -> Result<(), String> {
         "tcp-lib" => Some(Kind::TcpLib),
         "tcp-lib-inplace" => Some(Kind::TcpLibInPlace),
         "tcp-lib-inplace-rw" => Some(Kind::TcpLibInPlaceRw),
+        "tcp-lib-byref" => Some(Kind::TcpLibByRef),
         "smoltcp-inplace" => Some(Kind::SmoltcpInPlace),
         "tcp-lib-v6" => Some(Kind::TcpLibV6),
         "smoltcp" => Some(Kind::Smoltcp),
@@ -190,9 +195,10 @@ fn main() {
             "kernel-lo",
             "tcp-lib-inplace-rw",
             "smoltcp-inplace",
+            "tcp-lib-byref",
             "kernel-lo-1500",
         ]);
-        let contenders = if ns_missing.is_some() { 7 } else { 8 };
+        let contenders = if ns_missing.is_some() { 8 } else { 9 };
         for round in 0..s.rounds {
             eprintln!("bulk round {round}:");
             rotated(round, contenders, |i| {
@@ -204,6 +210,7 @@ fn main() {
                     4 => bulk_kernel(s.bytes, Ipv4Addr::LOCALHOST),
                     5 => bulk_stack(Kind::TcpLibInPlaceRw, &s, s.bytes),
                     6 => bulk_stack(Kind::SmoltcpInPlace, &s, s.bytes),
+                    7 => bulk_stack(Kind::TcpLibByRef, &s, s.bytes),
                     _ => {
                         let bytes = s.bytes;
                         netns::in_private_namespace(move || {
@@ -217,7 +224,7 @@ fn main() {
         }
         if let Some(why) = ns_missing {
             println!("(kernel-lo-1500 skipped: {why})");
-            ser.truncate(7);
+            ser.truncate(8);
         }
         table(&format!("Bulk, one connection, {} MiB, in-memory link", s.bytes >> 20), "MB", 1e6, &ser);
         // The same samples with the in-place reader as the reference.
@@ -240,6 +247,17 @@ fn main() {
             1e6,
             &both,
         );
+        // Sending by reference from pool buffers against both smoltcp applications.
+        let by_ref: Vec<Series> = [7, 6, 1, 5].iter().map(|&i| ser[i].clone()).collect();
+        table(
+            &format!(
+                "Bulk, one connection, {} MiB, in-memory link, tcp-lib sending by reference from pool buffers",
+                s.bytes >> 20
+            ),
+            "MB",
+            1e6,
+            &by_ref,
+        );
         if std::env::var("TCP_BENCH_ICOUNT").is_ok_and(|v| v == "1") {
             if common::have_valgrind() {
                 for kind in [
@@ -248,6 +266,7 @@ fn main() {
                     Kind::Smoltcp,
                     Kind::TcpLibInPlaceRw,
                     Kind::SmoltcpInPlace,
+                    Kind::TcpLibByRef,
                 ] {
                     match icount_per_byte(kind) {
                         Ok(x) => println!(

@@ -22,6 +22,11 @@ pub(crate) enum Kind {
     /// tcp-lib, the sending application writing in place (`Stack::send_with`, see
     /// [`produce`](crate::endpoint::produce)) and the receiving one reading in place.
     TcpLibInPlaceRw,
+    /// tcp-lib, the sending application producing each segment's payload in a pool buffer of its
+    /// own and handing it over by reference (`Stack::send_pooled_with`, see
+    /// [`LibEndpoint::send_by_reference`](crate::endpoint::LibEndpoint)), the receiving one reading
+    /// in place: no copy of the payload on the send side.
+    TcpLibByRef,
     /// smoltcp with the application writing and reading in place (`Socket::send` and
     /// `Socket::recv` with a closure): the anchor for [`Kind::TcpLibInPlaceRw`].
     SmoltcpInPlace,
@@ -39,6 +44,7 @@ impl Kind {
             Kind::TcpLib => "tcp-lib",
             Kind::TcpLibInPlace => "tcp-lib-inplace",
             Kind::TcpLibInPlaceRw => "tcp-lib-inplace-rw",
+            Kind::TcpLibByRef => "tcp-lib-byref",
             Kind::SmoltcpInPlace => "smoltcp-inplace",
             Kind::TcpLibV6 => "tcp-lib-v6",
             Kind::TcpLibTso => "tcp-lib-tso",
@@ -97,6 +103,12 @@ pub(crate) fn with_endpoint<D: Sleep + HasPool, R>(
             let mut ep = LibEndpoint::new(dev, &cache, ip, buf);
             ep.in_place = Some(InPlace::new());
             ep.write_in_place = true;
+            f(&mut ep)
+        }
+        Kind::TcpLibByRef => {
+            let mut ep = LibEndpoint::new(dev, &cache, ip, buf);
+            ep.in_place = Some(InPlace::new());
+            ep.by_reference = true;
             f(&mut ep)
         }
         Kind::TcpLibV6 => f(&mut LibEndpoint::new_v6(dev, &cache, ip, buf)),

@@ -107,7 +107,7 @@ pub(crate) fn tap_run(kind: Kind, mode: TapMode, s: &Settings) -> Result<Sample,
         // The TAP runs compare the stacks against the kernel over IPv4; the IPv6 twin runs on the
         // in-memory link.
         Kind::TcpLibV6 => Err("tcp-lib-v6 runs on the in-memory link only".to_owned()),
-        Kind::TcpLibInPlaceRw | Kind::SmoltcpInPlace => {
+        Kind::TcpLibInPlaceRw | Kind::TcpLibByRef | Kind::SmoltcpInPlace => {
             Err(format!("{} runs on the in-memory link only", kind.name()))
         }
     };

@@ -5,8 +5,8 @@
 
 use std::net::SocketAddr;
 
+use super::Config;
 use super::family::{Ends, TcpFamily};
-use super::{Config, PreparedSlice};
 #[cfg(doc)]
 use crate::tcp::Transmit;
 use crate::wire::{TcpPacket, TcpRepr, checksum};
@@ -36,14 +36,15 @@ pub(super) fn segment(
     }
 }
 
-/// [`segment`] for a segment whose payload is prepared content (see [`emit_ip_tcp_prepared`]);
-/// `BY_REFERENCE`: `buf` is exactly the IP and TCP headers, which lie in front of the payload in its
-/// pool buffer (a frame's headroom), and the payload is not touched.
+/// [`segment`] for a segment whose payload is lent (prepared content or an application's pool
+/// buffer, see [`emit_ip_tcp_prepared`]): `payload` is its bytes and their precomputed sum, if
+/// any; `BY_REFERENCE`: `buf` is exactly the IP and TCP headers, which lie in front of the payload
+/// in its pool buffer (a frame's headroom), and the payload is not touched.
 #[inline]
 pub(super) fn segment_prepared<const BY_REFERENCE: bool>(
     buf: &mut [u8],
     seg: &TcpRepr<'_>,
-    slice: &PreparedSlice,
+    payload: (&[u8], Option<u16>),
     (local, remote): (SocketAddr, SocketAddr),
     (ect, partial): (bool, bool),
     ident: u16,
@@ -52,11 +53,11 @@ pub(super) fn segment_prepared<const BY_REFERENCE: bool>(
     match (local, remote) {
         (SocketAddr::V4(s), SocketAddr::V4(d)) => {
             let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
-            emit_ip_tcp_prepared::<_, BY_REFERENCE>(buf, seg, slice, ends, partial, ident, config)
+            emit_ip_tcp_prepared::<_, BY_REFERENCE>(buf, seg, payload, ends, partial, ident, config)
         }
         (SocketAddr::V6(s), SocketAddr::V6(d)) => {
             let ends = Ends { src: *s.ip(), dst: *d.ip(), ect };
-            emit_ip_tcp_prepared::<_, BY_REFERENCE>(buf, seg, slice, ends, partial, ident, config)
+            emit_ip_tcp_prepared::<_, BY_REFERENCE>(buf, seg, payload, ends, partial, ident, config)
         }
         _ => false,
     }
@@ -90,8 +91,8 @@ fn partial_sum<A: TcpFamily>(ends: Ends<A>, tcp_len: usize) -> u16 {
     A::pseudo_header(ends, u32::try_from(tcp_len).unwrap_or(u32::MAX))
 }
 
-/// [`emit_ip_tcp`] for a segment whose payload is prepared content: `seg` is the header (empty
-/// payload), `slice` the payload, written straight from the prepared bytes (not at all when
+/// [`emit_ip_tcp`] for a segment whose payload is lent: `seg` is the header (empty payload),
+/// `payload` the payload and its precomputed sum, written straight from where it lies (not at all when
 /// `BY_REFERENCE`: `buf` is then only the headers, in front of the payload wherever it lies). The
 /// checksum adds the precomputed payload sum when there is one (returns whether), else sums the
 /// payload; 0 without [`Config::tx_checksum`] (returns false), the pseudo-header sum alone when
@@ -99,7 +100,7 @@ fn partial_sum<A: TcpFamily>(ends: Ends<A>, tcp_len: usize) -> u16 {
 fn emit_ip_tcp_prepared<A: TcpFamily, const BY_REFERENCE: bool>(
     buf: &mut [u8],
     seg: &TcpRepr<'_>,
-    slice: &PreparedSlice,
+    (bytes, precomputed): (&[u8], Option<u16>),
     ends: Ends<A>,
     partial: bool,
     ident: u16,
@@ -107,10 +108,10 @@ fn emit_ip_tcp_prepared<A: TcpFamily, const BY_REFERENCE: bool>(
 ) -> bool {
     if !BY_REFERENCE {
         let (_, payload) = buf.split_at_mut(A::HEADER_LEN + seg.buffer_len());
-        payload[..slice.len].copy_from_slice(slice.bytes());
+        payload[..bytes.len()].copy_from_slice(bytes);
     }
     let header_len = seg.buffer_len();
-    let tcp_len = header_len + slice.len;
+    let tcp_len = header_len + bytes.len();
     let (ip, tcp) = buf.split_at_mut(A::HEADER_LEN);
     A::emit_header(ip, ends, tcp_len, ident, config);
     let mut view = TcpPacket::new_unchecked(&mut tcp[..header_len]);
@@ -123,8 +124,7 @@ fn emit_ip_tcp_prepared<A: TcpFamily, const BY_REFERENCE: bool>(
     if !config.tx_checksum {
         return false;
     }
-    let precomputed = slice.sum();
-    let payload_sum = precomputed.unwrap_or_else(|| checksum::data(slice.bytes()));
+    let payload_sum = precomputed.unwrap_or_else(|| checksum::data(bytes));
     let length = u32::try_from(tcp_len).unwrap_or(u32::MAX);
     let sum =
         checksum::combine(&[A::pseudo_header(ends, length), checksum::data(&tcp[..header_len]), payload_sum]);

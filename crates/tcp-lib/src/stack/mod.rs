@@ -269,6 +269,26 @@
 //! instead of through the scratch buffer executed 2% fewer instructions per byte but ran about 15%
 //! slower per CPU-second in the bulk benchmark (see BENCHMARKS.md, issue 18), so it is not done.
 //!
+//! # Application data by reference from pool buffers
+//!
+//! [`send_pooled`](Stack::send_pooled) takes a pool buffer the application filled with one
+//! segment's payload and shared ([`SharedPacket`](netchannel::pool::SharedPacket)) and queues it
+//! on a connection by reference: no copy at all on the send side
+//! ([`send_pooled_with`](Stack::send_pooled_with) takes as many as the send buffer has room for,
+//! filled by a closure, in one call). The connection holds the buffer
+//! until its bytes are acknowledged (it is their retransmit queue), cuts a segment at each buffer's
+//! end, and a segment that is all of a buffer goes to the device as a frame of that buffer with
+//! only the headers written into its headroom (the machinery prepared content uses:
+//! [`SharedPacket::frame`](netchannel::pool::SharedPacket::frame), one frame in flight per buffer).
+//! A segment that is only part of a buffer (a buffer larger than the MSS, a window that cuts it, a
+//! partial ACK) is copied ([`StackStats::tx_pool_split`]), and so is a retransmission whose first
+//! frame the device still holds ([`StackStats::tx_pool_busy`]); the rest are counted in
+//! [`StackStats::tx_pool_by_reference`]. The buffer returns to the pool when the last reference
+//! goes: acknowledged and the device done with its frame. The tests are in
+//! `tests/stack_send_pooled.rs` (loss, reordering, duplication, IPv6, partial checksums, a
+//! retransmission while the first frame is in flight, leaks) and `tests/stack_tso.rs` (a buffer of
+//! several segments by reference as one super-segment).
+//!
 //! # Offloads: partial checksums and TCP super-segments (TSO)
 //!
 //! Each pool buffer carries [`Offload`](netchannel::pool::Offload) metadata (the fields of the

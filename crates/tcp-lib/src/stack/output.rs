@@ -7,13 +7,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Instant;
 
 use netchannel::dev::PacketBatch;
-use netchannel::pool::{GsoKind, Offload, PoolCache};
+use netchannel::pool::{GsoKind, Offload, Packet, PoolCache};
 
 use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
-use super::{ETH_LEN, IP_LEN, IP6_LEN, PreparedSlice, Stack, emit};
-use crate::tcp::State;
+use super::{ETH_LEN, IP_LEN, IP6_LEN, Stack, StackStats, emit};
+use crate::tcp::{Lent, PooledSlice, State};
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
@@ -289,6 +289,9 @@ impl Stack {
         let ip_len = if remote_ip.is_ipv6() { IP6_LEN } else { IP_LEN };
         let super_max =
             if OFFLOAD && self.config.tso_max_size != 0 { self.super_payload(ip_len, cache) } else { 0 };
+        if let Some(e) = self.slots.get_mut(index) {
+            e.conn.recycle_acked(cache);
+        }
         loop {
             let mac = self.neighbor_lookup(hop);
             if mac.is_some() && out.is_full() {
@@ -305,11 +308,11 @@ impl Stack {
             }
             let Some(mac) = mac else {
                 // Unresolved next hop: the segment waits (bounded) in the ARP queue.
-                let Some((t, lent)) = e.conn.poll_transmit_prepared(now, &mut self.scratch) else {
+                let Some((t, lent)) = e.conn.poll_transmit_lent(now, &mut self.scratch) else {
                     return Drained::All;
                 };
                 let seg = match &lent {
-                    Some(slice) => t.segment(slice.bytes()),
+                    Some(lent) => t.segment(lent.bytes()),
                     None => t.segment(&self.scratch),
                 };
                 let mut frame = vec![0u8; ETH_LEN + ip_len + seg.buffer_len()];
@@ -319,7 +322,7 @@ impl Stack {
                 continue;
             };
             let Some(plain) = cache.alloc() else { return Drained::Stopped };
-            let Some((t, lent)) = e.conn.poll_transmit_prepared(now, &mut self.scratch) else {
+            let Some((t, lent)) = e.conn.poll_transmit_lent(now, &mut self.scratch) else {
                 return Drained::All;
             };
             self.ident = ident;
@@ -329,14 +332,16 @@ impl Stack {
             };
             // A segment that is exactly one pool buffer of prepared content goes by reference: a
             // frame of the first of its copies with none in flight (round robin), whose data is only the
-            // headers in front of the payload.
-            let frame = match lent.as_ref().and_then(PreparedSlice::copies) {
-                Some(mut copies) => {
-                    let headers = ETH_LEN + ip_len + seg.buffer_len();
+            // headers in front of the payload. So does one that is all of an application's pool
+            // buffer (`send_pooled`), unless its one frame is still in flight.
+            let headers = ETH_LEN + ip_len + seg.buffer_len();
+            let frame = match &lent {
+                Some(Lent::Prepared(slice)) => slice.copies().and_then(|mut copies| {
                     let frame = copies.find_map(|s| s.frame(cache, headers).ok());
                     self.stats.tx_by_reference_copied += u64::from(frame.is_none());
                     frame
-                }
+                }),
+                Some(Lent::Pooled(slice)) => pooled_frame(&mut self.stats, slice, cache, headers),
                 None => None,
             };
             let by_reference = frame.is_some();
@@ -345,7 +350,7 @@ impl Stack {
                 frame
             } else {
                 let mut packet = plain;
-                let payload_len = lent.as_ref().map_or(0, |l| l.len);
+                let payload_len = lent.as_ref().map_or(0, Lent::len);
                 let len = ETH_LEN + ip_len + seg.buffer_len() + payload_len;
                 if packet.set_len(len).is_err() {
                     self.stats.tx_dropped += 1;
@@ -357,16 +362,19 @@ impl Stack {
             let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
             data[..ETH_LEN].copy_from_slice(&ethernet_header(self.config.mac, mac, ethertype));
             match &lent {
-                Some(slice) => {
+                Some(lent) => {
                     let (buf, flags, config) = (&mut data[ETH_LEN..], (t.ect, OFFLOAD), &self.config);
+                    let payload = (lent.bytes(), lent.sum());
                     let precomputed = if by_reference {
-                        emit::segment_prepared::<true>(buf, &seg, slice, ends, flags, ident, config)
+                        emit::segment_prepared::<true>(buf, &seg, payload, ends, flags, ident, config)
                     } else {
-                        emit::segment_prepared::<false>(buf, &seg, slice, ends, flags, ident, config)
+                        emit::segment_prepared::<false>(buf, &seg, payload, ends, flags, ident, config)
                     };
-                    self.stats.tx_by_reference += u64::from(by_reference);
-                    self.stats.tx_prepared += 1;
-                    self.stats.tx_prepared_sums += u64::from(precomputed);
+                    if let Lent::Prepared(_) = lent {
+                        self.stats.tx_by_reference += u64::from(by_reference);
+                        self.stats.tx_prepared += 1;
+                        self.stats.tx_prepared_sums += u64::from(precomputed);
+                    }
                 }
                 None => {
                     emit::segment(&mut data[ETH_LEN..], &seg, ends, (t.ect, OFFLOAD), ident, &self.config)
@@ -452,6 +460,26 @@ impl Stack {
         let limit = self.config.super_segment_limit();
         limit.min(cache.pool().data_room().saturating_sub(ETH_LEN)).saturating_sub(ip_len + 60)
     }
+}
+
+/// A frame of the application's pool buffer `slice` lies in, when the segment is all of it and
+/// the buffer can carry the headers now; `None` (counted in `stats`) when the segment is a part of
+/// it or its frame is still in flight (or it lacks headroom, or is of another pool): then the
+/// caller copies.
+fn pooled_frame<'c>(
+    stats: &mut StackStats,
+    slice: &PooledSlice<'_>,
+    cache: &'c PoolCache,
+    headers: usize,
+) -> Option<Packet<'c>> {
+    if !slice.is_whole() {
+        stats.tx_pool_split += 1;
+        return None;
+    }
+    let frame = slice.buffer.frame(cache, headers).ok();
+    stats.tx_pool_by_reference += u64::from(frame.is_some());
+    stats.tx_pool_busy += u64::from(frame.is_none());
+    frame
 }
 
 #[cfg(test)]

@@ -93,6 +93,17 @@ pub struct StackStats {
     /// of each of its copies was still in flight (other connections, or earlier sends of it), the
     /// headroom was too short for the headers, or the buffers are of another pool than the cache's.
     pub tx_by_reference_copied: u64,
+    /// Segments whose payload was all of an application's pool buffer ([`Stack::send_pooled`])
+    /// and went to the device by reference: the headers written into its headroom.
+    pub tx_pool_by_reference: u64,
+    /// Segments whose payload was part of an application's pool buffer, copied: the buffer held
+    /// more than the segment could (more than the MSS, or the peer's window or the congestion
+    /// window cut it), or an ACK had covered part of it.
+    pub tx_pool_split: u64,
+    /// Segments whose payload was all of an application's pool buffer but were copied: a frame
+    /// of the buffer was still in flight (a retransmission before the device let the first one
+    /// go), its headroom was too short for the headers, or it is of another pool than the cache's.
+    pub tx_pool_busy: u64,
     /// TCP super-segments handed to the device to cut ([`Config::tso_max_size`]).
     pub tx_super_segments: u64,
     /// TCP segments and UDP datagrams whose checksum was not verified under

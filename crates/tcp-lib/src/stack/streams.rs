@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use netchannel::pool::SharedPacket;
+
 use super::flows::FlowKey;
 use super::hash;
 use super::{Error, Phase, PreparedSegments, Stack, StreamId};
@@ -168,6 +170,120 @@ impl Stack {
         }
         self.mark_ready(stream.index);
         Ok(())
+    }
+
+    /// Queues the data of a pool buffer on `stream` after what is queued, by reference: the
+    /// application fills a buffer of the device's pool with one segment's payload (at most
+    /// [`send_mss`](Self::send_mss) bytes, behind the pool's headroom), shares it
+    /// ([`Packet::into_shared`](netchannel::pool::Packet::into_shared)) and hands it over. The
+    /// connection holds the buffer until its bytes are acknowledged (retransmissions send it
+    /// again) and sends it as a segment of its own with only the headers written, into the
+    /// buffer's headroom (see [`crate::tcp::PooledSlice`] for when it copies instead, and
+    /// [`StackStats::tx_pool_by_reference`](super::StackStats::tx_pool_by_reference)). The buffer
+    /// goes back to its pool when it is acknowledged and the device is done with it.
+    ///
+    /// ```
+    /// # use std::time::Instant;
+    /// # use netchannel::pool::{HugePages, Pool};
+    /// # use tcp_lib::stack::{Config, Error, Stack};
+    /// # use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    /// let pool = Pool::builder(64).hugepages(HugePages::Never).build()?;
+    /// let cache = pool.cache();
+    /// let cidr = Ipv4Cidr::new([10, 0, 0, 1].into(), 24).expect("a /24");
+    /// let mut config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr);
+    /// config.tcp.send_buffer = 4096;
+    /// let mut stack = Stack::new(config, Instant::now());
+    /// let stream = stack.connect(([10, 0, 0, 2], 80))?; // data queued now follows the SYN
+    /// let mss = stack.send_mss(stream)?;
+    /// let mut queued = 0;
+    /// loop {
+    ///     // Serialize one segment's payload straight into a pool buffer.
+    ///     let mut packet = cache.alloc().expect("a free buffer");
+    ///     packet.set_len(mss)?;
+    ///     packet.data_mut().fill(b'x');
+    ///     let buffer = packet.into_shared().expect("a plain packet");
+    ///     match stack.send_pooled(stream, buffer) {
+    ///         Ok(()) => queued += mss,
+    ///         // The send buffer's size is reached: the buffer comes back, to send later.
+    ///         Err((Error::WouldBlock, buffer)) => break drop(buffer),
+    ///         Err((e, _)) => return Err(e.into()),
+    ///     }
+    /// }
+    /// assert_eq!(queued, 4096 / mss * mss);
+    /// drop(stack); // its buffers go back to the pool
+    /// drop(cache);
+    /// pool.check_leaks()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The buffer comes back with [`Error::WouldBlock`] when the send buffer's size would be
+    /// passed (an empty send buffer takes any one buffer) or 4096 buffers are queued, and with
+    /// the others as for [`send`](Self::send).
+    #[allow(clippy::result_large_err, reason = "the buffer comes back, to be sent again")]
+    pub fn send_pooled(
+        &mut self,
+        stream: StreamId,
+        buffer: SharedPacket,
+    ) -> Result<(), (Error, SharedPacket)> {
+        let e = match self.writable_entry(stream) {
+            Ok(e) => e,
+            Err(err) => return Err((err, buffer)),
+        };
+        e.conn.send_pooled(buffer).map_err(|b| (Error::WouldBlock, b))?;
+        self.mark_ready(stream.index);
+        Ok(())
+    }
+
+    /// [`send_pooled`](Self::send_pooled) for as many buffers as `stream`'s send buffer takes, in
+    /// one call: `fill` gets the room left in bytes and returns a pool buffer it filled with at most
+    /// that many (one segment's payload, as for `send_pooled`), or `None` to stop; it is called
+    /// again until it returns `None` or the room is gone (see
+    /// [`Connection::send_pooled_with`]). No buffer comes back: the application fills one only
+    /// when there is room for it. Returns the bytes queued.
+    ///
+    /// ```
+    /// # use std::time::Instant;
+    /// # use netchannel::pool::{HugePages, Pool};
+    /// # use tcp_lib::stack::{Config, Error, Stack};
+    /// # use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    /// let pool = Pool::builder(64).hugepages(HugePages::Never).build()?;
+    /// let cache = pool.cache();
+    /// let cidr = Ipv4Cidr::new([10, 0, 0, 1].into(), 24).expect("a /24");
+    /// let mut config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr);
+    /// config.tcp.send_buffer = 4096;
+    /// let mut stack = Stack::new(config, Instant::now());
+    /// let stream = stack.connect(([10, 0, 0, 2], 80))?;
+    /// let mss = stack.send_mss(stream)?;
+    /// let queued = stack.send_pooled_with(stream, |room| {
+    ///     let n = mss.min(room);
+    ///     let mut packet = cache.alloc()?;
+    ///     packet.set_len(n).ok()?;
+    ///     packet.data_mut().fill(b'x'); // one segment's payload, produced in place
+    ///     packet.into_shared().ok()
+    /// })?;
+    /// assert_eq!(queued, 4096);
+    /// assert_eq!(stack.send_pooled_with(stream, |_| unreachable!()), Err(Error::WouldBlock));
+    /// drop(stack);
+    /// drop(cache);
+    /// pool.check_leaks()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when the send buffer is full (`fill` is not called), and the others
+    /// as for [`send`](Self::send).
+    pub fn send_pooled_with(
+        &mut self,
+        stream: StreamId,
+        fill: impl FnMut(usize) -> Option<SharedPacket>,
+    ) -> Result<usize, Error> {
+        let e = self.writable_entry(stream)?;
+        let n = e.conn.send_pooled_with(fill).ok_or(Error::WouldBlock)?;
+        if n > 0 {
+            self.mark_ready(stream.index);
+        }
+        Ok(n)
     }
 
     /// Reads received bytes of `stream` in order; `Ok(0)` at the end of the stream (the peer's FIN,

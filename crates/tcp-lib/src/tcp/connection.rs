@@ -27,6 +27,7 @@ use super::send_stream::SendStream;
 use super::time_wait::{TimeWait, TimeWaitParts};
 use super::{Config, ConnectionError, State, Stats};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
+use netchannel::pool::{PoolCache, SharedPacket};
 
 mod ack;
 mod cc;
@@ -846,6 +847,33 @@ impl Connection {
             return false;
         }
         self.snd.stream.push_prepared(segments)
+    }
+
+    /// Queues the data of a pool buffer to send after what is queued, by reference (see
+    /// [`PooledSlice`](crate::tcp::PooledSlice)): the connection holds the buffer until its bytes are
+    /// acknowledged, and sends it as one segment, by reference when the segment is all of it.
+    /// The buffer comes back (nothing queued) once the sending side is shut down or the
+    /// connection closed, when the bytes queued would pass the send buffer's size (an empty send
+    /// stream takes any one buffer), or when 4096 buffers are queued.
+    ///
+    /// # Errors
+    ///
+    /// The buffer, when it was not queued.
+    pub fn send_pooled(&mut self, buffer: SharedPacket) -> Result<(), SharedPacket> {
+        let queued = self.snd.stream.len();
+        if !self.may_send() || (queued > 0 && queued + buffer.len() > self.snd.stream.capacity()) {
+            return Err(buffer);
+        }
+        self.snd.stream.push_pooled(buffer)
+    }
+
+    /// Gives the pool buffers queued with [`send_pooled`](Self::send_pooled) and acknowledged
+    /// since the last call back to `cache`'s free list (the ones the device is done with; the
+    /// others go back when it is), instead of to the pool's shared one. The stack calls it when
+    /// it drains the connection's output; without it they go back all the same.
+    #[inline]
+    pub fn recycle_acked(&mut self, cache: &PoolCache) {
+        self.snd.stream.recycle(cache);
     }
 
     /// Reads received bytes in order; returns how many (0 when none are buffered; see

@@ -189,6 +189,7 @@
 //! assembler, `sack.rs` the SACK scoreboard and our SACK blocks, `rtt.rs` the RTO estimator,
 //! `budget.rs` the budget the rings are charged to, `push.rs` where PSH goes, `pacing.rs` departure times, `congestion.rs` the congestion controllers (`cubic_linux.rs` Linux's CUBIC arithmetic,
 //! `controller.rs` the one a connection holds, `hystart.rs` HyStart and its RTT samples), `prepared.rs` prepared content with its checksums,
+//! `send_ref.rs` the payloads lent from prepared content and from the application's pool buffers,
 //! `rules.rs` the segment rules shared with `time_wait.rs`.
 
 use std::fmt;
@@ -210,6 +211,7 @@ mod rack;
 mod rtt;
 mod rules;
 mod sack;
+mod send_ref;
 mod send_stream;
 mod time_wait;
 
@@ -225,6 +227,7 @@ pub use hystart::HyStart;
 pub use pacing::Pacing;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
 pub use push::Push;
+pub use send_ref::{Lent, PooledSlice};
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 
 /// The states of RFC 9293 §3.3.2.

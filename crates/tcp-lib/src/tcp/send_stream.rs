@@ -5,21 +5,46 @@
 //! retransmit queue: each segment reads its payload from there; content queued by
 //! reference with [`Connection::send_prepared`](super::Connection::send_prepared) stays in its
 //! [`PreparedSegments`] and is only read (or, in lending mode, lent as a [`PreparedSlice`]) when
-//! a segment is cut from it. Once prepared content was queued the stream is a list of pieces:
-//! runs of ring bytes and runs of prepared content, in stream order.
+//! a segment is cut from it. Application data in pool buffers, queued by reference with
+//! [`Connection::send_pooled`](super::Connection::send_pooled), stays in its buffer (a
+//! [`SharedPacket`]) until acknowledged, and is lent as a [`PooledSlice`] the same way. Once
+//! either was queued the stream is a list of pieces: runs of ring bytes, runs of prepared content
+//! and pool buffers, in stream order. A lookup cursor remembers the last piece found, so a
+//! stream of many pool buffers finds the next segment's piece without walking from the front.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
+use netchannel::pool::{PoolCache, SharedPacket};
+
 use super::budget::{BufferBudget, Side};
 use super::buffer::RingBuffer;
 use super::prepared::{PreparedSegments, PreparedSlice};
+use super::send_ref::{Lent, PooledSlice};
 
-/// The most pieces (runs of ring bytes and prepared contents) the send stream holds once prepared
-/// content was queued: [`Connection::send_prepared`](super::Connection::send_prepared) refuses
-/// more.
+/// What a read in lending mode lent: prepared content, or the range of the pool buffer of piece
+/// `piece` (borrowed when lending ends, see [`SendStream::stop_lending`]).
+#[derive(Debug)]
+enum Lending {
+    Prepared(PreparedSlice),
+    Pooled { piece: usize, offset: usize, len: usize },
+}
+
+/// The most pieces other than pool buffers (runs of ring bytes and prepared contents) the send
+/// stream holds once prepared content was queued:
+/// [`Connection::send_prepared`](super::Connection::send_prepared) refuses more.
 const MAX_SEND_PIECES: usize = 64;
+
+/// The most pool buffers the send stream holds
+/// ([`Connection::send_pooled`](super::Connection::send_pooled) refuses more, whatever their
+/// bytes): a 1 MiB send buffer of 1448-byte buffers is 725.
+pub(super) const MAX_POOLED_PIECES: usize = 4096;
+
+/// The most acknowledged pool buffers kept for [`SendStream::recycle`]; more are dropped at once
+/// (back to the pool's shared free list).
+const MAX_ACKED: usize = 256;
 
 /// A run of the send stream, once prepared content was queued (see
 /// [`Connection::send_prepared`](super::Connection::send_prepared)).
@@ -28,12 +53,14 @@ enum Piece {
     Ring(usize),
     /// `len` bytes of prepared content from offset `start`, held by reference.
     Prepared { segments: Arc<PreparedSegments>, start: usize, len: usize },
+    /// `len` bytes of a pool buffer's data from offset `start`, held by reference.
+    Pooled { buffer: SharedPacket, start: usize, len: usize },
 }
 
 impl Piece {
     fn len(&self) -> usize {
         match self {
-            Self::Ring(len) | Self::Prepared { len, .. } => *len,
+            Self::Ring(len) | Self::Prepared { len, .. } | Self::Pooled { len, .. } => *len,
         }
     }
 }
@@ -44,6 +71,9 @@ impl fmt::Debug for Piece {
             Self::Ring(len) => write!(f, "Ring({len})"),
             Self::Prepared { segments, start, len } => {
                 write!(f, "Prepared {{ of: {}, start: {start}, len: {len} }}", segments.len())
+            }
+            Self::Pooled { buffer, start, len } => {
+                write!(f, "Pooled {{ buffer: {}, start: {start}, len: {len} }}", buffer.index())
             }
         }
     }
@@ -58,12 +88,22 @@ pub(super) struct SendStream {
     /// The send stream as runs of ring bytes and prepared content, once prepared content was
     /// queued; empty otherwise (then the ring holds the whole stream).
     pieces: VecDeque<Piece>,
-    /// Bytes of prepared content in `pieces`.
+    /// Bytes of prepared content and pool buffers in `pieces` (the bytes outside the ring).
     prepared_len: usize,
-    /// `poll_transmit_prepared` is running: payload in prepared content is lent, not copied.
+    /// Pool buffers in `pieces`.
+    pooled: usize,
+    /// Pool buffers acknowledged since the last [`Self::recycle`] (at most [`MAX_ACKED`]): the
+    /// stack gives them back to its own pool cache, the cheap way, when it next drains the
+    /// connection.
+    acked: Vec<SharedPacket>,
+    /// Where the last lookup found its piece: `(index, stream offset, ring offset)` of a piece's
+    /// first byte, a place to start the next lookup from (see [`Self::piece_at`]).
+    cursor: Cell<(usize, usize, usize)>,
+    /// `poll_transmit_lent` is running: payload in prepared content or pool buffers is lent, not
+    /// copied.
     lend: bool,
     /// The payload lent by the last read in lending mode.
-    lent: Option<PreparedSlice>,
+    lent: Option<Lending>,
 }
 
 impl SendStream {
@@ -73,6 +113,9 @@ impl SendStream {
             buf: RingBuffer::new(capacity),
             pieces: VecDeque::new(),
             prepared_len: 0,
+            pooled: 0,
+            acked: Vec::new(),
+            cursor: Cell::new((0, 0, 0)),
             lend: false,
             lent: None,
         }
@@ -172,7 +215,7 @@ impl SendStream {
     /// Queues prepared content at the end of the stream, by reference; false (nothing queued)
     /// when [`MAX_SEND_PIECES`] pieces are already queued.
     pub(super) fn push_prepared(&mut self, segments: &Arc<PreparedSegments>) -> bool {
-        if self.pieces.len() >= MAX_SEND_PIECES {
+        if self.pieces.len() - self.pooled >= MAX_SEND_PIECES {
             return false;
         }
         if segments.is_empty() {
@@ -187,6 +230,62 @@ impl SendStream {
         true
     }
 
+    /// Queues the data of a pool buffer at the end of the stream, by reference; the buffer comes
+    /// back (nothing queued) when [`MAX_POOLED_PIECES`] buffers are already queued.
+    pub(super) fn push_pooled(&mut self, buffer: SharedPacket) -> Result<(), SharedPacket> {
+        if self.pooled >= MAX_POOLED_PIECES {
+            return Err(buffer);
+        }
+        let len = buffer.len();
+        if len == 0 {
+            return Ok(());
+        }
+        if self.pieces.is_empty() && !self.buf.is_empty() {
+            self.pieces.push_back(Piece::Ring(self.buf.len()));
+        }
+        self.pieces.push_back(Piece::Pooled { buffer, start: 0, len });
+        self.prepared_len += len;
+        self.pooled += 1;
+        Ok(())
+    }
+
+    /// The ring's capacity.
+    pub(super) fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Whether [`push_pooled`](Self::push_pooled) takes another buffer (fewer than
+    /// [`MAX_POOLED_PIECES`] are queued).
+    pub(super) fn pooled_room(&self) -> bool {
+        self.pooled < MAX_POOLED_PIECES
+    }
+
+    /// Gives the acknowledged pool buffers back to `cache` (its local free list, no lock) when
+    /// nothing else holds them. One whose frame the device still holds stays for a later call
+    /// (so that this core, not the device's, frees it: the device then only drops its frame's
+    /// reference); one of another pool, or with a handle left elsewhere, is dropped, to go back
+    /// when its last reference goes.
+    #[inline]
+    pub(super) fn recycle(&mut self, cache: &PoolCache) {
+        if !self.acked.is_empty() {
+            self.recycle_some(cache);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recycle_some(&mut self, cache: &PoolCache) {
+        let mut i = 0;
+        while let Some(buffer) = self.acked.get(i) {
+            if buffer.frame_in_flight() && buffer.pool_id() == cache.pool().id() {
+                i += 1;
+                continue;
+            }
+            // Dropped either way: a packet of `cache` goes to its free list.
+            let _ = self.acked.swap_remove(i).try_into_packet(cache);
+        }
+    }
+
     /// Bytes of the send stream from the first unacknowledged data byte on.
     pub(super) fn len(&self) -> usize {
         self.buf.len() + self.prepared_len
@@ -194,6 +293,11 @@ impl SendStream {
 
     /// Drops `n` acknowledged bytes from the front of the send stream.
     pub(super) fn dequeue(&mut self, mut n: usize) {
+        if self.pieces.is_empty() {
+            self.buf.dequeue_allocated(n);
+            return;
+        }
+        let (total, mut ring, mut popped) = (n, 0, 0);
         while n > 0
             && let Some(front) = self.pieces.front_mut()
         {
@@ -202,8 +306,9 @@ impl SendStream {
                 Piece::Ring(len) => {
                     self.buf.dequeue_allocated(k);
                     *len -= k;
+                    ring += k;
                 }
-                Piece::Prepared { start, len, .. } => {
+                Piece::Prepared { start, len, .. } | Piece::Pooled { start, len, .. } => {
                     *start += k;
                     *len -= k;
                     self.prepared_len -= k;
@@ -211,9 +316,20 @@ impl SendStream {
             }
             n -= k;
             if front.len() == 0 {
-                self.pieces.pop_front();
+                if let Some(Piece::Pooled { buffer, .. }) = self.pieces.pop_front() {
+                    self.pooled -= 1;
+                    // Past the bound (a device holding many frames), dropped at once.
+                    if self.acked.len() < MAX_ACKED {
+                        self.acked.push(buffer);
+                    }
+                }
+                popped += 1;
             }
         }
+        // The cursor's piece keeps its place when it lies wholly after the bytes dropped.
+        let (i, pos, r) = self.cursor.get();
+        let kept = pos >= total - n && i >= popped;
+        self.cursor.set(if kept { (i - popped, pos - (total - n), r - ring) } else { (0, 0, 0) });
         if self.pieces.is_empty() {
             self.buf.dequeue_allocated(n);
         }
@@ -221,17 +337,24 @@ impl SendStream {
 
     /// The piece holding stream offset `offset`: its index, the offset of its first byte, and the
     /// ring offset of its first byte (the ring bytes of the pieces before it).
+    /// The walk starts at the cursor (the piece the last lookup found) when `offset` lies at or
+    /// after it, as the next segment's does, and from the front otherwise (a retransmission).
     fn piece_at(&self, offset: usize) -> Option<(usize, usize, usize)> {
-        let (mut pos, mut ring) = (0, 0);
-        for (i, p) in self.pieces.iter().enumerate() {
+        let (mut i, mut pos, mut ring) = match self.cursor.get() {
+            c @ (i, pos, _) if i < self.pieces.len() && pos <= offset => c,
+            _ => (0, 0, 0),
+        };
+        while let Some(p) = self.pieces.get(i) {
             let len = p.len();
             if offset < pos + len {
+                self.cursor.set((i, pos, ring));
                 return Some((i, pos, ring));
             }
             pos += len;
             if let Piece::Ring(_) = p {
                 ring += len;
             }
+            i += 1;
         }
         None
     }
@@ -245,15 +368,26 @@ impl SendStream {
         }
         let Some((idx, pos, mut ring)) = self.piece_at(offset) else { return 0 };
         let mut within = offset - pos;
-        if self.lend
-            && let Piece::Prepared { segments, start, len } = &self.pieces[idx]
-        {
-            let n = buf.len().min(len - within);
-            if n > 0 {
-                self.lent =
-                    Some(PreparedSlice { segments: Arc::clone(segments), offset: start + within, len: n });
+        if self.lend {
+            let n = buf.len().min(self.pieces[idx].len() - within);
+            match &self.pieces[idx] {
+                Piece::Prepared { segments, start, .. } if n > 0 => {
+                    let offset = start + within;
+                    self.lent = Some(Lending::Prepared(PreparedSlice {
+                        segments: Arc::clone(segments),
+                        offset,
+                        len: n,
+                    }));
+                    return n;
+                }
+                Piece::Pooled { start, .. } if n > 0 => {
+                    let offset = start + within;
+                    self.lent = Some(Lending::Pooled { piece: idx, offset, len: n });
+                    return n;
+                }
+                Piece::Ring(_) => {}
+                _ => return n,
             }
-            return n;
         }
         let mut copied = 0;
         for p in self.pieces.iter().skip(idx) {
@@ -269,6 +403,10 @@ impl SendStream {
                 Piece::Prepared { segments, start, .. } => {
                     let from = start + within;
                     buf[copied..copied + k].copy_from_slice(&segments.data()[from..from + k]);
+                }
+                Piece::Pooled { buffer, start, .. } => {
+                    let from = start + within;
+                    buf[copied..copied + k].copy_from_slice(&buffer.data()[from..from + k]);
                 }
             }
             copied += k;
@@ -288,23 +426,34 @@ impl SendStream {
                 let at = start + within;
                 Some((len - within).min(segments.next_boundary(at, mss) - at))
             }
+            // A pool buffer goes in a segment of its own, whatever the segment size: one frame
+            // of it by reference (or, when the segment must be shorter, a copy of a part).
+            Piece::Pooled { len, .. } => Some(len - within),
             // Ring bytes before prepared content end their segment where it starts.
             Piece::Ring(len) if idx + 1 < self.pieces.len() => Some(len - within),
             Piece::Ring(_) => None,
         }
     }
 
-    /// Enters lending mode (for `poll_transmit_prepared`): reads starting in prepared content
-    /// lend it instead of copying it.
+    /// Enters lending mode (for `poll_transmit_lent`): reads starting in prepared content or a
+    /// pool buffer lend it instead of copying it.
     pub(super) fn start_lending(&mut self) {
         self.lend = true;
         self.lent = None;
     }
 
     /// Leaves lending mode; returns the payload lent by the last read, if any.
-    pub(super) fn stop_lending(&mut self) -> Option<PreparedSlice> {
+    #[inline]
+    pub(super) fn stop_lending(&mut self) -> Option<Lent<'_>> {
         self.lend = false;
-        self.lent.take()
+        match self.lent.take()? {
+            Lending::Prepared(p) => Some(Lent::Prepared(p)),
+            Lending::Pooled { piece, offset, len } => match self.pieces.get(piece) {
+                Some(Piece::Pooled { buffer, .. }) => Some(Lent::Pooled(PooledSlice { buffer, offset, len })),
+                // Unreachable: nothing changes the pieces between the read and here.
+                _ => None,
+            },
+        }
     }
 
     /// Frees the heap storage of a stream that carries no more data (see
@@ -313,6 +462,140 @@ impl SendStream {
         self.buf.release();
         if self.pieces.is_empty() {
             self.pieces = VecDeque::new();
+            self.cursor.set((0, 0, 0));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use netchannel::pool::{HugePages, Pool};
+
+    use super::*;
+
+    /// SplitMix64.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            usize::try_from((z ^ (z >> 31)) % n as u64).unwrap()
+        }
+    }
+
+    /// Ring bytes, prepared content and pool buffers queued, read (forward, as new segments are,
+    /// and back, as retransmissions are; lent and copied) and acknowledged at random: every read
+    /// returns the model's bytes, whatever the lookup cursor remembered, and every buffer goes
+    /// back to the pool.
+    #[test]
+    fn reads_match_a_model_through_pieces_and_the_cursor() {
+        let pool = Pool::builder(4096).hugepages(HugePages::Never).build().unwrap();
+        let cache = pool.cache();
+        let mut rng = Rng(7);
+        let mut s = SendStream::new(8192);
+        let mut model: VecDeque<u8> = VecDeque::new();
+        let mut next = 0u8;
+        let mut fresh = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    next = next.wrapping_add(1);
+                    next
+                })
+                .collect()
+        };
+        let mut forward = 0usize;
+        let mut buf = vec![0u8; 3000];
+        for _ in 0..20_000 {
+            match rng.below(8) {
+                0 => {
+                    let data = fresh(1 + rng.below(2000));
+                    let n = s.push(&data);
+                    model.extend(&data[..n]);
+                }
+                1 | 2 => {
+                    let data = fresh(1 + rng.below(2000));
+                    let mut p = cache.alloc().unwrap();
+                    p.extend_from_slice(&data).unwrap();
+                    if s.push_pooled(p.into_shared().unwrap()).is_ok() {
+                        model.extend(&data);
+                    }
+                }
+                3 if rng.below(8) == 0 => {
+                    let data = fresh(1 + rng.below(5000));
+                    if s.push_prepared(&Arc::new(PreparedSegments::new(data.clone(), &[1448]))) {
+                        model.extend(&data);
+                    }
+                }
+                4 => {
+                    let n = rng.below(model.len() + 1).min(4000);
+                    s.dequeue(n);
+                    model.drain(..n);
+                    forward = forward.saturating_sub(n);
+                }
+                _ => {
+                    if model.is_empty() {
+                        continue;
+                    }
+                    // Mostly the next segment, sometimes a retransmission from further back.
+                    let at =
+                        if rng.below(4) == 0 { rng.below(model.len()) } else { forward.min(model.len() - 1) };
+                    let want = 1 + rng.below(buf.len());
+                    let lend = rng.below(2) == 0;
+                    if lend {
+                        s.start_lending();
+                    }
+                    let n = s.read(at, &mut buf[..want]);
+                    let got = match s.stop_lending() {
+                        Some(lent) => lent.bytes().to_vec(),
+                        None => buf[..n].to_vec(),
+                    };
+                    assert!(lend || s.lent.is_none());
+                    assert_eq!(got.len(), n);
+                    assert!(n > 0 && n <= want, "{n} of {want} at {at}");
+                    let expected: Vec<u8> = model.iter().skip(at).take(n).copied().collect();
+                    assert_eq!(got, expected, "at {at}, {n} bytes, lent: {lend}");
+                    if let Some(limit) = s.prepared_limit(at, 1448) {
+                        assert!(limit > 0 && at + limit <= model.len());
+                    }
+                    forward = at + n;
+                }
+            }
+            assert_eq!(s.len(), model.len());
+        }
+        drop(s);
+        drop(cache);
+        pool.check_leaks().unwrap();
+    }
+
+    /// An acknowledged pool buffer goes back to the stack's own cache (not the pool's shared
+    /// depot), but only once the device let its frame go: until then it is kept, so that the
+    /// device's core only drops the frame's reference.
+    #[test]
+    fn acknowledged_buffers_go_back_to_the_cache_once_their_frame_is_done() {
+        let pool = Pool::builder(64).hugepages(HugePages::Never).build().unwrap();
+        let cache = pool.cache();
+        let mut s = SendStream::new(8192);
+        let mut p = cache.alloc().unwrap();
+        p.extend_from_slice(&[5u8; 1000]).unwrap();
+        let buffer = p.into_shared().unwrap();
+        let frame = buffer.frame(&cache, 54).unwrap();
+        s.push_pooled(buffer).unwrap();
+        s.dequeue(1000);
+        assert_eq!((s.len(), s.acked.len()), (0, 1));
+        let before = pool.audit();
+        s.recycle(&cache);
+        assert_eq!(s.acked.len(), 1, "kept while its frame is in flight");
+        drop(frame);
+        s.recycle(&cache);
+        assert!(s.acked.is_empty());
+        let after = pool.audit();
+        assert_eq!(after.in_caches, before.in_caches + 1, "{before:?} -> {after:?}");
+        assert_eq!((after.in_depot, after.shared), (before.in_depot, 0), "{before:?} -> {after:?}");
+        drop(s);
+        drop(cache);
+        pool.check_leaks().unwrap();
     }
 }

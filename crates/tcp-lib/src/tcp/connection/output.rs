@@ -11,9 +11,11 @@ use crate::tcp::pacing;
 use crate::tcp::prepared::PreparedSlice;
 use crate::tcp::push::{Packet, Sizing};
 use crate::tcp::rtt::MAX_RTO;
+use crate::tcp::send_ref::Lent;
 use crate::tcp::{Ecn, Pacing, Push, State, Transmit, WindowProbe};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
+use netchannel::pool::SharedPacket;
 
 impl Connection {
     /// The SWS threshold of the receiver (RFC 9293 §3.8.6.2.2): min(RCV.BUFF / 2, Eff.snd.MSS).
@@ -205,17 +207,69 @@ impl Connection {
     /// payload lent as a [`PreparedSlice`] (`payload_len` bytes of it) instead of copied into
     /// `buf`: the caller emits the payload from it, and its sum from
     /// [`PreparedSlice::sum`] when the segment is a prepared cut.
+    /// A payload in a pool buffer (queued with [`send_pooled`](Self::send_pooled)) is copied into
+    /// `buf` as by [`poll_transmit`](Self::poll_transmit); [`poll_transmit_lent`](Self::poll_transmit_lent)
+    /// lends it too.
     pub fn poll_transmit_prepared(
         &mut self,
         now: Instant,
         buf: &mut [u8],
     ) -> Option<(Transmit, Option<PreparedSlice>)> {
+        match self.poll_transmit_lent(now, buf)? {
+            (t, Some(Lent::Prepared(p))) => Some((t, Some(p))),
+            (t, Some(Lent::Pooled(p))) => {
+                buf[..p.len].copy_from_slice(p.bytes());
+                Some((t, None))
+            }
+            (t, None) => Some((t, None)),
+        }
+    }
+
+    /// [`send_pooled`](Self::send_pooled) for as many buffers as the send buffer takes: `fill` gets
+    /// the room left (the bytes the send buffer takes now) and returns a buffer filled with at
+    /// most that many bytes, or `None` to stop; it is called again until it returns `None`, the
+    /// room is gone, or 4096 buffers are queued (then it is not called). A buffer larger than the
+    /// room offered is queued all the same. Returns the bytes queued, or `None` without calling
+    /// `fill` once the sending side is shut down or the connection closed, or when there is no
+    /// room.
+    pub fn send_pooled_with(&mut self, mut fill: impl FnMut(usize) -> Option<SharedPacket>) -> Option<usize> {
+        let room =
+            |s: &super::SendStream| if s.pooled_room() { s.capacity().saturating_sub(s.len()) } else { 0 };
+        if !self.may_send() || room(&self.snd.stream) == 0 {
+            return None;
+        }
+        let mut queued = 0;
+        loop {
+            let stream = &mut self.snd.stream;
+            let room = room(stream);
+            if room == 0 {
+                return Some(queued);
+            }
+            let Some(buffer) = fill(room) else { return Some(queued) };
+            let n = buffer.len();
+            // Never refused: there is room for another buffer (checked above).
+            if stream.push_pooled(buffer).is_ok() {
+                queued += n;
+            }
+        }
+    }
+
+    /// [`poll_transmit_prepared`](Self::poll_transmit_prepared), with a payload in a pool buffer
+    /// (queued with [`send_pooled`](Self::send_pooled)) lent as well, as a
+    /// [`PooledSlice`](crate::tcp::PooledSlice): the caller sends the buffer by reference when the
+    /// slice [is all of it](crate::tcp::PooledSlice::is_whole), else copies the range.
+    #[inline]
+    pub fn poll_transmit_lent(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<Lent<'_>>)> {
         self.snd.stream.start_lending();
         let t = self.poll_transmit(now, buf);
         let lent = self.snd.stream.stop_lending();
         let t = t?;
         debug_assert!(
-            lent.as_ref().is_none_or(|l| l.len == t.payload_len),
+            lent.as_ref().is_none_or(|l| l.len() == t.payload_len),
             "the lent payload is the segment's"
         );
         Some((t, lent))
