@@ -383,7 +383,7 @@ use netchannel::signature::FlowGroup;
 
 #[cfg(doc)]
 use crate::tcp;
-use crate::tcp::{BufferBudget, Connection, Spare, TimeWait};
+use crate::tcp::{BufferBudget, Connection, Spare};
 use crate::wire::{ArpOperation, EthernetAddress, FragmentReassembler};
 
 // Where things live (each file's own doc says more).
@@ -391,7 +391,7 @@ mod config; // Config, Ipv6Config, ListenerConfig, Error
 mod connections; // the connection table: lookup, insert, ready list, reclaim
 mod emit; // a connection's segment into its frame: IP header of its family, TCP, checksum
 mod family; // TcpFamily: what TCP does differently per IP family (header, pseudo-header, parse)
-mod flows; // FlowKey and FlowMap: the tables keyed by 4-tuple, one map per family
+mod flows; // FlowKey and FlowMap: the 4-tuple key, the demultiplexing map (one map per family)
 mod hash; // keyed hashes: ISNs, SYN cookies, ephemeral ports, the tables' hash
 mod ipv4; // receive below TCP: Ethernet, ARP, IPv4, ICMP (echo, PMTU); ping
 mod ipv6; // receive below TCP for IPv6: NDP, ICMPv6 (echo, Packet Too Big), router adverts
@@ -405,7 +405,7 @@ mod slab; // the generation-checked Slab behind StreamId and ListenerId
 mod stats; // StackStats, PollStats
 mod streams; // connect, send, recv, close, ... on a StreamId
 mod tcp_input; // a received TCP segment to its connection, TIME-WAIT record or listener
-mod time_wait; // the TIME-WAIT table of compact records
+mod time_wait; // the TIME-WAIT table: compact records in reused slots, a slot index, expiry order
 mod timers; // poll_timeout, handle_timeout, the timer heap
 mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver
 mod wakers; // Interest, the wakers async tasks register on streams and listeners
@@ -505,10 +505,7 @@ pub struct Stack {
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     /// The TIME-WAIT table: released connections in TIME-WAIT, as compact records.
-    time_wait: FlowMap<TimeWait>,
-    /// The table's records by expiry, earliest first, with stale entries (records gone or
-    /// restarted since) skipped and dropped.
-    time_wait_order: VecDeque<(Instant, flows::FlowKey)>,
+    time_wait: time_wait::TimeWaitTable,
     frames: VecDeque<Vec<u8>>,
     scratch: Vec<u8>,
     /// The allocation of [`poll`](Self::poll)'s packet batch, kept between polls.
@@ -583,8 +580,7 @@ impl Stack {
             listener_ports: HashMap::with_hasher(tables),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
-            time_wait: FlowMap::new(tables),
-            time_wait_order: VecDeque::new(),
+            time_wait: time_wait::TimeWaitTable::new(tables),
             frames: VecDeque::new(),
             scratch: vec![0; usize::from(config.tcp.mss).max(config.super_segment_limit())],
             batch: BatchStorage::new(poll::BURST),

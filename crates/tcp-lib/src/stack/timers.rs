@@ -25,7 +25,7 @@ impl Stack {
         }
         [
             self.timers.peek().map(|Reverse((t, _, _))| *t),
-            self.time_wait_order.front().map(|&(t, _)| t),
+            self.time_wait.next_expiry(),
             self.arp.next_deadline(),
             self.reassembler.next_deadline(),
         ]
@@ -62,21 +62,7 @@ impl Stack {
             self.settle(index);
             self.mark_ready(index);
         }
-        let mut expired = false;
-        while let Some(&(at, key)) = self.time_wait_order.front() {
-            if at > now {
-                break;
-            }
-            self.time_wait_order.pop_front();
-            expired = true;
-            self.time_wait_expire(at, key);
-        }
-        // Every other change to the table trims the front as it goes (`time_wait_insert`, a
-        // segment that closes or restarts a record): only entries that came due here can have
-        // left a stale entry in front. Not trimming every poll saves a table lookup per poll.
-        if expired {
-            self.time_wait_trim();
-        }
+        self.time_wait.expire(now);
         let mut requests = Vec::new();
         self.stats.arp_dropped += u64::try_from(self.arp.poll(now, &mut requests)).unwrap_or(u64::MAX);
         for ip in requests {

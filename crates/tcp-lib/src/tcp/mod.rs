@@ -219,6 +219,8 @@ pub use cubic_linux::LinuxCubic;
 pub use hystart::HyStart;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
 pub use push::Push;
+#[cfg(test)]
+pub(crate) use time_wait::TimeWaitParts;
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 
 /// The states of RFC 9293 §3.3.2.
