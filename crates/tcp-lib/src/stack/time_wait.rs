@@ -93,6 +93,10 @@ impl TimeWaitTable {
 
     /// The slot of `key`'s record.
     pub(super) fn find(&self, key: &FlowKey) -> Option<u32> {
+        if self.index.is_empty() {
+            // A client's table, nearly always: no hash to compute.
+            return None;
+        }
         let slots = &self.slots;
         self.index.find(hash_of(self.hash, key), |&s| slots[s as usize].key == *key).copied()
     }
