@@ -170,8 +170,9 @@
 //!
 //! A released connection that reaches TIME-WAIT (its output drained) gives up its slot: the
 //! `Connection` (about 1.1 KB) is reclaimed like a closed one (its handle's generation moves on)
-//! and a compact record of 72 bytes takes its place in the *TIME-WAIT table*, a map keyed by the
-//! 4-tuple (96 bytes an entry) plus an expiry-ordered queue (32 bytes an entry). The record keeps
+//! and a compact record of 72 bytes takes its place in the *TIME-WAIT table*: a slot of 144 bytes
+//! (the record and its 4-tuple), reused oldest-first, a 4-tuple index of slot numbers (5 bytes a
+//! bucket) and an expiry-ordered queue (24 bytes an entry). The record keeps
 //! exactly what TIME-WAIT still reads and writes (RCV.NXT, SND.MAX, the receive window and the
 //! window field of our ACKs, the peer's largest window, TS.Recent and its age, our timestamp
 //! clock, the out-of-window ACK and RFC 5961 challenge-ACK rate limits, the 2·MSL deadline) and
