@@ -1,7 +1,6 @@
-//! The 4-tuple key of the connection tables, [`FlowKey`], and [`FlowMap`], the demultiplexing
-//! map's: one map per address family so that an IPv4 tuple stays one 128-bit word (hashed with a
-//! single multiply-fold, 32-byte buckets) whatever IPv6 needs. The TIME-WAIT table (in
-//! `time_wait.rs`) hashes the same keys the same way.
+//! The tables keyed by a connection's 4-tuple (the demultiplexing map, the TIME-WAIT table's
+//! index): [`FlowKey`] and [`FlowMap`], one map per address family so that an IPv4 tuple stays one
+//! 128-bit word (hashed with a single multiply-fold, 32-byte buckets) whatever IPv6 needs.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -84,6 +83,14 @@ impl<V> FlowMap<V> {
             FlowKey::V6(k) => self.v6.remove(k),
         }
     }
+
+    pub(crate) fn len(&self) -> usize {
+        self.v4.len() + self.v6.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +158,7 @@ mod tests {
         assert_eq!(map.insert(v4(80, 90), 1), None);
         assert_eq!(map.insert(v6(80, 90), 2), None);
         assert_eq!(map.insert(mapped, 3), None);
+        assert_eq!(map.len(), 3);
         assert_eq!(map.get(&v4(80, 90)), Some(&1));
         assert_eq!(map.get(&v6(80, 90)), Some(&2));
         assert_eq!(map.get(&v6(90, 80)), None, "ports are ordered");
@@ -161,5 +169,10 @@ mod tests {
         assert!(map.contains_key(&mapped));
         assert_eq!(map.get(&mapped), Some(&3));
         assert_eq!(map.insert(v4(80, 90), 7), Some(1));
+        assert_eq!(map.len(), 2);
+        map.remove(&v4(80, 90));
+        assert!(!map.is_empty(), "the IPv6 map still holds one");
+        map.remove(&mapped);
+        assert!(map.is_empty());
     }
 }

@@ -171,8 +171,8 @@
 //! A released connection that reaches TIME-WAIT (its output drained) gives up its slot: the
 //! `Connection` (about 1.1 KB) is reclaimed like a closed one (its handle's generation moves on)
 //! and a compact record of 72 bytes takes its place in the *TIME-WAIT table*: a slot of 144 bytes
-//! (the record and its 4-tuple), reused oldest-first, a 4-tuple index of slot numbers (5 bytes a
-//! bucket) and an expiry-ordered queue (24 bytes an entry). The record keeps
+//! (the record and its 4-tuple), reused oldest-first, a map from the 4-tuple to the slot (32-byte
+//! buckets) and an expiry-ordered queue (24 bytes an entry). The record keeps
 //! exactly what TIME-WAIT still reads and writes (RCV.NXT, SND.MAX, the receive window and the
 //! window field of our ACKs, the peer's largest window, TS.Recent and its age, our timestamp
 //! clock, the out-of-window ACK and RFC 5961 challenge-ACK rate limits, the 2·MSL deadline) and
@@ -392,7 +392,7 @@ mod config; // Config, Ipv6Config, ListenerConfig, Error
 mod connections; // the connection table: lookup, insert, ready list, reclaim
 mod emit; // a connection's segment into its frame: IP header of its family, TCP, checksum
 mod family; // TcpFamily: what TCP does differently per IP family (header, pseudo-header, parse)
-mod flows; // FlowKey and FlowMap: the 4-tuple key, the demultiplexing map (one map per family)
+mod flows; // FlowKey and FlowMap: the tables keyed by 4-tuple, one map per family
 mod hash; // keyed hashes: ISNs, SYN cookies, ephemeral ports, the tables' hash
 mod ipv4; // receive below TCP: Ethernet, ARP, IPv4, ICMP (echo, PMTU); ping
 mod ipv6; // receive below TCP for IPv6: NDP, ICMPv6 (echo, Packet Too Big), router adverts

@@ -10,10 +10,9 @@
 //!   one taken (a free list, last in first out): at the bound the table evicts the oldest record
 //!   and the new one is written over it, in the cache line the eviction just read (as Linux lets
 //!   a TIME-WAIT bucket be recycled);
-//! * the 4-tuple index holds slot numbers only (a `hashbrown` table of `u32`: five bytes a
-//!   bucket with its control byte, 40 KiB for 4096 records), the key being compared in the slot;
-//!   a map holding the records themselves (96-byte buckets, 768 KiB) missed the cache on the
-//!   oldest record's lookup at every eviction;
+//! * the 4-tuple index maps to slot numbers (32-byte buckets, as the demultiplexing map's), and
+//!   an eviction or expiry removes its record's key without first looking the record up to see
+//!   whether its queue entry is still its own;
 //! * the expiry order is a queue of `(deadline, slot, stamp)`: a slot carries the stamp of its
 //!   live queue entry, so an entry left behind by a record that left or restarted its 2·MSL is
 //!   recognised as stale from the slot alone, without a lookup by key. Deadlines are
@@ -21,13 +20,10 @@
 //!   search.
 
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
 use std::time::Instant;
 
-use hashbrown::HashTable;
-
 use super::Stack;
-use super::flows::FlowKey;
+use super::flows::{FlowKey, FlowMap};
 use super::hash::TableHash;
 use crate::tcp::TimeWait;
 
@@ -50,28 +46,18 @@ struct Due {
     stamp: u32,
 }
 
-/// The hash of `key`, as [`FlowMap`](super::flows::FlowMap) hashes it.
-#[inline]
-fn hash_of(hash: TableHash, key: &FlowKey) -> u64 {
-    match key {
-        FlowKey::V4(k) => hash.hash_one(k),
-        FlowKey::V6(k) => hash.hash_one(k),
-    }
-}
-
 /// The TIME-WAIT table (see the [module documentation](self)).
 #[derive(Debug)]
 pub(super) struct TimeWaitTable {
     slots: Vec<Slot>,
     /// Free slot numbers, the latest freed last.
     free: Vec<u32>,
-    /// Slot numbers by the hash of their key.
-    index: HashTable<u32>,
+    /// Slot numbers by key.
+    index: FlowMap<u32>,
     /// Expiry order, earliest first; its front is always live (see [`Self::trim`]).
     order: VecDeque<Due>,
     /// The stamp of the next queue entry (never [`FREE`]).
     stamp: u32,
-    hash: TableHash,
 }
 
 impl TimeWaitTable {
@@ -79,10 +65,9 @@ impl TimeWaitTable {
         Self {
             slots: Vec::new(),
             free: Vec::new(),
-            index: HashTable::new(),
+            index: FlowMap::new(hash),
             order: VecDeque::new(),
             stamp: FREE,
-            hash,
         }
     }
 
@@ -97,8 +82,7 @@ impl TimeWaitTable {
             // A client's table, nearly always: no hash to compute.
             return None;
         }
-        let slots = &self.slots;
-        self.index.find(hash_of(self.hash, key), |&s| slots[s as usize].key == *key).copied()
+        self.index.get(key).copied()
     }
 
     pub(super) fn contains(&self, key: &FlowKey) -> bool {
@@ -140,9 +124,7 @@ impl TimeWaitTable {
             self.slots.push(new);
             slot
         };
-        let (slots, hash) = (&self.slots, self.hash);
-        let rehash = |&s: &u32| hash_of(hash, &slots[s as usize].key);
-        self.index.insert_unique(hash_of(hash, &key), slot, rehash);
+        self.index.insert(key, slot);
         self.queue(Due { at, slot, stamp });
         self.trim();
         evicted
@@ -203,10 +185,7 @@ impl TimeWaitTable {
     fn release(&mut self, slot: u32) {
         let s = &mut self.slots[slot as usize];
         s.stamp = FREE;
-        let hash = hash_of(self.hash, &s.key);
-        if let Ok(entry) = self.index.find_entry(hash, |&i| i == slot) {
-            entry.remove();
-        }
+        self.index.remove(&s.key);
         self.free.push(slot);
     }
 

@@ -198,7 +198,7 @@ fn lookups_find_each_key_exactly_among_many() {
     let base = Instant::now();
     let mut t = table();
     let at = base + secs(1);
-    // Enough keys that absent ones share the index's 7-bit tags with present ones.
+    // Enough keys that lookups of absent ones probe buckets that hold present ones.
     for p in 0..2_000u16 {
         t.insert(key(2 * p), record(base, at, p.into()), at, 4096);
     }
