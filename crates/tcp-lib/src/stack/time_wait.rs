@@ -103,9 +103,6 @@ impl TimeWaitTable {
     /// records, first evicts those that expire first, so that the new one reuses the slot of
     /// the last evicted; returns how many were evicted (`record` itself counts when `max` is 0).
     pub(super) fn insert(&mut self, key: FlowKey, record: TimeWait, at: Instant, max: usize) -> usize {
-        if let Some(slot) = self.find(&key) {
-            self.remove(slot);
-        }
         let mut evicted = 0;
         while self.len() >= max {
             let Some(due) = self.order.pop_front() else { return evicted + 1 };
@@ -124,7 +121,13 @@ impl TimeWaitTable {
             self.slots.push(new);
             slot
         };
-        self.index.insert(key, slot);
+        if let Some(old) = self.index.insert(key, slot) {
+            // The key had a record (not expected: a 4-tuple in TIME-WAIT takes no new
+            // connection). Found by the insert itself rather than a lookup before it, which every
+            // record would pay; at the bound it cost one eviction too many.
+            self.slots[old as usize].stamp = FREE;
+            self.free.push(old);
+        }
         self.queue(Due { at, slot, stamp });
         self.trim();
         evicted

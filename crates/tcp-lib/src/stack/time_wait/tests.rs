@@ -135,11 +135,20 @@ fn a_removed_record_is_gone_and_its_entry_stale() {
     assert!(!t.expire(base + secs(2)), "stale entries expire nothing");
     assert!(t.contains(&key(4)) && t.contains(&key(3)));
     assert_eq!(t.slots.len(), 3);
-    // The same key again replaces its record.
-    t.insert(key(4), record(base, at, 44), at, 10);
+    // The same key again replaces its record (leaving later), and the old one's slot is free.
+    let later = at + secs(5);
+    t.insert(key(4), record(base, later, 44), later, 10);
     assert_eq!(t.len(), 2);
     let slot = t.find(&key(4)).unwrap();
-    assert_eq!(*t.record_mut(slot), record(base, at, 44));
+    assert_eq!(*t.record_mut(slot), record(base, later, 44));
+    assert!(t.expire(at), "port 3 left");
+    assert!(t.contains(&key(4)), "the replaced record's entry did not take the new one");
+    assert_eq!(t.slots.len(), 3);
+    t.insert(key(5), record(base, later, 5), later, 10);
+    assert_eq!(t.slots.len(), 3);
+    t.insert(key(5), record(base, later, 55), later, 10);
+    t.insert(key(6), record(base, later, 6), later, 10);
+    assert_eq!((t.len(), t.slots.len()), (3, 3), "a replaced record's slot is taken again");
 }
 
 #[test]
