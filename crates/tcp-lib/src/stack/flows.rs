@@ -1,5 +1,5 @@
-//! The tables keyed by a connection's 4-tuple (the demultiplexing map, the TIME-WAIT table):
-//! [`FlowKey`] and [`FlowMap`], one map per address family so that an IPv4 tuple stays one
+//! The tables keyed by a connection's 4-tuple (the demultiplexing map, the TIME-WAIT table's
+//! index): [`FlowKey`] and [`FlowMap`], one map per address family so that an IPv4 tuple stays one
 //! 128-bit word (hashed with a single multiply-fold, 32-byte buckets) whatever IPv6 needs.
 
 use std::collections::HashMap;
@@ -65,14 +65,6 @@ impl<V> FlowMap<V> {
         }
     }
 
-    #[inline]
-    pub(crate) fn get_mut(&mut self, key: &FlowKey) -> Option<&mut V> {
-        match key {
-            FlowKey::V4(k) => self.v4.get_mut(k),
-            FlowKey::V6(k) => self.v6.get_mut(k),
-        }
-    }
-
     pub(crate) fn contains_key(&self, key: &FlowKey) -> bool {
         self.get(key).is_some()
     }
@@ -85,24 +77,6 @@ impl<V> FlowMap<V> {
         }
     }
 
-    /// Removes the value of `key` if `pred` holds for it, in one lookup; whether it did.
-    pub(crate) fn remove_if(&mut self, key: FlowKey, pred: impl FnOnce(&V) -> bool) -> bool {
-        use std::collections::hash_map::Entry;
-        fn remove<V>(entry: Entry<'_, impl Sized, V>, pred: impl FnOnce(&V) -> bool) -> bool {
-            match entry {
-                Entry::Occupied(e) if pred(e.get()) => {
-                    e.remove();
-                    true
-                }
-                _ => false,
-            }
-        }
-        match key {
-            FlowKey::V4(k) => remove(self.v4.entry(k), pred),
-            FlowKey::V6(k) => remove(self.v6.entry(k), pred),
-        }
-    }
-
     pub(crate) fn remove(&mut self, key: &FlowKey) -> Option<V> {
         match key {
             FlowKey::V4(k) => self.v4.remove(k),
@@ -112,6 +86,10 @@ impl<V> FlowMap<V> {
 
     pub(crate) fn len(&self) -> usize {
         self.v4.len() + self.v6.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
     }
 }
 
@@ -185,16 +163,16 @@ mod tests {
         assert_eq!(map.get(&v6(80, 90)), Some(&2));
         assert_eq!(map.get(&v6(90, 80)), None, "ports are ordered");
         assert_eq!(map.get(&v4(80, 91)), None);
-        *map.get_mut(&v6(80, 90)).unwrap() = 5;
+        assert_eq!(map.insert(v6(80, 90), 5), Some(2));
         assert_eq!(map.remove(&v6(80, 90)), Some(5));
         assert!(!map.contains_key(&v6(80, 90)));
         assert!(map.contains_key(&mapped));
-        assert!(!map.remove_if(mapped, |&v| v != 3), "kept: the predicate says no");
-        assert!(!map.remove_if(v6(1, 2), |_| true), "nothing to remove");
-        assert!(map.remove_if(mapped, |&v| v == 3));
-        assert!(!map.contains_key(&mapped));
-        assert!(map.insert(mapped, 3).is_none());
+        assert_eq!(map.get(&mapped), Some(&3));
         assert_eq!(map.insert(v4(80, 90), 7), Some(1));
         assert_eq!(map.len(), 2);
+        map.remove(&v4(80, 90));
+        assert!(!map.is_empty(), "the IPv6 map still holds one");
+        map.remove(&mapped);
+        assert!(map.is_empty());
     }
 }

@@ -78,7 +78,7 @@ impl Stack {
     #[must_use]
     pub fn contains(&self, local: SocketAddr, remote: SocketAddr) -> bool {
         let key = FlowKey::new(local, remote);
-        self.demux.contains_key(&key) || self.time_wait.contains_key(&key)
+        self.demux.contains_key(&key) || self.time_wait.contains(&key)
     }
 
     /// Moves the connection `stream` out of this stack, for [`adopt`](Self::adopt) by another

@@ -170,8 +170,9 @@
 //!
 //! A released connection that reaches TIME-WAIT (its output drained) gives up its slot: the
 //! `Connection` (about 1.1 KB) is reclaimed like a closed one (its handle's generation moves on)
-//! and a compact record of 72 bytes takes its place in the *TIME-WAIT table*, a map keyed by the
-//! 4-tuple (96 bytes an entry) plus an expiry-ordered queue (32 bytes an entry). The record keeps
+//! and a compact record of 72 bytes takes its place in the *TIME-WAIT table*: a slot of 144 bytes
+//! (the record and its 4-tuple), reused oldest-first, a map from the 4-tuple to the slot (32-byte
+//! buckets) and an expiry-ordered queue (24 bytes an entry). The record keeps
 //! exactly what TIME-WAIT still reads and writes (RCV.NXT, SND.MAX, the receive window and the
 //! window field of our ACKs, the peer's largest window, TS.Recent and its age, our timestamp
 //! clock, the out-of-window ACK and RFC 5961 challenge-ACK rate limits, the 2·MSL deadline) and
@@ -403,7 +404,7 @@ use netchannel::signature::FlowGroup;
 
 #[cfg(doc)]
 use crate::tcp;
-use crate::tcp::{BufferBudget, Connection, Spare, TimeWait};
+use crate::tcp::{BufferBudget, Connection, Spare};
 use crate::wire::{ArpOperation, EthernetAddress, FragmentReassembler};
 
 // Where things live (each file's own doc says more).
@@ -425,7 +426,7 @@ mod slab; // the generation-checked Slab behind StreamId and ListenerId
 mod stats; // StackStats, PollStats
 mod streams; // connect, send, recv, close, ... on a StreamId
 mod tcp_input; // a received TCP segment to its connection, TIME-WAIT record or listener
-mod time_wait; // the TIME-WAIT table of compact records
+mod time_wait; // the TIME-WAIT table: compact records in reused slots, a slot index, expiry order
 mod timers; // poll_timeout, handle_timeout, the timer heap
 mod udp; // UDP sockets, their receive path, ICMP port unreachable, Deliver
 mod wakers; // Interest, the wakers async tasks register on streams and listeners
@@ -525,10 +526,7 @@ pub struct Stack {
     ready: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     /// The TIME-WAIT table: released connections in TIME-WAIT, as compact records.
-    time_wait: FlowMap<TimeWait>,
-    /// The table's records by expiry, earliest first, with stale entries (records gone or
-    /// restarted since) skipped and dropped.
-    time_wait_order: VecDeque<(Instant, flows::FlowKey)>,
+    time_wait: time_wait::TimeWaitTable,
     frames: VecDeque<Vec<u8>>,
     scratch: Vec<u8>,
     /// The allocation of [`poll`](Self::poll)'s packet batch, kept between polls.
@@ -603,8 +601,7 @@ impl Stack {
             listener_ports: HashMap::with_hasher(tables),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
-            time_wait: FlowMap::new(tables),
-            time_wait_order: VecDeque::new(),
+            time_wait: time_wait::TimeWaitTable::new(tables),
             frames: VecDeque::new(),
             scratch: vec![0; usize::from(config.tcp.mss).max(config.super_segment_limit())],
             batch: BatchStorage::new(poll::BURST),

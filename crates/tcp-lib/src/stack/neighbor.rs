@@ -191,6 +191,11 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
         dropped
     }
 
+    /// Whether no address is being resolved: [`poll`](Self::poll) has nothing to do.
+    pub(crate) fn idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// The next retry instant.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.pending.values().map(|p| p.next_request).min()

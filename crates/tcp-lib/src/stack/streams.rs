@@ -52,7 +52,7 @@ impl Stack {
             .ports
             .pick(ip, remote, self.port_filter.as_deref(), |p| {
                 let key = FlowKey::new(SocketAddr::new(ip, p), remote);
-                !listeners.contains_key(&p) && !demux.contains_key(&key) && !time_wait.contains_key(&key)
+                !listeners.contains_key(&p) && !demux.contains_key(&key) && !time_wait.contains(&key)
             })
             .ok_or(Error::NoPorts)?;
         let local = SocketAddr::new(ip, port);

@@ -58,23 +58,25 @@ impl Stack {
             return;
         }
         let key = FlowKey::new(local, remote);
-        if let Some(record) = self.time_wait.get_mut(&key) {
+        if let Some(slot) = self.time_wait.find(&key) {
             self.stats.tcp_segments_in += 1;
-            let before = record.expires(self.epoch);
-            let action = record.handle_segment(&self.config.tcp, self.epoch, self.now, &seg);
-            let after = record.expires(self.epoch);
+            let (epoch, now) = (self.epoch, self.now);
+            let record = self.time_wait.record_mut(slot);
+            let before = record.expires(epoch);
+            let action = record.handle_segment(&self.config.tcp, epoch, now, &seg);
+            let after = record.expires(epoch);
             match action {
                 TimeWaitAction::Ignore => {}
                 TimeWaitAction::Reply(ack) => self.send_tcp_control(local, remote, &ack),
                 TimeWaitAction::Close => {
-                    self.time_wait.remove(&key);
+                    self.time_wait.remove(slot);
+                    return;
                 }
             }
-            if action != TimeWaitAction::Close && after != before {
+            if after != before {
                 // A retransmitted FIN restarted 2·MSL.
-                self.time_wait_queue(after, key);
+                self.time_wait.requeue(slot, after);
             }
-            self.time_wait_trim();
             return;
         }
         // Checked only for segments no connection wants (a connection's own segments come from

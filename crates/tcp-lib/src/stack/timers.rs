@@ -25,7 +25,7 @@ impl Stack {
         }
         [
             self.timers.peek().map(|Reverse((t, _, _))| *t),
-            self.time_wait_order.front().map(|&(t, _)| t),
+            self.time_wait.next_expiry(),
             self.arp.next_deadline(),
             self.reassembler.next_deadline(),
         ]
@@ -43,8 +43,33 @@ impl Stack {
 
     /// Runs the timers due at `now`: connection timers, ARP and neighbour solicitation retries,
     /// fragment expiry.
+    #[inline]
     pub fn handle_timeout(&mut self, now: Instant) {
         self.advance(now);
+        // Every poll comes here, and nearly always nothing is due: the check is inlined, the
+        // work is not (a poll used to pay the whole function's entry and exit, and its code's
+        // cache lines, about 75 instructions, for nothing).
+        if !self.timers_due() {
+            return;
+        }
+        self.run_timers();
+    }
+
+    /// Whether a timer may be due at `self.now`: a connection's, a TIME-WAIT record's, or any
+    /// while an address is being resolved or fragments are being reassembled.
+    #[inline]
+    fn timers_due(&self) -> bool {
+        let now = self.now;
+        self.timers.peek().is_some_and(|Reverse((t, _, _))| *t <= now)
+            || self.time_wait.next_expiry().is_some_and(|t| t <= now)
+            || !self.arp.idle()
+            || !self.reassembler.is_empty()
+            || self.v6.as_ref().is_some_and(|v6| !v6.ndp.idle() || !v6.reassembler.is_empty())
+    }
+
+    /// [`handle_timeout`](Self::handle_timeout)'s work.
+    #[inline(never)]
+    fn run_timers(&mut self) {
         let now = self.now;
         while let Some(&Reverse((at, index, generation))) = self.timers.peek() {
             if at > now {
@@ -62,21 +87,7 @@ impl Stack {
             self.settle(index);
             self.mark_ready(index);
         }
-        let mut expired = false;
-        while let Some(&(at, key)) = self.time_wait_order.front() {
-            if at > now {
-                break;
-            }
-            self.time_wait_order.pop_front();
-            expired = true;
-            self.time_wait_expire(at, key);
-        }
-        // Every other change to the table trims the front as it goes (`time_wait_insert`, a
-        // segment that closes or restarts a record): only entries that came due here can have
-        // left a stale entry in front. Not trimming every poll saves a table lookup per poll.
-        if expired {
-            self.time_wait_trim();
-        }
+        self.time_wait.expire(now);
         let mut requests = Vec::new();
         self.stats.arp_dropped += u64::try_from(self.arp.poll(now, &mut requests)).unwrap_or(u64::MAX);
         for ip in requests {
@@ -123,15 +134,93 @@ impl Stack {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
-    use std::time::Instant;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::time::{Duration, Instant};
 
     use netchannel::dev::PacketBatch;
     use netchannel::pool::{HugePages, Pool};
 
     use super::STALE_SLACK;
-    use crate::stack::{Config, Stack};
-    use crate::wire::{EthernetAddress, Ipv4Cidr};
+    use crate::stack::{Config, Ipv6Config, Stack};
+    use crate::wire::{EthernetAddress, Ipv4Cidr, Ipv6Cidr};
+
+    /// An Ethernet frame from 02:..:02 to the stack's MAC carrying `ethertype` and `payload`.
+    fn frame(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+        f.extend_from_slice(&ethertype.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// The first 8 bytes of a UDP datagram from 10.0.0.2, more fragments to follow.
+    fn ipv4_first_fragment() -> Vec<u8> {
+        let mut ip = vec![0x45, 0, 0, 28, 0, 7, 0x20, 0, 64, 17, 0, 0, 10, 0, 0, 2, 10, 0, 0, 1];
+        let sum = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum::<u32>();
+        let folded = (sum & 0xffff) + (sum >> 16);
+        let checksum = !u16::try_from((folded & 0xffff) + (folded >> 16)).unwrap();
+        ip[10..12].copy_from_slice(&checksum.to_be_bytes());
+        ip.extend_from_slice(&[0, 9, 0, 9, 0, 16, 0, 0]);
+        frame(0x0800, &ip)
+    }
+
+    /// The first 8 bytes of a UDP datagram from fd00::2 to fd00::1, more fragments to follow.
+    fn ipv6_first_fragment() -> Vec<u8> {
+        let mut ip = vec![0x60, 0, 0, 0, 0, 16, 44, 64];
+        ip.extend_from_slice(&Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2).octets());
+        ip.extend_from_slice(&Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).octets());
+        // Fragment header: UDP next, offset 0 with M set, identification 7.
+        ip.extend_from_slice(&[17, 0, 0, 1, 0, 0, 0, 7]);
+        ip.extend_from_slice(&[0, 9, 0, 9, 0, 16, 0, 0]);
+        frame(0x86dd, &ip)
+    }
+
+    fn dual_stack(now: Instant) -> Stack {
+        let ip = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24).unwrap();
+        let mut config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), ip);
+        let address = Ipv6Cidr::new(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1), 64).unwrap();
+        config.ipv6 = Some(Ipv6Config { address: Some(address), ..Ipv6Config::default() });
+        config.gratuitous_arp = false;
+        Stack::new(config, now)
+    }
+
+    #[test]
+    fn handle_timeout_expires_fragments_of_both_families() {
+        let now = Instant::now();
+        for v6 in [false, true] {
+            let mut stack = dual_stack(now);
+            stack.receive(now, &if v6 { ipv6_first_fragment() } else { ipv4_first_fragment() });
+            let held = |s: &Stack| {
+                if v6 { !s.v6.as_ref().unwrap().reassembler.is_empty() } else { !s.reassembler.is_empty() }
+            };
+            assert!(held(&stack), "the fragment waits for the rest (IPv6: {v6})");
+            stack.handle_timeout(now + Duration::from_secs(20));
+            assert!(held(&stack), "before the reassembly timeout");
+            stack.handle_timeout(now + Duration::from_secs(61));
+            assert!(!held(&stack), "dropped after the reassembly timeout (IPv6: {v6})");
+        }
+    }
+
+    #[test]
+    fn handle_timeout_retries_neighbour_solicitations_then_gives_up() {
+        let pool = Pool::builder(64).hugepages(HugePages::Never).build().unwrap();
+        let cache = pool.cache();
+        let mut now = Instant::now();
+        let mut stack = dual_stack(now);
+        let mut batch = PacketBatch::with_capacity(64);
+        let ghost = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 99);
+        // A ping: no connection timer of its own that would run the others anyway.
+        stack.ping(ghost, 1, 1, b"x").unwrap();
+        let mut frames = 0;
+        for _ in 0..100 {
+            stack.handle_timeout(now);
+            frames += stack.transmit(now, &cache, &mut batch);
+            batch.clear();
+            now += Duration::from_millis(100);
+        }
+        assert!(frames >= 3, "solicitations repeated: {frames} frames");
+        assert_eq!(stack.stats().ndp_dropped, 1, "the waiting ping dropped at last");
+        assert!(stack.v6.as_ref().unwrap().ndp.idle());
+    }
 
     #[test]
     fn short_connections_leave_no_pile_of_stale_timer_entries() {

@@ -228,6 +228,8 @@ pub use pacing::Pacing;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
 pub use push::Push;
 pub use send_ref::{Lent, PooledSlice};
+#[cfg(test)]
+pub(crate) use time_wait::TimeWaitParts;
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};
 
 /// The states of RFC 9293 §3.3.2.
