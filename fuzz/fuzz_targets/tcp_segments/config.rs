@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use tcp_lib::tcp::{BufferBudget, Config, CongestionAlgorithm, Ecn, HyStart, Keepalive, Pacing, Push, WindowProbe};
+use tcp_lib::tcp::{
+    BufferBudget, Config, CongestionAlgorithm, Ecn, HyStart, Keepalive, Pacing, Push, WindowProbe,
+};
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum BufSize {
@@ -124,8 +126,12 @@ impl ConfigIn {
             window_probe: if self.quick_acks & 0x80 != 0 { WindowProbe::Empty } else { WindowProbe::Byte },
             // Bits 6 and 7 of the initial-RTO byte (its value modulo 3 chooses the RTO as before):
             // pacing as Linux's, or capped at 10 kB/s so that departures wait long.
-            pacing: [None, Some(Pacing::LINUX), Some(Pacing { max_rate: Some(10_000), ..Pacing::LINUX }), None]
-                [usize::from(self.initial_rto >> 6)],
+            pacing: [
+                None,
+                Some(Pacing::LINUX),
+                Some(Pacing { max_rate: Some(10_000), ..Pacing::LINUX }),
+                None,
+            ][usize::from(self.initial_rto >> 6)],
         }
     }
 }
