@@ -27,8 +27,13 @@
 //! [`PoolCache::packet_from_raw`] (a frame of a shared buffer, a send by reference, with
 //! [`PoolCache::frame_from_raw`]); on rx with the cache the caller passes (after checking it belongs
 //! to the injector's pool), on tx with the injector's own cache, since `tx_burst` gets none. Held
-//! frames move on whenever the injector is called, so call `rx_burst`/`tx_burst` (an empty batch is
-//! fine) as time passes. Frames still held when the injector is dropped go back to the pool.
+//! frames move on whenever the injector is called, in both directions: `rx_burst` hands the due
+//! received frames to the caller *and* the due transmitted ones to the wrapped device, and
+//! `tx_burst` (an empty batch is fine) does the latter. So a caller that keeps receiving, as a
+//! stack's poll loop does, sees its delayed transmissions leave even when it has nothing more to
+//! send (a connection whose tiny window is all in one held frame). Transmitted frames leave through
+//! the queue of the last `tx_burst` (0 before the first). Frames still held when the injector is
+//! dropped go back to the pool.
 //!
 //! On tx the injector accepts frames into its queue (up to [`FaultConfig::max_held`] per direction)
 //! and hands due frames to the wrapped device; frames the device refuses stay at the head of the
@@ -460,6 +465,8 @@ pub struct FaultInjector<D, C: Clock = StdClock> {
     /// Rebuilds held tx frames and provides tx duplicates.
     cache: PoolCache,
     scratch: PacketBatch<'static>,
+    /// The queue of the last `tx_burst`: where held transmitted frames leave.
+    tx_queue: u16,
     rx_out: (u64, u64),
     tx_in: (u64, u64),
 }
@@ -493,6 +500,7 @@ impl<D, C: Clock> FaultInjector<D, C> {
             tx: Direction::new(config.tx, config.seed ^ 0x7478_5f72_6e67, max_held),
             cache: pool.cache(),
             scratch: PacketBatch::with_capacity(BURST),
+            tx_queue: 0,
             rx_out: (0, 0),
             tx_in: (0, 0),
         }
@@ -527,6 +535,26 @@ impl<D, C: Clock> FaultInjector<D, C> {
 
     fn put_scratch(&mut self, batch: PacketBatch<'_>) {
         self.scratch = retype(batch);
+    }
+
+    /// Hands the held transmitted frames that are due at `now` to the wrapped device, through the
+    /// queue of the last `tx_burst`; returns how many it accepted. Frames it refuses stay at the head
+    /// of the queue, for the next call.
+    fn flush_tx(&mut self, now: Duration) -> Result<usize, DevError>
+    where
+        D: NetDevice,
+    {
+        if self.tx.held.is_empty() {
+            return Ok(0);
+        }
+        let mut out = self.take_scratch();
+        let released = self.tx.release(now, &self.cache, &mut out);
+        let result = if released > 0 { self.inner.tx_burst(self.tx_queue, &mut out) } else { Ok(0) };
+        self.tx.stats.released += *result.as_ref().unwrap_or(&0) as u64;
+        self.tx.refuse(&mut out);
+        // A field assignment, not `put_scratch`: `out` borrows `self.cache`.
+        self.scratch = retype(out);
+        result
     }
 }
 
@@ -566,6 +594,9 @@ impl<D: NetDevice, C: Clock> NetDevice for FaultInjector<D, C> {
             return Err(wrong_pool("the cache passed to rx_burst", pool.id()));
         }
         let now = self.clock.now();
+        // Due transmitted frames leave too (see the module documentation). A device that fails to
+        // take them keeps them held; the next `tx_burst` reports its error.
+        let _ = self.flush_tx(now);
         let mut scratch: PacketBatch<'c> = self.take_scratch();
         scratch.capacity = self.rx.room().min(scratch.packets.capacity()).min(BURST);
         let pulled =
@@ -600,15 +631,8 @@ impl<D: NetDevice, C: Clock> NetDevice for FaultInjector<D, C> {
             self.tx_in.1 += packet.len() as u64;
             self.tx.admit(packet, now, &self.cache);
         }
-        let scratch = std::mem::replace(&mut self.scratch, PacketBatch::with_capacity(0));
-        let mut out = retype(scratch);
-        let released = self.tx.release(now, &self.cache, &mut out);
-        let result = if released > 0 { self.inner.tx_burst(queue, &mut out) } else { Ok(0) };
-        let accepted = *result.as_ref().unwrap_or(&0);
-        self.tx.stats.released += accepted as u64;
-        self.tx.refuse(&mut out);
-        self.scratch = retype(out);
-        result.map(|_| take)
+        self.tx_queue = queue;
+        self.flush_tx(now).map(|_| take)
     }
 
     /// The wrapped device's wait, bounded to 1 ms while the injector holds frames (they
@@ -655,6 +679,16 @@ mod tests {
     impl Rig {
         fn new() -> Self {
             Self { pool: Pool::builder(4096).hugepages(HugePages::Never).build().unwrap() }
+        }
+
+        /// A pair whose first end delays what it transmits by `delay` (virtual time), its second
+        /// end, and the clock.
+        fn delaying_tx(&self, delay: Duration) -> (FaultInjector<Pair, VirtualClock>, Pair, VirtualClock) {
+            let (a, b) = Pair::builder(&self.pool).capacity(64).build().unwrap();
+            let clock = VirtualClock::new();
+            let tx = DirectionConfig { delay, ..Default::default() };
+            let cfg = FaultConfig { seed: 1, tx, ..FaultConfig::default() };
+            (FaultInjector::with_clock(a, &self.pool, cfg, clock.clone()), b, clock)
         }
     }
 
@@ -715,11 +749,7 @@ mod tests {
     #[test]
     fn held_frames_of_shared_buffers_come_out_whole() {
         let rig = Rig::new();
-        let (a, mut b) = Pair::builder(&rig.pool).capacity(64).build().unwrap();
-        let clock = VirtualClock::new();
-        let delay = DirectionConfig { delay: Duration::from_millis(2), ..Default::default() };
-        let cfg = FaultConfig { seed: 1, tx: delay, ..FaultConfig::default() };
-        let mut inj = FaultInjector::with_clock(a, &rig.pool, cfg, clock.clone());
+        let (mut inj, mut b, clock) = rig.delaying_tx(Duration::from_millis(2));
         let cache = rig.pool.cache();
         let mut payload = cache.alloc().unwrap();
         payload.extend_from_slice(&[5u8; 100]).unwrap();
@@ -741,6 +771,33 @@ mod tests {
         rx.clear();
         assert!(!shared.frame_in_flight());
         drop((out, rx, shared, inj, b));
+        drop(cache);
+        rig.pool.check_leaks().unwrap();
+    }
+
+    /// A delayed transmitted frame leaves on a receive call once it is due: a sender with nothing
+    /// more to send (its window all in that frame) does not stall behind it. Before, only
+    /// `tx_burst` released held transmitted frames.
+    #[test]
+    fn due_transmitted_frames_leave_on_a_receive() {
+        let rig = Rig::new();
+        let (mut inj, mut b, clock) = rig.delaying_tx(Duration::from_millis(2));
+        let cache = rig.pool.cache();
+        let mut out = PacketBatch::with_capacity(4);
+        let mut p = cache.alloc().unwrap();
+        p.extend_from_slice(&[4u8; 60]).unwrap();
+        out.push(p).unwrap();
+        assert_eq!(inj.tx_burst(0, &mut out).unwrap(), 1);
+        let mut rx = PacketBatch::with_capacity(4);
+        assert_eq!(inj.rx_burst(0, &cache, &mut rx).unwrap(), 0);
+        assert_eq!(inj.fault_stats().tx_held, 1, "not due yet");
+        clock.advance(Duration::from_millis(3));
+        assert_eq!(inj.rx_burst(0, &cache, &mut rx).unwrap(), 0, "nothing received");
+        let stats = inj.fault_stats();
+        assert_eq!((stats.tx_held, stats.tx.released), (0, 1), "{stats:?}");
+        assert_eq!(b.rx_burst(0, &cache, &mut rx).unwrap(), 1);
+        assert_eq!(rx.as_slice()[0].data(), &[4u8; 60]);
+        drop((out, rx, inj, b));
         drop(cache);
         rig.pool.check_leaks().unwrap();
     }

@@ -28,10 +28,12 @@
 //!   Buffers still in flight towards a dropped end go back to the pool when the second end is dropped,
 //!   so [`Pool::check_leaks`] passes once both ends and every cache are gone.
 //! * **Frames of shared buffers** ([`SharedPacket::frame`](crate::pool::SharedPacket::frame), a send
-//!   by reference) cross as their token (the index with [`FRAME_TAG`](crate::pool::FRAME_TAG)) and arrive as the frame they
+//!   by reference) cross as their token (the index with [`FRAME_TAG`]) and arrive as the frame they
 //!   were ([`PoolCache::frame_from_raw`]): the receiver reads the headers and the shared payload, and
 //!   dropping it releases the frame, so the sender's next frame of that buffer can go. A burst holding
-//!   a frame takes the per-index path.
+//!   frames is bounds-checked in one pass like any other and rebuilt in one loop, a branch per
+//!   token choosing plain packet or frame; only a token outside the pool (unreachable) sends a burst
+//!   to the per-index path that counts and skips it.
 //! * **MAC addresses**: locally administered unicast addresses `02:6e:63:NN:NN:0S` (`n c` for
 //!   "net channel", a process-wide pair number, and the side 0 or 1), distinct between the two ends
 //!   and between pairs.
@@ -46,7 +48,14 @@ use super::{
     RawReceived, packet_from_token, packet_in_pool, wrong_pool,
 };
 use crate::channel::{BuildError, Channel, Consumer, Producer, Wait, WakeMode};
-use crate::pool::{Pool, PoolCache};
+use crate::pool::{FRAME_TAG, Pool, PoolCache};
+
+#[cfg(test)]
+thread_local! {
+    /// Bursts this thread received through the per-index path (`receive_checked`), for the tests
+    /// that check which path a burst takes.
+    static CHECKED_BURSTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// The wire capacity (frames in flight per direction) unless [`PairBuilder::capacity`] says otherwise.
 pub const DEFAULT_WIRE_CAPACITY: usize = 1024;
@@ -291,25 +300,37 @@ impl NetDevice for Pair {
             let n = rx.pop_burst(&mut self.scratch[..want]);
             let popped = &self.scratch[..n];
             // Only the peer's `tx_burst` writes this wire, with checked indices, so an index out of
-            // the pool is unreachable: one check for the whole burst, and the exact per-index path
-            // (which rebuilds frames, tokens with `FRAME_TAG`, and counts and skips bad indices)
-            // only when it fails.
-            let (packets, bytes) = if all_below(popped, buffers) {
-                // SAFETY: every index is below `buffers` (checked above for the burst); the peer's
-                // `tx_burst` pushed it after checking that its packet is of this pool and giving up
-                // the handle (`into_raw`); popping it transferred ownership to us, and `cache` is of
-                // the same pool (checked above).
-                let (packets, bytes) = unsafe { batch.extend_from_raw(cache, popped) };
-                if packets < n {
-                    // Unreachable: `n <= want <= batch.remaining()`.
-                    self.stats.rx_dropped += drop_unreceived(cache, &popped[packets..]);
+            // the pool is unreachable: one check for the whole burst (`classify`), and the exact
+            // per-index path (which counts and skips bad indices) only when it fails.
+            let (packets, bytes) = match classify(popped, buffers) {
+                Burst::Indices => {
+                    // SAFETY: every index is below `buffers` (checked above for the burst); the
+                    // peer's `tx_burst` pushed it after checking that its packet is of this pool and
+                    // giving up the handle (`into_raw`); popping it transferred ownership to us, and
+                    // `cache` is of the same pool (checked above).
+                    let (packets, bytes) = unsafe { batch.extend_from_raw(cache, popped) };
+                    if packets < n {
+                        // Unreachable: `n <= want <= batch.remaining()`.
+                        self.stats.rx_dropped += drop_unreceived(cache, &popped[packets..]);
+                    }
+                    (packets, bytes)
                 }
-                (packets, bytes)
-            } else {
-                let done = receive_checked(popped, buffers, cache, batch);
-                self.stats.rx_errors += done.errors;
-                self.stats.rx_dropped += done.dropped;
-                (done.packets, done.bytes)
+                Burst::Tokens => {
+                    // SAFETY: as for `Burst::Indices`, for plain indices and frames' tokens (each
+                    // one's buffer index below `buffers`, checked above for the burst).
+                    let (packets, bytes) = unsafe { extend_from_tokens(batch, cache, popped) };
+                    if packets < n {
+                        // Unreachable: `n <= want <= batch.remaining()`.
+                        self.stats.rx_dropped += drop_unreceived(cache, &popped[packets..]);
+                    }
+                    (packets, bytes)
+                }
+                Burst::Checked => {
+                    let done = receive_checked(popped, buffers, cache, batch);
+                    self.stats.rx_errors += done.errors;
+                    self.stats.rx_dropped += done.dropped;
+                    (done.packets, done.bytes)
+                }
             };
             self.stats.rx_packets += packets as u64;
             self.stats.rx_bytes += bytes;
@@ -327,8 +348,8 @@ impl NetDevice for Pair {
     /// The indices popped off the wire go to `raw` as they are, popped straight into its room: no
     /// packet is built, and no header read (the wire carries bare indices, so their bytes reach
     /// `rx_bytes` through [`count_raw_rx_bytes`](NetDevice::count_raw_rx_bytes), from the caller that
-    /// reads them). A chunk that holds a frame of a shared buffer takes the per-index path into
-    /// `batch`, and the receive stops after it.
+    /// reads them). A chunk that holds a frame of a shared buffer goes to `batch` as packets (frames and
+    /// the plain buffers beside them), and the receive stops after it.
     fn rx_burst_raw<'c>(
         &mut self,
         queue: u16,
@@ -349,15 +370,33 @@ impl NetDevice for Pair {
             let Some(room) = room.get_mut(..want) else { break };
             let n = rx.pop_burst(room);
             let popped = &room[..n];
-            // As in `rx_burst`: one check for the chunk, the per-index path only when it fails.
-            if !all_below(popped, buffers) {
-                let done = receive_checked(popped, buffers, cache, batch);
-                self.stats.rx_errors += done.errors;
-                self.stats.rx_dropped += done.dropped;
-                self.stats.rx_packets += done.packets as u64;
-                self.stats.rx_bytes += done.bytes;
-                received.packets += done.packets;
-                break;
+            // As in `rx_burst`: one check for the chunk, the per-index path only when it fails. A
+            // chunk holding a frame goes to `batch` as packets (the raw batch takes plain buffers
+            // only), and the receive stops after it.
+            match classify(popped, buffers) {
+                Burst::Indices => {}
+                Burst::Tokens => {
+                    // SAFETY: as in `rx_burst` for `Burst::Tokens`; the tokens sit in `raw`'s room,
+                    // not committed to it, so the packets made of them are their only owners.
+                    let (packets, bytes) = unsafe { extend_from_tokens(batch, cache, popped) };
+                    if packets < n {
+                        // Unreachable: `n <= want <= limit <= batch.remaining()`.
+                        self.stats.rx_dropped += drop_unreceived(cache, &popped[packets..]);
+                    }
+                    self.stats.rx_packets += packets as u64;
+                    self.stats.rx_bytes += bytes;
+                    received.packets += packets;
+                    break;
+                }
+                Burst::Checked => {
+                    let done = receive_checked(popped, buffers, cache, batch);
+                    self.stats.rx_errors += done.errors;
+                    self.stats.rx_dropped += done.dropped;
+                    self.stats.rx_packets += done.packets as u64;
+                    self.stats.rx_bytes += done.bytes;
+                    received.packets += done.packets;
+                    break;
+                }
             }
             self.stats.rx_packets += n as u64;
             // SAFETY: the `n` indices after the batch's are in its room now, each below `buffers`
@@ -498,16 +537,80 @@ struct ReceivedChecked {
     dropped: u64,
 }
 
-/// Whether every index of `indices` is below `bound`, in one pass that vectorizes: the OR of the
-/// indices bounds each of them, and only when that test fails (a bound that is not a power of two)
-/// is the exact maximum taken.
-#[inline]
-fn all_below(indices: &[u32], bound: u32) -> bool {
-    indices.iter().fold(0, |acc, &i| acc | i) < bound || indices.iter().fold(0, |acc, &i| acc.max(i)) < bound
+/// What a burst popped off the wire holds, as [`classify`] finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Burst {
+    /// Plain buffer indices of the pool only.
+    Indices,
+    /// Plain indices and frames' tokens (a send by reference), every buffer index in the pool.
+    Tokens,
+    /// A token out of the pool (unreachable): the per-index path that counts and skips it.
+    Checked,
 }
 
-/// The per-index path of `Pair::rx_burst` for a burst holding an index outside the pool
-/// (unreachable: see there): rebuilds the packets of the valid indices into `batch` and skips the
+/// Classifies `tokens` against a pool of `buffers` buffers in passes that vectorize: the OR of the
+/// tokens bounds each of them, so a burst of plain indices costs one pass (pools hold at most
+/// [`MAX_BUFFERS`](crate::pool::MAX_BUFFERS) = `FRAME_TAG` buffers, so any frame's token fails it);
+/// the same OR without the tag bit bounds the buffer indices of a burst holding frames; only when
+/// both fail (a bound that is not a power of two) is the exact maximum taken.
+#[inline]
+fn classify(tokens: &[u32], buffers: u32) -> Burst {
+    let or = tokens.iter().fold(0, |acc, &t| acc | t);
+    if or < buffers {
+        return Burst::Indices;
+    }
+    let in_range =
+        or & !FRAME_TAG < buffers || tokens.iter().fold(0, |acc, &t| acc.max(t & !FRAME_TAG)) < buffers;
+    match (in_range, or & FRAME_TAG != 0) {
+        (false, _) => Burst::Checked,
+        (true, false) => Burst::Indices,
+        (true, true) => Burst::Tokens,
+    }
+}
+
+/// Rebuilds the packets of `tokens` (plain buffer indices, [`PoolCache::packet_from_raw`], and
+/// frames' tokens, [`PoolCache::frame_from_raw`]) into `batch`'s room, as many as it has room for,
+/// and returns how many and the sum of their lengths: the receive path of a burst holding frames
+/// of shared buffers, one branch per token and no per-packet room check.
+///
+/// # Safety
+///
+/// As [`packet_from_token`] for each token, every buffer index (the token without `FRAME_TAG`)
+/// below the pool's count. The tokens past the returned count are left to the caller, who still
+/// owns them.
+#[inline]
+unsafe fn extend_from_tokens<'c>(
+    batch: &mut PacketBatch<'c>,
+    cache: &'c PoolCache,
+    tokens: &[u32],
+) -> (usize, u64) {
+    let n = tokens.len().min(batch.remaining());
+    let len = batch.packets.len();
+    // The storage was made with `capacity` slots and never holds more, so the spare capacity has room
+    // for `remaining()` packets.
+    let Some(slots) = batch.packets.spare_capacity_mut().get_mut(..n) else {
+        return (0, 0);
+    };
+    let mut bytes = 0;
+    for (slot, &token) in slots.iter_mut().zip(tokens) {
+        let packet = if token & FRAME_TAG == 0 {
+            // SAFETY: the caller's contract: a plain index of the pool, owned, no packet of it.
+            unsafe { cache.packet_from_raw(token) }
+        } else {
+            // SAFETY: the caller's contract: a frame's token, its index in range, owned.
+            unsafe { cache.frame_from_raw(token) }
+        };
+        bytes += packet.len() as u64;
+        slot.write(packet);
+    }
+    // SAFETY: the loop initialized the `n` slots after the first `len` (`slots` has `n` of them and
+    // `tokens` at least `n`).
+    unsafe { batch.packets.set_len(len + n) };
+    (n, bytes)
+}
+
+/// The per-index path of `Pair::rx_burst` for a burst holding a token outside the pool
+/// (unreachable: see there): rebuilds the packets of the valid tokens into `batch` and skips the
 /// others.
 #[cold]
 #[inline(never)]
@@ -517,6 +620,8 @@ fn receive_checked<'c>(
     cache: &'c PoolCache,
     batch: &mut PacketBatch<'c>,
 ) -> ReceivedChecked {
+    #[cfg(test)]
+    CHECKED_BURSTS.with(|c| c.set(c.get() + 1));
     let (mut packets, mut bytes, mut errors, mut dropped) = (0, 0, 0, 0);
     for &index in indices {
         // SAFETY: as in `Pair::rx_burst`; a frame of a shared buffer (a send by reference) arrives
@@ -551,7 +656,7 @@ impl Drop for Pair {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::{HugePages, Packet};
+    use crate::pool::{HugePages, Packet, SharedPacket};
 
     fn pool(buffers: u32) -> Pool {
         Pool::builder(buffers).hugepages(HugePages::Never).batch(8).cache_size(16).build().unwrap()
@@ -615,6 +720,86 @@ mod tests {
         batch.push(shared.frame(&cache, 54).unwrap()).unwrap();
         assert_eq!(a.tx_burst(0, &mut batch).unwrap(), 1);
         drop((a, b, shared, batch));
+        drop(cache);
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn bursts_are_classified_by_their_tokens() {
+        let tag = FRAME_TAG;
+        assert_eq!(classify(&[], 4), Burst::Indices);
+        assert_eq!(classify(&[1, 2, 3], 4), Burst::Indices);
+        // The OR (7) fails a bound that is not a power of two; the maximum passes it.
+        assert_eq!(classify(&[3, 4], 6), Burst::Indices);
+        assert_eq!(classify(&[1 | tag, 2], 4), Burst::Tokens);
+        assert_eq!(classify(&[3 | tag, 4], 6), Burst::Tokens);
+        assert_eq!(classify(&[6], 6), Burst::Checked);
+        assert_eq!(classify(&[1, 6 | tag], 6), Burst::Checked);
+        assert_eq!(classify(&[u32::MAX], 6), Burst::Checked);
+    }
+
+    /// Bursts holding frames of shared buffers (a send by reference) are received in one pass, by
+    /// `rx_burst` and `rx_burst_raw`, and never through the per-index path, which only a token
+    /// outside the pool still takes (counted in `rx_errors`). Before, every burst holding a frame
+    /// took the per-index path.
+    #[test]
+    fn bursts_of_frames_skip_the_per_index_path() {
+        // 48 buffers: a bound that is not a power of two, so both bounds checks are exercised.
+        let pool = pool(48);
+        let (mut a, mut b) = Pair::builder(&pool).capacity(64).build().unwrap();
+        let cache = pool.cache();
+        let checked = || CHECKED_BURSTS.with(std::cell::Cell::get);
+        let before = checked();
+        let shared: Vec<SharedPacket> = (0..4u8)
+            .map(|i| {
+                let mut p = cache.alloc().unwrap();
+                p.extend_from_slice(&[i; 100]).unwrap();
+                p.into_shared().unwrap()
+            })
+            .collect();
+        let send = |a: &mut Pair, with_plain: bool| {
+            let mut batch = PacketBatch::with_capacity(16);
+            for (s, tag) in shared.iter().zip(10u8..) {
+                if with_plain {
+                    batch.push(frame(&cache, tag, 60)).unwrap();
+                }
+                let mut f = s.frame(&cache, 14).unwrap();
+                f.data_mut()[..14].fill(tag);
+                batch.push(f).unwrap();
+            }
+            let n = batch.len();
+            assert_eq!(a.tx_burst(0, &mut batch).unwrap(), n);
+        };
+        send(&mut a, true);
+        let mut batch = PacketBatch::with_capacity(16);
+        assert_eq!(b.rx_burst(0, &cache, &mut batch).unwrap(), 8);
+        let got: Vec<(bool, usize, u8)> =
+            batch.as_slice().iter().map(|p| (p.is_frame(), p.len(), p.data()[0])).collect();
+        let want: Vec<(bool, usize, u8)> =
+            (10..14).flat_map(|tag| [(false, 60, tag), (true, 114, tag)]).collect();
+        assert_eq!(got, want);
+        for (f, i) in batch.as_slice().iter().filter(|p| p.is_frame()).zip(0u8..) {
+            assert!(f.data()[14..].iter().all(|&x| x == i), "the shared payload behind the headers");
+        }
+        assert_eq!((b.stats().rx_packets, b.stats().rx_bytes, b.stats().rx_errors), (8, 4 * 174, 0));
+        assert_eq!(checked(), before, "no burst took the per-index path");
+        batch.clear();
+        assert!(shared.iter().all(|s| !s.frame_in_flight()), "dropping the frames released them");
+
+        // Frames alone, through the raw receive: packets in `batch`, nothing in `raw`.
+        send(&mut a, false);
+        let mut raw = RawBatch::with_capacity(16);
+        let got = b.rx_burst_raw(0, &cache, &mut raw, &mut batch).unwrap();
+        assert_eq!((got, raw.len()), (RawReceived { indices: 0, packets: 4 }, 0));
+        assert!(batch.as_slice().iter().all(|p| p.is_frame() && p.len() == 114));
+        assert_eq!(checked(), before, "no burst took the per-index path");
+        batch.clear();
+
+        // A token outside the pool (only a broken peer could push one) takes the per-index path.
+        assert_eq!(a.tx.push_burst(&[1000, 1000 | FRAME_TAG]), 2);
+        assert_eq!(b.rx_burst(0, &cache, &mut batch).unwrap(), 0);
+        assert_eq!((b.stats().rx_errors, checked()), (2, before + 1));
+        drop((a, b, shared, batch, raw));
         drop(cache);
         pool.check_leaks().unwrap();
     }
