@@ -156,10 +156,13 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 }
                 // `free_burst` and `reclaim` free the buffer of a last reference into this cache
                 // (spilling a batch of 2 first when full); a dropped frame frees into the frames cache.
+                // `reclaim` makes that room before it pops what the channel holds, so a full cache
+                // spills a batch for a token whether or not it is the last reference.
+                let spilled = if how == 2 && before >= 4 { 2 } else { 0 };
                 if how != 0 && last {
                     prop_assert_ne!(caches[cache].len(), before);
                 } else {
-                    prop_assert_eq!(caches[cache].len(), before);
+                    prop_assert_eq!(caches[cache].len(), before - spilled);
                 }
                 b.frame = false;
                 if last {
