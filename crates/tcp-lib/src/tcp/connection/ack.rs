@@ -14,6 +14,18 @@ use crate::tcp::rules;
 use crate::wire::tcp::{SackBlock, SackBlocks};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
+/// What PRR needs to know of the state before an ACK (see [`Connection::prr_after_ack`]).
+struct PriorAck {
+    /// SND.UNA.
+    una: SeqNumber,
+    /// The SACKed bytes.
+    sacked: usize,
+    /// The end of the highest hole deemed lost, if any.
+    lost_end: Option<SeqNumber>,
+    /// Whether a fast retransmission was pending.
+    rexmit: bool,
+}
+
 impl Connection {
     pub(super) fn sample_rtt(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: SeqNumber) {
         if self.ts.ok {
@@ -128,18 +140,7 @@ impl Connection {
             && ack.max(self.snd.una) > self.ecn.reduced_until;
         // DeliveredData without SACK: estimated from duplicate ACKs (RFC 6937 §3).
         let mut reno_delivered = 0;
-        // RFC 6675 §5: the scoreboard takes the SACK blocks first. Blocks at or below the
-        // cumulative ACK (D-SACKs, stale blocks) are ignored.
-        let whole;
-        let blocks = if self.config.sack_in_segments && self.config.rack {
-            whole = self.whole_segment_blocks(&seg.sack_blocks);
-            &whole
-        } else {
-            &seg.sack_blocks
-        };
-        let new_sack = self.sack_ok
-            && !blocks.is_empty()
-            && self.recovery.scoreboard.update(blocks, ack.max(self.snd.una), self.snd.max);
+        let new_sack = self.sack_ok && !seg.sack_blocks.is_empty() && self.take_sack_blocks(seg, ack);
         if ack > self.snd.una {
             let acked = distance(self.snd.una, ack);
             let mut data_acked = acked;
@@ -170,37 +171,10 @@ impl Connection {
                 self.snd.nxt = ack;
             }
             if self.recovery.active {
-                if ack >= self.recovery.recover {
-                    // RFC 6582 §3.2 step 3, RFC 6675 §5 (the recovery point is covered); cwnd =
-                    // ssthresh (RFC 9937 §4: PRR brought the flight there).
-                    self.cc.on_exit_recovery();
-                    self.recovery.active = false;
-                    self.recovery.rxt_marks.clear();
-                } else if self.sack_ok {
-                    // RFC 6675: a partial ACK changes no window; the scoreboard chooses what to
-                    // retransmit. Without SACK information above it, the segment now at SND.UNA
-                    // is presumed lost as in NewReno (it was sent before the retransmission the
-                    // peer just acknowledged), unless it was retransmitted in this recovery.
-                    if self.recovery.scoreboard.is_empty() && self.recovery.high_rxt <= self.snd.una {
-                        self.recovery.fast_rexmit = true;
-                        self.stats.fast_retransmits += 1;
-                    }
-                } else {
-                    // A partial ACK: the next hole was lost too (RFC 6582 §3.2 step 5). What
-                    // the duplicate ACKs already counted as delivered is not counted again, but
-                    // the ACK delivers at least one SMSS (as Linux's tcp_remove_reno_sacks).
-                    let counted = self.recovery.dup_delivered.min(acked - acked.min(mss));
-                    self.recovery.dup_delivered -= counted;
-                    reno_delivered = acked - counted;
-                    self.recovery.fast_rexmit = true;
-                    self.stats.fast_retransmits += 1;
-                }
+                reno_delivered = self.new_ack_in_recovery(ack, acked);
             } else {
                 if self.recovery.cwr && ack > self.ecn.reduced_until {
-                    // The peer acknowledged data sent after the reduction began (which carried
-                    // our CWR): it ends with cwnd = ssthresh (Linux's tcp_end_cwnd_reduction).
-                    self.cc.on_exit_recovery();
-                    self.recovery.cwr = false;
+                    self.end_cwr();
                 }
                 if !self.recovery.cwr && !ece_prr && data_acked > delivered_before {
                     self.grow_window(data_acked - delivered_before, mss, now);
@@ -215,25 +189,7 @@ impl Connection {
             && seg.control == TcpControl::None
             && window == self.snd.wnd
         {
-            // A duplicate ACK (RFC 5681 §2).
-            self.stats.dup_acks += 1;
-            self.recovery.dup_acks = self.recovery.dup_acks.saturating_add(1);
-            if self.recovery.active {
-                // Without SACK a duplicate ACK says one SMSS left the network (RFC 6937 §3), as
-                // long as the duplicate ACKs do not add up to more than the flight (a peer
-                // cannot clock out data with duplicate ACKs alone). With SACK, the blocks say.
-                if !self.sack_ok {
-                    let flight = distance(self.snd.una, self.snd.max);
-                    // A partial ACK may have left the estimate above what is still in flight:
-                    // it never shrinks here, and this ACK then delivers nothing more.
-                    let before = self.recovery.dup_delivered;
-                    self.recovery.dup_delivered = (before + mss).min(flight).max(before);
-                    reno_delivered = self.recovery.dup_delivered - before;
-                }
-            } else if self.recovery.dup_acks == 3 && self.recover_passed(ack) {
-                self.enter_recovery();
-                reno_delivered = mss;
-            }
+            reno_delivered = self.duplicate_ack(ack);
         }
         if self.config.rack && self.sack_ok {
             self.rack_on_ack(now);
@@ -245,33 +201,8 @@ impl Connection {
         // for three segments to be SACKed, unless RACK is on: its reordering window covers that
         // case (RFC 8985 §3.4, as Linux, which dropped early retransmit for RACK in 4.14). A new
         // recovery starts once HighACK >= RecoveryPoint (RFC 6675 §5).
-        if new_sack
-            && !self.recovery.active
-            && self.snd.una.partial_cmp(&self.recovery.recover) != Some(std::cmp::Ordering::Less)
-            && (self
-                .recovery
-                .scoreboard
-                .holes(self.snd.una, self.snd.max, mss)
-                .next()
-                .is_some_and(|h| h.start == self.snd.una && h.lost)
-                || (!self.config.rack && self.early_retransmit()))
-        {
-            self.enter_recovery();
-        }
-        // A lost retransmission: data sent after the retransmission of the hole at SND.UNA was
-        // SACKed (as much as IsLost asks) while the hole stays open. Retransmit it again.
-        if new_sack
-            && self.recovery.active
-            && self
-                .recovery
-                .rxt_marks
-                .iter()
-                .find(|&&(s, _)| s == self.snd.una)
-                .is_some_and(|&(_, mark)| self.recovery.scoreboard.enough_above(mark, mss))
-        {
-            self.recovery.rxt_marks.retain(|&(s, _)| s != self.snd.una);
-            self.recovery.fast_rexmit = true;
-            self.stats.fast_retransmits += 1;
+        if new_sack {
+            self.loss_from_sack();
         }
         // ECN (RFC 3168 §6.1.2): an echo of congestion reduces the window as a loss would,
         // without a retransmission, once per window of data (the ACK must cover data sent after
@@ -280,42 +211,16 @@ impl Connection {
         // With Config::ecn_prr, PRR brings the flight down to the new ssthresh over the next
         // round trip (RFC 9937), from this ACK on.
         if self.ecn.ok && seg.ece && !self.recovery.active && self.snd.una > self.ecn.reduced_until {
-            // RFC 3168 §6.1.2 halves cwnd; RFC 5681's reduction (the default) starts from the
-            // flight. With PRR the reduction starts from cwnd, as Linux's does.
-            let from =
-                if self.config.ecn_prr { self.cc.window() } else { distance(self.snd.una, self.snd.max) };
-            self.cc.on_enter_recovery(from, mss);
-            self.ecn.reduced_until = self.snd.max;
-            self.ecn.cwr_pending = true;
-            self.stats.ecn_reductions += 1;
-            // (With nothing in flight there is nothing to pace, and no ACK would come to let
-            // new data out: the reduction is at once.)
-            if self.config.ecn_prr && self.snd.una != self.snd.max {
-                self.recovery.cwr = true;
-                self.recovery.dup_delivered = 0;
-                self.start_prr();
-            }
+            self.ecn_reduce();
         }
         if self.recovery.active || self.recovery.cwr {
-            let delivered = if self.sack_ok {
-                // RFC 6937 §3: the change in SND.UNA plus the change in SACKed bytes.
-                (distance(prior_una, self.snd.una) + self.recovery.scoreboard.sacked_bytes())
-                    .saturating_sub(prior_sacked)
-            } else if self.recovery.active {
-                reno_delivered
-            } else {
-                // An ECN reduction without SACK: what the cumulative ACK covers.
-                distance(prior_una, self.snd.una)
+            let prior = PriorAck {
+                una: prior_una,
+                sacked: prior_sacked,
+                lost_end: prior_lost_end,
+                rexmit: prior_rexmit,
             };
-            // "Further losses" (RFC 9937 §4): a hole newly deemed lost, or a retransmission
-            // this ACK called for (a lost retransmission, a NewReno partial ACK).
-            let lost_end = (self.sack_ok && !seg.sack_blocks.is_empty())
-                .then(|| self.recovery.scoreboard.lost_end(self.snd.una, self.snd.max, mss))
-                .flatten();
-            let newly_lost = (self.recovery.fast_rexmit && !prior_rexmit)
-                || lost_end.is_some_and(|e| prior_lost_end.is_none_or(|p| e > p));
-            let safe_ack = self.snd.una > prior_una && !newly_lost;
-            self.prr_on_ack(delivered, safe_ack);
+            self.prr_after_ack(seg, &prior, reno_delivered);
         }
         // Window update (SND.WL1/SND.WL2 rule), for ACKs that are not old.
         if ack >= self.snd.una
@@ -333,6 +238,175 @@ impl Connection {
             }
         }
         true
+    }
+
+    /// RFC 6675 §5: the scoreboard takes the SACK blocks of `seg` (there are some) first.
+    /// Blocks at or below the cumulative ACK (D-SACKs, stale blocks) are ignored. Returns
+    /// whether the scoreboard learned something. Out of line, as every branch below that only
+    /// loss, reordering or ECN takes: a transaction's ACKs carry no SACK blocks, and the code
+    /// they run should fit the instruction cache.
+    #[cold]
+    #[inline(never)]
+    fn take_sack_blocks(&mut self, seg: &TcpRepr<'_>, ack: SeqNumber) -> bool {
+        let whole;
+        let blocks = if self.config.sack_in_segments && self.config.rack {
+            whole = self.whole_segment_blocks(&seg.sack_blocks);
+            &whole
+        } else {
+            &seg.sack_blocks
+        };
+        !blocks.is_empty() && self.recovery.scoreboard.update(blocks, ack.max(self.snd.una), self.snd.max)
+    }
+
+    /// An ACK of new data (`acked` bytes, up to `ack`) in loss recovery. Returns the bytes it
+    /// delivers without SACK (RFC 6937 §3's estimate), else 0.
+    #[cold]
+    #[inline(never)]
+    fn new_ack_in_recovery(&mut self, ack: SeqNumber, acked: usize) -> usize {
+        let mss = self.snd.mss;
+        if ack >= self.recovery.recover {
+            // RFC 6582 §3.2 step 3, RFC 6675 §5 (the recovery point is covered); cwnd =
+            // ssthresh (RFC 9937 §4: PRR brought the flight there).
+            self.cc.on_exit_recovery();
+            self.recovery.active = false;
+            self.recovery.rxt_marks.clear();
+        } else if self.sack_ok {
+            // RFC 6675: a partial ACK changes no window; the scoreboard chooses what to
+            // retransmit. Without SACK information above it, the segment now at SND.UNA
+            // is presumed lost as in NewReno (it was sent before the retransmission the
+            // peer just acknowledged), unless it was retransmitted in this recovery.
+            if self.recovery.scoreboard.is_empty() && self.recovery.high_rxt <= self.snd.una {
+                self.recovery.fast_rexmit = true;
+                self.stats.fast_retransmits += 1;
+            }
+        } else {
+            // A partial ACK: the next hole was lost too (RFC 6582 §3.2 step 5). What
+            // the duplicate ACKs already counted as delivered is not counted again, but
+            // the ACK delivers at least one SMSS (as Linux's tcp_remove_reno_sacks).
+            let counted = self.recovery.dup_delivered.min(acked - acked.min(mss));
+            self.recovery.dup_delivered -= counted;
+            self.recovery.fast_rexmit = true;
+            self.stats.fast_retransmits += 1;
+            return acked - counted;
+        }
+        0
+    }
+
+    /// The peer acknowledged data sent after an ECN reduction began (which carried our CWR):
+    /// it ends with cwnd = ssthresh (Linux's tcp_end_cwnd_reduction).
+    #[cold]
+    #[inline(never)]
+    fn end_cwr(&mut self) {
+        self.cc.on_exit_recovery();
+        self.recovery.cwr = false;
+    }
+
+    /// A duplicate ACK (RFC 5681 §2) of `ack`. Returns the bytes it delivers without SACK (RFC
+    /// 6937 §3's estimate), else 0.
+    #[cold]
+    #[inline(never)]
+    fn duplicate_ack(&mut self, ack: SeqNumber) -> usize {
+        let mss = self.snd.mss;
+        self.stats.dup_acks += 1;
+        self.recovery.dup_acks = self.recovery.dup_acks.saturating_add(1);
+        if self.recovery.active {
+            // Without SACK a duplicate ACK says one SMSS left the network (RFC 6937 §3), as
+            // long as the duplicate ACKs do not add up to more than the flight (a peer
+            // cannot clock out data with duplicate ACKs alone). With SACK, the blocks say.
+            if !self.sack_ok {
+                let flight = distance(self.snd.una, self.snd.max);
+                // A partial ACK may have left the estimate above what is still in flight:
+                // it never shrinks here, and this ACK then delivers nothing more.
+                let before = self.recovery.dup_delivered;
+                self.recovery.dup_delivered = (before + mss).min(flight).max(before);
+                return self.recovery.dup_delivered - before;
+            }
+        } else if self.recovery.dup_acks == 3 && self.recover_passed(ack) {
+            self.enter_recovery();
+            return mss;
+        }
+        0
+    }
+
+    /// Loss detection after an ACK whose SACK blocks told the scoreboard something new (RFC 6675
+    /// §5 step (1.b), early retransmit, a lost retransmission).
+    #[cold]
+    #[inline(never)]
+    fn loss_from_sack(&mut self) {
+        let mss = self.snd.mss;
+        if !self.recovery.active
+            && self.snd.una.partial_cmp(&self.recovery.recover) != Some(std::cmp::Ordering::Less)
+            && (self
+                .recovery
+                .scoreboard
+                .holes(self.snd.una, self.snd.max, mss)
+                .next()
+                .is_some_and(|h| h.start == self.snd.una && h.lost)
+                || (!self.config.rack && self.early_retransmit()))
+        {
+            self.enter_recovery();
+        }
+        // A lost retransmission: data sent after the retransmission of the hole at SND.UNA was
+        // SACKed (as much as IsLost asks) while the hole stays open. Retransmit it again.
+        if self.recovery.active
+            && self
+                .recovery
+                .rxt_marks
+                .iter()
+                .find(|&&(s, _)| s == self.snd.una)
+                .is_some_and(|&(_, mark)| self.recovery.scoreboard.enough_above(mark, mss))
+        {
+            self.recovery.rxt_marks.retain(|&(s, _)| s != self.snd.una);
+            self.recovery.fast_rexmit = true;
+            self.stats.fast_retransmits += 1;
+        }
+    }
+
+    /// An ECN echo outside recovery that covers data sent after the last reduction.
+    #[cold]
+    #[inline(never)]
+    fn ecn_reduce(&mut self) {
+        // RFC 3168 §6.1.2 halves cwnd; RFC 5681's reduction (the default) starts from the
+        // flight. With PRR the reduction starts from cwnd, as Linux's does.
+        let from = if self.config.ecn_prr { self.cc.window() } else { distance(self.snd.una, self.snd.max) };
+        self.cc.on_enter_recovery(from, self.snd.mss);
+        self.ecn.reduced_until = self.snd.max;
+        self.ecn.cwr_pending = true;
+        self.stats.ecn_reductions += 1;
+        // (With nothing in flight there is nothing to pace, and no ACK would come to let
+        // new data out: the reduction is at once.)
+        if self.config.ecn_prr && self.snd.una != self.snd.max {
+            self.recovery.cwr = true;
+            self.recovery.dup_delivered = 0;
+            self.start_prr();
+        }
+    }
+
+    /// PRR's part of an ACK in recovery or in an ECN reduction by PRR (RFC 9937 §4): how much
+    /// it delivered, and whether it was safe.
+    #[cold]
+    #[inline(never)]
+    fn prr_after_ack(&mut self, seg: &TcpRepr<'_>, prior: &PriorAck, reno_delivered: usize) {
+        let mss = self.snd.mss;
+        let delivered = if self.sack_ok {
+            // RFC 6937 §3: the change in SND.UNA plus the change in SACKed bytes.
+            (distance(prior.una, self.snd.una) + self.recovery.scoreboard.sacked_bytes())
+                .saturating_sub(prior.sacked)
+        } else if self.recovery.active {
+            reno_delivered
+        } else {
+            // An ECN reduction without SACK: what the cumulative ACK covers.
+            distance(prior.una, self.snd.una)
+        };
+        // "Further losses" (RFC 9937 §4): a hole newly deemed lost, or a retransmission
+        // this ACK called for (a lost retransmission, a NewReno partial ACK).
+        let lost_end = (self.sack_ok && !seg.sack_blocks.is_empty())
+            .then(|| self.recovery.scoreboard.lost_end(self.snd.una, self.snd.max, mss))
+            .flatten();
+        let newly_lost = (self.recovery.fast_rexmit && !prior.rexmit)
+            || lost_end.is_some_and(|e| prior.lost_end.is_none_or(|p| e > p));
+        let safe_ack = self.snd.una > prior.una && !newly_lost;
+        self.prr_on_ack(delivered, safe_ack);
     }
 
     /// `blocks` cut to the whole segments they cover, as sent ([`Config::sack_in_segments`]).

@@ -184,6 +184,8 @@ impl Connection {
 
     /// An RFC 5961 challenge ACK (§3.2 RST, §4.2 SYN, §5.2 ACK), at most
     /// [`Config::challenge_ack_limit`](crate::tcp::Config::challenge_ack_limit) per second (§7).
+    #[cold]
+    #[inline(never)]
     pub(super) fn rfc5961_challenge_ack(&mut self, now: Instant) {
         let (window, allowed) =
             rules::challenge_ack(self.limits.challenge, now, self.config.challenge_ack_limit);
@@ -196,40 +198,99 @@ impl Connection {
         self.challenge_ack();
     }
 
-    /// Every state after SYN-SENT (RFC 9293 §3.10.7.4).
-    fn handle_synchronized<F: FnMut(&[u8]) -> usize>(
+    /// A SYN again from the peer, in SYN-RECEIVED, with the sequence number of its first: our
+    /// SYN-ACK was lost (a retransmitted SYN), or both ends opened at once (a SYN-ACK). Out of
+    /// line, as the other rare cases of [`handle_synchronized`](Self::handle_synchronized):
+    /// the code every segment of a healthy connection runs should fit the instruction cache.
+    #[cold]
+    #[inline(never)]
+    fn peer_syn_again(
         &mut self,
         now: Instant,
         seg: &TcpRepr<'_>,
         ce: bool,
-        deliver: &mut F,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
     ) {
-        let rst = seg.control == TcpControl::Rst;
-        let syn = seg.control == TcpControl::Syn;
-        let mut fin = seg.control == TcpControl::Fin;
-
-        // A retransmitted SYN: our SYN-ACK was lost, send it again.
-        if self.state == State::SynReceived
-            && syn
-            && seg.ack_number.is_none()
-            && seg.seq_number == self.rcv.irs
-        {
+        if seg.ack_number.is_none() {
+            // A retransmitted SYN: our SYN-ACK was lost, send it again.
             self.snd.nxt = self.snd.iss;
             return;
         }
         // Simultaneous open: the peer's SYN-ACK repeats its SYN and acknowledges ours (RFC 9293
         // figure 8, line 6). Its ACK completes the handshake; ours tells the peer.
-        if self.state == State::SynReceived
-            && syn
-            && seg.ack_number.is_some()
-            && seg.seq_number == self.rcv.irs
-        {
-            let ack_only =
-                TcpRepr { control: TcpControl::None, seq_number: self.rcv.irs + 1, payload: &[], ..*seg };
-            self.handle_synchronized(now, &ack_only, ce, deliver);
-            if self.is_established() {
-                self.challenge_ack();
+        let ack_only =
+            TcpRepr { control: TcpControl::None, seq_number: self.rcv.irs + 1, payload: &[], ..*seg };
+        self.handle_synchronized(now, &ack_only, ce, deliver);
+        if self.is_established() {
+            self.challenge_ack();
+        }
+    }
+
+    /// A segment outside the receive window `wnd`. Returns whether its ACK is still to be
+    /// processed (without its data and FIN).
+    #[cold]
+    #[inline(never)]
+    fn unacceptable(&mut self, now: Instant, seg: &TcpRepr<'_>, wnd: usize) -> bool {
+        if seg.control == TcpControl::Rst {
+            return false;
+        }
+        if self.state == State::TimeWait && seg.control == TcpControl::Fin {
+            // A retransmitted FIN: our ACK was lost. Acknowledge it and restart 2 MSL.
+            self.timers.time_wait = Some(now + self.config.msl * 2);
+        }
+        // Answer with an ACK; for segments without data or flags at most once per
+        // OOW_ACK_INTERVAL, so that two ends can never ping-pong ACKs.
+        let bare = seg.payload.is_empty() && seg.control == TcpControl::None;
+        let limited = rules::oow_ack_limited(bare, self.limits.last_oow_ack, now);
+        if !limited {
+            self.challenge_ack();
+            if bare {
+                self.limits.last_oow_ack = Some(now);
             }
+        }
+        // A zero window accepts nothing, but the ACK of a segment at RCV.NXT is still
+        // processed (RFC 9293 §3.10.7.4).
+        wnd == 0 && seg.seq_number == self.rcv.nxt && seg.control != TcpControl::Syn
+    }
+
+    /// A RST in the window (RFC 5961 §3.2): only an exact match resets; else a challenge ACK.
+    #[cold]
+    #[inline(never)]
+    fn reset_received(&mut self, now: Instant, seg: &TcpRepr<'_>) {
+        if seg.seq_number == self.rcv.nxt {
+            let error = match self.state {
+                State::SynReceived if !self.passive => Some(ConnectionError::Refused),
+                State::SynReceived
+                | State::Established
+                | State::FinWait1
+                | State::FinWait2
+                | State::CloseWait => Some(ConnectionError::Reset),
+                _ => None,
+            };
+            self.enter_closed(error);
+        } else {
+            self.rfc5961_challenge_ack(now);
+        }
+    }
+
+    /// Every state after SYN-SENT (RFC 9293 §3.10.7.4). `deliver` is a trait object so that
+    /// there is one copy of this code, not one per closure: a server's connection takes the
+    /// handshake's last ACK before the application owns it (with a closure that delivers
+    /// nothing) and its data after, and two copies of the hottest input code in one transaction
+    /// crowd the instruction cache.
+    fn handle_synchronized(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        ce: bool,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) {
+        let rst = seg.control == TcpControl::Rst;
+        let syn = seg.control == TcpControl::Syn;
+        let mut fin = seg.control == TcpControl::Fin;
+
+        if syn && self.state == State::SynReceived && seg.seq_number == self.rcv.irs {
+            self.peer_syn_again(now, seg, ce, deliver);
             return;
         }
 
@@ -247,26 +308,7 @@ impl Connection {
         let wnd = distance(self.rcv.nxt, self.rcv.adv);
         let mut payload = seg.payload;
         if !acceptable(self.rcv.nxt, wnd, seg.seq_number, seg.segment_len()) {
-            if rst {
-                return;
-            }
-            if self.state == State::TimeWait && fin {
-                // A retransmitted FIN: our ACK was lost. Acknowledge it and restart 2 MSL.
-                self.timers.time_wait = Some(now + self.config.msl * 2);
-            }
-            // Answer with an ACK; for segments without data or flags at most once per
-            // OOW_ACK_INTERVAL, so that two ends can never ping-pong ACKs.
-            let bare = seg.payload.is_empty() && seg.control == TcpControl::None;
-            let limited = rules::oow_ack_limited(bare, self.limits.last_oow_ack, now);
-            if !limited {
-                self.challenge_ack();
-                if bare {
-                    self.limits.last_oow_ack = Some(now);
-                }
-            }
-            // A zero window accepts nothing, but the ACK of a segment at RCV.NXT is still
-            // processed (RFC 9293 §3.10.7.4).
-            if !(wnd == 0 && seg.seq_number == self.rcv.nxt && !syn) {
+            if !self.unacceptable(now, seg, wnd) {
                 return;
             }
             payload = &[];
@@ -291,20 +333,7 @@ impl Connection {
 
         // RST (RFC 5961 §3.2): only an exact match resets; in the window, a challenge ACK.
         if rst {
-            if seg.seq_number == self.rcv.nxt {
-                let error = match self.state {
-                    State::SynReceived if !self.passive => Some(ConnectionError::Refused),
-                    State::SynReceived
-                    | State::Established
-                    | State::FinWait1
-                    | State::FinWait2
-                    | State::CloseWait => Some(ConnectionError::Reset),
-                    _ => None,
-                };
-                self.enter_closed(error);
-            } else {
-                self.rfc5961_challenge_ack(now);
-            }
+            self.reset_received(now, seg);
             return;
         }
 

@@ -406,11 +406,8 @@ impl Connection {
     /// New data, retransmissions after a timeout, and the FIN, as the windows, Nagle and SWS
     /// avoidance allow.
     fn send_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        // Resending after a timeout skips what the peer SACKed since.
-        while self.snd.nxt < self.snd.max
-            && let Some(end) = self.recovery.scoreboard.sacked_end(self.snd.nxt)
-        {
-            self.snd.nxt = end;
+        if self.snd.nxt < self.snd.max {
+            self.skip_sacked_resend();
         }
         let base = self.send_base();
         let sent = distance(base, self.snd.nxt);
@@ -454,13 +451,11 @@ impl Connection {
         if size == mss && self.snd.super_max > mss {
             size = self.super_size(unsent.min(usable).min(buf.len()), unsent, in_flight, mss);
         }
-        // A resend stops at the next SACKed byte.
         let mut clipped = false;
         if self.snd.nxt < self.snd.max
-            && let Some(next) = self.recovery.scoreboard.next_sacked(self.snd.nxt)
-            && distance(self.snd.nxt, next) < size
+            && let Some(short) = self.resend_before_sacked(size)
         {
-            size = distance(self.snd.nxt, next);
+            size = short;
             clipped = true;
         }
         // Prepared content goes in its own segments, on its cuts (their sums are precomputed).
@@ -526,11 +521,7 @@ impl Connection {
             self.snd.last_seg = seq;
         }
         if seq < self.snd.max {
-            // A resent super-segment is as many retransmissions as it has segments.
-            self.stats.retransmits += n.div_ceil(mss).max(1) as u64;
-            if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
-                self.snd.rtt_timing = None;
-            }
+            self.count_resend(seq, n, mss);
         } else {
             self.stats.bytes_out += n as u64;
             if !self.ts.ok && self.snd.rtt_timing.is_none() {
@@ -559,6 +550,40 @@ impl Connection {
             self.stats.segments_out += n.div_ceil(mss) as u64 - 1;
         }
         Some(t)
+    }
+
+    /// Resending after a timeout skips what the peer SACKed since. Out of line, as the other
+    /// resend cases of [`send_data`](Self::send_data): the code a healthy connection runs for
+    /// every segment should fit the instruction cache.
+    #[cold]
+    #[inline(never)]
+    fn skip_sacked_resend(&mut self) {
+        while self.snd.nxt < self.snd.max
+            && let Some(end) = self.recovery.scoreboard.sacked_end(self.snd.nxt)
+        {
+            self.snd.nxt = end;
+        }
+    }
+
+    /// A resend of `size` bytes at SND.NXT stops at the next SACKed byte: the shorter size if
+    /// one comes before its end.
+    #[cold]
+    #[inline(never)]
+    fn resend_before_sacked(&self, size: usize) -> Option<usize> {
+        let next = self.recovery.scoreboard.next_sacked(self.snd.nxt)?;
+        let short = distance(self.snd.nxt, next);
+        (short < size).then_some(short)
+    }
+
+    /// A resend of `n` bytes at `seq`: a resent super-segment is as many retransmissions as it
+    /// has segments of `mss`, and a timed segment it covers is no RTT sample (Karn).
+    #[cold]
+    #[inline(never)]
+    fn count_resend(&mut self, seq: SeqNumber, n: usize, mss: usize) {
+        self.stats.retransmits += n.div_ceil(mss).max(1) as u64;
+        if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
+            self.snd.rtt_timing = None;
+        }
     }
 
     /// [`pace_hold`](Self::pace_hold) when the connection paces; the knob is tested before any

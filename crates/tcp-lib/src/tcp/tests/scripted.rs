@@ -1566,6 +1566,20 @@ fn resending_after_rto_skips_data_sacked_since() {
     assert_eq!(s.conn.stats().retransmits, 2);
 }
 
+#[test]
+fn a_resend_after_rto_stops_at_the_next_sacked_byte() {
+    let mut s = sack_sender();
+    s.advance(SEC);
+    assert_eq!(seqs(&s.drain()), [seg(0)]);
+    // S0 arrives; the peer holds the second half of S1 and all up to S8.
+    let held = SackBlock { left: seg(1) + 32, right: seg(8) };
+    let blocks = SackBlocks::from_slice(&[held]).expect("one block");
+    send!(s, TcpRepr { window_len: 2048, sack_blocks: blocks, ..from_peer(0, 256 + 64) });
+    let out = s.drain();
+    let sent: Vec<_> = out.iter().map(|t| (t.repr.seq_number, t.payload.len())).collect();
+    assert_eq!(sent.first(), Some(&(seg(1), 32)), "only the first half of S1 goes: {sent:?}");
+}
+
 /// A pure ACK at the right edge of our window (where a peer that filled it sends its ACKs) is
 /// processed, unlike data there. With the strict RFC 9293 test two ends that each lost the
 /// other's ACKs deadlocked (found by the random-fault pair test).
