@@ -14,6 +14,9 @@ use proptest::prelude::*;
 
 const CACHES: usize = 2;
 const HEADROOM: usize = 16;
+/// Each cache's size, and the batch it spills to the depot when full.
+const CACHE_SIZE: usize = 4;
+const BATCH: usize = 2;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -57,8 +60,8 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
         .hugepages(HugePages::Never)
         .headroom(HEADROOM)
         .data_room(48)
-        .batch(2)
-        .cache_size(4)
+        .batch(BATCH)
+        .cache_size(CACHE_SIZE)
         .build()
         .unwrap();
     let caches: Vec<PoolCache> = (0..CACHES).map(|_| pool.cache()).collect();
@@ -155,10 +158,10 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     }
                 }
                 // `free_burst` and `reclaim` free the buffer of a last reference into this cache
-                // (spilling a batch of 2 first when full); a dropped frame frees into the frames cache.
+                // (spilling a batch first when full); a dropped frame frees into the frames cache.
                 // `reclaim` makes that room before it pops what the channel holds, so a full cache
                 // spills a batch for a token whether or not it is the last reference.
-                let spilled = if how == 2 && before >= 4 { 2 } else { 0 };
+                let spilled = if how == 2 && before >= CACHE_SIZE { BATCH } else { 0 };
                 if how != 0 && last {
                     prop_assert_ne!(caches[cache].len(), before);
                 } else {
