@@ -884,12 +884,33 @@ mod tests {
         assert!(std::error::Error::source(&e).is_some());
     }
 
+    /// Opens a TAP backend, retrying for up to two seconds while the kernel says the interface is
+    /// busy. Closing a TAP detaches it only when the last reference to its file goes, and a test
+    /// running beside this one that starts `ip` holds a copy of every descriptor of the process from
+    /// its fork until its exec (`O_CLOEXEC` closes it only then): a reopen that lands in that window
+    /// gets `EBUSY` for an interface this test has just released.
+    #[cfg(feature = "netns-tests")]
+    fn open_retrying_busy(backend: &Backend, options: &OpenOptions<'_>) -> Result<Opened, OpenError> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match open(backend, options) {
+                Err(OpenError::Tap { source: TapError::Busy { source, .. }, .. })
+                    if source.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                result => return result,
+            }
+        }
+    }
+
     #[cfg(feature = "netns-tests")]
     #[test]
     fn tap_opens_existing_and_new_interfaces_and_refuses_what_it_cannot_serve() {
         netns_test::in_private_namespace(|| {
             ip(&["tuntap", "add", "ncrt0", "mode", "tap"])?;
-            let opened = open(&Backend::tap("ncrt0"), &options(None)).map_err(|e| e.to_string())?;
+            let opened =
+                open_retrying_busy(&Backend::tap("ncrt0"), &options(None)).map_err(|e| e.to_string())?;
             assert_eq!(opened.ports.len(), 1);
             assert_eq!(opened.ports[0].kind(), "TAP");
             assert_eq!(
@@ -900,8 +921,8 @@ mod tests {
             assert_eq!(opened.pool.data_room(), OFFLOAD_DATA_ROOM, "buffers that hold a super-segment");
             finish_clean(opened, 1);
             // Without offloads: plain frames, the usual buffers.
-            let opened =
-                open(&Backend::tap_without_offloads("ncrt0"), &options(None)).map_err(|e| e.to_string())?;
+            let opened = open_retrying_busy(&Backend::tap_without_offloads("ncrt0"), &options(None))
+                .map_err(|e| e.to_string())?;
             assert_eq!(opened.description, "TAP ncrt0");
             assert_eq!(opened.ports[0].info().offloads, netchannel::dev::DeviceOffloads::NONE);
             assert!(opened.peer.is_none() && opened.steering.is_none());
@@ -917,7 +938,7 @@ mod tests {
             // Recorded.
             let dir = temp_dir("tap-pcap");
             let path = dir.join("tap.pcap");
-            let opened = open(
+            let opened = open_retrying_busy(
                 &Backend::tap("ncrt0"),
                 &OpenOptions { cores: None, pcap: Some(&path), service_buffers: 0 },
             )
