@@ -36,7 +36,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn matches_vecdeque_model(requested in 1usize..70, mode in mode(), ops in proptest::collection::vec(op(), 0..200)) {
+    fn matches_vecdeque_model(requested in prop_oneof![1usize..70, 200usize..600], mode in mode(), ops in proptest::collection::vec(op(), 0..200)) {
         let (mut tx, mut rx) = Channel::builder(requested).wake(mode).build().unwrap();
         let capacity = requested.next_power_of_two();
         prop_assert_eq!(tx.capacity(), capacity);
