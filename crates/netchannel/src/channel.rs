@@ -12,7 +12,8 @@
 //!  line group 2 (wake header)       wakecnt · wake_type · wake_arg  written by the consumer only when
 //!                                                                it goes to sleep; read by the producer
 //!                                                                every burst
-//!  ring                             capacity × u32 (power of two, every slot usable)
+//!  ring                             capacity × u32 (power of two, every slot usable); an empty
+//!                                   slot holds EMPTY (u32::MAX)
 //! ```
 //!
 //! Each header is a [`CachePadded`] group (128 bytes on x86_64, where the adjacent-line prefetcher pulls
@@ -27,6 +28,28 @@
 //! the ring looks full (producer) or too empty for the burst (consumer). Every `push`/`push_burst` ends
 //! with one `Release` store of `tail`, so a completed push is visible to the consumer at once (VJ's
 //! contract); the consumer returns slots in batches (below).
+//!
+//! # Empty slots
+//!
+//! [`Consumer::pop`] does not read `tail`: it reads the slot at `head`, which holds [`EMPTY`] until the
+//! producer writes the item there. That is for the steady state two free-running threads fall into
+//! when the consumer is the faster, the ring empty after every pop. A consumer that learns of items
+//! from `tail` re-reads `tail` on every pop there while the producer stores it on every push, so each
+//! item moves two lines between the cores, `tail`'s and the slot's, and both threads slow to the speed
+//! of those transfers: rtrb 0.4 and nexus-queue 1.3 work that way, and so did this ring, 2-3x slower
+//! per item than rtrb across two cores (BENCHMARKS.md, "Every regime and loop shape"). Polling the
+//! slot, each item moves one line. This is FastForward's design (Giacomoni, Moseley & Vachharajani,
+//! "FastForward for Efficient Pipeline Parallelism: A Cache-Optimized Concurrent Lock-Free Queue",
+//! PPoPP 2008) and Linux's `ptr_ring`'s, with their batched emptying: `pop` writes [`EMPTY`] back
+//! into the slots it took items from a line pair at a time, when it hands them back (below), never
+//! into a line the producer may be writing. The price is one value: a channel cannot carry `u32::MAX`
+//! (pushing it panics; pool buffer indices never take it).
+//!
+//! Bursts keep `tail`: [`Consumer::pop_burst`] reads `tail` once per burst and hands slots back
+//! without emptying them, so that the burst path writes no ring line; `pop` then does not trust the
+//! contents of those slots for a lap (`polled_from`) and asks `tail` instead, as before. A
+//! [`Producer::push_burst`] writes every slot but the first with one `memcpy` and the first last
+//! (`Release`): `pop` polls the first, and so reaches the others only after them.
 //!
 //! # Returning slots
 //!
@@ -43,8 +66,9 @@
 //! The consumer therefore hands slots back the way MCRingBuffer does (Lee, Bu & Chandranmenon,
 //! "A Lock-Free, Cache-Efficient Multi-Core Synchronization Mechanism for Line-Rate Network Traffic
 //! Monitoring", IPDPS 2010): it stores `head` only when it crosses a [`RETURN_SLOTS`]-slot (128-byte,
-//! line-pair) boundary, and then stores the boundary, not its position; and whenever it has caught up
-//! with every item it knows of (`head == cached_tail`), when it stores its exact position. In the full
+//! line-pair) boundary, and then stores the boundary, not its position; and whenever `pop_burst` has
+//! caught up with every item it knows of (`head == cached_tail`), when it stores its exact position
+//! (`pop`, which does not read `tail`, does not know when it has caught up). In the full
 //! ring the producer is thus handed whole line pairs that the consumer has finished reading, it refreshes
 //! `head` once per 32 items instead of once per item, and the consumer's `head` line moves once per 32
 //! items. Elsewhere nothing changes: a consumer that has caught up (the near-empty ring, a consumer
@@ -66,11 +90,16 @@
 //!
 //! # Orderings, each with its pair
 //!
+//! * slots: `Release` store of a burst's first slot (or a `push`'s only one) in
+//!   `Producer::write_first`, after the burst's other slots; `Acquire` load in `Consumer::pop` before
+//!   it returns the item. A consumer that sees an item in a slot sees what was written before it (the
+//!   buffer the item names, the burst's later slots).
 //! * `tail`: `Release` store in `Producer::publish` after the slot writes; `Acquire` loads in
-//!   `Consumer::pop`, `pop_burst` and `refresh` before the slot reads. A consumer that sees `tail`
-//!   sees the items below it.
-//! * `head`: `Release` store in `Consumer::advance` (batched, above) and `request_wakeup` after the slot
-//!   reads; `Acquire` loads in `Producer::push`, `push_burst` and `free_space` before the slot writes.
+//!   `Consumer::pop_burst`, `refresh` and `pop`'s fallback before the slot reads. A consumer that sees
+//!   `tail` sees the items below it.
+//! * `head`: `Release` store in `Consumer::return_slots` (batched, above) after the slot reads and the
+//!   `EMPTY` writes; `Acquire` loads in `Producer::push`, `push_burst` and `free_space` before the slot
+//!   writes.
 //!   The value stored never exceeds the consumer's position, so the producer never reuses a slot the
 //!   consumer has not read.
 //! * wakeups: the consumer's `wake.wakecnt` store, then `Barrier::heavy`, then its `tail` load; the
@@ -122,11 +151,15 @@ mod wakeups;
 
 pub use wakeups::{ArmedWakeups, WakeupBatch};
 
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell, spin_loop};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, spin_loop};
 use crate::sys::{Barrier, WaitWord};
 
 /// The largest capacity a channel accepts (2^30 slots, 4 GiB of ring).
 pub const MAX_CAPACITY: usize = 1 << 30;
+
+/// The one `u32` a channel cannot carry: it marks an empty slot (see "Empty slots" in the module
+/// docs). Pool buffer indices never take it (`pool::MAX_BUFFERS`); pushing it panics.
+pub const EMPTY: u32 = u32::MAX;
 
 /// How many popped slots the consumer hands back to the producer at once, at most: one 128-byte line
 /// pair of `u32` slots (see "Returning slots" in the module docs). Rings smaller than eight batches
@@ -276,30 +309,31 @@ const BLOCK_SLOTS: usize = 32;
 #[cfg(not(loom))]
 #[derive(Debug)]
 #[repr(C, align(128))]
-struct Block([UnsafeCell<u32>; BLOCK_SLOTS]);
+struct Block([AtomicU32; BLOCK_SLOTS]);
 
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Block>() == BLOCK_SLOTS * std::mem::size_of::<u32>());
 
-/// The ring's storage. Under loom the cells are loom's (tracked, not `u32`-sized), so the ring is a plain
-/// slice of them there.
+/// The ring's storage. Under loom the atomics are loom's (tracked, not `u32`-sized), so the ring is a
+/// plain slice of them there.
 #[cfg(not(loom))]
 type Ring = Box<[Block]>;
 #[cfg(loom)]
-type Ring = Box<[UnsafeCell<u32>]>;
+type Ring = Box<[AtomicU32]>;
 
+/// A ring of `capacity` empty slots.
 fn new_ring(capacity: usize) -> Ring {
     #[cfg(not(loom))]
     return (0..capacity.div_ceil(BLOCK_SLOTS))
-        .map(|_| Block(std::array::from_fn(|_| UnsafeCell::new(0))))
+        .map(|_| Block(std::array::from_fn(|_| AtomicU32::new(EMPTY))))
         .collect();
     #[cfg(loom)]
-    return (0..capacity).map(|_| UnsafeCell::new(0)).collect();
+    return (0..capacity).map(|_| AtomicU32::new(EMPTY)).collect();
 }
 
 /// A pointer to the first slot whose provenance covers the whole ring (it is derived from the slice,
-/// not from one element). The slots are `UnsafeCell`s, so writing through it is allowed.
-fn ring_base(ring: &Ring) -> NonNull<UnsafeCell<u32>> {
+/// not from one element). The slots are atomics, whose `UnsafeCell` allows writes through it.
+fn ring_base(ring: &Ring) -> NonNull<AtomicU32> {
     NonNull::from(&**ring).cast()
 }
 
@@ -311,15 +345,6 @@ struct Shared {
     wake: CachePadded<WakeHeader>,
     ring: Ring,
 }
-
-// SAFETY: the ring cells are the only non-`Sync` part. Each slot is written only by the producer while
-// it lies in `[tail, returned + capacity)`, where `returned <= head` is the last `head` the consumer
-// stored, and read only by the consumer while it lies in `[head, tail)`;
-// the Release/Acquire pairs on `tail` and `head` order those accesses, so no cell is ever accessed by
-// both sides at once.
-unsafe impl Sync for Shared {}
-// SAFETY: as above; nothing in `Shared` is tied to a thread.
-unsafe impl Send for Shared {}
 
 impl Shared {
     /// Wakes the consumer the way it sleeps.
@@ -481,6 +506,8 @@ impl Builder {
             mask,
             head: 0,
             cached_tail: 0,
+            returned: 0,
+            polled_from: 0,
             return_low: return_batch(capacity) - 1,
             wakecnt: 0,
             mode: self.wake,
@@ -491,12 +518,27 @@ impl Builder {
     }
 }
 
+/// Whether free-running index `a` comes before `b` (indices never drift more than two laps apart).
+#[inline(always)]
+#[allow(clippy::cast_possible_wrap, reason = "a signed distance by design")]
+fn before(a: usize, b: usize) -> bool {
+    (a.wrapping_sub(b) as isize) < 0
+}
+
+/// Whether `items` holds [`EMPTY`]: eight items at a time without an early exit, so the compiler
+/// compares vectors of them (a search that stops at the first match compares one at a time).
+#[inline(always)]
+fn holds_empty(items: &[u32]) -> bool {
+    // All ones where an item is `EMPTY` (`!item == 0`), ORed: a compare and an OR per vector.
+    items.iter().fold(0u32, |any, &item| any | u32::from(item == EMPTY).wrapping_neg()) != 0
+}
+
 /// Marker that makes a handle `!Sync` (and, until the explicit impl, `!Send`).
 type NotSync = PhantomData<*const ()>;
 
-/// The ring cell for free-running `index`.
+/// The ring slot for free-running `index`.
 #[inline(always)]
-fn slot<'a>(ring: NonNull<UnsafeCell<u32>>, mask: usize, index: usize) -> &'a UnsafeCell<u32> {
+fn slot<'a>(ring: NonNull<AtomicU32>, mask: usize, index: usize) -> &'a AtomicU32 {
     // SAFETY: `index & mask < capacity`, so the pointer is inside the ring allocation; both handles keep
     // that allocation alive (through `shared`) for as long as they can call this, and never move it.
     unsafe { &*ring.as_ptr().wrapping_add(index & mask) }
@@ -507,7 +549,7 @@ fn slot<'a>(ring: NonNull<UnsafeCell<u32>>, mask: usize, index: usize) -> &'a Un
 /// `Send` but not `Sync` or `Clone`: exactly one thread produces at a time.
 pub struct Producer {
     shared: Arc<Shared>,
-    ring: NonNull<UnsafeCell<u32>>,
+    ring: NonNull<AtomicU32>,
     mask: usize,
     /// Authoritative copy of `producer.tail`: only this handle writes it.
     tail: usize,
@@ -574,8 +616,13 @@ impl Producer {
     /// # Errors
     ///
     /// [`PushError::Full`] when no slot is free.
+    ///
+    /// # Panics
+    ///
+    /// If `item` is [`EMPTY`], the one value a channel cannot carry.
     #[inline]
     pub fn push(&mut self, item: u32) -> Result<(), PushError> {
+        assert_ne!(item, EMPTY, "u32::MAX marks an empty net channel slot and cannot be sent");
         if self.tail.wrapping_sub(self.cached_head) == self.capacity() {
             // Acquire: pairs with the Release store of `head` in `Consumer::pop_burst`, so the
             // consumer's reads of the slots we are about to reuse happen before our writes.
@@ -586,7 +633,7 @@ impl Producer {
             }
         }
         // SAFETY: the slot at `tail` is free (checked above) and only the producer writes free slots.
-        unsafe { self.write_slot(self.tail, item) };
+        unsafe { self.write_first(self.tail, item) };
         self.tail = self.tail.wrapping_add(1);
         self.publish();
         Ok(())
@@ -594,8 +641,23 @@ impl Producer {
 
     /// Enqueues as many of `items` as fit, in order, with one index publication and one wakeup check
     /// for the whole burst. Returns how many were enqueued; the rest are counted as refused.
+    ///
+    /// # Panics
+    ///
+    /// If an item is [`EMPTY`], the one value a channel cannot carry.
     #[inline]
     pub fn push_burst(&mut self, items: &[u32]) -> usize {
+        assert!(!holds_empty(items), "u32::MAX marks an empty net channel slot and cannot be sent");
+        self.push_indices(items)
+    }
+
+    /// [`push_burst`](Self::push_burst) without the check for [`EMPTY`], for pool buffer indices
+    /// and frame tokens, which never take it ([`MAX_BUFFERS`](crate::pool::MAX_BUFFERS)). An
+    /// [`EMPTY`] pushed here would not be unsafe, but `pop` would take it for an empty slot and not
+    /// see it (nor what follows) until the consumer reads `tail` (`pop_burst`, `len`, `wait`).
+    #[inline(always)]
+    pub(crate) fn push_indices(&mut self, items: &[u32]) -> usize {
+        debug_assert!(!holds_empty(items), "a pool index is never EMPTY");
         let capacity = self.capacity();
         let mut free = capacity - self.tail.wrapping_sub(self.cached_head);
         if free < items.len() {
@@ -610,14 +672,23 @@ impl Producer {
         if n == 0 {
             return 0;
         }
-        let start = self.tail & self.mask;
-        let first = n.min(capacity - start);
-        // SAFETY: `n <= free`, so `[tail, tail + n)` are free slots; `first` stops at the ring's end.
-        unsafe { self.write_run(start, &items[..first]) };
-        if first < n {
-            // SAFETY: the remainder of the same free run, wrapped to slot 0.
-            unsafe { self.write_run(0, &items[first..n]) };
+        // Every slot but the first with plain stores, then the first: the consumer's `pop` polls the
+        // slot at `tail` and so reaches the others only after it (see `write_behind`).
+        if n > 1 {
+            let next = self.tail.wrapping_add(1);
+            let start = next & self.mask;
+            let rest = &items[1..n];
+            let first = rest.len().min(capacity - start);
+            // SAFETY: `n <= free`, so `[tail, tail + n)` are free slots; `first` stops at the ring's
+            // end; none of them is the slot at `tail`.
+            unsafe { self.write_behind(start, &rest[..first]) };
+            if first < rest.len() {
+                // SAFETY: the remainder of the same free run, wrapped to slot 0.
+                unsafe { self.write_behind(0, &rest[first..]) };
+            }
         }
+        // SAFETY: free, as above.
+        unsafe { self.write_first(self.tail, items[0]) };
         self.tail = self.tail.wrapping_add(n);
         self.publish();
         n
@@ -668,32 +739,45 @@ impl Producer {
         self.shared.producer.refused.store(self.refused, Ordering::Relaxed);
     }
 
+    /// Writes `item` into the slot at `index`, where the consumer's `pop` may be polling.
+    ///
     /// # Safety
     ///
-    /// The slot at `index` must be free (in `[tail, head + capacity)`).
+    /// The slot at `index` must be free (in `[tail, returned + capacity)`).
     #[inline(always)]
-    unsafe fn write_slot(&self, index: usize, item: u32) {
-        // SAFETY: the caller guarantees the slot is free, so the consumer does not access it.
-        slot(self.ring, self.mask, index).with_mut(|p| unsafe { p.write(item) });
+    unsafe fn write_first(&self, index: usize, item: u32) {
+        // Release: publishes the item to `Consumer::pop`, and with it whatever the item names (a
+        // packet buffer written before the push), and the burst's other slots written before it;
+        // pairs with the Acquire load there.
+        slot(self.ring, self.mask, index).store(item, Ordering::Release);
     }
 
+    /// Writes `items` into ring positions `[start, start + items.len())` with plain stores, one
+    /// `memcpy`.
+    ///
+    /// The consumer cannot be reading these slots: `pop` reads the slot at `head` only, and these lie
+    /// after the slot at `tail`, which `write_first` fills after them, so the consumer reaches them
+    /// only after its Acquire load of that slot has ordered these stores before its loads; `pop_burst`
+    /// reads only below a `tail` stored after them; and the consumer finished with them a lap ago and
+    /// emptied them before it handed them back.
+    ///
     /// # Safety
     ///
-    /// Slots `[start, start + items.len())` must be free and inside the ring (no wrap).
+    /// The positions must lie inside the ring and be free, and not include the slot at `tail`.
     #[inline(always)]
-    unsafe fn write_run(&self, start: usize, items: &[u32]) {
+    unsafe fn write_behind(&self, start: usize, items: &[u32]) {
         #[cfg(not(loom))]
         {
-            // `UnsafeCell<u32>` is `repr(transparent)` over `u32`.
+            // `AtomicU32` has the size and alignment of `u32`.
             let dst = self.ring.as_ptr().wrapping_add(start).cast::<u32>();
-            // SAFETY: the run is inside the ring and free (caller), and `items` cannot overlap the
-            // ring, which no safe reference exposes.
+            // SAFETY: the run is inside the ring and no other thread accesses it now (above); the
+            // slots' `UnsafeCell` allows the write; `items` cannot overlap the ring.
             unsafe { std::ptr::copy_nonoverlapping(items.as_ptr(), dst, items.len()) };
         }
         #[cfg(loom)]
         for (i, &item) in items.iter().enumerate() {
-            // SAFETY: forwarded from the caller, one slot at a time so loom tracks each cell.
-            unsafe { self.write_slot(start + i, item) };
+            // Relaxed: ordered before the consumer's loads by `write_first`'s Release store.
+            slot(self.ring, self.mask, start + i).store(item, Ordering::Relaxed);
         }
     }
 }
@@ -713,12 +797,18 @@ impl Drop for Producer {
 /// `Send` but not `Sync` or `Clone`: exactly one thread consumes at a time.
 pub struct Consumer {
     shared: Arc<Shared>,
-    ring: NonNull<UnsafeCell<u32>>,
+    ring: NonNull<AtomicU32>,
     mask: usize,
     /// Authoritative copy of `consumer.head`.
     head: usize,
-    /// Last value read from `producer.tail`.
+    /// Last value read from `producer.tail`, or `head` where `pop` has taken items past it.
     cached_tail: usize,
+    /// The last value stored in `consumer.head`: the slots below it are handed back.
+    returned: usize,
+    /// `pop` trusts a slot's content (`EMPTY`, or the item) from this index on; below it, a slot may
+    /// still hold the item a `pop_burst` took a lap before (bursts hand slots back without emptying
+    /// them), and `pop` asks `tail` instead (see "Empty slots" in the module docs).
+    polled_from: usize,
     /// The return batch less one (the batch is a power of two): `advance` hands slots back at
     /// multiples of the batch.
     return_low: usize,
@@ -793,22 +883,31 @@ impl Consumer {
     /// Dequeues one item.
     #[inline]
     pub fn pop(&mut self) -> Option<u32> {
-        if self.cached_tail == self.head {
-            // Acquire: pairs with the Release store of `tail` in `Producer::publish`, making the
-            // slot writes visible.
-            self.cached_tail = self.shared.producer.tail.load(Ordering::Acquire);
-            if self.cached_tail == self.head {
+        let head = self.head;
+        let slot = slot(self.ring, self.mask, head);
+        // Acquire: pairs with the Release store in `Producer::write_first`. The slot at `head` is
+        // read whether or not the producer has filled it: an emptied one holds `EMPTY`.
+        let mut item = slot.load(Ordering::Acquire);
+        if item == EMPTY || before(head, self.polled_from) {
+            if !before(head, self.polled_from) {
                 return None;
             }
+            // A slot that a burst took an item from a lap ago and did not empty: `tail` says.
+            let ready = self.cached_tail.wrapping_sub(head);
+            if (ready == 0 || ready > self.capacity()) && self.refresh() == 0 {
+                return None;
+            }
+            // Relaxed: published below a `tail` loaded with Acquire.
+            item = slot.load(Ordering::Relaxed);
         }
-        let head = self.head;
-        // SAFETY: `head != tail`, so the slot at `head` holds a published item.
-        let item = unsafe { self.read_slot(head) };
         let next = head.wrapping_add(1);
         self.head = next;
-        // One item crosses a return boundary exactly when it lands on one (see `advance`).
-        if next == self.cached_tail || next & self.return_low == 0 {
-            self.return_slots(next);
+        // One item crosses a return boundary exactly when it lands on one (see `advance`). `pop`
+        // does not read `tail` on its way, so it cannot tell that it has caught up: it hands slots
+        // back, emptied, at the boundaries only, and `pop_burst` and `request_wakeup` hand back the
+        // rest.
+        if next & self.return_low == 0 {
+            self.return_slots(next, true);
         }
         Some(item)
     }
@@ -818,10 +917,10 @@ impl Consumer {
     #[inline]
     pub fn pop_burst(&mut self, out: &mut [u32]) -> usize {
         let mut ready = self.cached_tail.wrapping_sub(self.head);
-        if ready < out.len() {
-            // Acquire: pairs with the Release store of `tail` in `Producer::publish`.
-            self.cached_tail = self.shared.producer.tail.load(Ordering::Acquire);
-            ready = self.cached_tail.wrapping_sub(self.head);
+        // `pop` moves `head` by the slots themselves and may pass `cached_tail`: then `ready` wraps
+        // past the capacity, and the refresh sets it right.
+        if ready < out.len() || ready > self.capacity() {
+            ready = self.refresh();
         }
         let n = out.len().min(ready);
         if n == 0 {
@@ -853,19 +952,63 @@ impl Consumer {
         let next = old.wrapping_add(n);
         self.head = next;
         if next == self.cached_tail {
-            self.return_slots(next);
+            self.return_slots(next, false);
         } else if old ^ next > self.return_low {
             // A bit at or above the batch's changed: a boundary lies in `(old, next]`.
-            self.return_slots(next & !self.return_low);
+            self.return_slots(next & !self.return_low, false);
         }
     }
 
-    /// Hands the slots below `returned` (at most `head`) back to the producer.
+    /// Hands the slots in `[self.returned, returned)` (at most `head`) back to the producer: emptied
+    /// (`pop`, and a consumer about to sleep), or as they are (`pop_burst`, which then keeps `pop`
+    /// from trusting those slots' contents for a lap: `polled_from`).
     #[inline(always)]
-    fn return_slots(&self, returned: usize) {
-        // Release: our reads of the slots below `returned` happen before the producer reuses them;
-        // pairs with the Acquire loads of `head` in `Producer::push`/`push_burst`/`free_space`.
+    fn return_slots(&mut self, returned: usize, empty: bool) {
+        if empty {
+            let from = self.returned;
+            let start = from & self.mask;
+            let n = returned.wrapping_sub(from);
+            let first = n.min(self.capacity() - start);
+            // SAFETY: `[self.returned, returned)` lie below `head`: popped, not yet handed back, so
+            // the producer does not write them and `pop` does not read them again; `first` stops
+            // at the ring's end.
+            unsafe { self.empty_run(start, first) };
+            if first < n {
+                // SAFETY: the remainder, wrapped to slot 0.
+                unsafe { self.empty_run(0, n - first) };
+            }
+        } else {
+            let trusted = returned.wrapping_add(self.capacity());
+            if before(self.polled_from, trusted) {
+                self.polled_from = trusted;
+            }
+        }
+        self.returned = returned;
+        // Release: our reads (and emptying) of the slots below `returned` happen before the
+        // producer reuses them; pairs with the Acquire loads of `head` in `Producer::push`/
+        // `push_burst`/`free_space`.
         self.shared.consumer.head.store(returned, Ordering::Release);
+    }
+
+    /// Writes `EMPTY` into ring positions `[start, start + n)`, with plain stores (one `memset`).
+    ///
+    /// # Safety
+    ///
+    /// The positions must lie inside the ring, and hold popped items not yet handed back.
+    #[inline(always)]
+    unsafe fn empty_run(&self, start: usize, n: usize) {
+        #[cfg(not(loom))]
+        {
+            let dst = self.ring.as_ptr().wrapping_add(start).cast::<u32>();
+            // SAFETY: inside the ring; no other thread accesses popped slots before they are handed
+            // back; `EMPTY` is all ones, so a byte fill writes it.
+            unsafe { std::ptr::write_bytes(dst, 0xff, n) };
+        }
+        #[cfg(loom)]
+        for i in 0..n {
+            // Relaxed: ordered before the producer's reuse by the Release store of `head`.
+            slot(self.ring, self.mask, start + i).store(EMPTY, Ordering::Relaxed);
+        }
     }
 
     /// Asks the producer for a wakeup, then re-checks the ring (VJ's sleep protocol).
@@ -905,9 +1048,10 @@ impl Consumer {
             self.shared.wake.wakecnt.store(self.wakecnt, Ordering::Relaxed);
         }
         // A consumer about to sleep holds no slot back: a producer that finds the ring full must be
-        // able to count on every popped slot. Release: our slot reads happen before the producer
-        // reuses them; pairs with the Acquire loads of `head` in `Producer`.
-        self.shared.consumer.head.store(self.head, Ordering::Release);
+        // able to count on every popped slot.
+        if self.returned != self.head {
+            self.return_slots(self.head, true);
+        }
         true
     }
 
@@ -978,17 +1122,11 @@ impl Consumer {
     #[inline]
     fn refresh(&mut self) -> usize {
         // Acquire: pairs with the Release store of `tail` in `Producer::publish`.
-        self.cached_tail = self.shared.producer.tail.load(Ordering::Acquire);
+        let tail = self.shared.producer.tail.load(Ordering::Acquire);
+        // `pop` may have taken items before the producer stored the `tail` that covers them: a
+        // `tail` behind `head` means that nothing is ready.
+        self.cached_tail = if tail.wrapping_sub(self.head) <= self.capacity() { tail } else { self.head };
         self.cached_tail.wrapping_sub(self.head)
-    }
-
-    /// # Safety
-    ///
-    /// The slot at `index` must hold a published item (in `[head, tail)`).
-    #[inline(always)]
-    unsafe fn read_slot(&self, index: usize) -> u32 {
-        // SAFETY: the caller guarantees the slot is published, so the producer does not write it.
-        slot(self.ring, self.mask, index).with(|p| unsafe { p.read() })
     }
 
     /// # Safety
@@ -998,16 +1136,17 @@ impl Consumer {
     unsafe fn read_run(&self, start: usize, out: &mut [u32]) {
         #[cfg(not(loom))]
         {
-            // `UnsafeCell<u32>` is `repr(transparent)` over `u32`.
+            // `AtomicU32` has the size and alignment of `u32`.
             let src = self.ring.as_ptr().wrapping_add(start).cast::<u32>().cast_const();
-            // SAFETY: the run is inside the ring and published (caller); `out` is a distinct caller
-            // buffer.
+            // SAFETY: the run is inside the ring and published (caller), and the producer does not
+            // write it until it is handed back, so plain reads race with nothing; `out` is a distinct
+            // caller buffer.
             unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
         }
         #[cfg(loom)]
-        for (i, slot) in out.iter_mut().enumerate() {
-            // SAFETY: forwarded from the caller, one slot at a time so loom tracks each cell.
-            *slot = unsafe { self.read_slot(start + i) };
+        for (i, item) in out.iter_mut().enumerate() {
+            // Relaxed: published by a `tail` the caller loaded with Acquire.
+            *item = slot(self.ring, self.mask, start + i).load(Ordering::Relaxed);
         }
     }
 }
@@ -1069,6 +1208,43 @@ mod tests {
         assert_eq!(tx.push(1), Err(PushError::Full(1)), "one popped slot is still held back");
         assert!(!rx.request_wakeup(), "items are ready");
         assert_eq!(tx.push(1), Ok(()), "arming handed the slot back");
+    }
+
+    #[test]
+    fn pop_does_not_trust_slots_a_burst_left_full() {
+        let (mut tx, mut rx) = Channel::with_capacity(64);
+        let items: Vec<u32> = (0..64).collect();
+        let mut out = [0u32; 64];
+        assert_eq!(tx.push_burst(&items), 64);
+        assert_eq!(rx.pop_burst(&mut out), 64);
+        // The slots still hold 0..64 (bursts hand them back as they are): `pop` must ask `tail`.
+        assert_eq!(rx.pop(), None, "a slot a burst took its item from is not a new item");
+        let items: Vec<u32> = (64..128).collect();
+        assert_eq!(tx.push_burst(&items), 64);
+        for i in 64..128 {
+            assert_eq!(rx.pop(), Some(i));
+        }
+        // A lap later every slot has been emptied by `pop`: it polls them again.
+        assert_eq!(rx.pop(), None);
+        tx.push(7).unwrap();
+        assert_eq!(rx.pop(), Some(7));
+        assert_eq!(rx.pop(), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "u32::MAX marks an empty net channel slot")]
+    fn pushing_the_empty_mark_panics() {
+        let (mut tx, _rx) = Channel::with_capacity(8);
+        let _ = tx.push(EMPTY);
+    }
+
+    #[test]
+    #[should_panic(expected = "u32::MAX marks an empty net channel slot")]
+    fn a_burst_holding_the_empty_mark_panics() {
+        let (mut tx, _rx) = Channel::with_capacity(64);
+        let mut items = [1u32; 20];
+        items[13] = EMPTY;
+        tx.push_burst(&items);
     }
 
     #[test]

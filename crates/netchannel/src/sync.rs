@@ -47,13 +47,11 @@ impl<T> UnsafeCell<T> {
         return f(self.0.get());
     }
 
-    /// Runs `f` with an exclusive pointer to the contents.
-    #[inline(always)]
+    /// Runs `f` with an exclusive pointer to the contents. Only loom's models use it (to mark a
+    /// release as a write the model checks).
+    #[cfg(loom)]
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-        #[cfg(loom)]
-        return self.0.with_mut(f);
-        #[cfg(not(loom))]
-        return f(self.0.get());
+        self.0.with_mut(f)
     }
 }
 

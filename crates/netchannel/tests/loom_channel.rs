@@ -6,20 +6,57 @@
 //! loom deadlock: the consumer blocked forever with the producer finished.
 //!
 //! Under loom the consumer hands slots back in batches of half the ring (two slots of a four-slot ring),
-//! so the small models exercise batched returns ("Returning slots" in `netchannel::channel`).
+//! so the small models exercise batched returns ("Returning slots" in `netchannel::channel`). The
+//! items name buffers (`Buffers`) the producer fills before each push and the consumer reads after
+//! each pop, so an ordering the channel fails to give shows up as a causality violation on a buffer.
 //!
 //! The models are known to bite: removing the producer-side fence makes `no_lost_wakeup` deadlock;
 //! removing the consumer's re-check of the ring after it asks for a wakeup makes `no_lost_wakeup`
-//! deadlock; publishing `tail` with `Relaxed` makes every model report a causality violation on a ring
-//! slot; storing the consumer's returned `head` with `Relaxed` makes `batched_returns_wrap` report one,
-//! and so does handing back the line pair the consumer is still reading (rounding `head` up to the next
-//! boundary instead of down), which every other model here lets pass. Leaving the barrier out of
-//! `WakeupBatch::fence` makes `one_barrier_arms_many_channels` fail its assertion (and
-//! `no_lost_wakeup` deadlock: `request_wakeup` is a batch of one).
+//! deadlock; storing a slot (`write_first`) or `tail` with `Relaxed`, or loading the slot in `pop`
+//! with `Relaxed`, makes the publish/consume models report a causality violation on a buffer; storing
+//! the consumer's returned `head` with `Relaxed`, handing back one slot past `head`, or handing slots
+//! back from `pop` without writing `EMPTY` into them fails `batched_returns_wrap`, `ring_publish_consume`
+//! and `pops_and_bursts_mix`; a `pop` that trusts the slots a burst left full (no `polled_from`)
+//! fails `pops_and_bursts_mix`. Leaving the barrier out of `WakeupBatch::fence` makes
+//! `one_barrier_arms_many_channels` fail its assertion (and `no_lost_wakeup` deadlock:
+//! `request_wakeup` is a batch of one). A burst's return rounded up instead of down, and a
+//! `pop_burst` that does not notice `pop` running past its cached `tail`, are caught by
+//! `tests/channel_proptest.rs`, not here.
 #![cfg(loom)]
 
+use loom::cell::UnsafeCell;
+use loom::sync::Arc;
 use loom::thread;
 use netchannel::channel::{Channel, Wait, WakeMode, WakeupBatch};
+
+/// What the items name: a buffer per item that the producer fills before it pushes the item and the
+/// consumer reads after it pops it, as packet buffers are. loom's cell tracking reports a read that
+/// the channel did not order after its write (a slot or `tail` published with `Relaxed`, a slot read
+/// with `Relaxed`).
+struct Buffers(Vec<UnsafeCell<u32>>);
+
+// SAFETY: each cell is written by the producer before its item is pushed and read by the consumer
+// after the item is popped; that ordering is what the models check.
+unsafe impl Sync for Buffers {}
+
+impl Buffers {
+    fn new(n: u32) -> Arc<Self> {
+        Arc::new(Self((0..n).map(|_| UnsafeCell::new(0)).collect()))
+    }
+
+    /// The producer's write of buffer `i`, before it pushes `i + base`.
+    fn fill(&self, i: u32) {
+        // SAFETY: only the producer writes, before the push (see the `Sync` impl).
+        self.0[i as usize].with_mut(|p| unsafe { *p = i + 1000 });
+    }
+
+    /// The consumer's read of buffer `i`, after it popped it.
+    fn check(&self, i: u32) {
+        // SAFETY: read after the pop (see the `Sync` impl).
+        let v = self.0[i as usize].with(|p| unsafe { *p });
+        assert_eq!(v, i + 1000, "buffer {i} read before it was filled");
+    }
+}
 
 /// The producer pushes `items` one at a time into a ring of `capacity` slots, retrying when it is full;
 /// the consumer busy-polls them out: order is preserved, nothing is lost, and loom's cell tracking finds
@@ -27,8 +64,11 @@ use netchannel::channel::{Channel, Wait, WakeMode, WakeupBatch};
 fn publish_consume(capacity: usize, items: u32) {
     loom::model(move || {
         let (mut tx, mut rx) = Channel::builder(capacity).wake(WakeMode::Poll).build().unwrap();
+        let buffers = Buffers::new(items);
+        let filled = Arc::clone(&buffers);
         let producer = thread::spawn(move || {
             for i in 0..items {
+                filled.fill(i);
                 while tx.push(i).is_err() {
                     thread::yield_now();
                 }
@@ -37,7 +77,10 @@ fn publish_consume(capacity: usize, items: u32) {
         let mut got = Vec::new();
         while got.len() < items as usize {
             match rx.pop() {
-                Some(v) => got.push(v),
+                Some(v) => {
+                    buffers.check(v);
+                    got.push(v);
+                }
                 None => thread::yield_now(),
             }
         }
@@ -86,7 +129,64 @@ fn ring_bursts_wrap() {
 /// tracking finds no slot the producer rewrote before the consumer had read it.
 #[test]
 fn batched_returns_wrap() {
-    publish_consume(4, 6);
+    publish_consume(4, 7);
+}
+
+/// `pop` polls slots, and `pop_burst` reads `tail` and hands slots back without emptying them: the
+/// producer bursts and then pushes one at a time into a four-slot ring, lapping it; the consumer
+/// alternates `pop` and `pop_burst`, so single pops follow bursts that left their slots full (which
+/// `pop` must not take for new items) and bursts follow single pops that ran ahead of the `tail` the
+/// producer has stored. Every item arrives once and in order.
+#[test]
+fn pops_and_bursts_mix() {
+    loom::model(|| {
+        let (mut tx, mut rx) = Channel::builder(4).wake(WakeMode::Poll).build().unwrap();
+        let buffers = Buffers::new(7);
+        let filled = Arc::clone(&buffers);
+        let producer = thread::spawn(move || {
+            let items = [0, 1, 2];
+            for &i in &items {
+                filled.fill(i);
+            }
+            let mut sent = 0;
+            while sent < items.len() {
+                sent += tx.push_burst(&items[sent..]);
+                if sent < items.len() {
+                    thread::yield_now();
+                }
+            }
+            for item in 3..7 {
+                filled.fill(item);
+                while tx.push(item).is_err() {
+                    thread::yield_now();
+                }
+            }
+        });
+        let mut got = Vec::new();
+        let mut buf = [0u32; 2];
+        let mut single = true;
+        while got.len() < 7 {
+            let n = if single {
+                rx.pop().map_or(0, |v| {
+                    got.push(v);
+                    1
+                })
+            } else {
+                let n = rx.pop_burst(&mut buf);
+                got.extend_from_slice(&buf[..n]);
+                n
+            };
+            for &v in &got[got.len() - n..] {
+                buffers.check(v);
+            }
+            single = !single;
+            if n == 0 {
+                thread::yield_now();
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(got, (0..7).collect::<Vec<_>>());
+    });
 }
 
 /// VJ's wakeup protocol: the consumer sleeps whenever the ring is empty; two pushes must wake it as

@@ -550,7 +550,7 @@ enum Burst {
 
 /// Classifies `tokens` against a pool of `buffers` buffers in passes that vectorize: the OR of the
 /// tokens bounds each of them, so a burst of plain indices costs one pass (pools hold at most
-/// [`MAX_BUFFERS`](crate::pool::MAX_BUFFERS) = `FRAME_TAG` buffers, so any frame's token fails it);
+/// [`MAX_BUFFERS`](crate::pool::MAX_BUFFERS) < `FRAME_TAG` buffers, so any frame's token fails it);
 /// the same OR without the tag bit bounds the buffer indices of a burst holding frames; only when
 /// both fail (a bound that is not a power of two) is the exact maximum taken.
 #[inline]

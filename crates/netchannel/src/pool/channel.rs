@@ -65,7 +65,8 @@ impl PacketTx {
     /// no index appears twice: the receiver rebuilds a packet from each one it pops.
     #[inline]
     pub unsafe fn push_raw_burst(&mut self, indices: &[u32]) -> usize {
-        self.tx.push_burst(indices)
+        // Pool indices are never `channel::EMPTY` (`MAX_BUFFERS`): no check.
+        self.tx.push_indices(indices)
     }
 
     /// Sends `packet` (its index; the metadata travels in the buffer; a frame of a shared buffer

@@ -80,7 +80,7 @@
 //! side array, because a driver frees a frame by index alone.
 //!
 //! **How frames come back.** A frame's [`index`](Packet::index) is the buffer's with [`FRAME_TAG`]
-//! (bit 31) set; pools hold at most [`MAX_BUFFERS`] (2^31) buffers, so no plain index has it. A
+//! (bit 31) set; pools hold at most [`MAX_BUFFERS`] (2^31 - 1) buffers, so no plain index has it. A
 //! DMA driver puts that index in its ring as usual and hands it back to [`PoolCache::free_burst`] on
 //! TX completion (the 82599 driver does, unchanged): the tagged index fails `free_burst`'s range check
 //! and lands in its existing per-index loop, which releases the frame's reference. A frame dropped as
@@ -213,8 +213,9 @@ pub const DEFAULT_HEADROOM: usize = 128;
 pub const DEFAULT_BATCH: usize = 64;
 
 /// The most buffers a pool holds: indices stay below [`FRAME_TAG`], the bit that marks a frame of a
-/// shared buffer.
-pub const MAX_BUFFERS: u32 = FRAME_TAG;
+/// shared buffer, and one less, so that no index, tagged or not, is `u32::MAX`, which a net channel
+/// reserves ([`channel::EMPTY`](crate::channel::EMPTY)).
+pub const MAX_BUFFERS: u32 = FRAME_TAG - 1;
 
 /// Where a pool's buffers are, from [`Pool::audit`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -755,11 +756,12 @@ mod tests {
         ));
         let (layout, _, len, batch, cache) = Pool::builder(1 << 20).validate().unwrap();
         assert_eq!((layout.stride, len, batch, cache), (2240, 2240 << 20, 64, 128));
-        // Indices stay below the frame tag: 2^31 buffers of 128 bytes fit the address space, one more
-        // does not fit the indices.
+        // Indices stay below the frame tag, and a tagged one below `u32::MAX`: 2^31 - 1 buffers of
+        // 128 bytes fit the address space, one more does not fit the indices.
         assert!(Pool::builder(MAX_BUFFERS).headroom(0).data_room(1).validate().is_ok());
+        assert_eq!((MAX_BUFFERS - 1) | FRAME_TAG, crate::channel::EMPTY - 1, "the largest token is sendable");
         let e = Pool::builder(MAX_BUFFERS + 1).headroom(0).data_room(1).validate().unwrap_err();
-        assert!(matches!(e, PoolError::TooManyBuffers { buffers: 0x8000_0001 }));
+        assert!(matches!(e, PoolError::TooManyBuffers { buffers: 0x8000_0000 }));
         assert!(e.to_string().contains("use several pools"), "{e}");
         let e = never(Pool::builder(0)).unwrap_err();
         assert_eq!(e.to_string(), "a buffer pool needs at least one buffer");
