@@ -888,17 +888,15 @@ impl Consumer {
         // Acquire: pairs with the Release store in `Producer::write_first`. The slot at `head` is
         // read whether or not the producer has filled it: an emptied one holds `EMPTY`.
         let mut item = slot.load(Ordering::Acquire);
-        if item == EMPTY || before(head, self.polled_from) {
-            if !before(head, self.polled_from) {
-                return None;
-            }
+        if before(head, self.polled_from) {
             // A slot that a burst took an item from a lap ago and did not empty: `tail` says.
-            let ready = self.cached_tail.wrapping_sub(head);
-            if (ready == 0 || ready > self.capacity()) && self.refresh() == 0 {
+            if self.ready(1) == 0 {
                 return None;
             }
             // Relaxed: published below a `tail` loaded with Acquire.
             item = slot.load(Ordering::Relaxed);
+        } else if item == EMPTY {
+            return None;
         }
         let next = head.wrapping_add(1);
         self.head = next;
@@ -916,13 +914,7 @@ impl Consumer {
     /// many were dequeued.
     #[inline]
     pub fn pop_burst(&mut self, out: &mut [u32]) -> usize {
-        let mut ready = self.cached_tail.wrapping_sub(self.head);
-        // `pop` moves `head` by the slots themselves and may pass `cached_tail`: then `ready` wraps
-        // past the capacity, and the refresh sets it right.
-        if ready < out.len() || ready > self.capacity() {
-            ready = self.refresh();
-        }
-        let n = out.len().min(ready);
+        let n = out.len().min(self.ready(out.len()));
         if n == 0 {
             return 0;
         }
@@ -1116,6 +1108,15 @@ impl Consumer {
             return;
         }
         self.shared.producer.wakecnt.wait(answered, timeout);
+    }
+
+    /// Items known to be published below `tail`, re-reading `tail` when fewer than `want` are known.
+    #[inline(always)]
+    fn ready(&mut self, want: usize) -> usize {
+        let ready = self.cached_tail.wrapping_sub(self.head);
+        // `pop` moves `head` by the slots themselves and may pass `cached_tail`: then `ready` wraps
+        // past the capacity, and the refresh sets it right.
+        if ready < want || ready > self.capacity() { self.refresh() } else { ready }
     }
 
     /// Re-reads `tail` and returns the number of ready items.
