@@ -18,47 +18,66 @@ pub(crate) const MAX_RTO: Duration = Duration::from_secs(60);
 const GRANULARITY: Duration = Duration::from_millis(1);
 
 /// SRTT, RTTVAR and the RTO with its exponential backoff (RFC 6298 §2, §5.5).
+///
+/// The estimates are kept in integer nanoseconds (`Duration` only at the interface): every ACK
+/// of a timed segment takes a sample, and `Duration`'s seconds-and-nanoseconds arithmetic (a
+/// carry on every multiply, a long division on every divide) cost several times the integer
+/// sums here.
 #[derive(Clone, Debug)]
 pub(crate) struct RttEstimator {
-    srtt: Option<Duration>,
-    rttvar: Duration,
+    /// SRTT in nanoseconds; `None` before the first sample.
+    srtt: Option<u64>,
+    rttvar: u64,
     /// The RTO computed from the estimates, before backoff.
-    base_rto: Duration,
+    base_rto: u64,
     /// Doublings applied since the last sample (RFC 6298 §5.5; kept until a new sample arrives,
     /// §5.7).
     backoff: u32,
-    min_rto: Duration,
+    min_rto: u64,
     /// Linux's variance term (`None`: RFC 6298).
     linux: Option<LinuxVariance>,
 }
 
-/// Linux's variance state: `mdev` is four times the mean deviation (RFC 6298's 4·RTTVAR),
-/// `mdev_max` its largest value in the current round trip, `term` what the RTO adds to SRTT.
+/// Linux's variance state in nanoseconds: `mdev` is four times the mean deviation (RFC 6298's
+/// 4·RTTVAR), `mdev_max` its largest value in the current round trip, `term` what the RTO adds to
+/// SRTT.
 #[derive(Clone, Debug)]
 struct LinuxVariance {
-    mdev: Duration,
-    mdev_max: Duration,
-    term: Duration,
+    mdev: u64,
+    mdev_max: u64,
+    term: u64,
     /// The round trip ends once SND.UNA passes this (`None`: set by the next ACK).
     round_end: Option<SeqNumber>,
     /// A sample was taken since the last [`RttEstimator::end_round`].
     sampled: bool,
 }
 
+/// `d` in nanoseconds, at most [`MAX_RTO`]'s (every duration the estimator keeps is bounded by it,
+/// so sums of a few of them cannot overflow).
+fn nanos(d: Duration) -> u64 {
+    let d = d.min(MAX_RTO);
+    d.as_secs() * NS_PER_SEC + u64::from(d.subsec_nanos())
+}
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+const MAX_RTO_NS: u64 = MAX_RTO.as_secs() * NS_PER_SEC;
+const GRANULARITY_NS: u64 = GRANULARITY.as_secs() * NS_PER_SEC + GRANULARITY.subsec_nanos() as u64;
+
 impl RttEstimator {
     /// Before any sample: RTO = `initial` (RFC 6298 §2.1: 1 s).
     /// With `linux`, the variance term is Linux's (see the [module documentation](self)).
     pub(crate) fn new(initial: Duration, min_rto: Duration, linux: bool) -> Self {
+        let min_rto = nanos(min_rto);
         Self {
             srtt: None,
-            rttvar: Duration::ZERO,
-            base_rto: initial.clamp(min_rto, MAX_RTO),
+            rttvar: 0,
+            base_rto: nanos(initial).max(min_rto),
             backoff: 0,
             min_rto,
             linux: linux.then_some(LinuxVariance {
-                mdev: Duration::ZERO,
-                mdev_max: Duration::ZERO,
-                term: Duration::ZERO,
+                mdev: 0,
+                mdev_max: 0,
+                term: 0,
                 round_end: None,
                 sampled: false,
             }),
@@ -66,28 +85,26 @@ impl RttEstimator {
     }
 
     pub(crate) fn srtt(&self) -> Option<Duration> {
-        self.srtt
+        self.srtt.map(Duration::from_nanos)
     }
 
     pub(crate) fn rttvar(&self) -> Duration {
-        self.rttvar
+        Duration::from_nanos(self.rttvar)
     }
 
     /// The current RTO, backoff included, at most [`MAX_RTO`].
     pub(crate) fn rto(&self) -> Duration {
-        let mut rto = self.base_rto;
-        for _ in 0..self.backoff {
-            rto = rto.saturating_mul(2);
-            if rto >= MAX_RTO {
-                return MAX_RTO;
-            }
-        }
-        rto
+        Duration::from_nanos(self.rto_nanos())
+    }
+
+    fn rto_nanos(&self) -> u64 {
+        // `base_rto <= MAX_RTO_NS < 2^36`: shifts below 28 cannot overflow.
+        if self.backoff >= 28 { MAX_RTO_NS } else { (self.base_rto << self.backoff).min(MAX_RTO_NS) }
     }
 
     /// Doubles the RTO (a retransmission timer expired).
     pub(crate) fn back_off(&mut self) {
-        if self.rto() < MAX_RTO {
+        if self.rto_nanos() < MAX_RTO_NS {
             self.backoff += 1;
         }
     }
@@ -95,29 +112,29 @@ impl RttEstimator {
     /// Takes an RTT measurement (RFC 6298 §2.2 and §2.3, alpha = 1/8, beta = 1/4, K = 4) and
     /// clears the backoff.
     pub(crate) fn sample(&mut self, r: Duration) {
-        let r = r.min(MAX_RTO);
+        let r = nanos(r);
         if self.linux.is_some() {
             self.sample_linux(r);
             return;
         }
-        match self.srtt {
+        let srtt = match self.srtt {
             None => {
-                self.srtt = Some(r);
                 self.rttvar = r / 2;
+                r
             }
             Some(srtt) => {
                 let delta = srtt.abs_diff(r);
                 self.rttvar = self.rttvar * 3 / 4 + delta / 4;
-                self.srtt = Some(srtt * 7 / 8 + r / 8);
+                srtt * 7 / 8 + r / 8
             }
-        }
-        let srtt = self.srtt.unwrap_or(r);
-        self.base_rto = (srtt + GRANULARITY.max(self.rttvar * 4)).clamp(self.min_rto, MAX_RTO);
+        };
+        self.srtt = Some(srtt);
+        self.base_rto = (srtt + GRANULARITY_NS.max(self.rttvar * 4)).clamp(self.min_rto, MAX_RTO_NS);
         self.backoff = 0;
     }
 
     /// [`sample`](Self::sample) with Linux's variance term.
-    fn sample_linux(&mut self, r: Duration) {
+    fn sample_linux(&mut self, r: u64) {
         let min_rto = self.min_rto;
         let Some(v) = self.linux.as_mut() else { return };
         match self.srtt {
@@ -160,7 +177,7 @@ impl RttEstimator {
 
     fn set_linux_rto(&mut self) {
         if let (Some(srtt), Some(v)) = (self.srtt, &self.linux) {
-            self.base_rto = (srtt + v.term).clamp(self.min_rto, MAX_RTO);
+            self.base_rto = (srtt + v.term).clamp(self.min_rto, MAX_RTO_NS);
         }
     }
 
