@@ -995,35 +995,37 @@ impl<'a> Repr<'a> {
     /// # Panics
     /// As [`emit`](Self::emit).
     pub fn emit_unsummed<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
-        assert_eq!(packet.buffer.as_ref().len(), self.buffer_len(), "TCP buffer length");
         let header_len = self.header_len();
-        packet.set_src_port(self.src_port);
-        packet.set_dst_port(self.dst_port);
-        packet.set_seq_number(self.seq_number);
-        packet.set_ack_number(self.ack_number.unwrap_or_default());
-        packet.set_header_len(u8::try_from(header_len).unwrap_or(60));
-        let mut flags = match self.control {
+        let buf = packet.buffer.as_mut();
+        assert_eq!(buf.len(), header_len + self.payload.len(), "TCP buffer length");
+        let (head, payload) = buf.split_at_mut(header_len);
+        let (fixed, mut out) = head.split_at_mut(HEADER_LEN);
+        // The fixed header assembled in registers and stored at once (one bounds check, not one
+        // per field), the checksum field 0.
+        let flags = match self.control {
             Control::None => 0,
             Control::Syn => SYN,
             Control::Fin => FIN,
             Control::Rst => RST,
-        };
-        for (set, bit) in [
-            (self.push, PSH),
-            (self.ack_number.is_some(), ACK),
-            (self.urgent_pointer.is_some(), URG),
-            (self.ece, ECE),
-            (self.cwr, CWR),
-        ] {
-            if set {
-                flags |= bit;
-            }
-        }
-        packet.set_flags(flags);
-        packet.set_window_len(self.window_len);
-        packet.set_urgent_at(self.urgent_pointer.unwrap_or(0));
+        } | (u8::from(self.push) * PSH)
+            | (u8::from(self.ack_number.is_some()) * ACK)
+            | (u8::from(self.urgent_pointer.is_some()) * URG)
+            | (u8::from(self.ece) * ECE)
+            | (u8::from(self.cwr) * CWR);
+        let mut h = [0u8; HEADER_LEN];
+        h[field::SRC_PORT..field::SRC_PORT + 2].copy_from_slice(&self.src_port.to_be_bytes());
+        h[field::DST_PORT..field::DST_PORT + 2].copy_from_slice(&self.dst_port.to_be_bytes());
+        h[field::SEQ_NUM..field::SEQ_NUM + 4].copy_from_slice(&self.seq_number.0.to_be_bytes());
+        let ack = self.ack_number.unwrap_or_default().0;
+        h[field::ACK_NUM..field::ACK_NUM + 4].copy_from_slice(&ack.to_be_bytes());
+        // `header_len` is at most 60 (`Repr::header_len`): the data offset's four bits hold it.
+        h[field::DATA_OFFSET] = u8::try_from(header_len / 4).unwrap_or(15) << 4;
+        h[field::FLAGS] = flags;
+        h[field::WINDOW..field::WINDOW + 2].copy_from_slice(&self.window_len.to_be_bytes());
+        let urgent = self.urgent_pointer.unwrap_or(0);
+        h[field::URGENT..field::URGENT + 2].copy_from_slice(&urgent.to_be_bytes());
+        fixed.copy_from_slice(&h);
 
-        let mut out = packet.options_mut();
         if let (Some(mss), true, Some(ts), Some(shift), 0) = (
             self.max_seg_size,
             self.sack_permitted,
@@ -1034,8 +1036,7 @@ impl<'a> Repr<'a> {
             // The layout `syn_layout` reads back, written at once (what the general path below
             // writes for these four).
             out.copy_from_slice(&syn_layout_bytes(mss, ts, shift));
-            packet.payload_mut().copy_from_slice(self.payload);
-            packet.set_checksum(0);
+            payload.copy_from_slice(self.payload);
             return;
         }
         if let Some(mss) = self.max_seg_size {
@@ -1072,8 +1073,7 @@ impl<'a> Repr<'a> {
             out = TcpOption::Sack(blocks).emit(out);
         }
         debug_assert!(out.is_empty(), "options fill the header exactly");
-        packet.payload_mut().copy_from_slice(self.payload);
-        packet.set_checksum(0);
+        payload.copy_from_slice(self.payload);
     }
 }
 
