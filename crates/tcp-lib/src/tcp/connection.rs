@@ -239,6 +239,10 @@ struct Timestamps {
     ok: bool,
     /// The zero of the timestamp clock.
     epoch: Instant,
+    /// The clock's last reading, in milliseconds since `epoch` (offset not added), and the
+    /// instant it was read for: the segments and ACKs of one poll share their `now`, so each
+    /// reads the clock once (a `Timespec` subtraction each time otherwise).
+    read: (Instant, u32),
     offset: u32,
     /// TS.Recent.
     recent: u32,
@@ -432,6 +436,7 @@ impl Connection {
             ts: Timestamps {
                 ok: false,
                 epoch: now,
+                read: (now, 0),
                 // A per-connection timestamp offset (RFC 7323 §5.4 recommends one) derived from the
                 // ISS, which the stack draws from a keyed hash (RFC 6528).
                 offset: iss.get().wrapping_mul(0x9e37_79b9).rotate_left(13),

@@ -174,11 +174,16 @@ impl Connection {
     }
 
     /// The timestamp clock: milliseconds since the connection was created, plus the offset.
-    pub(super) fn ts_now(&self, now: Instant) -> u32 {
+    pub(super) fn ts_now(&mut self, now: Instant) -> u32 {
+        let (at, ms) = self.ts.read;
+        if now == at {
+            return ms.wrapping_add(self.ts.offset);
+        }
         let d = now.saturating_duration_since(self.ts.epoch);
         // Milliseconds modulo 2^32 (RFC 7323's clock wraps), without `as_millis`' 128-bit product.
         #[allow(clippy::cast_possible_truncation, reason = "the clock wraps at 2^32 by design")]
         let ms = d.as_secs().wrapping_mul(1000).wrapping_add(u64::from(d.subsec_millis())) as u32;
+        self.ts.read = (now, ms);
         ms.wrapping_add(self.ts.offset)
     }
 }
