@@ -88,6 +88,12 @@ impl RttEstimator {
         self.srtt.map(Duration::from_nanos)
     }
 
+    /// [`srtt`](Self::srtt) in nanoseconds (at most [`MAX_RTO`]'s), for arithmetic that ends in
+    /// one `Duration`.
+    pub(crate) fn srtt_nanos(&self) -> Option<u64> {
+        self.srtt
+    }
+
     pub(crate) fn rttvar(&self) -> Duration {
         Duration::from_nanos(self.rttvar)
     }

@@ -430,7 +430,7 @@ impl Connection {
                 if filled_hole || quick || self.ack.unacked_bytes >= 2 * self.rcv.mss {
                     self.ack.now = true;
                 } else if let Some(delay) = self.config.delayed_ack {
-                    self.timers.delayed_ack.get_or_insert(now + delay);
+                    self.timers.delayed_ack.get_or_insert_with(|| now + delay);
                 } else {
                     self.ack.now = true;
                 }
@@ -499,7 +499,7 @@ impl Connection {
                 self.state = State::CloseWait;
                 match self.config.delayed_ack {
                     Some(delay) if !self.ack.now && self.stats.bytes_in > 0 => {
-                        self.timers.delayed_ack.get_or_insert(now + delay);
+                        self.timers.delayed_ack.get_or_insert_with(|| now + delay);
                     }
                     _ => self.ack.now = true,
                 }

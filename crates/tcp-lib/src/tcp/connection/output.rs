@@ -321,7 +321,7 @@ impl Connection {
         }
         self.snd.nxt = self.snd.iss + 1;
         self.snd.max = self.snd.max.max(self.snd.nxt);
-        self.timers.rto.get_or_insert(now + self.rtt.rto());
+        self.timers.rto.get_or_insert_with(|| now + self.rtt.rto());
         self.transmit(repr, 0)
     }
 
@@ -399,7 +399,7 @@ impl Connection {
         if self.config.pacing.is_some() {
             self.pace_sent(now, seq, n);
         }
-        self.timers.rto.get_or_insert(now + self.rtt.rto());
+        self.timers.rto.get_or_insert_with(|| now + self.rtt.rto());
         Some(self.transmit(repr, n))
     }
 
@@ -541,7 +541,7 @@ impl Connection {
         }
         self.snd.nxt = end;
         self.snd.max = self.snd.max.max(end);
-        self.timers.rto.get_or_insert(now + self.rtt.rto());
+        self.timers.rto.get_or_insert_with(|| now + self.rtt.rto());
         self.timers.persist = None;
         self.arm_tlp(now);
         let mut t = self.transmit_ect(repr, n, ect);

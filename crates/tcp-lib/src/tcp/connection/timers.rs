@@ -159,9 +159,10 @@ impl Connection {
         {
             return;
         }
-        let Some(srtt) = self.rtt.srtt() else { return };
+        let Some(srtt) = self.rtt.srtt_nanos() else { return };
         let one_segment = distance(self.snd.una, self.snd.max) <= self.snd.mss;
-        let pto = 2 * srtt + Duration::from_millis(if one_segment { 200 } else { 2 });
+        // In nanoseconds: SRTT is at most 60 s, so the sum cannot overflow.
+        let pto = Duration::from_nanos(2 * srtt + if one_segment { 200_000_000 } else { 2_000_000 });
         let at = now + pto;
         self.timers.tlp = Some(self.timers.rto.map_or(at, |rto| at.min(rto)));
     }
