@@ -1249,6 +1249,33 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_burst_leaves_nothing_for_pop() {
+        // A burst holding EMPTY panics with nothing of it in the ring: a producer that survives
+        // the panic pushes one item, and `pop` must see that item and nothing after it. The ring wraps under the burst, the refused
+        // items beyond what fits are checked too, and the slots were emptied or left full by a
+        // burst before.
+        for (capacity, start, len, at) in
+            [(64, 0, 20, 19), (64, 50, 20, 17), (16, 10, 30, 25), (64, 40, 3, 1)]
+        {
+            let (mut tx, mut rx) = Channel::with_capacity(capacity);
+            let mut out = vec![0; capacity];
+            for item in (1000u32..).take(start) {
+                assert!(tx.push(item).is_ok());
+            }
+            assert_eq!(rx.pop_burst(&mut out[..start / 2]), start / 2);
+            while rx.pop().is_some() {}
+            let mut items: Vec<u32> = (0u32..).take(len).collect();
+            items[at] = EMPTY;
+            let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tx.push_burst(&items)));
+            assert!(refused.is_err(), "capacity {capacity}, start {start}");
+            assert!(tx.push(7).is_ok());
+            assert_eq!(rx.pop(), Some(7), "capacity {capacity}, start {start}");
+            assert_eq!(rx.pop(), None, "capacity {capacity}, start {start}: a refused item came through");
+            assert_eq!(rx.pop_burst(&mut out), 0);
+        }
+    }
+
+    #[test]
     fn bad_capacities_are_errors() {
         assert!(matches!(Channel::builder(0).build(), Err(BuildError::ZeroCapacity)));
         assert!(matches!(Channel::builder(MAX_CAPACITY + 1).build(), Err(BuildError::CapacityTooLarge(_))));
