@@ -1001,7 +1001,8 @@ impl<'a> Repr<'a> {
         let (head, payload) = buf.split_at_mut(header_len);
         let (fixed, mut out) = head.split_at_mut(HEADER_LEN);
         // The fixed header assembled in registers and stored at once (one bounds check, not one
-        // per field), the checksum field 0.
+        // per field), the checksum field 0. (Written with `put16`/`put32` on the array it measured
+        // 20 instructions more per segment and ACK in `icount_tcp`.)
         let flags = match self.control {
             Control::None => 0,
             Control::Syn => SYN,
