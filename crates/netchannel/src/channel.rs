@@ -533,6 +533,15 @@ fn holds_empty(items: &[u32]) -> bool {
     items.iter().fold(0u32, |any, &item| any | u32::from(item == EMPTY).wrapping_neg()) != 0
 }
 
+/// Splits a run of `n` slots that starts at ring position `start` at the ring's end (`capacity`
+/// slots): how many lie from `start` to the end, and how many wrap to slot 0 (0 when none do).
+/// `n` is at most `capacity`.
+#[inline(always)]
+fn split_at_end(start: usize, n: usize, capacity: usize) -> (usize, usize) {
+    let first = n.min(capacity - start);
+    (first, n - first)
+}
+
 /// Marker that makes a handle `!Sync` (and, until the explicit impl, `!Send`).
 type NotSync = PhantomData<*const ()>;
 
@@ -678,11 +687,11 @@ impl Producer {
             let next = self.tail.wrapping_add(1);
             let start = next & self.mask;
             let rest = &items[1..n];
-            let first = rest.len().min(capacity - start);
+            let (first, wrapped) = split_at_end(start, rest.len(), capacity);
             // SAFETY: `n <= free`, so `[tail, tail + n)` are free slots; `first` stops at the ring's
             // end; none of them is the slot at `tail`.
             unsafe { self.write_behind(start, &rest[..first]) };
-            if first < rest.len() {
+            if wrapped > 0 {
                 // SAFETY: the remainder of the same free run, wrapped to slot 0.
                 unsafe { self.write_behind(0, &rest[first..]) };
             }
@@ -919,7 +928,7 @@ impl Consumer {
             return 0;
         }
         let start = self.head & self.mask;
-        let first = n.min(self.capacity() - start);
+        let (first, _) = split_at_end(start, n, self.capacity());
         let (a, b) = out[..n].split_at_mut(first);
         // SAFETY: `n <= ready`, so `[head, head + n)` hold published items; `first` stops at the
         // ring's end.
@@ -960,14 +969,14 @@ impl Consumer {
             let from = self.returned;
             let start = from & self.mask;
             let n = returned.wrapping_sub(from);
-            let first = n.min(self.capacity() - start);
+            let (first, wrapped) = split_at_end(start, n, self.capacity());
             // SAFETY: `[self.returned, returned)` lie below `head`: popped, not yet handed back, so
             // the producer does not write them and `pop` does not read them again; `first` stops
             // at the ring's end.
             unsafe { self.empty_run(start, first) };
-            if first < n {
+            if wrapped > 0 {
                 // SAFETY: the remainder, wrapped to slot 0.
-                unsafe { self.empty_run(0, n - first) };
+                unsafe { self.empty_run(0, wrapped) };
             }
         } else {
             let trusted = returned.wrapping_add(self.capacity());
@@ -1162,6 +1171,23 @@ impl Drop for Consumer {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_at_end_names_each_position_once_in_order() {
+        for capacity in [1usize, 2, 8, 64] {
+            for index in [0usize, 1, capacity - 1, capacity, 3 * capacity - 1, usize::MAX - 2, usize::MAX] {
+                let start = index & (capacity - 1);
+                for n in 0..=capacity {
+                    let (first, wrapped) = split_at_end(start, n, capacity);
+                    assert!(start + first <= capacity, "the first part ends inside the ring");
+                    let positions: Vec<usize> = (start..start + first).chain(0..wrapped).collect();
+                    let expected: Vec<usize> =
+                        (0..n).map(|i| index.wrapping_add(i) & (capacity - 1)).collect();
+                    assert_eq!(positions, expected, "capacity {capacity}, index {index}, n {n}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn capacity_rounds_up_and_every_slot_is_usable() {
