@@ -650,12 +650,9 @@ impl<D: OnTap> Host<D> {
         mut step: impl FnMut(&mut Stack) -> Result<bool, String>,
     ) -> Result<Duration, String> {
         let start = Instant::now();
-        let mut empty = PacketBatch::with_capacity(1);
         loop {
             let now = Instant::now();
             let ps = self.stack.poll(now, &mut self.dev, &self.cache).map_err(|e| format!("poll: {e}"))?;
-            // Frames a fault injector holds move on only when it is called.
-            self.dev.tx_burst(0, &mut empty).map_err(|e| format!("tx_burst: {e}"))?;
             if step(&mut self.stack)? {
                 return Ok(start.elapsed());
             }
