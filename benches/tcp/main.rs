@@ -27,7 +27,9 @@
 //!   headers into its headroom and sends the buffer itself, holding it until acknowledged: no copy
 //!   on the send side; it reads in place.
 //!   `--child bulk` (below) takes every contender's name: also `tcp-lib-inplace`,
-//!   `tcp-lib-inplace-rw`, `tcp-lib-byref`, `tcp-lib-v6`, `tcp-lib-tso` and `smoltcp-inplace`.
+//!   `tcp-lib-inplace-rw`, `tcp-lib-byref`, `tcp-lib-v6`, `tcp-lib-tso` and `smoltcp-inplace`;
+//!   and `pair-raw`, which is no stack: the link's own ceiling, frames of the same payload moved
+//!   from one thread to the other and copied out, nothing acknowledged (`raw.rs`).
 //! * **txn**: transactions, one after another: connect, 64-byte request, 64-byte response, the server
 //!   closes, the client reads the end of stream and closes (`TCP_BENCH_TXNS` of them). Nagle off
 //!   everywhere. Run once per stack buffer size of `TCP_BENCH_TXN_BUFS` (tcp-lib allocates each
@@ -92,6 +94,7 @@ mod device;
 mod endpoint;
 mod kernel;
 mod measure;
+mod raw;
 mod report;
 mod settings;
 mod smol;
@@ -140,10 +143,11 @@ fn child(args: &[String]) -> Result<(), String> {
         "tcp-lib-v6" => Some(Kind::TcpLibV6),
         "smoltcp" => Some(Kind::Smoltcp),
         "tcp-lib-tso" => Some(Kind::TcpLibTso),
-        "kernel-lo" => None,
+        "kernel-lo" | "pair-raw" => None,
         _ => return Err(format!("unknown contender {who}")),
     };
     let sample = match (what, kind) {
+        ("bulk", None) if who == "pair-raw" => raw::bulk_raw(n)?,
         ("bulk", Some(k)) => bulk_stack(k, &s, n)?,
         ("bulk", None) => bulk_kernel(n, Ipv4Addr::LOCALHOST)?,
         ("txn", Some(k)) => txn_stack(k, &s, n)?,
