@@ -263,12 +263,14 @@
 //! so a frame cannot point at shared content), and when the segment is one of the prepared cuts
 //! its checksum is the pseudo-header and header sums plus the precomputed payload sum (no pass
 //! over the payload). [`StackStats::tx_prepared`] and [`StackStats::tx_prepared_sums`] count
-//! them. Bytes given to [`send`](Stack::send) take the copying path: into the send ring, from it
-//! into the scratch buffer, from there into the frame, summed on the way; bytes the application
-//! writes into the send ring itself with [`send_with`](Stack::send_with) skip the first copy
-//! (retransmissions read them from the ring again). Reading the ring straight into the frame
-//! instead of through the scratch buffer executed 2% fewer instructions per byte but ran about 15%
-//! slower per CPU-second in the bulk benchmark (see BENCHMARKS.md, issue 18), so it is not done.
+//! them. Bytes given to [`send`](Stack::send) are copied into the send ring, and from it
+//! straight into the frame: the connection lends the stack a segment's run of the ring
+//! ([`Lent::Ring`](crate::tcp::Lent::Ring)) and the stack writes the headers and copies the
+//! payload behind them (retransmissions read the ring again). Bytes the application writes into
+//! the send ring itself with [`send_with`](Stack::send_with) skip the first copy, so they are
+//! copied once. A segment of fewer than 512 bytes, or one whose bytes wrap around the ring's end
+//! (one per lap), goes through the stack's scratch buffer instead, summed on the way into the
+//! frame: for a short one that costs less than summing its header and payload apart.
 //!
 //! # Application data by reference from pool buffers
 //!

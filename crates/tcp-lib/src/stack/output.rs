@@ -342,7 +342,7 @@ impl Stack {
                     frame
                 }),
                 Some(Lent::Pooled(slice)) => pooled_frame(&mut self.stats, slice, cache, headers),
-                None => None,
+                Some(Lent::Ring(_)) | None => None,
             };
             let by_reference = frame.is_some();
             let mut packet = if let Some(frame) = frame {

@@ -239,6 +239,16 @@ impl RingBuffer {
         n
     }
 
+    /// The `len` stored bytes starting `offset` bytes after the front, when they lie in one run of
+    /// the storage (they do not wrap around its end); `None` otherwise, or when fewer are stored.
+    pub(crate) fn allocated_run(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        if offset.checked_add(len)? > self.len {
+            return None;
+        }
+        let start = self.index(offset);
+        self.storage.get(start..start.checked_add(len)?)
+    }
+
     /// Copies stored bytes starting `offset` bytes after the front into `buf` without removing
     /// them; returns how many (0 when `offset >= len`).
     pub(crate) fn read_allocated(&self, offset: usize, buf: &mut [u8]) -> usize {

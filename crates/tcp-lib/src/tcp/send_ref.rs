@@ -56,13 +56,19 @@ impl PooledSlice<'_> {
     }
 }
 
-/// A segment's payload lent instead of copied: prepared content or a pool buffer.
+/// A segment's payload lent instead of copied: prepared content, a pool buffer, or a run of the
+/// send ring.
 #[derive(Clone, Debug)]
 pub enum Lent<'a> {
     /// Prepared content ([`Connection::send_prepared`](super::Connection::send_prepared)).
     Prepared(PreparedSlice),
     /// Application data in a pool buffer ([`Connection::send_pooled`](super::Connection::send_pooled)).
     Pooled(PooledSlice<'a>),
+    /// Bytes of the send ring ([`Connection::send`](super::Connection::send),
+    /// [`Connection::send_with`](super::Connection::send_with)), at least 512 of them in one run
+    /// of its storage: the caller copies them into the frame once, where they would otherwise go
+    /// through its buffer first.
+    Ring(&'a [u8]),
 }
 
 impl Lent<'_> {
@@ -72,6 +78,7 @@ impl Lent<'_> {
         match self {
             Self::Prepared(p) => p.bytes(),
             Self::Pooled(p) => p.bytes(),
+            Self::Ring(b) => b,
         }
     }
 
@@ -81,6 +88,7 @@ impl Lent<'_> {
         match self {
             Self::Prepared(p) => p.len,
             Self::Pooled(p) => p.len,
+            Self::Ring(b) => b.len(),
         }
     }
 
@@ -95,7 +103,7 @@ impl Lent<'_> {
     pub fn sum(&self) -> Option<u16> {
         match self {
             Self::Prepared(p) => p.sum(),
-            Self::Pooled(_) => None,
+            Self::Pooled(_) | Self::Ring(_) => None,
         }
     }
 }

@@ -29,8 +29,21 @@ use super::send_ref::{Lent, PooledSlice};
 #[derive(Debug)]
 enum Lending {
     Prepared(PreparedSlice),
-    Pooled { piece: usize, offset: usize, len: usize },
+    Pooled {
+        piece: usize,
+        offset: usize,
+        len: usize,
+    },
+    /// `len` bytes of the ring from `offset`, in one run of its storage.
+    Ring {
+        offset: usize,
+        len: usize,
+    },
 }
+
+/// The fewest ring bytes a read in lending mode lends: below it, copying them through the
+/// caller's buffer costs less than the lent path's separate header and payload sums.
+const MIN_RING_LEND: usize = 512;
 
 /// The most pieces other than pool buffers (runs of ring bytes and prepared contents) the send
 /// stream holds once prepared content was queued:
@@ -360,16 +373,27 @@ impl SendStream {
     }
 
     /// Reads the send stream from `offset` into `buf` without removing it; returns how many bytes.
-    /// In lending mode, a read starting in prepared content lends it instead (`self.lent`, up to
-    /// the end of its piece; `buf` untouched).
+    /// In lending mode, a read starting in prepared content or a pool buffer lends it instead
+    /// (`self.lent`, up to the end of its piece; `buf` untouched), and so does a read of at least
+    /// [`MIN_RING_LEND`] ring bytes that lie in one run of the ring's storage (the read that
+    /// crosses the storage's end, once per lap, is copied).
     pub(super) fn read(&mut self, offset: usize, buf: &mut [u8]) -> usize {
         if self.pieces.is_empty() {
+            if self.lend {
+                let n = buf.len().min(self.buf.len().saturating_sub(offset));
+                if self.lend_ring(offset, n) {
+                    return n;
+                }
+            }
             return self.buf.read_allocated(offset, buf);
         }
         let Some((idx, pos, mut ring)) = self.piece_at(offset) else { return 0 };
         let mut within = offset - pos;
         if self.lend {
             let n = buf.len().min(self.pieces[idx].len() - within);
+            if matches!(self.pieces[idx], Piece::Ring(_)) && self.lend_ring(ring + within, n) {
+                return n;
+            }
             match &self.pieces[idx] {
                 Piece::Prepared { segments, start, .. } if n > 0 => {
                     let offset = start + within;
@@ -415,6 +439,17 @@ impl SendStream {
         copied
     }
 
+    /// In lending mode, lends `n` bytes of the ring from ring offset `offset` when they are at
+    /// least [`MIN_RING_LEND`] and lie in one run of its storage; returns whether it did.
+    #[inline]
+    fn lend_ring(&mut self, offset: usize, n: usize) -> bool {
+        let lend = n >= MIN_RING_LEND && self.buf.allocated_run(offset, n).is_some();
+        if lend {
+            self.lent = Some(Lending::Ring { offset, len: n });
+        }
+        lend
+    }
+
     /// Where a segment starting at stream offset `offset` should end early so that prepared
     /// content is emitted in its own segments, aligned to its cuts of `mss` bytes: at most this
     /// many bytes (`None`: no limit).
@@ -435,8 +470,9 @@ impl SendStream {
         }
     }
 
-    /// Enters lending mode (for `poll_transmit_lent`): reads starting in prepared content or a
-    /// pool buffer lend it instead of copying it.
+    /// Enters lending mode (for `poll_transmit_lent`): reads starting in prepared content, a
+    /// pool buffer or a long enough run of the ring lend it instead of copying it (see
+    /// [`read`](Self::read)).
     pub(super) fn start_lending(&mut self) {
         self.lend = true;
         self.lent = None;
@@ -447,6 +483,7 @@ impl SendStream {
     pub(super) fn stop_lending(&mut self) -> Option<Lent<'_>> {
         self.lend = false;
         match self.lent.take()? {
+            Lending::Ring { offset, len } => self.buf.allocated_run(offset, len).map(Lent::Ring),
             Lending::Prepared(p) => Some(Lent::Prepared(p)),
             Lending::Pooled { piece, offset, len } => match self.pieces.get(piece) {
                 Some(Piece::Pooled { buffer, .. }) => Some(Lent::Pooled(PooledSlice { buffer, offset, len })),
@@ -568,6 +605,63 @@ mod tests {
         drop(s);
         drop(cache);
         pool.check_leaks().unwrap();
+    }
+
+    /// A ring-only stream read in lending mode lends each read of at least [`MIN_RING_LEND`]
+    /// bytes that lies in one run of the ring's storage and copies the rest (short reads, and the
+    /// read across the storage's end); what is lent or copied is the model's bytes either way, and
+    /// every case comes up.
+    #[test]
+    fn ring_runs_are_lent_and_the_rest_copied() {
+        let mut rng = Rng(11);
+        let mut s = SendStream::new(16 * 1024);
+        let mut model: VecDeque<u8> = VecDeque::new();
+        let mut next = 0u8;
+        let mut buf = vec![0u8; 4000];
+        let (mut lent, mut short, mut wrapped) = (0, 0, 0);
+        for _ in 0..20_000 {
+            if rng.below(3) == 0 {
+                let data: Vec<u8> = (0..1 + rng.below(3000))
+                    .map(|_| {
+                        next = next.wrapping_add(1);
+                        next
+                    })
+                    .collect();
+                let n = s.push(&data);
+                model.extend(&data[..n]);
+            } else if rng.below(3) == 0 {
+                let n = rng.below(model.len() + 1).min(3000);
+                s.dequeue(n);
+                model.drain(..n);
+            }
+            if model.is_empty() {
+                continue;
+            }
+            let at = rng.below(model.len());
+            let want = 1 + rng.below(buf.len());
+            s.start_lending();
+            let n = s.read(at, &mut buf[..want]);
+            let got = match s.stop_lending() {
+                Some(Lent::Ring(bytes)) => {
+                    lent += 1;
+                    assert!(bytes.len() >= MIN_RING_LEND, "{} bytes lent", bytes.len());
+                    bytes.to_vec()
+                }
+                Some(other) => panic!("a ring-only stream lent {other:?}"),
+                None => {
+                    if n < MIN_RING_LEND {
+                        short += 1;
+                    } else {
+                        wrapped += 1;
+                    }
+                    buf[..n].to_vec()
+                }
+            };
+            assert_eq!(n, want.min(model.len() - at));
+            let expected: Vec<u8> = model.iter().skip(at).take(n).copied().collect();
+            assert_eq!(got, expected, "at {at}, {n} bytes");
+        }
+        assert!(lent > 1000 && short > 1000 && wrapped > 10, "lent {lent}, short {short}, wrapped {wrapped}");
     }
 
     /// An acknowledged pool buffer goes back to the stack's own cache (not the pool's shared
