@@ -231,24 +231,37 @@ fn stolen_connections_move_to_the_stealer() {
 
 /// The same under 3% loss and 2% reordering both ways on the peer's link: handoffs complete, every
 /// byte comes back.
+///
+/// Whether the fast core steals at all depends on how fast lossy handshakes arrive against the
+/// slow core's 20 ms per accept, and under ThreadSanitizer, with the other tests of this file on
+/// the same two CPUs, a run sometimes completes without a steal (one in six full runs of the
+/// file, once). So the run is repeated, up to three times, until one has stolen: every run must
+/// be byte-exact without a failed handoff, and one of them must have handed connections over.
 #[test]
 fn handoff_under_loss_and_reordering() {
     let lossy = DirectionConfig { drop: 0.03, reorder: 0.02, reorder_by: 3, ..DirectionConfig::default() };
-    let faults = FaultConfig { seed: 7, rx: lossy, tx: lossy, ..FaultConfig::default() };
-    let report = run(Run {
-        cores: 2,
-        conns: 120,
-        at_once: 24,
-        size: 4_000,
-        slow: Some(1),
-        backlog: 16,
-        faults: Some(faults),
-        ..Run::default()
-    });
-    let s = &report.snapshot;
-    let stolen: u64 = s.cores.iter().map(|c| c.handoff.accepted_stolen).sum();
-    assert!(stolen > 0, "{s}");
-    assert!(s.cores.iter().all(|c| c.handoff.failed == 0), "{s}");
+    let mut snapshots = Vec::new();
+    for seed in [7, 8, 9] {
+        let faults = FaultConfig { seed, rx: lossy, tx: lossy, ..FaultConfig::default() };
+        let report = run(Run {
+            cores: 2,
+            conns: 120,
+            at_once: 24,
+            size: 4_000,
+            slow: Some(1),
+            backlog: 16,
+            faults: Some(faults),
+            ..Run::default()
+        });
+        let s = report.snapshot;
+        assert!(s.cores.iter().all(|c| c.handoff.failed == 0), "{s}");
+        let stolen: u64 = s.cores.iter().map(|c| c.handoff.accepted_stolen).sum();
+        if stolen > 0 {
+            return;
+        }
+        snapshots.push(s.to_string());
+    }
+    panic!("no connection was stolen in three runs:\n{}", snapshots.join("\n"));
 }
 
 /// With a slow core under a steady arrival of connections, the balancer moves flow groups toward
