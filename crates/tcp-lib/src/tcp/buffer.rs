@@ -403,7 +403,22 @@ impl RingBuffer {
     /// sorted, disjoint ranges of offsets (from the end of the stored bytes, as `offset` is) that
     /// already hold bytes. Only the parts of `offset..offset + n` outside them are written; returns
     /// `n`, how many bytes of `data` fit in the free space, as `write_unallocated` does.
+    #[inline]
     pub(crate) fn write_unallocated_around(
+        &mut self,
+        offset: usize,
+        data: &[u8],
+        held: impl Iterator<Item = (usize, usize)>,
+    ) -> usize {
+        // Nothing to write (a segment the application took whole in place): no room to find.
+        if data.is_empty() {
+            return 0;
+        }
+        self.write_around(offset, data, held)
+    }
+
+    /// [`write_unallocated_around`](Self::write_unallocated_around) of a non-empty `data`.
+    fn write_around(
         &mut self,
         offset: usize,
         data: &[u8],

@@ -412,13 +412,8 @@ impl Connection {
                 } else {
                     0
                 };
-                // Nothing is left to buffer when the application took it all in place.
-                let rest = &payload[delivered..];
-                let copied = if rest.is_empty() {
-                    0
-                } else {
-                    self.rcv.buf.write_unallocated_around(0, rest, self.rcv.ooo.ranges())
-                };
+                let copied =
+                    self.rcv.buf.write_unallocated_around(0, &payload[delivered..], self.rcv.ooo.ranges());
                 written = delivered + copied;
                 let filled_hole = !self.rcv.ooo.is_empty();
                 let buffered = self.rcv.ooo.advance(copied);
