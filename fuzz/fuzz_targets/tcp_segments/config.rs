@@ -132,6 +132,8 @@ impl ConfigIn {
                 Some(Pacing { max_rate: Some(10_000), ..Pacing::LINUX }),
                 None,
             ][usize::from(self.initial_rto >> 6)],
+            // Bit 7 of the window scale byte (bits 0 to 3 choose the shift): the fast path off.
+            header_prediction: !self.rcv_wscale.is_some_and(|s| s & 0x80 != 0),
         }
     }
 }

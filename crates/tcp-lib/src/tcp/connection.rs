@@ -610,6 +610,55 @@ impl Connection {
         }
     }
 
+    /// What a segment or a timer can change in the connection, but the bytes it holds and
+    /// RACK's log of transmissions: for tests that run the same events twice and compare the
+    /// two runs step by step (instants print as they are, so both runs start at one instant).
+    #[cfg(test)]
+    pub(crate) fn digest(&self) -> String {
+        let (s, r, v) = (&self.snd, &self.rcv, &self.recovery);
+        format!(
+            "{:?} {:?} | snd {:?} {:?} {:?} {} {} {:?} {:?} {:?} {} {:?} {:?} {} {} | rcv {:?} {:?} {:?} {:?} {} {} {} {} {} \
+             | {:?} {:?} {:?} {:?} {:?} {:?} | recovery {} {} {:?} {} {} {:?} | {:?}",
+            self.state,
+            self.error,
+            s.una,
+            s.nxt,
+            s.max,
+            s.wnd,
+            s.max_wnd,
+            s.wl1,
+            s.wl2,
+            s.fin_seq,
+            s.retries,
+            s.rtt_timing,
+            s.last_seg,
+            s.mss,
+            s.stream.len(),
+            r.nxt,
+            r.adv,
+            r.ooo,
+            r.ooo_fin,
+            r.fin_received,
+            r.closed,
+            r.buf.len(),
+            r.largest,
+            r.mss,
+            self.ack,
+            self.ts,
+            self.timers,
+            self.persist,
+            self.keepalive,
+            self.limits,
+            v.dup_acks,
+            v.active,
+            v.recover,
+            v.fast_rexmit,
+            v.cwr,
+            v.high_rxt,
+            Stats { predicted: 0, ..self.stats() },
+        )
+    }
+
     /// Whether [`recv`](Self::recv) has something to return: data, or the end of the stream
     /// (the peer's FIN, or the connection closed).
     #[must_use]

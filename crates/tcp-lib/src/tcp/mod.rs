@@ -161,6 +161,10 @@
 //!   RTT in slow start and 120 % after, as Linux sends under the `fq` qdisc; the departure time
 //!   is a timer of [`Connection::poll_timeout`], so a paced connection sleeps between packets.
 //! * Overlapping data: the first copy of a byte received wins (see `connection/input.rs`).
+//! * Header prediction ([`Config::header_prediction`], on by default; Jacobson, "4BSD Header
+//!   Prediction", 1990, as Linux's `tcp_rcv_established` fast path): the next in-order data
+//!   segment of an established connection with nothing in flight skips the general processing,
+//!   with the same result (a test compares the two paths step by step).
 //!
 //! Urgent data is not supported: the urgent pointer is ignored and urgent bytes are ordinary data.
 //!
@@ -451,6 +455,16 @@ pub struct Config {
     /// [`Stats::paced`], [`Stats::pacing_wait`] and [`Stats::pacing_rate`] say what it did).
     /// `None` (the default): every segment goes as soon as the windows allow (RFC 9293).
     pub pacing: Option<Pacing>,
+    /// Header prediction (Van Jacobson's fast path, as in 4.4BSD's `tcp_input` and Linux's
+    /// `tcp_rcv_established`): on an established connection with nothing in flight, the next
+    /// in-order data segment with an ACK of SND.UNA, no flags, no SACK blocks, no ECN marks and
+    /// a timestamp no older than TS.Recent is taken without the general processing of RFC 9293
+    /// §3.10.7.4 (acceptability, trimming, ACK processing, loss detection), which would change
+    /// nothing for it but the window, TS.Recent and the data. The result is the same either way,
+    /// segment for segment; `true` (the default) is faster for the receiver of a bulk transfer
+    /// ([`Stats::predicted`] counts the segments taken so). `false`: every segment goes through
+    /// the general processing (a comparison, or to rule the fast path out).
+    pub header_prediction: bool,
 }
 
 /// What a zero-window probe carries ([`Config::window_probe`]).
@@ -523,6 +537,7 @@ impl Default for Config {
             push: Push::Burst,
             window_probe: WindowProbe::Byte,
             pacing: None,
+            header_prediction: true,
         }
     }
 }
@@ -609,6 +624,9 @@ pub struct Stats {
     pub pacing_wait: Duration,
     /// The rate the last paced transmission was paced at, in bytes per second (0: none yet).
     pub pacing_rate: u64,
+    /// Segments taken by header prediction ([`Config::header_prediction`]), of
+    /// [`segments_in`](Self::segments_in).
+    pub predicted: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

@@ -111,6 +111,11 @@ impl Rack {
         self.log.push_back(Sent { start, end, at: now, retransmission });
     }
 
+    /// Whether no transmission is logged (every one was delivered, or none was sent).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.log.is_empty()
+    }
+
     /// Forgets the log and frees its storage (a connection that sends no more data); the
     /// reordering measures stay for the statistics.
     pub(crate) fn release(&mut self) {

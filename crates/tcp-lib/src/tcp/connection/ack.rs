@@ -222,13 +222,19 @@ impl Connection {
             };
             self.prr_after_ack(seg, &prior, reno_delivered);
         }
-        // Window update (SND.WL1/SND.WL2 rule), for ACKs that are not old.
-        if ack >= self.snd.una
-            && (self.snd.wl1 < seg.seq_number || (self.snd.wl1 == seg.seq_number && self.snd.wl2 <= ack))
-        {
+        self.update_window(seg.seq_number, ack, window);
+        true
+    }
+
+    /// The window update (RFC 9293 §3.10.7.4, the SND.WL1/SND.WL2 rule) for an ACK of `ack`
+    /// on a segment at `seq` offering `window` bytes (scaled): taken when the ACK is not old
+    /// and the segment not older than the last that updated the window.
+    #[inline]
+    pub(super) fn update_window(&mut self, seq: SeqNumber, ack: SeqNumber, window: usize) {
+        if ack >= self.snd.una && (self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack)) {
             self.snd.wnd = window;
             self.snd.max_wnd = self.snd.max_wnd.max(window);
-            self.snd.wl1 = seg.seq_number;
+            self.snd.wl1 = seq;
             self.snd.wl2 = ack;
             if window > 0 {
                 self.timers.persist = None;
@@ -237,7 +243,6 @@ impl Connection {
                 self.persist.probe_end = None;
             }
         }
-        true
     }
 
     /// RFC 6675 §5: the scoreboard takes the SACK blocks of `seg` (there are some) first.

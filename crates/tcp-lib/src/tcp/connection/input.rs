@@ -21,7 +21,7 @@ use super::{Connection, DEFAULT_MSS, DEFAULT_MSS_V6, MAX_WSCALE, MIN_MSS, TS_OPT
 use crate::tcp::congestion::{CongestionControl, NewReno};
 use crate::tcp::rules::{self, acceptable};
 use crate::tcp::{ConnectionError, Ecn, State, reset_for};
-use crate::wire::{TcpControl, TcpRepr};
+use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
 impl Connection {
     /// Records the peer's SYN: sequence numbers and the options negotiation (RFC 9293 §3.7.1,
@@ -277,7 +277,8 @@ impl Connection {
     /// there is one copy of this code, not one per closure: a server's connection takes the
     /// handshake's last ACK before the application owns it (with a closure that delivers
     /// nothing) and its data after, and two copies of the hottest input code in one transaction
-    /// crowd the instruction cache.
+    /// crowd the instruction cache. The segment header prediction expects
+    /// ([`predicts`](Self::predicts)) takes the short way, checked here for the same reason.
     fn handle_synchronized(
         &mut self,
         now: Instant,
@@ -285,6 +286,10 @@ impl Connection {
         ce: bool,
         deliver: &mut dyn FnMut(&[u8]) -> usize,
     ) {
+        if self.predicts(seg, ce) {
+            self.receive_predicted(now, seg, deliver);
+            return;
+        }
         let rst = seg.control == TcpControl::Rst;
         let syn = seg.control == TcpControl::Syn;
         let mut fin = seg.control == TcpControl::Fin;
@@ -347,18 +352,7 @@ impl Connection {
         // segment dropped for its ACK (of data never sent, or too old: RFC 5961 §5.2) must not
         // move it, or one forged segment with a high TSval would make PAWS drop everything the
         // peer sends after it (Linux's tcp_ack updates it only past the same checks).
-        let ts_recent = seg
-            .timestamp
-            .filter(|ts| {
-                self.ts.ok
-                    && rules::ts_recent_updates(
-                        seg.seq_number,
-                        self.ts.last_ack_sent,
-                        ts.tsval,
-                        self.ts.recent,
-                    )
-            })
-            .map(|ts| ts.tsval);
+        let ts_recent = self.ts_recent_from(seg);
 
         let Some(ack) = seg.ack_number else { return };
         if self.state == State::SynReceived {
@@ -406,34 +400,7 @@ impl Connection {
         if !payload.is_empty() {
             self.rcv.largest = self.rcv.largest.max(payload.len().min(self.rcv.mss));
             if offset == 0 {
-                // In place first, when nothing buffered has to be read before these bytes.
-                let delivered = if self.rcv.buf.is_empty() && self.rcv.ooo.is_empty() && !self.rcv.closed {
-                    deliver(payload).min(payload.len())
-                } else {
-                    0
-                };
-                let copied =
-                    self.rcv.buf.write_unallocated_around(0, &payload[delivered..], self.rcv.ooo.ranges());
-                written = delivered + copied;
-                let filled_hole = !self.rcv.ooo.is_empty();
-                let buffered = self.rcv.ooo.advance(copied);
-                self.rcv.buf.enqueue_unallocated(buffered);
-                let reach = delivered + buffered;
-                if self.rcv.closed {
-                    self.rcv.buf.dequeue_allocated(usize::MAX);
-                }
-                self.rcv.nxt += reach;
-                self.stats.bytes_in += reach as u64;
-                self.ack.unacked_bytes += reach;
-                self.ack.pending = true;
-                let quick = self.quick_ack(now);
-                if filled_hole || quick || self.ack.unacked_bytes >= 2 * self.rcv.mss {
-                    self.ack.now = true;
-                } else if let Some(delay) = self.config.delayed_ack {
-                    self.timers.delayed_ack.get_or_insert_with(|| now + delay);
-                } else {
-                    self.ack.now = true;
-                }
+                written = self.receive_in_order(now, payload, deliver);
             } else {
                 // Out of order: keep it if the range fits, and send a duplicate ACK at once
                 // (RFC 5681 §4.2). Bytes already held are not overwritten (see the module docs).
@@ -455,6 +422,124 @@ impl Connection {
             }
         }
         if (fin && seq + payload.len() == self.rcv.nxt) || self.rcv.ooo_fin == Some(self.rcv.nxt) {
+            self.rcv.ooo_fin = None;
+            self.process_fin(now);
+        }
+    }
+
+    /// The TSval `seg` would make TS.Recent (RFC 7323 §4.3): it starts at or before the RCV.NXT
+    /// our last ACK carried, and its timestamp is not older.
+    fn ts_recent_from(&self, seg: &TcpRepr<'_>) -> Option<u32> {
+        let ts = seg.timestamp.filter(|_| self.ts.ok)?;
+        rules::ts_recent_updates(seg.seq_number, self.ts.last_ack_sent, ts.tsval, self.ts.recent)
+            .then_some(ts.tsval)
+    }
+
+    /// In-order data at RCV.NXT (`payload`, not empty, inside the window): offered in place
+    /// first, when nothing buffered has to be read before it; the rest goes into the receive
+    /// ring, and the ACK it owes is scheduled (RFC 1122 §4.2.3.2: at least every second
+    /// full-sized segment, else delayed). Returns the bytes taken.
+    fn receive_in_order(
+        &mut self,
+        now: Instant,
+        payload: &[u8],
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) -> usize {
+        let delivered = if self.rcv.buf.is_empty() && self.rcv.ooo.is_empty() && !self.rcv.closed {
+            deliver(payload).min(payload.len())
+        } else {
+            0
+        };
+        let copied = self.rcv.buf.write_unallocated_around(0, &payload[delivered..], self.rcv.ooo.ranges());
+        let filled_hole = !self.rcv.ooo.is_empty();
+        let buffered = self.rcv.ooo.advance(copied);
+        self.rcv.buf.enqueue_unallocated(buffered);
+        let reach = delivered + buffered;
+        if self.rcv.closed {
+            self.rcv.buf.dequeue_allocated(usize::MAX);
+        }
+        self.rcv.nxt += reach;
+        self.stats.bytes_in += reach as u64;
+        self.ack.unacked_bytes += reach;
+        self.ack.pending = true;
+        let quick = self.quick_ack(now);
+        if filled_hole || quick || self.ack.unacked_bytes >= 2 * self.rcv.mss {
+            self.ack.now = true;
+        } else if let Some(delay) = self.config.delayed_ack {
+            self.timers.delayed_ack.get_or_insert_with(|| now + delay);
+        } else {
+            self.ack.now = true;
+        }
+        delivered + copied
+    }
+
+    /// Header prediction ([`Config::header_prediction`](crate::tcp::Config::header_prediction);
+    /// Jacobson, "4BSD Header Prediction", 1990): whether `seg` is the segment a receiving
+    /// connection expects next, for which the general processing of
+    /// [`handle_synchronized`](Self::handle_synchronized) would change nothing but TS.Recent,
+    /// the send window and the data. Checked in the order most segments that are not it fail.
+    ///
+    /// What each condition spares: the next byte expected, inside the window, no flags and no
+    /// ECN marks (acceptability, trimming, RST, SYN, FIN and ECN processing); an ACK of SND.UNA
+    /// with nothing in flight, no SACK blocks and no ECN window reduction under way (ACK
+    /// processing: nothing is acknowledged and nothing can be deemed lost; with nothing in
+    /// flight, loss recovery has ended, RACK has nothing logged and no timer set, and a
+    /// zero-window probe's byte lies past the ACK: [`receive_predicted`](Self::receive_predicted)
+    /// asserts those in debug builds); a timestamp not older than TS.Recent (PAWS cannot reject
+    /// it; a segment without one, on a connection with timestamps, passes the general path's
+    /// checks too).
+    #[inline]
+    fn predicts(&self, seg: &TcpRepr<'_>, ce: bool) -> bool {
+        self.config.header_prediction
+            && self.state == State::Established
+            && seg.seq_number == self.rcv.nxt
+            && seg.ack_number == Some(self.snd.una)
+            && self.snd.una == self.snd.max
+            && seg.control == TcpControl::None
+            && !seg.payload.is_empty()
+            && seg.payload.len() <= distance(self.rcv.nxt, self.rcv.adv)
+            && seg.sack_blocks.is_empty()
+            && !(seg.ece || seg.cwr || ce)
+            && match seg.timestamp {
+                Some(ts) if self.ts.ok => SeqNumber::new(ts.tsval) >= SeqNumber::new(self.ts.recent),
+                _ => true,
+            }
+            && !self.recovery.cwr
+    }
+
+    /// A segment header prediction took ([`predicts`](Self::predicts)): what
+    /// [`handle_synchronized`](Self::handle_synchronized) does for it, in the same order, less
+    /// the checks it is known to pass.
+    fn receive_predicted(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) {
+        debug_assert!(
+            !self.recovery.active
+                && self.timers.rack.is_none()
+                && !(self.config.rack && self.sack_ok && !self.recovery.rack.is_empty())
+                && self.persist.probe_end.is_none_or(|p| p > self.snd.una),
+            "nothing in flight, yet loss detection has state",
+        );
+        self.stats.predicted += 1;
+        let ts_recent = self.ts_recent_from(seg);
+        // ACK processing of an acceptable ACK that acknowledges nothing (`handle_ack`).
+        self.persist.unanswered_probes = 0;
+        let window = usize::from(seg.window_len) << self.snd.wscale;
+        self.update_window(seg.seq_number, self.snd.una, window);
+        if let Some(tsval) = ts_recent {
+            self.ts.recent = tsval;
+            self.ts.recent_at = now;
+        }
+        if self.timers.keepalive.is_some() {
+            self.arm_keepalive(now);
+        }
+        self.rcv.largest = self.rcv.largest.max(seg.payload.len().min(self.rcv.mss));
+        self.receive_in_order(now, seg.payload, deliver);
+        // A FIN held out of order (one that came before the data it ends) is in order now.
+        if self.rcv.ooo_fin == Some(self.rcv.nxt) {
             self.rcv.ooo_fin = None;
             self.process_fin(now);
         }

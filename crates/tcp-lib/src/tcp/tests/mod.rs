@@ -6,6 +6,8 @@
 //! * `ecn`: Explicit Congestion Notification (RFC 3168): negotiation, ECT, ECE and CWR.
 //! * `cubic`: Linux's RTO estimator and CUBIC arithmetic through a timeout; growth for
 //!   SACKed data under reordering.
+//! * `header_prediction`: the fast path for the next in-order segment sends what the general
+//!   processing sends, segment for segment.
 //! * `hystart`: HyStart ends slow start on a rising RTT or a long ACK train (Linux's), or
 //!   slows it first (RFC 9406's HyStart++).
 //! * `rack`: RACK time-based loss detection (RFC 8985 §6) and its reordering timer.
@@ -40,6 +42,7 @@ macro_rules! recv {
 mod cubic;
 mod ecn;
 mod fuzz;
+mod header_prediction;
 mod hystart;
 mod idle_restart;
 mod linux_profile;

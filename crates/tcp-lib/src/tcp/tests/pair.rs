@@ -97,9 +97,15 @@ impl Link {
         Self { src, dst, queue: Vec::new(), faults, rng: Rng::new(seed), order: 0, sent: 0, dropped: 0 }
     }
 
-    fn push(&mut self, now: Instant, repr: &TcpRepr<'_>) {
+    /// `repr` as it goes on the wire, checksum filled.
+    fn emit(&self, repr: &TcpRepr<'_>) -> Vec<u8> {
         let mut bytes = vec![0u8; repr.buffer_len()];
         repr.emit(&mut TcpPacket::new_unchecked(&mut bytes[..]), *self.src.ip(), *self.dst.ip());
+        bytes
+    }
+
+    fn push(&mut self, now: Instant, repr: &TcpRepr<'_>) {
+        let bytes = self.emit(repr);
         self.sent += 1;
         let f = self.faults;
         if self.rng.chance(f.drop) {
@@ -168,6 +174,18 @@ pub(super) struct Pair {
     pub(super) placed_total: usize,
     /// The in-place sink always consumes everything.
     pub(super) take_all: bool,
+    /// When set, what both ends did, step by step.
+    pub(super) trace: Option<Trace>,
+}
+
+/// What both ends of a [`Pair`] did ([`Pair::trace`]).
+#[derive(Debug, Default)]
+pub(super) struct Trace {
+    /// Every segment either end sent, as it left: virtual time, whether `a` sent it, and its
+    /// bytes (before the link's faults).
+    pub(super) segments: Vec<(Duration, bool, Vec<u8>)>,
+    /// Both connections' [`digest`](Connection::digest)s after each step.
+    pub(super) states: Vec<String>,
 }
 
 fn deliver(
@@ -206,7 +224,17 @@ fn deliver(
 impl Pair {
     /// `a` connects to `b`, which a listener accepts when the SYN arrives.
     pub(super) fn connect(config_a: Config, config_b: Config, faults: Faults, seed: u64) -> Self {
-        let base = Instant::now();
+        Self::connect_at(Instant::now(), config_a, config_b, faults, seed)
+    }
+
+    /// [`connect`](Self::connect) at `base`.
+    pub(super) fn connect_at(
+        base: Instant,
+        config_a: Config,
+        config_b: Config,
+        faults: Faults,
+        seed: u64,
+    ) -> Self {
         let a = Connection::connect(config_a, LOCAL, REMOTE, SeqNumber::new(0xffff_f000), base);
         let mut ab = Link::new(LOCAL, REMOTE, faults, seed);
         let ba = Link::new(REMOTE, LOCAL, faults, seed ^ 0x5555_5555);
@@ -234,6 +262,7 @@ impl Pair {
             placed_b: Vec::new(),
             placed_total: 0,
             take_all: false,
+            trace: None,
         }
     }
 
@@ -245,11 +274,20 @@ impl Pair {
     /// Drains both connections' transmits onto the link.
     fn transmit(&mut self) {
         let mut buf = vec![0u8; 65536];
+        let at = self.elapsed();
         while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
-            self.ab.push(self.now, &t.segment(&buf));
+            let seg = t.segment(&buf);
+            if let Some(trace) = &mut self.trace {
+                trace.segments.push((at, true, self.ab.emit(&seg)));
+            }
+            self.ab.push(self.now, &seg);
         }
         while let Some(t) = self.b.poll_transmit(self.now, &mut buf) {
-            self.ba.push(self.now, &t.segment(&buf));
+            let seg = t.segment(&buf);
+            if let Some(trace) = &mut self.trace {
+                trace.segments.push((at, false, self.ba.emit(&seg)));
+            }
+            self.ba.push(self.now, &seg);
         }
     }
 
@@ -282,6 +320,9 @@ impl Pair {
         }
         if self.b.poll_timeout().is_some_and(|t| t <= self.now) {
             self.b.handle_timeout(self.now);
+        }
+        if let Some(trace) = &mut self.trace {
+            trace.states.push(format!("a {}\nb {}", self.a.digest(), self.b.digest()));
         }
         true
     }
@@ -436,6 +477,12 @@ pub(super) fn run_transfer_with(
 ) -> Pair {
     let mut p = Pair::connect(config_a, config_b, faults, seed);
     p.in_place = in_place.then(|| Rng::new(seed ^ 0x1234_5678));
+    run_pair(p, config_a.msl, t, deadline)
+}
+
+/// Runs `t`'s transfer over `p` until both ends closed, checks what arrived, and waits for `a`
+/// to leave TIME-WAIT (after 2 `msl`).
+pub(super) fn run_pair(mut p: Pair, msl: Duration, t: &mut Transfer, deadline: Duration) -> Pair {
     let done = p.run_until(|p| t.act(p), deadline);
     assert!(
         done,
@@ -454,7 +501,6 @@ pub(super) fn run_transfer_with(
     assert_eq!((p.a.error(), p.b.error()), (None, None));
     p.done_at = p.elapsed();
     // a leaves TIME-WAIT after 2 MSL.
-    let msl = config_a.msl;
     assert!(p.run_until(|p| p.a.state() == State::Closed, p.elapsed() + 2 * msl + Duration::from_secs(1)));
     assert_eq!(p.a.poll_timeout(), None);
     assert_eq!(p.b.poll_timeout(), None);
@@ -540,6 +586,7 @@ fn simultaneous_open_over_the_link() {
         placed_b: Vec::new(),
         placed_total: 0,
         take_all: false,
+        trace: None,
     };
     assert!(p.run_until(
         |p| p.a.state() == State::Established && p.b.state() == State::Established,
@@ -634,6 +681,21 @@ fn zero_window_slow_reader() {
     assert!(got == data);
 }
 
+/// Random faults for the proptests: drop, duplication, reordering and corruption at up to 15%,
+/// 10%, 20% and 3%, a one-way delay of 1 to 49 ms, reordered segments spread over twice it.
+pub(super) fn any_faults() -> impl Strategy<Value = Faults> {
+    (0u32..150, 0u32..100, 0u32..200, 0u32..30, 1u64..50).prop_map(
+        |(drop, duplicate, reorder, corrupt, ms)| Faults {
+            drop,
+            duplicate,
+            reorder,
+            corrupt,
+            delay: Duration::from_millis(ms),
+            reorder_spread: Duration::from_millis(2 * ms),
+        },
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -642,11 +704,7 @@ proptest! {
     #[test]
     fn random_faults_never_corrupt_or_lose_data(
         seed in any::<u64>(),
-        drop in 0u32..150,
-        duplicate in 0u32..100,
-        reorder in 0u32..200,
-        corrupt in 0u32..30,
-        delay_ms in 1u64..50,
+        faults in any_faults(),
         ab in 0usize..60_000,
         ba in 0usize..20_000,
         chunks in proptest::collection::vec(1usize..5000, 1..6),
@@ -659,14 +717,6 @@ proptest! {
         cubic in any::<bool>(),
         in_place in any::<bool>(),
     ) {
-        let faults = Faults {
-            drop,
-            duplicate,
-            reorder,
-            corrupt,
-            delay: Duration::from_millis(delay_ms),
-            reorder_spread: Duration::from_millis(2 * delay_ms),
-        };
         let buffer = if small_buffers { 3000 } else { 64 * 1024 };
         let config = Config {
             send_buffer: buffer,
