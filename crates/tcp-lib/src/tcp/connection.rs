@@ -610,6 +610,20 @@ impl Connection {
         }
     }
 
+    /// Turns header prediction ([`Config::header_prediction`]) on or off on a connection
+    /// already built, for tests that compare the two paths from one state.
+    #[cfg(test)]
+    pub(crate) fn set_header_prediction(&mut self, on: bool) {
+        self.config.header_prediction = on;
+    }
+
+    /// RCV.NXT, SND.UNA and TS.Recent: where the segment header prediction expects starts, what
+    /// it acknowledges, and the timestamp it must not be older than (for tests that send it).
+    #[cfg(test)]
+    pub(crate) fn expected_segment(&self) -> (SeqNumber, SeqNumber, u32) {
+        (self.rcv.nxt, self.snd.una, self.ts.recent)
+    }
+
     /// What a segment or a timer can change in the connection, but the bytes it holds and
     /// RACK's log of transmissions: for tests that run the same events twice and compare the
     /// two runs step by step (instants print as they are, so both runs start at one instant).

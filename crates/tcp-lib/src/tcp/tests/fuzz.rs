@@ -25,6 +25,17 @@ enum Op {
         ts: Option<(u32, u32)>,
         sack: bool,
     },
+    /// The segment header prediction expects: at RCV.NXT, acknowledging SND.UNA (or this far
+    /// from it), with this much data, window and flags, and a timestamp this far from TS.Recent
+    /// (when there is one).
+    Expected {
+        ack_delta: Option<i32>,
+        payload: usize,
+        window: u16,
+        control: u8,
+        ts_delta: Option<i16>,
+        sack: bool,
+    },
     Advance(u64),
     Send(usize),
     Recv(usize),
@@ -43,7 +54,9 @@ fn near(base: SeqNumber) -> impl Strategy<Value = u32> {
     ]
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// Random operations; `expected` weighs the segment header prediction expects (against 12 for
+/// segments anywhere) and `reads` the application's reads.
+fn op_with(expected: u32, reads: u32) -> impl Strategy<Value = Op> {
     let segment = (
         near(REMOTE_SEQ),
         proptest::option::weighted(0.9, near(LOCAL_SEQ)),
@@ -68,15 +81,34 @@ fn op() -> impl Strategy<Value = Op> {
             ts,
             sack,
         });
+    let predicted = (
+        proptest::option::weighted(0.2, prop_oneof![-3i32..4, any::<i32>()]),
+        1usize..40,
+        prop_oneof![Just(0u16), Just(64), any::<u16>()],
+        prop_oneof![6 => Just(0u8), 1 => 3u8..6],
+        proptest::option::weighted(0.9, prop_oneof![4 => 0i16..1000, 1 => any::<i16>()]),
+        proptest::bool::weighted(0.1),
+    )
+        .prop_map(|(ack_delta, payload, window, control, ts_delta, sack)| Op::Expected {
+            ack_delta,
+            payload,
+            window,
+            control,
+            ts_delta,
+            sack,
+        });
     prop_oneof![
         12 => segment,
+        expected => predicted,
         2 => prop_oneof![0u64..100, 0u64..70_000].prop_map(Op::Advance),
         1 => (0usize..100).prop_map(Op::Send),
-        1 => (0usize..100).prop_map(Op::Recv),
-        1 => Just(Op::Shutdown),
-        1 => Just(Op::Close),
-        1 => Just(Op::Abort).prop_filter("rare", |_| true),
+        reads => (0usize..100).prop_map(Op::Recv),
+        3 => prop_oneof![Just(Op::Shutdown), Just(Op::Close), Just(Op::Abort)],
     ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    op_with(6, 1)
 }
 
 fn start(which: u8) -> Script {
@@ -143,6 +175,25 @@ fn apply(s: &mut Script, op: &Op, data: &[u8]) {
             };
             s.send(&repr);
         }
+        Op::Expected { ack_delta, payload, window, control, ts_delta, sack } => {
+            let (nxt, una, recent) = s.conn.expected_segment();
+            let una = una.get().wrapping_add_signed(ack_delta.unwrap_or(0));
+            let ts = ts_delta.map(|d| (recent.wrapping_add_signed(i32::from(d)), 0));
+            let control = [0, 0, 0, 3, 4, 5][usize::from(control)];
+            let op = Op::Segment {
+                seq: nxt.get(),
+                ack: Some(una),
+                control,
+                push: false,
+                window,
+                payload,
+                mss: None,
+                ws: None,
+                ts,
+                sack,
+            };
+            apply(s, &op, data);
+        }
         Op::Advance(ms) => s.advance(Duration::from_millis(ms)),
         Op::Send(n) => {
             let _ = s.conn.send(&data[..n]);
@@ -196,4 +247,41 @@ proptest! {
             prop_assert_eq!(s.conn.state(), State::Closed);
         }
     }
+}
+
+/// The same random segments and calls against two copies of a connection, header prediction on
+/// in one and off in the other ([`Config::header_prediction`]): after every step both are in
+/// the same state and have sent the same segments. A third of the segments are the one the
+/// prediction expects next (with random data, window, flags, SACK blocks and timestamps), the
+/// rest anywhere; across the cases, the fast path must have been taken.
+#[test]
+fn random_segments_take_either_path_alike() {
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let predicted = std::cell::Cell::new(0);
+    let data: Vec<u8> = (0..=255).collect();
+    // Mostly the established states (2 without options, 10 with timestamps, SACK and window
+    // scaling), where the prediction can hold.
+    let which = prop_oneof![2 => Just(2u8), 2 => Just(10u8), 1 => 0u8..11];
+    let cases = (which, proptest::collection::vec(op_with(12, 4), 1..40));
+    let result = runner.run(&cases, |(which, ops)| {
+        let (mut on, mut off) = (start(which), start(which));
+        off.conn.set_header_prediction(false);
+        for op in &ops {
+            apply(&mut on, op, &data);
+            apply(&mut off, op, &data);
+            prop_assert_eq!(on.drain(), off.drain(), "after {:?}", op);
+            prop_assert_eq!(on.conn.digest(), off.conn.digest(), "after {:?}", op);
+        }
+        prop_assert_eq!(off.conn.stats().predicted, 0);
+        predicted.set(predicted.get() + on.conn.stats().predicted);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    assert!(predicted.get() >= 100, "only {} segments predicted in all", predicted.get());
 }

@@ -16,7 +16,8 @@
 //! * `pair`: two connections over an in-memory link with seeded faults (drop, duplicate,
 //!   reorder, delay), every segment emitted and parsed through `wire` with checksums; bulk and
 //!   proptest transfers.
-//! * `fuzz`: random segments against a connection in each state never panic.
+//! * `fuzz`: random segments against a connection in each state never panic, and take the
+//!   header-prediction fast path and the general path alike.
 //! * `time_wait`: the compact TIME-WAIT record answers random segments as the connection does.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -115,6 +116,13 @@ pub(super) fn script_config() -> Config {
     }
 }
 
+/// The instant every script starts at (virtual time runs from it): two scripts built the same
+/// way are then the same, instants included, and can be compared step by step.
+pub(super) fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 /// One connection driven by hand in virtual time.
 pub(super) struct Script {
     pub(super) conn: Connection,
@@ -146,7 +154,7 @@ impl Script {
 
     /// A passive open with `config` from a SYN with these options; the SYN-ACK is not consumed.
     pub(super) fn accept_with(config: Config, syn: TcpRepr<'_>) -> Self {
-        let base = Instant::now();
+        let base = epoch();
         let conn = Connection::accept(config, LOCAL, REMOTE, &syn, LOCAL_SEQ, base).expect("a SYN");
         Self::new(conn, base)
     }
@@ -228,7 +236,7 @@ impl Script {
 
     /// SYN-SENT, the SYN consumed.
     pub(super) fn syn_sent() -> Self {
-        let base = Instant::now();
+        let base = epoch();
         let mut s = Self::new(Connection::connect(script_config(), LOCAL, REMOTE, LOCAL_SEQ, base), base);
         recv!(s, [our_syn()]);
         assert_eq!(s.conn.state(), State::SynSent);
