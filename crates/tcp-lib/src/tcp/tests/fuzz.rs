@@ -179,7 +179,6 @@ fn apply(s: &mut Script, op: &Op, data: &[u8]) {
             let (nxt, una, recent) = s.conn.expected_segment();
             let una = una.get().wrapping_add_signed(ack_delta.unwrap_or(0));
             let ts = ts_delta.map(|d| (recent.wrapping_add_signed(i32::from(d)), 0));
-            let control = [0, 0, 0, 3, 4, 5][usize::from(control)];
             let op = Op::Segment {
                 seq: nxt.get(),
                 ack: Some(una),

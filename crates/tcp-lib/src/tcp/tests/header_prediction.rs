@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
-use super::pair::{Faults, Pair, Rng, Trace, Transfer, any_faults, pair_config, pattern, run_pair};
-use crate::tcp::{Config, CongestionAlgorithm, Keepalive};
+use super::pair::{Faults, Pair, Trace, Transfer, any_config, any_faults, pair_config, pattern, run_pair};
+use crate::tcp::{Config, Keepalive};
 
 /// Asserts that both ends of two runs of the same events were in the same state after every
 /// step (their [`digest`](crate::tcp::Connection::digest)s) and sent the same segments at the
@@ -43,7 +43,9 @@ fn both_ways(config: Config, faults: Faults, seed: u64, in_place: bool, t: impl 
     let base = Instant::now();
     let [fast, general] = on_off(config).map(|c| {
         let mut p = Pair::connect_at(base, c, c, faults, seed);
-        p.in_place = in_place.then(|| Rng::new(seed ^ 0x1234_5678));
+        if in_place {
+            p.deliver_in_place(seed);
+        }
         p.trace = Some(Trace::default());
         run_pair(p, c.msl, &mut t(), deadline)
     });
@@ -103,24 +105,14 @@ proptest! {
         ba in 0usize..40_000,
         chunks in proptest::collection::vec(1usize..20_000, 1..5),
         read in 1usize..20_000,
-        small_buffers in any::<bool>(),
-        timestamps in any::<bool>(),
-        window_scaling in any::<bool>(),
-        sack in any::<bool>(),
+        base in any_config(),
         rack in any::<bool>(),
         delayed_ack in any::<bool>(),
         quick_acks in 0usize..20,
         keepalive in any::<bool>(),
-        cubic in any::<bool>(),
         in_place in any::<bool>(),
     ) {
-        let buffer = if small_buffers { 3000 } else { 64 * 1024 };
         let config = Config {
-            send_buffer: buffer,
-            recv_buffer: buffer,
-            timestamps,
-            window_scaling,
-            sack,
             rack,
             tail_loss_probe: rack,
             delayed_ack: delayed_ack.then_some(Duration::from_millis(40)),
@@ -130,9 +122,7 @@ proptest! {
                 interval: Duration::from_millis(100),
                 probes: 100,
             }),
-            congestion: if cubic { CongestionAlgorithm::Cubic } else { CongestionAlgorithm::NewReno },
-            max_retransmits: 40,
-            ..pair_config()
+            ..base
         };
         both_ways(config, faults, seed, in_place, || Transfer::new(ab, ba, chunks.clone(), read));
     }

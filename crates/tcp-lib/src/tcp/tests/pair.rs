@@ -104,8 +104,8 @@ impl Link {
         bytes
     }
 
-    fn push(&mut self, now: Instant, repr: &TcpRepr<'_>) {
-        let bytes = self.emit(repr);
+    /// Sends the segment `bytes` (as [`emit`](Self::emit) wrote it) through the faults.
+    fn push(&mut self, now: Instant, bytes: Vec<u8>) {
         self.sent += 1;
         let f = self.faults;
         if self.rng.chance(f.drop) {
@@ -274,21 +274,22 @@ impl Pair {
     /// Drains both connections' transmits onto the link.
     fn transmit(&mut self) {
         let mut buf = vec![0u8; 65536];
-        let at = self.elapsed();
-        while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
-            let seg = t.segment(&buf);
-            if let Some(trace) = &mut self.trace {
-                trace.segments.push((at, true, self.ab.emit(&seg)));
+        let (now, at) = (self.now, self.elapsed());
+        for (from_a, conn, link) in [(true, &mut self.a, &mut self.ab), (false, &mut self.b, &mut self.ba)] {
+            while let Some(t) = conn.poll_transmit(now, &mut buf) {
+                let bytes = link.emit(&t.segment(&buf));
+                if let Some(trace) = &mut self.trace {
+                    trace.segments.push((at, from_a, bytes.clone()));
+                }
+                link.push(now, bytes);
             }
-            self.ab.push(self.now, &seg);
         }
-        while let Some(t) = self.b.poll_transmit(self.now, &mut buf) {
-            let seg = t.segment(&buf);
-            if let Some(trace) = &mut self.trace {
-                trace.segments.push((at, false, self.ba.emit(&seg)));
-            }
-            self.ba.push(self.now, &seg);
-        }
+    }
+
+    /// Delivers in place from now on ([`in_place`](Self::in_place)), the sink's choices seeded
+    /// from `seed`.
+    pub(super) fn deliver_in_place(&mut self, seed: u64) {
+        self.in_place = Some(Rng::new(seed ^ 0x1234_5678));
     }
 
     /// Transmits, then advances to the next event (a delivery or a timer) and runs it. Returns
@@ -476,7 +477,9 @@ pub(super) fn run_transfer_with(
     deadline: Duration,
 ) -> Pair {
     let mut p = Pair::connect(config_a, config_b, faults, seed);
-    p.in_place = in_place.then(|| Rng::new(seed ^ 0x1234_5678));
+    if in_place {
+        p.deliver_in_place(seed);
+    }
     run_pair(p, config_a.msl, t, deadline)
 }
 
@@ -696,6 +699,25 @@ pub(super) fn any_faults() -> impl Strategy<Value = Faults> {
     )
 }
 
+/// Random options for the proptests, on [`pair_config`]: 3000-byte or 64 KiB buffers, Nagle,
+/// timestamps, window scaling, SACK, CUBIC or NewReno, and up to 40 retransmissions.
+pub(super) fn any_config() -> impl Strategy<Value = Config> {
+    any::<[bool; 6]>().prop_map(|[small_buffers, nodelay, timestamps, window_scaling, sack, cubic]| {
+        let buffer = if small_buffers { 3000 } else { 64 * 1024 };
+        Config {
+            send_buffer: buffer,
+            recv_buffer: buffer,
+            nodelay,
+            timestamps,
+            window_scaling,
+            sack,
+            congestion: if cubic { CongestionAlgorithm::Cubic } else { CongestionAlgorithm::NewReno },
+            max_retransmits: 40,
+            ..pair_config()
+        }
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -709,26 +731,9 @@ proptest! {
         ba in 0usize..20_000,
         chunks in proptest::collection::vec(1usize..5000, 1..6),
         read in 1usize..5000,
-        small_buffers in any::<bool>(),
-        nodelay in any::<bool>(),
-        timestamps in any::<bool>(),
-        window_scaling in any::<bool>(),
-        sack in any::<bool>(),
-        cubic in any::<bool>(),
+        config in any_config(),
         in_place in any::<bool>(),
     ) {
-        let buffer = if small_buffers { 3000 } else { 64 * 1024 };
-        let config = Config {
-            send_buffer: buffer,
-            recv_buffer: buffer,
-            nodelay,
-            timestamps,
-            window_scaling,
-            sack,
-            congestion: if cubic { CongestionAlgorithm::Cubic } else { CongestionAlgorithm::NewReno },
-            max_retransmits: 40,
-            ..pair_config()
-        };
         let mut t = Transfer::new(ab, ba, chunks, read);
         run_transfer_with(config, config, faults, seed, in_place, &mut t, Duration::from_secs(1200));
     }
