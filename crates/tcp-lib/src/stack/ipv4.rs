@@ -117,6 +117,33 @@ impl Stack {
         self.rx_trusted = offload.checksum_trusted();
         self.advance(now);
         self.stats.rx_frames += 1;
+        self.receive_ethernet(frame, deliver);
+    }
+
+    /// [`receive_offload`](Self::receive_offload) inside [`poll`](Self::poll)'s receive loop,
+    /// which remembers the headers of a segment a connection predicted, so that the same flow's
+    /// next segment, if it is the next frame, is taken unparsed ([`rx_cache`](super::rx_cache)).
+    pub(super) fn receive_frame<D: Deliver + ?Sized>(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        offload: Offload,
+        deliver: &mut D,
+    ) {
+        self.rx_trusted = offload.checksum_trusted();
+        self.advance(now);
+        self.stats.rx_frames += 1;
+        if self.rx_memory.holds_headers() && self.receive_continued(frame, deliver) {
+            return;
+        }
+        self.rx_remember = true;
+        self.receive_ethernet(frame, deliver);
+        self.rx_remember = false;
+        self.rx_memory.keep_headers(frame);
+    }
+
+    /// An Ethernet frame, to the protocol it carries.
+    fn receive_ethernet<D: Deliver + ?Sized>(&mut self, frame: &[u8], deliver: &mut D) {
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
             self.stats.rx_malformed += 1;
             return;

@@ -424,6 +424,7 @@ mod neighbor; // the neighbour caches (ARP, NDP) and their queues of packets wai
 mod output; // transmit, control frames, send_ip and neighbour queueing, header emission
 mod poll; // poll/poll_with against a NetDevice
 mod route; // routes (on-link, static, default), source addresses, next hops of both families
+mod rx_cache; // the receive loop's memory of the frame before: a flow's next segment unparsed
 mod slab; // the generation-checked Slab behind StreamId and ListenerId
 mod stats; // StackStats, PollStats
 mod streams; // connect, send, recv, close, ... on a StreamId
@@ -544,6 +545,11 @@ pub struct Stack {
     /// The frame being received arrived with a checksum trusted (`Offload::checksum_trusted`):
     /// its TCP or UDP checksum is not verified.
     rx_trusted: bool,
+    /// Inside [`poll`](Self::poll)'s receive loop, which remembers a predicted segment's frame
+    /// for the next ([`rx_cache`]): [`tcp_input`] keeps such a segment in `rx_memory`.
+    rx_remember: bool,
+    /// The receive loop's memory of the frame before ([`rx_cache`]).
+    rx_memory: rx_cache::Memory,
     stats: StackStats,
     /// What the connections' rings hold together ([`Config::buffer_memory`]).
     budget: Arc<BufferBudget>,
@@ -614,6 +620,8 @@ impl Stack {
             udp: udp::UdpTable::new(tables, config.icmp_errors),
             ident: 0,
             rx_trusted: false,
+            rx_remember: false,
+            rx_memory: rx_cache::Memory::default(),
             stats: StackStats::default(),
             budget: Arc::new(BufferBudget::new(config.buffer_memory)),
         };

@@ -121,10 +121,13 @@ impl Stack {
         batch: &mut PacketBatch<'c>,
     ) -> Result<PollStats, DevError> {
         let mut stats = PollStats::default();
+        // The frame before, while it is a segment its connection predicted (`rx_cache`): what
+        // an earlier loop left is not for this one.
+        self.rx_memory.forget();
         for _ in 0..MAX_RX_BURSTS {
             let n = device.rx_burst(0, cache, batch)?;
             for packet in batch.drain() {
-                self.receive_offload(now, packet.data(), packet.offload(), deliver);
+                self.receive_frame(now, packet.data(), packet.offload(), deliver);
             }
             stats.received += n;
             if n < BURST {

@@ -111,6 +111,12 @@ pub struct StackStats {
     /// offload metadata said it need not be (`Offload::checksum_trusted`: verified by the
     /// device, or a partial checksum from a sender on this machine).
     pub rx_checksum_trusted: u64,
+    /// TCP segments taken as the next of the frame before them in a [`Stack::poll`]'s burst,
+    /// without parsing their headers or looking up their connection (a train of one flow's
+    /// segments, each predicted by its connection; see [`Config::header_prediction`]).
+    ///
+    /// [`Config::header_prediction`]: crate::tcp::Config::header_prediction
+    pub rx_continued: u64,
     /// Bytes of send and receive ring storage the connections hold now (a gauge, not a
     /// counter): at most [`Config::buffer_memory`] plus
     /// [`BufferBudget::GUARANTEED`](crate::tcp::BufferBudget::GUARANTEED) a ring.

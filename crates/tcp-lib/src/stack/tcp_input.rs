@@ -8,7 +8,7 @@ use super::family::TcpFamily;
 use super::flows::FlowKey;
 use super::{Deliver, ListenerId, Phase, Stack};
 use crate::tcp::{TimeWaitAction, reset_for};
-use crate::wire::{ChecksumPolicy, TcpPacket};
+use crate::wire::{ChecksumPolicy, TcpPacket, TcpRepr};
 
 impl Stack {
     /// A TCP segment from `src` to `dst` (one of our unicast addresses, of the same family); `ce`
@@ -33,28 +33,10 @@ impl Stack {
         let local = dst.socket(seg.dst_port);
         let remote = src.socket(seg.src_port);
         if let Some(&index) = self.demux.get(&FlowKey::new(local, remote)) {
-            self.stats.tcp_segments_in += 1;
-            let now = self.now;
-            let Some(e) = self.slot_entry(index) else { return };
-            let completing = e.phase == Phase::SynQueue && seg.ack_number.is_some();
-            let listener = e.listener;
-            if completing
-                && let Some(l) = listener
-                && !self.backlog_has_room(l)
-            {
-                self.stats.listen_drops += 1;
-                return;
+            let predicted = self.segment_for_connection(index, &seg, ce, deliver);
+            if predicted && self.rx_remember {
+                self.rx_memory.keep_segment(index, &seg);
             }
-            let id = self.stream_id(index);
-            if let Some(e) = self.slot_entry(index) {
-                if e.app_owned {
-                    e.conn.handle_segment_ecn(now, &seg, ce, |data| deliver.tcp(id, data));
-                } else {
-                    e.conn.handle_segment_ecn(now, &seg, ce, |_| 0);
-                }
-            }
-            self.settle(index);
-            self.mark_ready(index);
             return;
         }
         let key = FlowKey::new(local, remote);
@@ -95,6 +77,44 @@ impl Stack {
         if let Some(rst) = reset_for(&seg) {
             self.send_tcp_control(local, remote, &rst);
         }
+    }
+
+    /// A segment for the connection in slot `index` (found by its 4-tuple, or by the receive
+    /// path's memory of the frame before, [`super::rx_cache`]); returns whether the connection
+    /// took it on the header-prediction path.
+    pub(super) fn segment_for_connection<D: Deliver + ?Sized>(
+        &mut self,
+        index: u32,
+        seg: &TcpRepr<'_>,
+        ce: bool,
+        deliver: &mut D,
+    ) -> bool {
+        self.stats.tcp_segments_in += 1;
+        let now = self.now;
+        let Some(e) = self.slot_entry(index) else { return false };
+        let completing = e.phase == Phase::SynQueue && seg.ack_number.is_some();
+        let listener = e.listener;
+        if completing
+            && let Some(l) = listener
+            && !self.backlog_has_room(l)
+        {
+            self.stats.listen_drops += 1;
+            return false;
+        }
+        let id = self.stream_id(index);
+        let mut predicted = false;
+        if let Some(e) = self.slot_entry(index) {
+            let before = e.conn.predicted();
+            if e.app_owned {
+                e.conn.handle_segment_ecn(now, seg, ce, |data| deliver.tcp(id, data));
+            } else {
+                e.conn.handle_segment_ecn(now, seg, ce, |_| 0);
+            }
+            predicted = e.conn.predicted() != before;
+        }
+        self.settle(index);
+        self.mark_ready(index);
+        predicted
     }
 
     /// The checksum policy for the transport header of the frame being received:

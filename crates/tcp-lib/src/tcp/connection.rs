@@ -583,6 +583,13 @@ impl Connection {
         self.remote
     }
 
+    /// How many segments took the header-prediction path ([`Stats::predicted`]), without
+    /// assembling the whole [`Stats`].
+    #[inline]
+    pub(crate) const fn predicted(&self) -> u64 {
+        self.stats.predicted
+    }
+
     /// Counters and estimates.
     #[must_use]
     pub fn stats(&self) -> Stats {
