@@ -115,6 +115,35 @@ pub struct Config {
     ///
     /// [`wire::gso::segment`]: crate::wire::gso::segment
     pub tso_max_size: usize,
+    /// Generic segmentation offload in software (GSO, Linux's `NETIF_F_GSO`): the largest TCP
+    /// super-segment a connection builds for a device without TSO, in IP packet bytes (0, the
+    /// default: off; at most 65535). The stack asks the connection once for up to this many
+    /// bytes (whole MSS-sized segments, as for [`tso_max_size`](Self::tso_max_size), and no more
+    /// than the outgoing batch has room for), then cuts them into ordinary frames itself before
+    /// the device, as Linux's GSO cuts a TSO packet for a device that cannot: each frame with
+    /// its own sequence number, IP identification and checksums, PSH and FIN only on the last,
+    /// CWR only on the first. The wire carries exactly what it would without it; what changes
+    /// is that the connection's per-segment decisions (windows, congestion control, timers, the
+    /// header) are made once per super-segment instead of once per frame. The connection counts
+    /// each cut segment as sent on its own (RACK, SACK, PRR), so a lost one is resent alone.
+    /// Off with TSO ([`tso_max_size`](Self::tso_max_size), which takes precedence). A segment
+    /// that is one whole pool buffer or prepared piece still goes by reference; a lent piece of
+    /// more than one MSS is copied into the frames it is cut into (so prepared content sent by
+    /// reference is better served with it off). 16 KiB measured fewest instructions per byte on
+    /// an in-memory link (BENCHMARKS.md): larger super-segments more often reach the end of the
+    /// send ring, and one that wraps is copied once more.
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// use tcp_lib::stack::Config;
+    /// use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    ///
+    /// let cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24).expect("a /24");
+    /// let mut config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr);
+    /// // Up to 64 KiB of a connection's data per decision, cut into 1500-byte frames.
+    /// config.gso_max_size = 65535;
+    /// ```
+    pub gso_max_size: usize,
     /// The receive queue limits of UDP sockets bound with [`Stack::udp_bind`].
     pub udp: UdpConfig,
     /// The rate limit on ICMP errors sent (port unreachable for UDP datagrams to no socket).
@@ -149,6 +178,7 @@ impl Config {
             tx_checksum: true,
             tx_partial_checksum: false,
             tso_max_size: 0,
+            gso_max_size: 0,
             udp: UdpConfig::default(),
             icmp_errors: IcmpRateLimit::default(),
         }
@@ -216,6 +246,12 @@ impl Config {
     /// at most 65535.
     pub(super) fn super_segment_limit(&self) -> usize {
         if self.tx_partial_checksum { self.tso_max_size.min(MAX_SUPER_SEGMENT) } else { 0 }
+    }
+
+    /// The largest super-segment cut in software ([`gso_max_size`](Self::gso_max_size)), in IP
+    /// packet bytes; 0 when off or when the device cuts ([`super_segment_limit`](Self::super_segment_limit)).
+    pub(super) fn gso_limit(&self) -> usize {
+        if self.super_segment_limit() == 0 { self.gso_max_size.min(MAX_SUPER_SEGMENT) } else { 0 }
     }
 
     /// The hop limit of emitted IPv6 packets other than Neighbor Discovery's.

@@ -415,6 +415,7 @@ mod connections; // the connection table: lookup, insert, ready list, reclaim
 mod emit; // a connection's segment into its frame: IP header of its family, TCP, checksum
 mod family; // TcpFamily: what TCP does differently per IP family (header, pseudo-header, parse)
 mod flows; // FlowKey and FlowMap: the tables keyed by 4-tuple, one map per family
+mod gso; // software GSO: a connection's super-segment cut into wire segments before the device
 mod hash; // keyed hashes: ISNs, SYN cookies, ephemeral ports, the tables' hash
 mod ipv4; // receive below TCP: Ethernet, ARP, IPv4, ICMP (echo, PMTU); ping
 mod ipv6; // receive below TCP for IPv6: NDP, ICMPv6 (echo, Packet Too Big), router adverts
@@ -611,7 +612,12 @@ impl Stack {
             timers: BinaryHeap::new(),
             time_wait: time_wait::TimeWaitTable::new(tables),
             frames: VecDeque::new(),
-            scratch: vec![0; usize::from(config.tcp.mss).max(config.super_segment_limit())],
+            scratch: vec![
+                0;
+                usize::from(config.tcp.mss)
+                    .max(config.super_segment_limit())
+                    .max(config.gso_limit())
+            ],
             batch: BatchStorage::new(poll::BURST),
             spares: Vec::with_capacity(connections::MAX_SPARES),
             port_filter: None,

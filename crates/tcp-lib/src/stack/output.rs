@@ -12,7 +12,7 @@ use netchannel::pool::{GsoKind, Offload, Packet, PoolCache};
 use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
-use super::{ETH_LEN, IP_LEN, IP6_LEN, Stack, StackStats, emit};
+use super::{ETH_LEN, IP_LEN, IP6_LEN, Stack, StackStats, emit, gso};
 use crate::tcp::{Lent, PooledSlice, State};
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
@@ -289,6 +289,8 @@ impl Stack {
         let ip_len = if remote_ip.is_ipv6() { IP6_LEN } else { IP_LEN };
         let super_max =
             if OFFLOAD && self.config.tso_max_size != 0 { self.super_payload(ip_len, cache) } else { 0 };
+        // Super-segments cut here (software GSO), when the device does not cut them (TSO).
+        let gso_max = if super_max == 0 { self.gso_payload(ip_len) } else { 0 };
         if let Some(e) = self.slots.get_mut(index) {
             e.conn.recycle_acked(cache);
         }
@@ -305,6 +307,10 @@ impl Stack {
                 // one with TSO keeps its limit, but the scratch buffer of one MSS caps its
                 // segments there.)
                 e.conn.set_super_segment_limit(if mac.is_some() { super_max } else { 0 });
+            } else if gso_max != 0 {
+                // No more segments than the batch has room for: each is a frame of its own.
+                let room = out.remaining().saturating_mul(e.conn.data_mss());
+                e.conn.set_super_segment_limit(if mac.is_some() { gso_max.min(room) } else { 0 });
             }
             let Some(mac) = mac else {
                 // Unresolved next hop: the segment waits (bounded) in the ARP queue.
@@ -325,6 +331,38 @@ impl Stack {
             let Some((t, lent)) = e.conn.poll_transmit_lent(now, &mut self.scratch) else {
                 return Drained::All;
             };
+            if gso_max != 0 && t.segment_size != 0 {
+                // A lent payload larger than a segment (a pool buffer or prepared piece of more
+                // than one MSS) is copied into the frames, as a lent piece cut by a window is.
+                let seg = match &lent {
+                    Some(lent) => t.segment(lent.bytes()),
+                    None => t.segment(&self.scratch),
+                };
+                let mut plain = Some(plain);
+                let frames = gso::cut(&seg, usize::from(t.segment_size), ident, |seg, ident, first| {
+                    let mut packet = if first { plain.take() } else { cache.alloc() }?;
+                    let len = ETH_LEN + ip_len + seg.buffer_len();
+                    packet.set_len(len).ok()?;
+                    let data = packet.data_mut();
+                    let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
+                    data[..ETH_LEN].copy_from_slice(&ethernet_header(self.config.mac, mac, ethertype));
+                    emit::segment(&mut data[ETH_LEN..], seg, ends, (t.ect, OFFLOAD), ident, &self.config);
+                    if OFFLOAD {
+                        packet.set_offload(offload_for(
+                            (0, seg.header_len(), false),
+                            ip_len,
+                            remote_ip.is_ipv6(),
+                        ));
+                    }
+                    out.push(packet).ok()
+                });
+                self.ident =
+                    ident.wrapping_add(u16::try_from(frames.sent).unwrap_or(u16::MAX)).wrapping_sub(1);
+                self.stats.tx_gso_super_segments += 1;
+                self.stats.tx_gso_dropped += frames.dropped as u64;
+                *appended += frames.sent;
+                continue;
+            }
             self.ident = ident;
             let seg = match &lent {
                 Some(_) => t.segment(&[]),
@@ -459,6 +497,17 @@ impl Stack {
     fn super_payload(&self, ip_len: usize, cache: &PoolCache) -> usize {
         let limit = self.config.super_segment_limit();
         limit.min(cache.pool().data_room().saturating_sub(ETH_LEN)).saturating_sub(ip_len + 60)
+    }
+
+    /// The most payload bytes of a super-segment the stack cuts itself ([`Config::gso_limit`]),
+    /// to a peer behind an IP header of `ip_len` bytes: the limit less the headers (the TCP
+    /// header at its longest), at most what the scratch buffer holds; 0 when off.
+    ///
+    /// [`Config::gso_limit`]: super::Config
+    #[inline]
+    fn gso_payload(&self, ip_len: usize) -> usize {
+        let limit = self.config.gso_limit();
+        if limit == 0 { 0 } else { limit.saturating_sub(ip_len + 60).min(self.scratch.len()) }
     }
 }
 

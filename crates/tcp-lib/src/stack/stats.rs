@@ -106,6 +106,11 @@ pub struct StackStats {
     pub tx_pool_busy: u64,
     /// TCP super-segments handed to the device to cut ([`Config::tso_max_size`]).
     pub tx_super_segments: u64,
+    /// TCP super-segments the stack cut into frames itself ([`Config::gso_max_size`]).
+    pub tx_gso_super_segments: u64,
+    /// Frames of a software-cut super-segment dropped because the pool had no buffer for them
+    /// (the connection counts them as sent; its retransmission recovers them).
+    pub tx_gso_dropped: u64,
     /// TCP segments and UDP datagrams whose checksum was not verified under
     /// [`ChecksumPolicy::Verify`](crate::wire::ChecksumPolicy::Verify) because their frame's
     /// offload metadata said it need not be (`Offload::checksum_trusted`: verified by the

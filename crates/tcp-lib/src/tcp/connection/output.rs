@@ -81,8 +81,9 @@ impl Connection {
     }
 
     /// The most payload bytes in our next segment: the send MSS less the SACK option it will
-    /// carry, so that the segment still fits the path MTU.
-    fn data_mss(&self) -> usize {
+    /// carry, so that the segment still fits the path MTU (a super-segment is cut into segments
+    /// of this size).
+    pub(crate) fn data_mss(&self) -> usize {
         let n = self.sack_blocks().len();
         let option = if n > 0 { 4 + 8 * n } else { 0 };
         self.snd.mss.saturating_sub(option).max(1)

@@ -1,0 +1,125 @@
+//! Software segmentation of the stack's own super-segments (generic segmentation offload,
+//! [`Config::gso_max_size`](super::Config::gso_max_size)): a connection decides once for up to
+//! 64 KiB of data, and [`cut`] hands out the wire segments, as Linux's `tcp_gso_segment` cuts a
+//! GSO packet before a device without TSO: each segment a copy of the header with its own
+//! sequence number and `mss` payload bytes (the last what is left), PSH and FIN only on the last,
+//! CWR only on the first. The IP identification and the checksums are the emitter's, per frame.
+
+use crate::wire::{TcpControl, TcpRepr};
+
+/// What [`cut`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Cut {
+    /// Frames emitted.
+    pub(super) sent: usize,
+    /// Segments not emitted (the emitter had no buffer for them).
+    pub(super) dropped: usize,
+}
+
+/// Cuts `whole` (a data segment of more than `mss` payload bytes) into segments of `mss` bytes
+/// and hands each to `emit` with its IP identification (`first_ident`, then one more per frame
+/// emitted) and whether it is the first. `emit` returns `None` when it could not send one; the
+/// rest are then not offered and count as dropped.
+pub(super) fn cut(
+    whole: &TcpRepr<'_>,
+    mss: usize,
+    first_ident: u16,
+    mut emit: impl FnMut(&TcpRepr<'_>, u16, bool) -> Option<()>,
+) -> Cut {
+    debug_assert!(mss > 0, "a super-segment's segment size is not 0");
+    let payload = whole.payload;
+    let count = payload.len().div_ceil(mss.max(1));
+    let mut ident = first_ident;
+    for (i, chunk) in payload.chunks(mss.max(1)).enumerate() {
+        let last = i + 1 == count;
+        let seg = TcpRepr {
+            seq_number: whole.seq_number + i * mss,
+            payload: chunk,
+            push: whole.push && last,
+            control: if last { whole.control } else { TcpControl::None },
+            cwr: whole.cwr && i == 0,
+            ..*whole
+        };
+        if emit(&seg, ident, i == 0).is_none() {
+            return Cut { sent: i, dropped: count - i };
+        }
+        ident = ident.wrapping_add(1);
+    }
+    Cut { sent: count, dropped: 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::SeqNumber;
+    use crate::wire::tcp::Timestamp;
+
+    fn whole(payload: &[u8]) -> TcpRepr<'_> {
+        TcpRepr {
+            src_port: 80,
+            dst_port: 4000,
+            seq_number: SeqNumber::new(u32::MAX - 1000),
+            ack_number: Some(SeqNumber::new(77)),
+            window_len: 512,
+            control: TcpControl::Fin,
+            push: true,
+            cwr: true,
+            timestamp: Some(Timestamp { tsval: 5, tsecr: 6 }),
+            payload,
+            ..TcpRepr::default()
+        }
+    }
+
+    #[test]
+    fn segments_carry_their_bytes_and_the_flags_go_first_or_last() {
+        let data: Vec<u8> = (0..3500u32).map(|i| i.to_le_bytes()[0]).collect();
+        let w = whole(&data);
+        let mut seen = Vec::new();
+        let c = cut(&w, 1448, 65535, |s, ident, first| {
+            seen.push((s.seq_number, s.payload.to_vec(), s.push, s.control, s.cwr, ident, first));
+            assert_eq!((s.ack_number, s.window_len, s.timestamp), (w.ack_number, w.window_len, w.timestamp));
+            Some(())
+        });
+        assert_eq!(c, Cut { sent: 3, dropped: 0 });
+        let lens: Vec<usize> = seen.iter().map(|s| s.1.len()).collect();
+        assert_eq!(lens, [1448, 1448, 604]);
+        let joined: Vec<u8> = seen.iter().flat_map(|s| s.1.clone()).collect();
+        assert_eq!(joined, data, "the bytes in order, none lost or doubled");
+        assert_eq!(seen[1].0, w.seq_number + 1448, "sequence numbers wrap with the space");
+        assert_eq!(seen[2].0, w.seq_number + 2896);
+        let flags: Vec<_> = seen.iter().map(|s| (s.2, s.3, s.4)).collect();
+        assert_eq!(
+            flags,
+            [
+                (false, TcpControl::None, true),
+                (false, TcpControl::None, false),
+                (true, TcpControl::Fin, false)
+            ]
+        );
+        let idents: Vec<_> = seen.iter().map(|s| (s.5, s.6)).collect();
+        assert_eq!(idents, [(65535, true), (0, false), (1, false)], "identifications wrap");
+    }
+
+    #[test]
+    fn a_refused_segment_drops_the_rest() {
+        let data = [7u8; 5000];
+        let mut n = 0;
+        let c = cut(&whole(&data), 1000, 1, |_, _, _| {
+            n += 1;
+            (n < 3).then_some(())
+        });
+        assert_eq!(c, Cut { sent: 2, dropped: 3 });
+        assert_eq!(n, 3, "nothing is offered after the refusal");
+    }
+
+    #[test]
+    fn an_exact_multiple_ends_on_a_full_segment() {
+        let data = [1u8; 2896];
+        let mut lens = Vec::new();
+        let c = cut(&whole(&data), 1448, 0, |s, _, _| {
+            lens.push(s.payload.len());
+            Some(())
+        });
+        assert_eq!((c.sent, lens), (2, vec![1448, 1448]));
+    }
+}

@@ -1,0 +1,235 @@
+//! Software GSO ([`Config::gso_max_size`]): a connection decides once for up to 64 KiB and the
+//! stack cuts the super-segment into ordinary frames before a device without TSO. The wire must
+//! carry what it carries without it: frames within the MTU, each with its own sequence number,
+//! IP identification and valid checksums, PSH and FIN only where a plain sender puts them; and a
+//! transfer through loss, reordering and duplication must arrive byte-exact.
+
+mod common;
+
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use common::{A_IP, B_IP, Net, Rng, TICK, config, tcp_in};
+use netchannel::dev::{
+    DirectionConfig, FaultConfig, FaultInjector, NetDevice, PacketBatch, Pair, VirtualClock,
+};
+use netchannel::pool::{HugePages, Pool};
+use tcp_lib::stack::{Error, Stack};
+use tcp_lib::tcp::State;
+use tcp_lib::wire::{EthernetFrame, Ipv4Packet};
+
+/// What the test saw of one data frame from A.
+struct Frame {
+    seq: u32,
+    len: usize,
+    ident: u16,
+    psh: bool,
+}
+
+#[test]
+fn cut_frames_are_wire_segments_with_valid_checksums() {
+    let mut net = Net::with(|a| a.gso_max_size = 65_535, |_| {});
+    let (c, s) = net.open(80);
+    let data = Rng(5).bytes(400_000);
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut frames = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut batch = PacketBatch::with_capacity(256);
+    for _ in 0..20_000 {
+        if sent < data.len()
+            && let Ok(n) = net.a.send(c, &data[sent..])
+        {
+            sent += n;
+        }
+        net.a.poll(net.now, &mut net.dev_a, &net.cache).unwrap();
+        // Every frame A sent, inspected, then handed to B.
+        net.dev_b.rx_burst(0, &net.cache, &mut batch).unwrap();
+        for p in batch.drain() {
+            let frame = p.data();
+            assert!(frame.len() <= 1514, "a frame of {} bytes: longer than the MTU allows", frame.len());
+            let eth = EthernetFrame::new_checked(frame).unwrap();
+            let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+            assert!(ip.verify_checksum(), "IPv4 header checksum");
+            let (src, dst, tcp) = tcp_in(frame).unwrap();
+            assert!(tcp.verify_checksum(src, dst), "TCP checksum of the frame at {}", tcp.seq_number());
+            if !tcp.payload().is_empty() {
+                let seq = tcp.seq_number().get();
+                frames.push(Frame { seq, len: tcp.payload().len(), ident: ip.ident(), psh: tcp.psh() });
+            }
+            net.b.receive(net.now, frame);
+        }
+        net.b.poll(net.now, &mut net.dev_b, &net.cache).unwrap();
+        net.now += TICK;
+        loop {
+            match net.b.recv(s, &mut buf) {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                Ok(_) | Err(Error::WouldBlock) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert!(got == data, "{} of {} bytes, or different bytes", got.len(), data.len());
+    let st = net.a.stats();
+    assert!(st.tx_gso_super_segments > 10, "{st:?}");
+    assert_eq!(st.tx_gso_dropped, 0, "{st:?}");
+    // The data segments tile the stream: each starts where the one before it ended.
+    for w in frames.windows(2) {
+        assert_eq!(
+            w[1].seq,
+            w[0].seq.wrapping_add(u32::try_from(w[0].len).unwrap()),
+            "a gap or an overlap: no loss here"
+        );
+        assert_eq!(w[1].ident, w[0].ident.wrapping_add(1), "IP identifications count up frame by frame");
+    }
+    let full = frames.iter().filter(|f| f.len == frames[0].len).count();
+    assert!(full * 10 > frames.len() * 9, "nearly all full-sized: {full} of {}", frames.len());
+    // PSH only where a burst ends: far fewer than the frames.
+    let pushed = frames.iter().filter(|f| f.psh).count();
+    assert!(pushed > 0 && pushed * 4 < frames.len(), "{pushed} of {} frames with PSH", frames.len());
+    assert_eq!(net.a.state(c), Ok(State::Established));
+}
+
+fn lossy() -> DirectionConfig {
+    DirectionConfig {
+        drop: 0.03,
+        corrupt: 0.0,
+        duplicate: 0.01,
+        reorder: 0.02,
+        reorder_by: 3,
+        delay: Duration::from_millis(2),
+        rate: None,
+    }
+}
+
+#[test]
+fn transfer_through_loss_and_reordering_arrives_byte_exact() {
+    let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().unwrap();
+    let (pa, pb) = Pair::builder(&pool).capacity(4096).build().unwrap();
+    let cache = pool.cache();
+    let clock = VirtualClock::new();
+    let faults = FaultConfig { seed: 23, rx: lossy(), tx: lossy(), max_held: 4096 };
+    let mut ca = config(&pa, A_IP, 1);
+    ca.tcp.send_buffer = 256 * 1024;
+    ca.gso_max_size = 65_535;
+    let mut cb = config(&pb, B_IP, 2);
+    cb.gso_max_size = 65_535;
+    let mut dev_a = FaultInjector::with_clock(pa, &pool, faults, clock.clone());
+    let mut dev_b = pb;
+    let start = Instant::now();
+    let mut now = start;
+    let mut a = Stack::new(ca, now);
+    let mut b = Stack::new(cb, now);
+    let l = b.listen(80).unwrap();
+    let c = a.connect(SocketAddrV4::new(B_IP, 80)).unwrap();
+    let mut rng = Rng(78);
+    let ab = rng.bytes(3 << 20);
+    let ba = rng.bytes(1 << 20);
+    let (mut sent_ab, mut sent_ba) = (0, 0);
+    let (mut got_ab, mut got_ba) = (Vec::new(), Vec::new());
+    let mut s = None;
+    let mut buf = vec![0u8; 64 * 1024];
+    for _ in 0..400_000 {
+        a.poll(now, &mut dev_a, &cache).unwrap();
+        b.poll(now, &mut dev_b, &cache).unwrap();
+        now += TICK;
+        clock.advance(TICK);
+        s = s.or_else(|| b.accept(l));
+        if sent_ab < ab.len()
+            && let Ok(n) = a.send(c, &ab[sent_ab..])
+        {
+            sent_ab += n;
+        }
+        if let Some(s) = s {
+            if sent_ba < ba.len()
+                && let Ok(n) = b.send(s, &ba[sent_ba..])
+            {
+                sent_ba += n;
+            }
+            while let Ok(n) = b.recv(s, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got_ab.extend_from_slice(&buf[..n]);
+            }
+        }
+        while let Ok(n) = a.recv(c, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got_ba.extend_from_slice(&buf[..n]);
+        }
+        if got_ab.len() == ab.len() && got_ba.len() == ba.len() {
+            break;
+        }
+    }
+    let fs = dev_a.fault_stats();
+    let (sa, sb) = (a.stats(), b.stats());
+    assert!(fs.tx.dropped > 30 && fs.rx.dropped > 10, "{fs:?}");
+    assert!(got_ab == ab, "A->B: {} of {} bytes, or different bytes; {fs:?}", got_ab.len(), ab.len());
+    assert!(got_ba == ba, "B->A: {} of {} bytes, or different bytes", got_ba.len(), ba.len());
+    assert!(a.connection_stats(c).unwrap().retransmits > 0);
+    assert!(sa.tx_gso_super_segments > 0 && sb.tx_gso_super_segments > 0, "{sa:?} {sb:?}");
+    assert!(now - start < Duration::from_secs(400), "{:?}", now - start);
+}
+
+#[test]
+fn a_super_segment_never_outgrows_the_batch() {
+    let mut net = Net::with(|a| a.gso_max_size = 65_535, |b| b.tcp.recv_buffer = 1 << 20);
+    let (c, s) = net.open(80);
+    let data = Rng(9).bytes(1 << 20);
+    let mut buf = vec![0u8; 64 * 1024];
+    // Half a megabyte through first, B reading, so that the windows open wide.
+    let (mut sent, mut got) = (0, 0);
+    while got < data.len() / 2 {
+        if let Ok(n) = net.a.send(c, &data[sent..]) {
+            sent += n;
+        }
+        net.step();
+        while let Ok(n) = net.b.recv(s, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+    }
+    // Let the last ACKs in, fill the send buffer, then ask through batches of four frames:
+    // each super-segment is cut to what the batch holds, none dropped, and the next call goes
+    // on from there.
+    for _ in 0..5 {
+        net.step();
+        while let Ok(n) = net.b.recv(s, &mut buf) {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    while let Ok(n) = net.a.send(c, &data[sent..]) {
+        if n == 0 {
+            break;
+        }
+        sent += n;
+    }
+    let before = net.a.stats();
+    let mut seqs = Vec::new();
+    for _ in 0..8 {
+        let mut batch = PacketBatch::with_capacity(4);
+        let n = net.a.transmit(net.now, &net.cache, &mut batch);
+        assert!(n <= 4, "{n}");
+        for p in batch.drain() {
+            let (_, _, tcp) = tcp_in(p.data()).unwrap();
+            seqs.push((tcp.seq_number().get(), tcp.payload().len()));
+        }
+    }
+    let st = net.a.stats();
+    assert_eq!(st.tx_gso_dropped, 0, "{st:?}");
+    // Most batches are one super-segment of four (a window or the buffer's end may cut one short).
+    assert!(st.tx_gso_super_segments >= before.tx_gso_super_segments + 5, "{seqs:?} {st:?}");
+    assert!(seqs.len() >= 20, "the windows allow most of eight batches: {seqs:?}");
+    for w in seqs.windows(2) {
+        assert_eq!(w[1].0, w[0].0.wrapping_add(u32::try_from(w[0].1).unwrap()), "{seqs:?}");
+    }
+}
