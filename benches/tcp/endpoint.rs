@@ -132,9 +132,9 @@ pub(crate) fn lib_config(mac: [u8; 6], ip: Ipv4Addr, buf: usize, trust: bool) ->
     c.tcp.recv_buffer = buf;
     c.tcp.nodelay = true;
     c.tcp.min_rto = Duration::from_millis(200);
-    // Software GSO (off in `Config::default`): 16 KiB super-segments, the size that measured
+    // Software GSO (off in `Config::default`): 64 KiB super-segments, the size that measured
     // fewest instructions per byte on the Pair (BENCHMARKS.md); `TCP_BENCH_GSO=0` turns it off.
-    c.gso_max_size = std::env::var("TCP_BENCH_GSO").ok().and_then(|v| v.parse().ok()).unwrap_or(16384);
+    c.gso_max_size = std::env::var("TCP_BENCH_GSO").ok().and_then(|v| v.parse().ok()).unwrap_or(65535);
     c
 }
 

@@ -58,7 +58,7 @@
 //! `TCP_BENCH_TXN_BUFS` (`256K,16K`),
 //! `TCP_BENCH_TAP_BYTES` (32M), `TCP_BENCH_BUF` (256K), `TCP_BENCH_POLL` (`wait` | `busy`),
 //! `TCP_BENCH_CSUM` (`trust` | `verify`: checksums on the in-memory Pair, for both stacks),
-//! `TCP_BENCH_GSO` (tcp-lib's `Config::gso_max_size`, 16384 by default; 0: off),
+//! `TCP_BENCH_GSO` (tcp-lib's `Config::gso_max_size`, 65535 by default; 0: off),
 //! `TCP_BENCH_SMOLTCP_CC` (`cubic` | `none`: smoltcp's congestion control; tcp-lib runs CUBIC),
 //! `TCP_BENCH_ONLY` (comma list of `bulk`, `txn`, `tap`), `TCP_BENCH_ICOUNT=1` (also count
 //! instructions per byte of the in-memory bulk transfer under callgrind, both threads together).

@@ -129,9 +129,9 @@ pub struct Config {
     /// Off with TSO ([`tso_max_size`](Self::tso_max_size), which takes precedence). A segment
     /// that is one whole pool buffer or prepared piece still goes by reference; a lent piece of
     /// more than one MSS is copied into the frames it is cut into (so prepared content sent by
-    /// reference is better served with it off). 16 KiB measured fewest instructions per byte on
-    /// an in-memory link (BENCHMARKS.md): larger super-segments more often reach the end of the
-    /// send ring, and one that wraps is copied once more.
+    /// reference is better served with it off). A super-segment lent from the send ring ends
+    /// where the ring's storage does, so that it is not copied; 64 KiB measured fewest
+    /// instructions per byte on an in-memory link (BENCHMARKS.md).
     ///
     /// ```
     /// use std::net::Ipv4Addr;

@@ -239,6 +239,16 @@ impl RingBuffer {
         n
     }
 
+    /// How many stored bytes from `offset` bytes after the front lie in one run of the storage
+    /// (up to its end, or to the last stored byte): the most [`allocated_run`](Self::allocated_run)
+    /// can return from there.
+    pub(crate) fn run_from(&self, offset: usize) -> usize {
+        if offset >= self.len {
+            return 0;
+        }
+        (self.len - offset).min(self.storage.len().saturating_sub(self.index(offset)))
+    }
+
     /// The `len` stored bytes starting `offset` bytes after the front, when they lie in one run of
     /// the storage (they do not wrap around its end); `None` otherwise, or when fewer are stored.
     pub(crate) fn allocated_run(&self, offset: usize, len: usize) -> Option<&[u8]> {

@@ -161,6 +161,13 @@ impl SendStream {
         self.buf.allocated()
     }
 
+    /// In lending mode, with only ring bytes queued: how many bytes from stream offset `offset`
+    /// lie in one run of the ring's storage, the most a read from there lends (a longer one
+    /// wraps and is copied). `None` otherwise.
+    pub(super) fn ring_run(&self, offset: usize) -> Option<usize> {
+        (self.lend && self.pieces.is_empty()).then(|| self.buf.run_from(offset))
+    }
+
     /// Whether prepared content was queued (the stream is kept as pieces).
     pub(super) fn has_pieces(&self) -> bool {
         !self.pieces.is_empty()
@@ -662,6 +669,49 @@ mod tests {
             assert_eq!(got, expected, "at {at}, {n} bytes");
         }
         assert!(lent > 1000 && short > 1000 && wrapped > 10, "lent {lent}, short {short}, wrapped {wrapped}");
+    }
+
+    /// `ring_run` says how much a lent read can take from an offset: a read of exactly that many
+    /// bytes (when enough to lend) is lent whole, one byte more is not (when the run ends at the
+    /// storage's end rather than at the last byte queued); outside lending mode it says nothing.
+    #[test]
+    fn ring_run_is_what_a_lent_read_can_take() {
+        let mut rng = Rng(12);
+        let mut s = SendStream::new(16 * 1024);
+        let mut queued = 0usize;
+        let mut buf = vec![0u8; 20 * 1024];
+        let (mut whole, mut ends_early) = (0, 0);
+        for _ in 0..5_000 {
+            if rng.below(2) == 0 {
+                queued += s.push(&vec![7; 1 + rng.below(6000)]);
+            } else {
+                let n = rng.below(queued + 1);
+                s.dequeue(n);
+                queued -= n;
+            }
+            if queued == 0 {
+                continue;
+            }
+            let at = rng.below(queued);
+            assert_eq!(s.ring_run(at), None, "not lending");
+            s.start_lending();
+            let run = s.ring_run(at).expect("lending a ring-only stream");
+            assert!(run >= 1 && run <= queued - at);
+            if run >= MIN_RING_LEND {
+                assert_eq!(s.read(at, &mut buf[..run]), run);
+                assert!(matches!(s.stop_lending(), Some(Lent::Ring(b)) if b.len() == run));
+                whole += 1;
+                s.start_lending();
+            }
+            if run < queued - at {
+                assert_eq!(s.read(at, &mut buf[..run + 1]), run + 1);
+                assert!(s.stop_lending().is_none(), "a read past the storage's end is copied");
+                ends_early += 1;
+            } else {
+                s.stop_lending();
+            }
+        }
+        assert!(whole > 1000 && ends_early > 100, "whole {whole}, ends early {ends_early}");
     }
 
     /// An acknowledged pool buffer goes back to the stack's own cache (not the pool's shared

@@ -457,7 +457,10 @@ impl Connection {
         let usable = self.snd.wnd.saturating_sub(in_flight).min(cc_room);
         let mut size = unsent.min(usable).min(mss).min(buf.len());
         if size == mss && self.snd.super_max > mss {
-            size = self.super_size(unsent.min(usable).min(buf.len()), unsent, in_flight, mss);
+            // A super-segment lent from the ring ends where the ring's storage does (one that
+            // wrapped would be copied whole); the one segment that crosses it is copied alone.
+            let run = self.snd.stream.ring_run(sent).map_or(usize::MAX, |r| r.max(mss));
+            size = self.super_size(unsent.min(usable).min(buf.len()).min(run), unsent, in_flight, mss);
         }
         let mut clipped = false;
         if self.snd.nxt < self.snd.max
