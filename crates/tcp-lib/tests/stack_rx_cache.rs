@@ -527,3 +527,12 @@ fn faults_change_nothing_else_with_checksums_trusted() {
         assert!(continued > 100, "seed {seed}: only {continued} segments continued a train");
     }
 }
+
+#[test]
+fn short_segments_are_not_remembered() {
+    // A client whose segments carry at most 400 bytes: below the memory's threshold, so every
+    // segment takes the general path, and the servers still agree.
+    let (continued, arrived, _) = transfer(30, CLEAN, 200_000, 3000, |c| c.tcp.mss = 400);
+    assert_eq!(arrived, 400_000);
+    assert_eq!(continued, 0);
+}

@@ -3,8 +3,8 @@
 //! up its connection.
 //!
 //! A frame whose segment the connection took on the header-prediction path
-//! ([`Config::header_prediction`](crate::tcp::Config::header_prediction)) leaves its headers
-//! behind ([`Memory`]). The next frame of the same burst is compared with them as words, the
+//! ([`Config::header_prediction`](crate::tcp::Config::header_prediction)), with at least
+//! [`MIN_REMEMBERED`] bytes of payload, leaves its headers behind ([`Memory`]). The next frame of the same burst is compared with them as words, the
 //! fields that differ from one segment of a flow to the next (IP length and identification, the
 //! sequence number, the checksums) masked out; when nothing else differs, it is the same flow's
 //! next segment and would parse to the same segment but for its sequence number and payload,
@@ -29,6 +29,11 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::{Deliver, ETH_LEN, IP_LEN, IP6_LEN, Stack};
 use crate::wire::{Ipv4Packet, SeqNumber, TcpPacket, TcpRepr};
+
+/// The shortest payload whose segment is remembered: a bulk train's segments are full-sized, and
+/// remembering costs a copy of the headers and the segment (~80 instructions) that a request or a
+/// response of a few hundred bytes, followed by another flow's frame, never repays.
+pub(super) const MIN_REMEMBERED: usize = 512;
 
 /// The longest headers remembered: Ethernet, IPv6's fixed header, TCP with 40 bytes of options.
 const MAX_HEADERS: usize = ETH_LEN + IP6_LEN + 60;

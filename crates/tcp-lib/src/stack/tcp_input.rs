@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use super::family::TcpFamily;
 use super::flows::FlowKey;
-use super::{Deliver, ListenerId, Phase, Stack};
+use super::{Deliver, ListenerId, Phase, Stack, rx_cache};
 use crate::tcp::{TimeWaitAction, reset_for};
 use crate::wire::{ChecksumPolicy, TcpPacket, TcpRepr};
 
@@ -34,7 +34,7 @@ impl Stack {
         let remote = src.socket(seg.src_port);
         if let Some(&index) = self.demux.get(&FlowKey::new(local, remote)) {
             let predicted = self.segment_for_connection(index, &seg, ce, deliver);
-            if predicted && self.rx_remember {
+            if predicted && self.rx_remember && seg.payload.len() >= rx_cache::MIN_REMEMBERED {
                 self.rx_memory.keep_segment(index, &seg);
             }
             return;
