@@ -769,7 +769,10 @@ impl Connection {
         let probe = self.send_data(now, buf);
         self.recovery.tlp_budget = 0;
         let probe = probe.or_else(|| {
-            let data_end = self.send_base() + self.snd.stream.len();
+            // What was sent, not what is queued: bytes past SND.MAX (data Nagle holds back) sent
+            // as a retransmission would not move SND.MAX, and the peer's ACK of them would then
+            // be refused as acknowledging what was never sent, with every segment carrying it.
+            let data_end = (self.send_base() + self.snd.stream.len()).min(self.snd.max);
             let start = self.snd.last_seg.max(self.snd.una);
             let len = distance(start, data_end).min(mss);
             self.retransmit_at(now, buf, start, len)

@@ -205,3 +205,33 @@ fn a_short_message_then_bulk_agrees() {
     assert_same(&fast, &general);
     assert_eq!(fast.b.stats().recv_mss, fast.a.stats().send_mss);
 }
+
+/// Found by the proptest above (its regression file keeps the case): a tail loss probe that
+/// found only data Nagle holds back resent the last segment with that unsent byte in it, without
+/// moving SND.MAX; the peer's ACK of the byte was then refused as acknowledging what was never
+/// sent, and with it every later segment of the peer's: the transfer stalled for good.
+#[test]
+fn a_tail_loss_probe_resends_nothing_past_snd_max() {
+    let config = Config {
+        window_scaling: false,
+        timestamps: false,
+        sack: true,
+        delayed_ack: None,
+        nodelay: false,
+        congestion: crate::tcp::CongestionAlgorithm::NewReno,
+        rack: true,
+        tail_loss_probe: true,
+        ..pair_config()
+    };
+    let faults = Faults {
+        drop: 78,
+        duplicate: 14,
+        reorder: 20,
+        corrupt: 0,
+        delay: Duration::from_millis(1),
+        reorder_spread: Duration::from_millis(2),
+    };
+    // One-byte writes and reads, as the proptest shrank it; `both_ways` runs the transfer to
+    // its end (it stalled at 5840 of 7301 bytes) and compares the fast path with the general.
+    both_ways(config, faults, 9_167_111_344_973_521_846, false, || Transfer::new(7301, 10105, vec![1], 1));
+}
