@@ -10,10 +10,10 @@ mod common;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::{A_IP, B_IP, Rng, TICK, config};
-use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, Pair, VirtualClock};
+use common::{A_IP, B_IP, Rng, TICK, config, lossy};
+use netchannel::dev::{FaultConfig, FaultInjector, Pair, VirtualClock};
 use netchannel::pool::{HugePages, Pool, SharedPacket};
 use tcp_lib::stack::{Error, InPoolError, PreparedSegments, PreparedSlice, Stack, StackStats, StreamId};
 use tcp_lib::wire::Ipv6Cidr;
@@ -24,18 +24,6 @@ const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 1, 0, 0, 0, 2);
 /// The payload of a full segment with timestamps on a 1500-byte MTU.
 fn mss_of(v6: bool) -> usize {
     if v6 { 1500 - 40 - 32 } else { 1500 - 20 - 32 }
-}
-
-fn lossy() -> DirectionConfig {
-    DirectionConfig {
-        drop: 0.03,
-        corrupt: 0.0,
-        duplicate: 0.01,
-        reorder: 0.02,
-        reorder_by: 3,
-        delay: Duration::from_millis(2),
-        rate: None,
-    }
 }
 
 /// `partial`: the sender leaves the TCP checksum to the device (`Config::tx_partial_checksum`);
@@ -52,7 +40,7 @@ fn by_reference_through_faults(v6: bool, partial: bool, copies: usize) -> StackS
         cb = cb.with_ipv6(Ipv6Cidr::new(B6, 64).unwrap());
     }
     cb.tx_partial_checksum = partial;
-    let faults = FaultConfig { seed: 5 + u64::from(v6), rx: lossy(), tx: lossy(), max_held: 4096 };
+    let faults = FaultConfig { seed: 5 + u64::from(v6), rx: lossy(0.0), tx: lossy(0.0), max_held: 4096 };
     let mut dev_a = FaultInjector::with_clock(pa, &pool, faults, clock.clone());
     let mut dev_b = pb;
     let mut now = Instant::now();

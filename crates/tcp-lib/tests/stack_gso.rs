@@ -6,15 +6,11 @@
 
 mod common;
 
-use std::net::SocketAddrV4;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{A_IP, B_IP, Net, Rng, TICK, config, tcp_in};
-use netchannel::dev::{
-    DirectionConfig, FaultConfig, FaultInjector, NetDevice, PacketBatch, Pair, VirtualClock,
-};
-use netchannel::pool::{HugePages, Pool};
-use tcp_lib::stack::{Error, Stack};
+use common::{LossyRun, Net, Rng, TICK, lossy, lossy_transfer, tcp_in};
+use netchannel::dev::{NetDevice, PacketBatch};
+use tcp_lib::stack::Error;
 use tcp_lib::tcp::State;
 use tcp_lib::wire::{EthernetFrame, Ipv4Packet};
 
@@ -93,87 +89,24 @@ fn cut_frames_are_wire_segments_with_valid_checksums() {
     assert_eq!(net.a.state(c), Ok(State::Established));
 }
 
-fn lossy() -> DirectionConfig {
-    DirectionConfig {
-        drop: 0.03,
-        corrupt: 0.0,
-        duplicate: 0.01,
-        reorder: 0.02,
-        reorder_by: 3,
-        delay: Duration::from_millis(2),
-        rate: None,
-    }
-}
-
 #[test]
 fn transfer_through_loss_and_reordering_arrives_byte_exact() {
-    let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().unwrap();
-    let (pa, pb) = Pair::builder(&pool).capacity(4096).build().unwrap();
-    let cache = pool.cache();
-    let clock = VirtualClock::new();
-    let faults = FaultConfig { seed: 23, rx: lossy(), tx: lossy(), max_held: 4096 };
-    let mut ca = config(&pa, A_IP, 1);
-    ca.tcp.send_buffer = 256 * 1024;
-    ca.gso_max_size = 65_535;
-    let mut cb = config(&pb, B_IP, 2);
-    cb.gso_max_size = 65_535;
-    let mut dev_a = FaultInjector::with_clock(pa, &pool, faults, clock.clone());
-    let mut dev_b = pb;
-    let start = Instant::now();
-    let mut now = start;
-    let mut a = Stack::new(ca, now);
-    let mut b = Stack::new(cb, now);
-    let l = b.listen(80).unwrap();
-    let c = a.connect(SocketAddrV4::new(B_IP, 80)).unwrap();
     let mut rng = Rng(78);
     let ab = rng.bytes(3 << 20);
     let ba = rng.bytes(1 << 20);
-    let (mut sent_ab, mut sent_ba) = (0, 0);
-    let (mut got_ab, mut got_ba) = (Vec::new(), Vec::new());
-    let mut s = None;
-    let mut buf = vec![0u8; 64 * 1024];
-    for _ in 0..400_000 {
-        a.poll(now, &mut dev_a, &cache).unwrap();
-        b.poll(now, &mut dev_b, &cache).unwrap();
-        now += TICK;
-        clock.advance(TICK);
-        s = s.or_else(|| b.accept(l));
-        if sent_ab < ab.len()
-            && let Ok(n) = a.send(c, &ab[sent_ab..])
-        {
-            sent_ab += n;
-        }
-        if let Some(s) = s {
-            if sent_ba < ba.len()
-                && let Ok(n) = b.send(s, &ba[sent_ba..])
-            {
-                sent_ba += n;
-            }
-            while let Ok(n) = b.recv(s, &mut buf) {
-                if n == 0 {
-                    break;
-                }
-                got_ab.extend_from_slice(&buf[..n]);
-            }
-        }
-        while let Ok(n) = a.recv(c, &mut buf) {
-            if n == 0 {
-                break;
-            }
-            got_ba.extend_from_slice(&buf[..n]);
-        }
-        if got_ab.len() == ab.len() && got_ba.len() == ba.len() {
-            break;
-        }
-    }
-    let fs = dev_a.fault_stats();
+    let LossyRun { a, b, client: c, got_ab, got_ba, faults: fs, elapsed } =
+        lossy_transfer(23, lossy(0.0), &ab, &ba, |ca, cb| {
+            ca.tcp.send_buffer = 256 * 1024;
+            ca.gso_max_size = 65_535;
+            cb.gso_max_size = 65_535;
+        });
     let (sa, sb) = (a.stats(), b.stats());
     assert!(fs.tx.dropped > 30 && fs.rx.dropped > 10, "{fs:?}");
     assert!(got_ab == ab, "A->B: {} of {} bytes, or different bytes; {fs:?}", got_ab.len(), ab.len());
     assert!(got_ba == ba, "B->A: {} of {} bytes, or different bytes", got_ba.len(), ba.len());
     assert!(a.connection_stats(c).unwrap().retransmits > 0);
     assert!(sa.tx_gso_super_segments > 0 && sb.tx_gso_super_segments > 0, "{sa:?} {sb:?}");
-    assert!(now - start < Duration::from_secs(400), "{:?}", now - start);
+    assert!(elapsed < Duration::from_secs(400), "{elapsed:?}");
 }
 
 #[test]

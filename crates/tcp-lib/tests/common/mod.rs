@@ -4,9 +4,11 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use netchannel::dev::{NetDevice, PacketBatch, Pair};
+use netchannel::dev::{
+    DirectionConfig, FaultConfig, FaultInjector, FaultStats, NetDevice, PacketBatch, Pair, VirtualClock,
+};
 use netchannel::pool::{HugePages, Pool, PoolCache};
-use tcp_lib::stack::{Config, Stack, StreamId};
+use tcp_lib::stack::{Config, Error, Stack, StreamId};
 use tcp_lib::tcp::State;
 use tcp_lib::wire::{
     EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Ipv4Cidr, Ipv4Packet, Ipv4Repr, Ipv6Packet,
@@ -214,4 +216,96 @@ pub fn ipv4_frame(
     ip.emit(&mut packet);
     write(packet.payload_mut());
     buf
+}
+
+/// The faults of one direction of [`lossy_transfer`]: 3% dropped, 1% duplicated, 2% reordered
+/// by up to 3 frames, 2 ms of delay, and `corrupt` of the frames with a byte flipped.
+pub fn lossy(corrupt: f64) -> DirectionConfig {
+    DirectionConfig {
+        drop: 0.03,
+        corrupt,
+        duplicate: 0.01,
+        reorder: 0.02,
+        reorder_by: 3,
+        delay: Duration::from_millis(2),
+        rate: None,
+    }
+}
+
+/// What [`lossy_transfer`] ended with.
+pub struct LossyRun {
+    pub a: Stack,
+    pub b: Stack,
+    /// A's connection.
+    pub client: StreamId,
+    pub got_ab: Vec<u8>,
+    pub got_ba: Vec<u8>,
+    /// The faults A's device injected, both ways.
+    pub faults: FaultStats,
+    /// Virtual time the transfer took.
+    pub elapsed: Duration,
+}
+
+/// `ab` from A to B and `ba` back at once, byte for byte, through a `FaultInjector` on A's
+/// device (`faults` each way, seeded with `seed`) on virtual time, until both arrived or 400,000
+/// ticks passed; `tweak` adjusts A's and B's configurations. Every receive error but
+/// `WouldBlock` panics.
+pub fn lossy_transfer(
+    seed: u64,
+    faults: DirectionConfig,
+    ab: &[u8],
+    ba: &[u8],
+    tweak: impl Fn(&mut Config, &mut Config),
+) -> LossyRun {
+    let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().unwrap();
+    let (pa, pb) = Pair::builder(&pool).capacity(4096).build().unwrap();
+    let cache = pool.cache();
+    let clock = VirtualClock::new();
+    let fault_config = FaultConfig { seed, rx: faults, tx: faults, max_held: 4096 };
+    let (mut ca, mut cb) = (config(&pa, A_IP, 1), config(&pb, B_IP, 2));
+    tweak(&mut ca, &mut cb);
+    let mut dev_a = FaultInjector::with_clock(pa, &pool, fault_config, clock.clone());
+    let mut dev_b = pb;
+    let start = Instant::now();
+    let mut now = start;
+    let mut a = Stack::new(ca, now);
+    let mut b = Stack::new(cb, now);
+    let l = b.listen(80).unwrap();
+    let c = a.connect(SocketAddrV4::new(B_IP, 80)).unwrap();
+    let (mut sent_ab, mut sent_ba) = (0, 0);
+    let (mut got_ab, mut got_ba) = (Vec::new(), Vec::new());
+    let mut s = None;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut read_all = |stack: &mut Stack, id: StreamId, into: &mut Vec<u8>| loop {
+        match stack.recv(id, &mut buf) {
+            Ok(n) if n > 0 => into.extend_from_slice(&buf[..n]),
+            Ok(_) | Err(Error::WouldBlock) => break,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    for _ in 0..400_000 {
+        a.poll(now, &mut dev_a, &cache).unwrap();
+        b.poll(now, &mut dev_b, &cache).unwrap();
+        now += TICK;
+        clock.advance(TICK);
+        s = s.or_else(|| b.accept(l));
+        if sent_ab < ab.len()
+            && let Ok(n) = a.send(c, &ab[sent_ab..])
+        {
+            sent_ab += n;
+        }
+        if let Some(s) = s {
+            if sent_ba < ba.len()
+                && let Ok(n) = b.send(s, &ba[sent_ba..])
+            {
+                sent_ba += n;
+            }
+            read_all(&mut b, s, &mut got_ab);
+        }
+        read_all(&mut a, c, &mut got_ba);
+        if got_ab.len() == ab.len() && got_ba.len() == ba.len() {
+            break;
+        }
+    }
+    LossyRun { a, b, client: c, got_ab, got_ba, faults: dev_a.fault_stats(), elapsed: now - start }
 }
