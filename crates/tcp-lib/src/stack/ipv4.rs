@@ -114,9 +114,7 @@ impl Stack {
         offload: Offload,
         deliver: &mut D,
     ) {
-        self.rx_trusted = offload.checksum_trusted();
-        self.advance(now);
-        self.stats.rx_frames += 1;
+        self.begin_frame(now, offload);
         self.receive_ethernet(frame, deliver);
     }
 
@@ -130,9 +128,7 @@ impl Stack {
         offload: Offload,
         deliver: &mut D,
     ) {
-        self.rx_trusted = offload.checksum_trusted();
-        self.advance(now);
-        self.stats.rx_frames += 1;
+        self.begin_frame(now, offload);
         if self.rx_memory.holds_headers() && self.receive_continued(frame, deliver) {
             return;
         }
@@ -140,6 +136,14 @@ impl Stack {
         self.receive_ethernet(frame, deliver);
         self.rx_remember = false;
         self.rx_memory.keep_headers(frame);
+    }
+
+    /// What every received frame starts with: the clock, its offload metadata, the count.
+    #[inline]
+    fn begin_frame(&mut self, now: Instant, offload: Offload) {
+        self.rx_trusted = offload.checksum_trusted();
+        self.advance(now);
+        self.stats.rx_frames += 1;
     }
 
     /// An Ethernet frame, to the protocol it carries.

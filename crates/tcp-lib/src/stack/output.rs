@@ -339,13 +339,14 @@ impl Stack {
                     None => t.segment(&self.scratch),
                 };
                 let mut plain = Some(plain);
+                let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
+                let eth = ethernet_header(self.config.mac, mac, ethertype);
                 let frames = gso::cut(&seg, usize::from(t.segment_size), ident, |seg, ident, first| {
                     let mut packet = if first { plain.take() } else { cache.alloc() }?;
                     let len = ETH_LEN + ip_len + seg.buffer_len();
                     packet.set_len(len).ok()?;
                     let data = packet.data_mut();
-                    let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
-                    data[..ETH_LEN].copy_from_slice(&ethernet_header(self.config.mac, mac, ethertype));
+                    data[..ETH_LEN].copy_from_slice(&eth);
                     emit::segment(&mut data[ETH_LEN..], seg, ends, (t.ect, OFFLOAD), ident, &self.config);
                     if OFFLOAD {
                         packet.set_offload(offload_for(
