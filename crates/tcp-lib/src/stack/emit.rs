@@ -9,7 +9,7 @@ use super::Config;
 use super::family::{Ends, TcpFamily};
 #[cfg(doc)]
 use crate::tcp::Transmit;
-use crate::wire::{TcpPacket, TcpRepr, checksum};
+use crate::wire::{SeqNumber, TcpPacket, TcpRepr, checksum};
 
 /// Writes the IP header and the TCP segment `seg` of a connection with `(local, remote)` into
 /// `buf` (exactly the family's IP header and `seg.buffer_len()` bytes), ECN-capable when `ect`
@@ -61,6 +61,59 @@ pub(super) fn segment_prepared<const BY_REFERENCE: bool>(
         }
         _ => false,
     }
+}
+
+/// Completes a segment of a super-segment whose IP and TCP headers (`header_len` bytes at the
+/// start of `buf`) were copied from the frame before it, which [`segment`] wrote with the same
+/// flags and payload length ([`gso::Piece::repeats`](super::gso::Piece::repeats)): writes its
+/// sequence number `seq`, its IP identification, its `payload` behind the headers, and its
+/// checksums as [`segment`] would (a partial sum, over the same length, is the copied one).
+#[inline]
+pub(super) fn repeat_segment(
+    buf: &mut [u8],
+    header_len: usize,
+    (seq, payload): (SeqNumber, &[u8]),
+    (local, remote): (SocketAddr, SocketAddr),
+    partial: bool,
+    ident: u16,
+    config: &Config,
+) {
+    match (local, remote) {
+        (SocketAddr::V4(s), SocketAddr::V4(d)) => {
+            let ends = Ends { src: *s.ip(), dst: *d.ip(), ect: false };
+            repeat_ip_tcp(buf, header_len, (seq, payload), ends, partial, ident, config);
+        }
+        (SocketAddr::V6(s), SocketAddr::V6(d)) => {
+            let ends = Ends { src: *s.ip(), dst: *d.ip(), ect: false };
+            repeat_ip_tcp(buf, header_len, (seq, payload), ends, partial, ident, config);
+        }
+        _ => {}
+    }
+}
+
+fn repeat_ip_tcp<A: TcpFamily>(
+    buf: &mut [u8],
+    header_len: usize,
+    (seq, payload): (SeqNumber, &[u8]),
+    ends: Ends<A>,
+    partial: bool,
+    ident: u16,
+    config: &Config,
+) {
+    let (headers, rest) = buf.split_at_mut(header_len);
+    rest[..payload.len()].copy_from_slice(payload);
+    let (ip, tcp) = headers.split_at_mut(A::HEADER_LEN);
+    A::set_ident(ip, ident);
+    let mut view = TcpPacket::new_unchecked(&mut *tcp);
+    view.set_seq_number(seq);
+    if partial || !config.tx_checksum {
+        return;
+    }
+    view.set_checksum(0);
+    let length = u32::try_from(tcp.len() + payload.len()).unwrap_or(u32::MAX);
+    let sum =
+        checksum::combine(&[A::pseudo_header(ends, length), checksum::data(tcp), checksum::data(payload)]);
+    TcpPacket::new_unchecked(tcp).set_checksum(checksum::finish(sum));
 }
 
 fn emit_ip_tcp<A: TcpFamily>(
@@ -130,4 +183,80 @@ fn emit_ip_tcp_prepared<A: TcpFamily, const BY_REFERENCE: bool>(
         checksum::combine(&[A::pseudo_header(ends, length), checksum::data(&tcp[..header_len]), payload_sum]);
     TcpPacket::new_unchecked(&mut tcp[..header_len]).set_checksum(checksum::finish(sum));
     precomputed.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+
+    use super::*;
+    use crate::wire::tcp::Timestamp;
+    use crate::wire::tcp::{SackBlock, SackBlocks};
+    use crate::wire::{EthernetAddress, Ipv4Cidr, TcpControl};
+
+    /// A segment completed from the frame before's headers ([`repeat_segment`]) is byte for byte
+    /// the one [`segment`] writes: both families, checksums filled, partial or left out, options
+    /// of several lengths, identifications that wrap.
+    #[test]
+    fn a_repeated_segment_is_the_one_emitted_whole() {
+        let v4 = (
+            SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80)),
+            SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40_000)),
+        );
+        let v6 = (
+            SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1), 80, 0, 0)),
+            SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2), 40_000, 0, 0)),
+        );
+        let payload: Vec<u8> = (0..2 * 1441u32).map(|i| (i * 7 + i / 256).to_le_bytes()[0]).collect();
+        let (first, second) = payload.split_at(1441);
+        let sack = [SackBlock { left: SeqNumber::new(9), right: SeqNumber::new(99) }];
+        let mut cases = 0;
+        for ends in [v4, v6] {
+            let ip_len = if ends.0.is_ipv4() { super::super::IP_LEN } else { super::super::IP6_LEN };
+            for (tx_checksum, partial) in [(true, false), (false, false), (true, true)] {
+                for (timestamp, sacks) in
+                    [(None, &[][..]), (Some(Timestamp { tsval: 7, tsecr: 3 }), &sack[..])]
+                {
+                    for (ect, ident) in [(false, 17u16), (true, u16::MAX)] {
+                        let mut config = Config::new(
+                            EthernetAddress([2, 0, 0, 0, 0, 1]),
+                            Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24).unwrap(),
+                        );
+                        config.tx_checksum = tx_checksum;
+                        let before = TcpRepr {
+                            src_port: 80,
+                            dst_port: 40_000,
+                            seq_number: SeqNumber::new(u32::MAX - 1000),
+                            ack_number: Some(SeqNumber::new(5)),
+                            window_len: 1234,
+                            control: TcpControl::None,
+                            timestamp,
+                            sack_blocks: SackBlocks::from_slice(sacks).unwrap(),
+                            payload: first,
+                            ..TcpRepr::default()
+                        };
+                        let next = TcpRepr {
+                            seq_number: before.seq_number + first.len(),
+                            payload: second,
+                            ..before
+                        };
+                        let len = ip_len + before.buffer_len();
+                        let (mut a, mut b, mut c) = (vec![0u8; len], vec![0u8; len], vec![0xa5u8; len]);
+                        segment(&mut a, &before, ends, (ect, partial), ident, &config);
+                        segment(&mut b, &next, ends, (ect, partial), ident.wrapping_add(1), &config);
+                        let headers = ip_len + before.header_len();
+                        c[..headers].copy_from_slice(&a[..headers]);
+                        let piece = (next.seq_number, next.payload);
+                        repeat_segment(&mut c, headers, piece, ends, partial, ident.wrapping_add(1), &config);
+                        assert_eq!(
+                            c, b,
+                            "{ends:?} checksum {tx_checksum} partial {partial} options {timestamp:?} ect {ect}"
+                        );
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 24);
+    }
 }

@@ -461,6 +461,9 @@ const ETH_LEN: usize = 14;
 const IP_LEN: usize = 20;
 /// IPv6 header length emitted (no extension headers).
 const IP6_LEN: usize = 40;
+/// The longest headers of a TCP frame of the stack's: Ethernet, IPv6's fixed header, TCP with
+/// 40 bytes of options.
+const MAX_HEADERS: usize = ETH_LEN + IP6_LEN + 60;
 
 /// A connection handle (an index and a generation: stale handles are refused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

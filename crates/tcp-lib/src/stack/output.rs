@@ -12,7 +12,7 @@ use netchannel::pool::{GsoKind, Offload, Packet, PoolCache};
 use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
-use super::{ETH_LEN, IP_LEN, IP6_LEN, Stack, StackStats, emit, gso};
+use super::{ETH_LEN, IP_LEN, IP6_LEN, MAX_HEADERS, Stack, StackStats, emit, gso};
 use crate::tcp::{Lent, PooledSlice, State};
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
@@ -341,19 +341,29 @@ impl Stack {
                 let mut plain = Some(plain);
                 let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
                 let eth = ethernet_header(self.config.mac, mac, ethertype);
-                let frames = gso::cut(&seg, usize::from(t.segment_size), ident, |seg, ident, first| {
-                    let mut packet = if first { plain.take() } else { cache.alloc() }?;
-                    let len = ETH_LEN + ip_len + seg.buffer_len();
-                    packet.set_len(len).ok()?;
+                // The headers of the frame before (Ethernet, IP, TCP), for a segment that repeats
+                // them (`Piece::repeats`): copied, then the few fields that differ written.
+                let mut before = [0u8; MAX_HEADERS];
+                let headers = ETH_LEN + ip_len + seg.header_len();
+                let frames = gso::cut(&seg, usize::from(t.segment_size), ident, |piece| {
+                    let mut packet = if piece.first { plain.take() } else { cache.alloc() }?;
+                    packet.set_len(headers + piece.payload.len()).ok()?;
                     let data = packet.data_mut();
-                    data[..ETH_LEN].copy_from_slice(&eth);
-                    emit::segment(&mut data[ETH_LEN..], seg, ends, (t.ect, OFFLOAD), ident, &self.config);
+                    let (ident, config) = (piece.ident, &self.config);
+                    if piece.repeats {
+                        data[..headers].copy_from_slice(&before[..headers]);
+                        let (buf, headers) = (&mut data[ETH_LEN..], headers - ETH_LEN);
+                        let payload = (piece.seq_number, piece.payload);
+                        emit::repeat_segment(buf, headers, payload, ends, OFFLOAD, ident, config);
+                    } else {
+                        data[..ETH_LEN].copy_from_slice(&eth);
+                        let seg = piece.segment(&seg);
+                        emit::segment(&mut data[ETH_LEN..], &seg, ends, (t.ect, OFFLOAD), ident, config);
+                        before[..headers].copy_from_slice(&data[..headers]);
+                    }
                     if OFFLOAD {
-                        packet.set_offload(offload_for(
-                            (0, seg.header_len(), false),
-                            ip_len,
-                            remote_ip.is_ipv6(),
-                        ));
+                        let tcp_header = headers - ETH_LEN - ip_len;
+                        packet.set_offload(offload_for((0, tcp_header, false), ip_len, remote_ip.is_ipv6()));
                     }
                     out.push(packet).ok()
                 });

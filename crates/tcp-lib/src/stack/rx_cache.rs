@@ -27,7 +27,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::{Deliver, ETH_LEN, IP_LEN, IP6_LEN, Stack};
+use super::{Deliver, ETH_LEN, IP_LEN, IP6_LEN, MAX_HEADERS, Stack};
 use crate::wire::{Ipv4Packet, SeqNumber, TcpPacket, TcpRepr};
 
 /// The shortest payload whose segment is remembered: a bulk train's segments are full-sized, and
@@ -35,8 +35,6 @@ use crate::wire::{Ipv4Packet, SeqNumber, TcpPacket, TcpRepr};
 /// response of a few hundred bytes, followed by another flow's frame, never repays.
 pub(super) const MIN_REMEMBERED: usize = 512;
 
-/// The longest headers remembered: Ethernet, IPv6's fixed header, TCP with 40 bytes of options.
-const MAX_HEADERS: usize = ETH_LEN + IP6_LEN + 60;
 /// [`MAX_HEADERS`] in 8-byte words.
 const WORDS: usize = MAX_HEADERS.div_ceil(8);
 
