@@ -96,6 +96,14 @@ pub(super) struct Memory {
     headers: [u8; WORDS * 8],
     /// The headers' length: where the payload starts.
     payload_at: usize,
+    /// `headers` as little-endian words, to compare the next frame's first
+    /// [`compared`](Self::compared) words with.
+    words: [u64; WORDS],
+    /// The bits of [`words`](Self::words) the next frame must repeat: the family's mask
+    /// ([`MASKS`]) less the payload bytes of the last word compared, and 0 after it.
+    mask: [u64; WORDS],
+    /// How many words are compared: the headers' length in words, rounded up.
+    compared: usize,
     /// IPv6 (else IPv4).
     v6: bool,
     /// The slot of the connection that predicted the segment.
@@ -112,6 +120,9 @@ impl Default for Memory {
             held: Held::Nothing,
             headers: [0; WORDS * 8],
             payload_at: 0,
+            words: [0; WORDS],
+            mask: [0; WORDS],
+            compared: 0,
             v6: false,
             index: 0,
             segment: TcpRepr::default(),
@@ -182,6 +193,18 @@ impl Memory {
         self.headers[..payload_at].copy_from_slice(&frame[..payload_at]);
         self.payload_at = payload_at;
         self.v6 = v6;
+        // The comparison's words, once per general-path frame rather than once per frame
+        // compared: the held bytes past the headers are whatever was there before, and masked.
+        let family = &MASKS[usize::from(v6)];
+        for (i, ((word, mask), bytes)) in
+            self.words.iter_mut().zip(&mut self.mask).zip(self.headers.chunks_exact(8)).enumerate()
+        {
+            *word = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
+            let headers_in_word = payload_at.saturating_sub(i * 8).min(8);
+            let headers_only = if headers_in_word == 8 { u64::MAX } else { (1 << (8 * headers_in_word)) - 1 };
+            *mask = family[i] & headers_only;
+        }
+        self.compared = payload_at.div_ceil(8);
         self.held = Held::Headers;
     }
 
@@ -196,19 +219,10 @@ impl Memory {
     #[inline]
     fn continued<'f>(&self, frame: &'f [u8]) -> Option<(SeqNumber, &'f [u8])> {
         let n = self.payload_at;
-        let head = frame.get(..n.next_multiple_of(8))?;
-        let mask = &MASKS[usize::from(self.v6)];
-        let word =
-            |b: &[u8], i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        let head = frame.get(..self.compared * 8)?;
         let mut differ = 0;
-        for (i, m) in mask.iter().enumerate().take(n / 8) {
-            differ |= (word(head, i) ^ word(&self.headers, i)) & m;
-        }
-        if !n.is_multiple_of(8) {
-            // The last word holds payload bytes past the headers: not compared.
-            let i = n / 8;
-            let headers_only = (1u64 << (8 * (n % 8))) - 1;
-            differ |= (word(head, i) ^ word(&self.headers, i)) & mask[i] & headers_only;
+        for ((bytes, word), mask) in head.chunks_exact(8).zip(&self.words).zip(&self.mask) {
+            differ |= (u64::from_le_bytes(bytes.try_into().unwrap_or_default()) ^ word) & mask;
         }
         if differ != 0 {
             return None;
