@@ -277,6 +277,9 @@ impl Stack {
         let m = &self.rx_memory;
         let (index, seg) = (m.index, TcpRepr { seq_number: seq, payload, ..m.segment });
         self.stats.rx_continued += 1;
+        if self.continue_connection(index, &seg, deliver) {
+            return true;
+        }
         if !self.segment_for_connection(index, &seg, false, deliver) {
             self.rx_memory.forget();
         }

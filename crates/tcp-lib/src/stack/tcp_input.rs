@@ -117,6 +117,39 @@ impl Stack {
         predicted
     }
 
+    /// A continued segment (the receive memory's, [`rx_cache`]) for the connection in slot
+    /// `index`, which predicted the segment before it in this receive loop: taken on the
+    /// connection's short path ([`Connection::receive_continued`]) when the application holds
+    /// the connection and it predicts this segment too, with the bookkeeping
+    /// [`segment_for_connection`](Self::segment_for_connection) would do; returns whether it
+    /// was taken (if not, nothing was done or counted). The segment before left the connection
+    /// held by the application, past its listener's queues and marked ready (so settling it
+    /// only wakes its wakers): checked and kept here rather than assumed.
+    ///
+    /// [`Connection::receive_continued`]: crate::tcp::Connection
+    pub(super) fn continue_connection<D: Deliver + ?Sized>(
+        &mut self,
+        index: u32,
+        seg: &TcpRepr<'_>,
+        deliver: &mut D,
+    ) -> bool {
+        let (now, id) = (self.now, self.stream_id(index));
+        let Some(e) = self.slots.get_mut(index) else { return false };
+        if e.phase != Phase::Open {
+            return false;
+        }
+        if !e.conn.receive_continued(now, seg, &mut |data| deliver.tcp(id, data)) {
+            return false;
+        }
+        self.stats.tcp_segments_in += 1;
+        e.wake_ready();
+        if !e.ready {
+            e.ready = true;
+            self.ready.push_back(index);
+        }
+        true
+    }
+
     /// The checksum policy for the transport header of the frame being received:
     /// [`Config::checksum`](super::Config::checksum), or `Trust` (counted) for a frame whose
     /// offload metadata said its checksum need not be checked ([`Stack::receive_offload`]).

@@ -507,6 +507,33 @@ impl Connection {
             && !self.recovery.cwr
     }
 
+    /// The next segment of a train whose segment before it this connection predicted, with
+    /// nothing else run on the connection in between and the same headers but for the sequence
+    /// number and the payload's length (the stack's receive memory, `stack::rx_cache`): taken
+    /// as [`receive_predicted`](Self::receive_predicted) takes a predicted segment, and true,
+    /// when it is predicted too; false, and nothing done, when not. Of
+    /// [`predicts`](Self::predicts)' conditions only those the segment before can have changed
+    /// are checked (the state: an out-of-order FIN it made in order closes; the next sequence
+    /// number; the window); the rest held for identical headers and hold still, which debug
+    /// builds assert.
+    pub(crate) fn receive_continued(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) -> bool {
+        if self.state != State::Established
+            || seg.seq_number != self.rcv.nxt
+            || seg.payload.len() > distance(self.rcv.nxt, self.rcv.adv)
+        {
+            return false;
+        }
+        debug_assert!(self.predicts(seg, false), "a continued segment passes all of header prediction");
+        self.stats.segments_in += 1;
+        self.receive_predicted(now, seg, deliver);
+        true
+    }
+
     /// A segment header prediction took ([`predicts`](Self::predicts)): what
     /// [`handle_synchronized`](Self::handle_synchronized) does for it, in the same order, less
     /// the checks it is known to pass.

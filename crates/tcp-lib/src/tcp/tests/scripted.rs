@@ -1597,3 +1597,44 @@ fn pure_ack_at_the_right_window_edge_is_accepted() {
     recv!(s, [ack(3, 0, 64)]);
     assert_eq!(s.conn.recv_queue(), 0, "data there is still outside the window");
 }
+
+// ------------------------------------------------------------------------------------------
+// The receive memory's short path (`Connection::receive_continued`).
+
+/// A continued segment (the same headers as a predicted one, but for the sequence number and
+/// the payload's length) is taken where header prediction would take it and refused, with
+/// nothing done, where the segment before can have changed the answer: the next sequence
+/// number, the window, the state. (Debug builds assert the rest of the prediction too.)
+#[test]
+fn a_continued_segment_is_taken_only_where_it_is_still_predicted() {
+    let data = [7u8; 100];
+    let seg = |at: usize, len: usize| TcpRepr { payload: &data[..len], ..from_peer(at, 0) };
+    let mut s = Script::established();
+    let mut taken = Vec::new();
+    let mut deliver = |d: &[u8]| {
+        taken.push(d.len());
+        d.len()
+    };
+    s.conn.handle_segment_ecn(s.now, &seg(0, 10), false, &mut deliver);
+    let stats = |s: &Script| (s.conn.stats().predicted, s.conn.stats().segments_in, s.conn.stats().bytes_in);
+    assert_eq!(stats(&s), (1, 2, 10), "the first is predicted (the handshake's ACK was the first segment)");
+    assert!(s.conn.receive_continued(s.now, &seg(10, 10), &mut deliver), "the next one continues");
+    assert_eq!(stats(&s), (2, 3, 20));
+    for (refused, why) in
+        [(seg(10, 10), "a duplicate"), (seg(30, 10), "after a gap"), (seg(20, 45), "past the window")]
+    {
+        assert!(!s.conn.receive_continued(s.now, &refused, &mut deliver), "{why} is refused");
+        assert_eq!(stats(&s), (2, 3, 20), "{why}: nothing done");
+    }
+    // The window we advertised (64 bytes from the handshake) ends at 64: a segment up to it is
+    // still taken.
+    assert!(s.conn.receive_continued(s.now, &seg(20, 44), &mut deliver));
+    assert_eq!(stats(&s), (3, 4, 64));
+    s.drain();
+    send!(s, fin(from_peer(64, 0)));
+    assert_eq!(s.conn.state(), State::CloseWait);
+    let before = stats(&s);
+    assert!(!s.conn.receive_continued(s.now, &seg(65, 10), &mut deliver), "nothing is predicted after a FIN");
+    assert_eq!(stats(&s), before);
+    assert_eq!(taken, [10, 10, 44]);
+}
