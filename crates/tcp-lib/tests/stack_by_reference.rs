@@ -30,6 +30,11 @@ fn mss_of(v6: bool) -> usize {
 /// the `Pair` passes the frame's offload metadata on and the receiver trusts it.
 /// `copies`: pool buffers per segment.
 fn by_reference_through_faults(v6: bool, partial: bool, copies: usize) -> StackStats {
+    by_reference_with(v6, partial, copies, 0)
+}
+
+/// [`by_reference_through_faults`] with the server's software GSO at `gso` bytes (0: off).
+fn by_reference_with(v6: bool, partial: bool, copies: usize, gso: usize) -> StackStats {
     let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().unwrap();
     let (pa, pb) = Pair::builder(&pool).capacity(4096).build().unwrap();
     let cache = pool.cache();
@@ -40,6 +45,7 @@ fn by_reference_through_faults(v6: bool, partial: bool, copies: usize) -> StackS
         cb = cb.with_ipv6(Ipv6Cidr::new(B6, 64).unwrap());
     }
     cb.tx_partial_checksum = partial;
+    cb.gso_max_size = gso;
     let faults = FaultConfig { seed: 5 + u64::from(v6), rx: lossy(0.0), tx: lossy(0.0), max_held: 4096 };
     let mut dev_a = FaultInjector::with_clock(pa, &pool, faults, clock.clone());
     let mut dev_b = pb;
@@ -134,6 +140,16 @@ fn prepared_content_by_reference_ipv6() {
 fn prepared_content_by_reference_partial_checksums() {
     by_reference_through_faults(false, true, 1);
     by_reference_through_faults(true, true, 1);
+}
+
+/// Software GSO on the server cuts no super-segment of prepared content, which would copy it:
+/// the content still goes by reference a segment at a time.
+#[test]
+fn prepared_content_by_reference_with_software_gso() {
+    for v6 in [false, true] {
+        let st = by_reference_with(v6, false, 1, 65_535);
+        assert_eq!(st.tx_gso_super_segments, 0, "v6: {v6}: {st:?}");
+    }
 }
 
 /// With more copies of each segment, fewer sends find every copy in flight and fall back to

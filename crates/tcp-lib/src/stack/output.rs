@@ -308,9 +308,11 @@ impl Stack {
                 // segments there.)
                 e.conn.set_super_segment_limit(if mac.is_some() { super_max } else { 0 });
             } else if gso_max != 0 {
-                // No more segments than the batch has room for: each is a frame of its own.
+                // No more segments than the batch has room for: each is a frame of its own. None
+                // while content that goes by reference is queued: the cut would copy it.
                 let room = out.remaining().saturating_mul(e.conn.data_mss());
-                e.conn.set_super_segment_limit(if mac.is_some() { gso_max.min(room) } else { 0 });
+                let cut = mac.is_some() && !e.conn.sends_by_reference();
+                e.conn.set_super_segment_limit(if cut { gso_max.min(room) } else { 0 });
             }
             let Some(mac) = mac else {
                 // Unresolved next hop: the segment waits (bounded) in the ARP queue.

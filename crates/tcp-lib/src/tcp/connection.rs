@@ -856,6 +856,14 @@ impl Connection {
         self.snd.super_max = bytes;
     }
 
+    /// Whether data queued to send includes prepared content or pool buffers
+    /// ([`send_prepared`](Self::send_prepared), [`send_pooled`](Self::send_pooled)), which go
+    /// to the device by reference one segment at a time; a super-segment cut in software would
+    /// copy them.
+    pub(crate) fn sends_by_reference(&self) -> bool {
+        self.snd.stream.has_pieces()
+    }
+
     /// Disables (`true`) or enables Nagle's algorithm.
     pub fn set_nodelay(&mut self, nodelay: bool) {
         self.snd.nodelay = nodelay;
