@@ -231,7 +231,7 @@ impl Memory {
         let end = if self.v6 { ETH_LEN + IP6_LEN + field(ETH_LEN + 4) } else { ETH_LEN + field(ETH_LEN + 2) };
         let payload = frame.get(n..end).filter(|p| !p.is_empty())?;
         let at = self.tcp_at() + 4;
-        let seq = u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
+        let seq = u32::from_be_bytes(frame.get(at..at + 4)?.try_into().ok()?);
         Some((SeqNumber::new(seq), payload))
     }
 
