@@ -450,10 +450,17 @@ impl Connection {
         } else {
             0
         };
-        let copied = self.rcv.buf.write_unallocated_around(0, &payload[delivered..], self.rcv.ooo.ranges());
-        let filled_hole = !self.rcv.ooo.is_empty();
-        let buffered = self.rcv.ooo.advance(copied);
-        self.rcv.buf.enqueue_unallocated(buffered);
+        // Taken whole in place (offered only with nothing held out of order): nothing to buffer.
+        let (copied, filled_hole, buffered) = if delivered != 0 && delivered == payload.len() {
+            (0, false, 0)
+        } else {
+            let copied =
+                self.rcv.buf.write_unallocated_around(0, &payload[delivered..], self.rcv.ooo.ranges());
+            let filled_hole = !self.rcv.ooo.is_empty();
+            let buffered = self.rcv.ooo.advance(copied);
+            self.rcv.buf.enqueue_unallocated(buffered);
+            (copied, filled_hole, buffered)
+        };
         let reach = delivered + buffered;
         if self.rcv.closed {
             self.rcv.buf.dequeue_allocated(usize::MAX);
