@@ -135,7 +135,7 @@ impl Stack {
     ) -> bool {
         let (now, id) = (self.now, self.stream_id(index));
         let Some(e) = self.slots.get_mut(index) else { return false };
-        if e.phase != Phase::Open {
+        if !e.app_owned || e.phase != Phase::Open {
             return false;
         }
         if !e.conn.receive_continued(now, seg, &mut |data| deliver.tcp(id, data)) {
