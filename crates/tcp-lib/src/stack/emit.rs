@@ -110,9 +110,14 @@ fn repeat_ip_tcp<A: TcpFamily>(
         return;
     }
     view.set_checksum(0);
-    let length = u32::try_from(tcp.len() + payload.len()).unwrap_or(u32::MAX);
-    let sum =
-        checksum::combine(&[A::pseudo_header(ends, length), checksum::data(tcp), checksum::data(payload)]);
+    fill_checksum(tcp, (checksum::data(payload), payload.len()), ends);
+}
+
+/// Fills the checksum of the TCP header `tcp` (its checksum field 0) whose payload, written
+/// apart from it, has `payload_sum` over `payload_len` bytes.
+fn fill_checksum<A: TcpFamily>(tcp: &mut [u8], (payload_sum, payload_len): (u16, usize), ends: Ends<A>) {
+    let length = u32::try_from(tcp.len() + payload_len).unwrap_or(u32::MAX);
+    let sum = checksum::combine(&[A::pseudo_header(ends, length), checksum::data(tcp), payload_sum]);
     TcpPacket::new_unchecked(tcp).set_checksum(checksum::finish(sum));
 }
 
@@ -178,10 +183,7 @@ fn emit_ip_tcp_prepared<A: TcpFamily, const BY_REFERENCE: bool>(
         return false;
     }
     let payload_sum = precomputed.unwrap_or_else(|| checksum::data(bytes));
-    let length = u32::try_from(tcp_len).unwrap_or(u32::MAX);
-    let sum =
-        checksum::combine(&[A::pseudo_header(ends, length), checksum::data(&tcp[..header_len]), payload_sum]);
-    TcpPacket::new_unchecked(&mut tcp[..header_len]).set_checksum(checksum::finish(sum));
+    fill_checksum(&mut tcp[..header_len], (payload_sum, bytes.len()), ends);
     precomputed.is_some()
 }
 
@@ -189,6 +191,7 @@ fn emit_ip_tcp_prepared<A: TcpFamily, const BY_REFERENCE: bool>(
 mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 
+    use super::super::{IP_LEN, IP6_LEN};
     use super::*;
     use crate::wire::tcp::Timestamp;
     use crate::wire::tcp::{SackBlock, SackBlocks};
@@ -212,7 +215,7 @@ mod tests {
         let sack = [SackBlock { left: SeqNumber::new(9), right: SeqNumber::new(99) }];
         let mut cases = 0;
         for ends in [v4, v6] {
-            let ip_len = if ends.0.is_ipv4() { super::super::IP_LEN } else { super::super::IP6_LEN };
+            let ip_len = if ends.0.is_ipv4() { IP_LEN } else { IP6_LEN };
             for (tx_checksum, partial) in [(true, false), (false, false), (true, true)] {
                 for (timestamp, sacks) in
                     [(None, &[][..]), (Some(Timestamp { tsval: 7, tsecr: 3 }), &sack[..])]
