@@ -92,12 +92,10 @@ enum Held {
 #[derive(Clone, Debug)]
 pub(super) struct Memory {
     held: Held,
-    /// The frame's headers (and whatever follows them, never compared).
-    headers: [u8; WORDS * 8],
     /// The headers' length: where the payload starts.
     payload_at: usize,
-    /// `headers` as little-endian words, to compare the next frame's first
-    /// [`compared`](Self::compared) words with.
+    /// The frame's headers as little-endian words (0 past them), to compare the next frame's
+    /// first [`compared`](Self::compared) words with.
     words: [u64; WORDS],
     /// The bits of [`words`](Self::words) the next frame must repeat: the family's mask
     /// ([`MASKS`]) less the payload bytes of the last word compared, and 0 after it.
@@ -118,7 +116,6 @@ impl Default for Memory {
     fn default() -> Self {
         Self {
             held: Held::Nothing,
-            headers: [0; WORDS * 8],
             payload_at: 0,
             words: [0; WORDS],
             mask: [0; WORDS],
@@ -190,14 +187,15 @@ impl Memory {
         if tcp_len < 20 || payload_at > MAX_HEADERS || payload_at >= frame.len() {
             return;
         }
-        self.headers[..payload_at].copy_from_slice(&frame[..payload_at]);
         self.payload_at = payload_at;
         self.v6 = v6;
         // The comparison's words, once per general-path frame rather than once per frame
-        // compared: the held bytes past the headers are whatever was there before, and masked.
+        // compared.
+        let mut headers = [0u8; WORDS * 8];
+        headers[..payload_at].copy_from_slice(&frame[..payload_at]);
         let family = &MASKS[usize::from(v6)];
         for (i, ((word, mask), bytes)) in
-            self.words.iter_mut().zip(&mut self.mask).zip(self.headers.chunks_exact(8)).enumerate()
+            self.words.iter_mut().zip(&mut self.mask).zip(headers.chunks_exact(8)).enumerate()
         {
             *word = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
             let headers_in_word = payload_at.saturating_sub(i * 8).min(8);
@@ -241,19 +239,24 @@ impl Memory {
         self.v6 || Ipv4Packet::new_unchecked(&frame[ETH_LEN..end]).verify_checksum()
     }
 
-    /// Whether the TCP checksum of `frame` (as above) verifies, over the pseudo-header of the
-    /// held addresses (which the frame repeats).
+    /// Whether the TCP checksum of `frame` (as above) verifies, over the pseudo-header of its
+    /// addresses (the held ones: the comparison covers them).
     fn tcp_checksum_verifies(&self, frame: &[u8], end: usize) -> bool {
         let segment = TcpPacket::new_unchecked(&frame[self.tcp_at()..end]);
-        let h = &self.headers;
-        let octets = |at: usize| -> [u8; 16] { h[at..at + 16].try_into().unwrap_or_default() };
         if self.v6 {
-            segment.verify_checksum_v6(Ipv6Addr::from(octets(22)), Ipv6Addr::from(octets(38)))
+            let addr = |at: usize| Ipv6Addr::from(octets::<16>(frame, at));
+            segment.verify_checksum_v6(addr(22), addr(38))
         } else {
-            let v4 = |o: [u8; 16]| Ipv4Addr::new(o[0], o[1], o[2], o[3]);
-            segment.verify_checksum(v4(octets(26)), v4(octets(30)))
+            let addr = |at: usize| Ipv4Addr::from(octets::<4>(frame, at));
+            segment.verify_checksum(addr(26), addr(30))
         }
     }
+}
+
+/// The `N` bytes of `frame` at `at` (zeros where it is shorter: never, for the headers the
+/// comparison covered).
+fn octets<const N: usize>(frame: &[u8], at: usize) -> [u8; N] {
+    frame.get(at..at + N).and_then(|b| b.try_into().ok()).unwrap_or([0; N])
 }
 
 impl Stack {
