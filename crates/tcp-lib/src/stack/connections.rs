@@ -3,6 +3,8 @@
 //! storage waits in a bounded free list ([`MAX_SPARES`]) for the next connection, so that short
 //! connections allocate nothing for their buffers.
 
+use std::collections::VecDeque;
+
 use super::flows::FlowKey;
 use super::{Entry, Error, ListenerId, Phase, Stack, StreamId};
 use crate::tcp::Connection;
@@ -77,11 +79,8 @@ impl Stack {
     }
 
     pub(super) fn mark_ready(&mut self, index: u32) {
-        if let Some(e) = self.slot_entry(index)
-            && !e.ready
-        {
-            e.ready = true;
-            self.ready.push_back(index);
+        if let Some(e) = self.slots.get_mut(index) {
+            e.mark_ready(index, &mut self.ready);
         }
     }
 
@@ -111,5 +110,16 @@ impl Stack {
             self.spares.push(spare);
         }
         self.stats.connections_reclaimed += 1;
+    }
+}
+
+impl Entry {
+    /// Queues this entry (in slot `index`) on the stack's `ready` list for the next transmit,
+    /// unless it is there already.
+    pub(super) fn mark_ready(&mut self, index: u32, ready: &mut VecDeque<u32>) {
+        if !self.ready {
+            self.ready = true;
+            ready.push_back(index);
+        }
     }
 }

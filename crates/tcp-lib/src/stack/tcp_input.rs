@@ -143,10 +143,7 @@ impl Stack {
         }
         self.stats.tcp_segments_in += 1;
         e.wake_ready();
-        if !e.ready {
-            e.ready = true;
-            self.ready.push_back(index);
-        }
+        e.mark_ready(index, &mut self.ready);
         true
     }
 
