@@ -67,6 +67,8 @@
 //! its sample (for `valgrind`/`perf`). `--child txn-lockstep <tcp-lib|smoltcp> N` runs the
 //! transactions with both ends on one thread in lock step (no waiting, one CPU time): under
 //! callgrind its count is the same from run to run, the stacks' and the workload's alone.
+//! `--child bulk-lockstep <contender> BYTES` does the same for a bulk transfer (any in-memory
+//! contender: `tcp-lib-inplace-rw` against `smoltcp-inplace`, ...).
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -106,7 +108,7 @@ mod workload;
 use crate::kernel::{bulk_kernel, txn_kernel};
 use crate::report::{Series, loadavg, record, rotated, series, table};
 use crate::settings::Settings;
-use crate::stacks::{Kind, bulk_stack, txn_lockstep_stack, txn_stack};
+use crate::stacks::{Kind, Lockstep, bulk_stack, lockstep_stack, txn_stack};
 use crate::tap::{TapMode, tap_run};
 
 /// Instructions per byte of the in-memory bulk transfer of `kind` (both threads), from two callgrind
@@ -133,8 +135,10 @@ fn child(args: &[String]) -> Result<(), String> {
     let s = Settings::from_env();
     let what = args.first().map(String::as_str).unwrap_or_default();
     let who = args.get(1).map(String::as_str).unwrap_or_default();
-    let n: u64 =
-        args.get(2).and_then(|v| v.parse().ok()).ok_or("usage: --child bulk|txn|txn-lockstep WHO N")?;
+    let n: u64 = args
+        .get(2)
+        .and_then(|v| v.parse().ok())
+        .ok_or("usage: --child bulk|txn|txn-lockstep|bulk-lockstep WHO N")?;
     let kind = match who {
         "tcp-lib" => Some(Kind::TcpLib),
         "tcp-lib-inplace" => Some(Kind::TcpLibInPlace),
@@ -153,7 +157,8 @@ fn child(args: &[String]) -> Result<(), String> {
         ("bulk", None) => bulk_kernel(n, Ipv4Addr::LOCALHOST)?,
         ("txn", Some(k)) => txn_stack(k, &s, n)?,
         ("txn", None) => txn_kernel(n)?,
-        ("txn-lockstep", Some(k)) => txn_lockstep_stack(k, &s, n)?,
+        ("txn-lockstep", Some(k)) => lockstep_stack(k, &s, Lockstep::Txn(n))?,
+        ("bulk-lockstep", Some(k)) => lockstep_stack(k, &s, Lockstep::Bulk(n))?,
         _ => return Err(format!("unknown workload {what}")),
     };
     println!(

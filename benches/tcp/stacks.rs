@@ -11,7 +11,7 @@ use crate::endpoint::{Endpoint, InPlace, LibEndpoint};
 use crate::measure::{Sample, Side, two_threads};
 use crate::settings::Settings;
 use crate::smol::SmolEndpoint;
-use crate::workload::{bulk_receiver, bulk_sender, txn_client, txn_lockstep, txn_server};
+use crate::workload::{bulk_lockstep, bulk_receiver, bulk_sender, txn_client, txn_lockstep, txn_server};
 use crate::{A_IP, B_IP, POOL_BUFFERS, PORT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +50,11 @@ impl Kind {
             Kind::TcpLibTso => "tcp-lib-tso",
             Kind::Smoltcp => "smoltcp",
         }
+    }
+
+    /// Whether this contender is smoltcp (the others are tcp-lib).
+    pub(crate) fn is_smoltcp(self) -> bool {
+        matches!(self, Kind::Smoltcp | Kind::SmoltcpInPlace)
     }
 }
 
@@ -92,35 +97,46 @@ pub(crate) fn with_endpoint<D: Sleep + HasPool, R>(
     f: impl FnOnce(&mut dyn AnyEndpoint) -> R,
 ) -> R {
     let cache = dev.pool_cache();
-    match kind {
-        Kind::TcpLib => f(&mut LibEndpoint::new(dev, &cache, ip, buf)),
-        Kind::TcpLibInPlace => {
-            let mut ep = LibEndpoint::new(dev, &cache, ip, buf);
-            ep.in_place = Some(InPlace::new());
-            f(&mut ep)
-        }
-        Kind::TcpLibInPlaceRw => {
-            let mut ep = LibEndpoint::new(dev, &cache, ip, buf);
-            ep.in_place = Some(InPlace::new());
-            ep.write_in_place = true;
-            f(&mut ep)
-        }
-        Kind::TcpLibByRef => {
-            let mut ep = LibEndpoint::new(dev, &cache, ip, buf);
-            ep.in_place = Some(InPlace::new());
-            ep.by_reference = true;
-            f(&mut ep)
-        }
-        Kind::TcpLibV6 => f(&mut LibEndpoint::new_v6(dev, &cache, ip, buf)),
-        // A Pair offers no offloads: the same stack as tcp-lib (the TAP runs are what it is for).
-        Kind::TcpLibTso => f(&mut LibEndpoint::with_offloads(dev, &cache, ip, buf)),
-        Kind::Smoltcp => f(&mut SmolEndpoint::new(dev, &cache, ip, buf)),
-        Kind::SmoltcpInPlace => {
-            let mut ep = SmolEndpoint::new(dev, &cache, ip, buf);
-            ep.in_place = true;
-            f(&mut ep)
-        }
+    if kind.is_smoltcp() {
+        f(&mut smol_endpoint(kind, dev, &cache, ip, buf))
+    } else {
+        f(&mut lib_endpoint(kind, dev, &cache, ip, buf))
     }
+}
+
+/// tcp-lib's endpoint for `kind` (one of tcp-lib's contenders), its application mode set.
+fn lib_endpoint<D: Sleep>(
+    kind: Kind,
+    dev: D,
+    cache: &PoolCache,
+    ip: Ipv4Addr,
+    buf: usize,
+) -> LibEndpoint<'_, D> {
+    let mut ep = match kind {
+        Kind::TcpLibV6 => LibEndpoint::new_v6(dev, cache, ip, buf),
+        // A Pair offers no offloads: the same stack as tcp-lib (the TAP runs are what it is for).
+        Kind::TcpLibTso => LibEndpoint::with_offloads(dev, cache, ip, buf),
+        _ => LibEndpoint::new(dev, cache, ip, buf),
+    };
+    if matches!(kind, Kind::TcpLibInPlace | Kind::TcpLibInPlaceRw | Kind::TcpLibByRef) {
+        ep.in_place = Some(InPlace::new());
+    }
+    ep.write_in_place = kind == Kind::TcpLibInPlaceRw;
+    ep.by_reference = kind == Kind::TcpLibByRef;
+    ep
+}
+
+/// smoltcp's endpoint for `kind` (one of smoltcp's contenders).
+fn smol_endpoint<D: Sleep>(
+    kind: Kind,
+    dev: D,
+    cache: &PoolCache,
+    ip: Ipv4Addr,
+    buf: usize,
+) -> SmolEndpoint<'_, D> {
+    let mut ep = SmolEndpoint::new(dev, cache, ip, buf);
+    ep.in_place = kind == Kind::SmoltcpInPlace;
+    ep
 }
 
 /// A device that knows its pool.
@@ -220,27 +236,44 @@ pub(crate) fn txn_stack(kind: Kind, s: &Settings, n: u64) -> Result<Sample, Stri
     Ok(Sample { units: n, wall: a.end - a.start, cpu: [a.cpu, b.cpu] })
 }
 
-/// The transaction workload with both ends on one thread ([`txn_lockstep`]): for instruction
-/// counts of the stacks without the waiting of two threads.
-pub(crate) fn txn_lockstep_stack(kind: Kind, s: &Settings, n: u64) -> Result<Sample, String> {
+/// What [`lockstep_stack`] runs with both ends on one thread.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Lockstep {
+    /// `n` transactions ([`txn_lockstep`]).
+    Txn(u64),
+    /// A bulk transfer of that many bytes ([`bulk_lockstep`]).
+    Bulk(u64),
+}
+
+/// A workload with both ends on one thread, in lock step ([`txn_lockstep`], [`bulk_lockstep`]):
+/// for instruction counts of the stacks without the waiting of two threads.
+pub(crate) fn lockstep_stack(kind: Kind, s: &Settings, work: Lockstep) -> Result<Sample, String> {
     let pool = new_pool()?;
     let (dev_a, dev_b) = Pair::builder(&pool).capacity(4096).build().map_err(|e| e.to_string())?;
     let (cache_a, cache_b) = (dev_a.pool_cache(), dev_b.pool_cache());
-    let remote = SocketAddrV4::new(B_IP, PORT);
-    let side = match kind {
-        Kind::TcpLib => txn_lockstep(
-            &mut LibEndpoint::new(dev_a, &cache_a, A_IP, s.buf),
-            &mut LibEndpoint::new(dev_b, &cache_b, B_IP, s.buf),
-            remote,
-            n,
-        )?,
-        Kind::Smoltcp => txn_lockstep(
-            &mut SmolEndpoint::new(dev_a, &cache_a, A_IP, s.buf),
-            &mut SmolEndpoint::new(dev_b, &cache_b, B_IP, s.buf),
-            remote,
-            n,
-        )?,
-        _ => return Err(format!("{}: lock step runs tcp-lib and smoltcp only", kind.name())),
+    let side = if kind.is_smoltcp() {
+        lockstep(
+            &mut smol_endpoint(kind, dev_a, &cache_a, A_IP, s.buf),
+            &mut smol_endpoint(kind, dev_b, &cache_b, B_IP, s.buf),
+            work,
+        )?
+    } else {
+        lockstep(
+            &mut lib_endpoint(kind, dev_a, &cache_a, A_IP, s.buf),
+            &mut lib_endpoint(kind, dev_b, &cache_b, B_IP, s.buf),
+            work,
+        )?
     };
-    Ok(Sample { units: n, wall: side.end - side.start, cpu: [side.cpu, std::time::Duration::ZERO] })
+    let units = match work {
+        Lockstep::Txn(n) | Lockstep::Bulk(n) => n,
+    };
+    Ok(Sample { units, wall: side.end - side.start, cpu: [side.cpu, std::time::Duration::ZERO] })
+}
+
+fn lockstep<E: Endpoint>(client: &mut E, server: &mut E, work: Lockstep) -> Result<Side, String> {
+    let remote = SocketAddrV4::new(B_IP, PORT);
+    match work {
+        Lockstep::Txn(n) => txn_lockstep(client, server, remote, n),
+        Lockstep::Bulk(bytes) => bulk_lockstep(client, server, remote, bytes),
+    }
 }

@@ -298,3 +298,69 @@ pub(crate) fn txn_lockstep<E: Endpoint>(
     }
     Ok(clock.stop())
 }
+
+/// A bulk transfer of `total` bytes with both ends on this thread, in lock step
+/// ([`lockstep_connect`], then [`lockstep_transfer`]): as [`txn_lockstep`], for instruction counts
+/// without a second thread's waiting.
+pub(crate) fn bulk_lockstep<E: Endpoint>(
+    client_ep: &mut E,
+    server_ep: &mut E,
+    remote: SocketAddrV4,
+    total: u64,
+) -> Result<Side, String> {
+    let (c, s) = lockstep_connect(client_ep, server_ep, remote)?;
+    let clock = Clock::start();
+    lockstep_transfer(client_ep, server_ep, c, s, total)?;
+    Ok(clock.stop())
+}
+
+/// Connects `client_ep` to `server_ep` (listening on `remote`'s port) with both on this thread,
+/// polling one and the other until both ends are established: the client's and the server's
+/// handles.
+pub(crate) fn lockstep_connect<E: Endpoint>(
+    client_ep: &mut E,
+    server_ep: &mut E,
+    remote: SocketAddrV4,
+) -> Result<(E::Sock, E::Sock), String> {
+    server_ep.listen(remote.port())?;
+    let c = client_ep.connect(remote)?;
+    let start = Instant::now();
+    let mut conn = None;
+    loop {
+        client_ep.poll();
+        server_ep.poll();
+        conn = conn.or_else(|| server_ep.accept());
+        if let Some(s) = conn.filter(|&s| server_ep.established(s) && client_ep.established(c)) {
+            return Ok((c, s));
+        }
+        if start.elapsed() > DEADLINE {
+            return Err(format!("connecting in lock step: not done after {DEADLINE:?}"));
+        }
+    }
+}
+
+/// Moves `total` bytes from `c` (on `client_ep`) to `s` (on `server_ep`) in lock step: the client
+/// writes what its send buffer takes and polls (it sends what its window allows, a train), then
+/// the server polls (it takes the train in bursts and acknowledges it) and reads, again.
+pub(crate) fn lockstep_transfer<E: Endpoint>(
+    client_ep: &mut E,
+    server_ep: &mut E,
+    c: E::Sock,
+    s: E::Sock,
+    total: u64,
+) -> Result<(), String> {
+    let start = Instant::now();
+    let data = vec![FILL; CHUNK];
+    let mut buf = vec![0u8; CHUNK];
+    let (mut sent, mut got) = (0u64, 0u64);
+    while got < total {
+        send_some(client_ep, c, &data, &mut sent, total)?;
+        client_ep.poll();
+        server_ep.poll();
+        recv_some(server_ep, s, &mut buf, &mut got, total)?;
+        if start.elapsed() > DEADLINE {
+            return Err(format!("bulk in lock step: {got} of {total} bytes after {DEADLINE:?}"));
+        }
+    }
+    Ok(())
+}

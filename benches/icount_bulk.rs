@@ -1,0 +1,166 @@
+//! Instructions per byte of a bulk transfer on the in-memory link, both ends together: tcp-lib
+//! beside smoltcp (the anchor), counted by gungraun (callgrind). `cargo bench -p netchannels-benches --bench icount_bulk`;
+//! `scripts/icount.sh` divides each count by the `_n<N>` suffix of the benchmark id (bytes).
+//!
+//! `icount_tcp` counts one segment and its ACK; what a bulk transfer does per segment is another
+//! path: a sender cutting a window into a train (software GSO, headers copied from the frame
+//! before), a receiver taking the train in bursts (the receive memory of the frame before and the
+//! short entry of a continued segment), delayed and coalesced ACKs. This bench keeps that path's
+//! count in CI.
+//!
+//! The harness is the timed bench's (`benches/tcp/`, the same endpoints, link, settings and
+//! workload code): two stacks on the two ends of a `netchannel::dev::Pair`, 256 KiB buffers,
+//! checksums skipped on the memory link by both, tcp-lib with 64 KiB software GSO, both ends on one
+//! thread in lock step (`tcp --child bulk-lockstep`): the client writes what its send buffer
+//! takes and polls, the server polls and reads, again. In `setup` (not measured) the two connect
+//! and move [`WARM`] bytes (slow start is over, every ring and pool cache is warm); measured, they
+//! move [`BYTES`] more. The two application modes each stack offers:
+//!
+//! * **in place** (`inplace_n…`): tcp-lib's writer produces its bytes straight into the send ring
+//!   (`Stack::send_with`) and its reader takes each payload where it lies in the frame
+//!   (`Stack::poll_with`); smoltcp's do the same through `Socket::send` / `Socket::recv` with a
+//!   closure (the same fill, the same copy into the application's buffer);
+//! * **copying** (`copying_n…`): `Stack::send` / `Stack::recv` against `send_slice` /
+//!   `recv_slice`.
+//!
+//! The endpoints read the real clock on every poll (as the timed bench does): no timer comes due
+//! in a lock-step run, so the count repeats to within a few hundred instructions in millions.
+//! `teardown` checks that every byte arrived.
+
+#![allow(missing_docs, reason = "gungraun's macros generate undocumented modules, constants and functions")]
+
+use std::hint::black_box;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use gungraun::{library_benchmark, library_benchmark_group, main};
+use netchannel::dev::Pair;
+use netchannel::pool::{HugePages, Pool, PoolCache};
+
+// The timed bench's harness, shared rather than copied (each module uses what it needs of it).
+#[path = "common/mod.rs"]
+mod common;
+#[path = "tcp/device.rs"]
+mod device;
+#[path = "tcp/endpoint.rs"]
+#[expect(dead_code, reason = "the harness's helpers for other workloads")]
+mod endpoint;
+#[path = "tcp/measure.rs"]
+#[expect(dead_code, reason = "the harness's helpers for other workloads")]
+mod measure;
+#[path = "tcp/smol.rs"]
+mod smol;
+#[path = "tcp/workload.rs"]
+#[expect(dead_code, reason = "the harness's helpers for other workloads")]
+mod workload;
+
+use endpoint::{Endpoint, InPlace, LibEndpoint};
+use smol::SmolEndpoint;
+use workload::{lockstep_connect, lockstep_transfer};
+
+// The constants the harness's modules take from their crate root (as `benches/tcp/main.rs`
+// defines them).
+const CHUNK: usize = 64 * 1024;
+const MSG: usize = 64;
+const MAX_SLEEP: Duration = Duration::from_millis(1);
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Bytes moved while measured.
+const BYTES: u64 = 4 << 20;
+/// Bytes moved in `setup`, before.
+const WARM: u64 = 1 << 20;
+/// Send and receive buffers of both stacks (the timed bench's default).
+const BUF: usize = 256 * 1024;
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const PORT: u16 = 5001;
+
+/// Both ends of a connection that has moved [`WARM`] bytes.
+struct Bulk<E: Endpoint> {
+    client: E,
+    server: E,
+    c: E::Sock,
+    s: E::Sock,
+}
+
+/// The pool cache of one end, for the life of the process (an endpoint borrows it).
+fn leaked_cache(dev: &Pair) -> &'static PoolCache {
+    Box::leak(Box::new(dev.pool().cache()))
+}
+
+/// Two endpoints made by `make` on the two ends of a fresh `Pair`, connected, [`WARM`] bytes moved.
+fn setup<E: Endpoint>(make: impl Fn(Pair, &'static PoolCache, Ipv4Addr) -> E) -> Bulk<E> {
+    let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().expect("pool");
+    let (dev_a, dev_b) = Pair::builder(&pool).capacity(4096).build().expect("pair");
+    let (cache_a, cache_b) = (leaked_cache(&dev_a), leaked_cache(&dev_b));
+    let mut client = make(dev_a, cache_a, CLIENT_IP);
+    let mut server = make(dev_b, cache_b, SERVER_IP);
+    let (c, s) =
+        lockstep_connect(&mut client, &mut server, SocketAddrV4::new(SERVER_IP, PORT)).expect("connect");
+    lockstep_transfer(&mut client, &mut server, c, s, WARM).expect("warm-up transfer");
+    Bulk { client, server, c, s }
+}
+
+fn tcplib(in_place: bool) -> Bulk<LibEndpoint<'static, Pair>> {
+    setup(|dev, cache, ip| {
+        let mut ep = LibEndpoint::new(dev, cache, ip, BUF);
+        if in_place {
+            ep.in_place = Some(InPlace::new());
+            ep.write_in_place = true;
+        }
+        ep
+    })
+}
+
+fn smoltcp(in_place: bool) -> Bulk<SmolEndpoint<'static, Pair>> {
+    setup(|dev, cache, ip| {
+        let mut ep = SmolEndpoint::new(dev, cache, ip, BUF);
+        ep.in_place = in_place;
+        ep
+    })
+}
+
+fn setup_tcplib_inplace() -> Bulk<LibEndpoint<'static, Pair>> {
+    tcplib(true)
+}
+
+fn setup_tcplib_copying() -> Bulk<LibEndpoint<'static, Pair>> {
+    tcplib(false)
+}
+
+fn setup_smoltcp_inplace() -> Bulk<SmolEndpoint<'static, Pair>> {
+    smoltcp(true)
+}
+
+fn setup_smoltcp_copying() -> Bulk<SmolEndpoint<'static, Pair>> {
+    smoltcp(false)
+}
+
+fn transfer<E: Endpoint>(mut b: Bulk<E>) -> Result<Bulk<E>, String> {
+    lockstep_transfer(&mut b.client, &mut b.server, b.c, b.s, BYTES)?;
+    Ok(b)
+}
+
+fn teardown<E: Endpoint>(r: Result<Bulk<E>, String>) {
+    if let Err(e) = r {
+        panic!("the measured transfer failed: {e}");
+    }
+}
+
+#[library_benchmark]
+#[bench::inplace_n4194304(setup = setup_tcplib_inplace, teardown = teardown)]
+#[bench::copying_n4194304(setup = setup_tcplib_copying, teardown = teardown)]
+fn tcplib_bulk(b: Bulk<LibEndpoint<'static, Pair>>) -> Result<Bulk<LibEndpoint<'static, Pair>>, String> {
+    black_box(transfer(b))
+}
+
+#[library_benchmark]
+#[bench::inplace_n4194304(setup = setup_smoltcp_inplace, teardown = teardown)]
+#[bench::copying_n4194304(setup = setup_smoltcp_copying, teardown = teardown)]
+fn smoltcp_bulk(b: Bulk<SmolEndpoint<'static, Pair>>) -> Result<Bulk<SmolEndpoint<'static, Pair>>, String> {
+    black_box(transfer(b))
+}
+
+library_benchmark_group!(name = bulk, benchmarks = [tcplib_bulk, smoltcp_bulk]);
+
+main!(library_benchmark_groups = [bulk]);
