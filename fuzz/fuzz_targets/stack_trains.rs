@@ -25,6 +25,8 @@ const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 /// The most frames one step hands the servers: fewer than one `poll` takes in its bursts.
 const MAX_FRAMES: usize = 200;
+/// The frames `Stack::poll` takes per receive burst (it sends what is due after each full one).
+const POLL_BURST: usize = 32;
 
 /// What the client sends (made once per process).
 static DATA: OnceLock<Vec<u8>> = OnceLock::new();
@@ -194,12 +196,26 @@ fuzz_target!(|ops: Vec<Op>| {
                     got_p.extend_from_slice(&d[..n]);
                     n
                 });
-                for f in &frames {
-                    framed.receive_with(now, f, &mut |_, d| {
-                        let n = share(d);
-                        got_f.extend_from_slice(&d[..n]);
-                        n
-                    });
+                // As `poll` takes them: bursts of 32, and after a full one (more may wait) what
+                // is due goes out before the next.
+                let bursts = frames.len().div_ceil(POLL_BURST);
+                for (i, burst) in frames.chunks(POLL_BURST).enumerate() {
+                    for f in burst {
+                        framed.receive_with(now, f, &mut |_, d| {
+                            let n = share(d);
+                            got_f.extend_from_slice(&d[..n]);
+                            n
+                        });
+                    }
+                    if burst.len() == POLL_BURST
+                        && (i + 1 < bursts || frames.len().is_multiple_of(POLL_BURST))
+                    {
+                        let mut batch = PacketBatch::with_capacity(POLL_BURST);
+                        while framed.transmit(now, &cache, &mut batch) > 0 {
+                            let _ = framed_link.dev.tx_burst(0, &mut batch);
+                            batch.clear();
+                        }
+                    }
                 }
                 let _ = framed.poll(now, &mut framed_link.dev, &cache);
                 let replies = polled_link.take(&cache);

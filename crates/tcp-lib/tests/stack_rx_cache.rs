@@ -24,6 +24,8 @@ use tcp_lib::wire::{
 
 const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 1, 0, 0, 0, 1);
 const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 1, 0, 0, 0, 2);
+/// The frames `Stack::poll` takes per receive burst (it sends what is due after each full one).
+const POLL_BURST: usize = 32;
 /// At most this many frames go to the servers per step: fewer than one `poll` takes in its
 /// receive bursts (8 of 32), so that the polled server sees every frame in the step it came.
 const FRAMES_PER_STEP: usize = 200;
@@ -195,8 +197,19 @@ impl Twins {
                 app_p.take(slot(id), data)
             })
             .unwrap();
-        for f in &frames {
-            self.framed.receive_with(self.now, f, &mut |id, data| app_f.take(slot(id), data));
+        // As `poll` takes them: bursts of 32, and after a full one (more may wait) what is due
+        // goes out before the next.
+        let bursts = frames.len().div_ceil(POLL_BURST);
+        for (i, burst) in frames.chunks(POLL_BURST).enumerate() {
+            for f in burst {
+                self.framed.receive_with(self.now, f, &mut |id, data| app_f.take(slot(id), data));
+            }
+            if burst.len() == POLL_BURST && (i + 1 < bursts || frames.len().is_multiple_of(POLL_BURST)) {
+                let mut batch = PacketBatch::with_capacity(POLL_BURST);
+                while self.framed.transmit(self.now, &self.cache, &mut batch) > 0 {
+                    self.framed_link.dev.tx_burst(0, &mut batch).unwrap();
+                }
+            }
         }
         self.framed.poll(self.now, &mut self.framed_link.dev, &self.cache).unwrap();
 

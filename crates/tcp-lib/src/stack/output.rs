@@ -225,6 +225,13 @@ impl Stack {
         }
     }
 
+    /// Whether [`transmit`](Self::transmit) has anything to send now: queued control frames or
+    /// connections on the ready list.
+    #[inline]
+    pub(super) fn has_output(&self) -> bool {
+        !self.frames.is_empty() || !self.ready.is_empty()
+    }
+
     /// Builds outgoing frames in buffers of `cache` and appends them to `out` until it is full or
     /// nothing is left to send: queued control frames (ARP, ICMP, resets, SYN cookies), then the
     /// segments of connections with something to send. Returns how many frames it appended. Frames

@@ -124,30 +124,53 @@ impl Stack {
         // The frame before, while it is a segment its connection predicted (`rx_cache`): what
         // an earlier loop left is not for this one.
         self.rx_memory.forget();
-        for _ in 0..MAX_RX_BURSTS {
+        for burst in 1..=MAX_RX_BURSTS {
             let n = device.rx_burst(0, cache, batch)?;
             for packet in batch.drain() {
                 self.receive_frame(now, packet.data(), packet.offload(), deliver);
             }
             stats.received += n;
-            if n < BURST {
+            if n < BURST || burst == MAX_RX_BURSTS {
                 break;
+            }
+            // More frames wait: what this burst made due (its ACKs above all) leaves before the
+            // next burst is taken, as Linux acknowledges each GRO packet of a NAPI poll as it
+            // goes. Held to the end of the poll, the ACK of a window taken in one poll would
+            // come only once all of it was in, and the sender, its window full, would wait
+            // that long with nothing to send.
+            if self.has_output() {
+                self.flush(now, device, cache, batch, &mut stats)?;
+                // The connection's ACK state moved: the next frame takes the whole path.
+                self.rx_memory.forget();
             }
         }
         self.handle_timeout(now);
+        self.flush(now, device, cache, batch, &mut stats)?;
+        Ok(stats)
+    }
+
+    /// Transmits everything due through `batch` (see [`transmit`](Self::transmit)) until nothing
+    /// is left or the device refuses frames (counted as dropped).
+    fn flush<'c, D: NetDevice + ?Sized>(
+        &mut self,
+        now: Instant,
+        device: &mut D,
+        cache: &'c PoolCache,
+        batch: &mut PacketBatch<'c>,
+        stats: &mut PollStats,
+    ) -> Result<(), DevError> {
         loop {
             let n = self.transmit(now, cache, batch);
             if n == 0 {
-                break;
+                return Ok(());
             }
             stats.transmitted += device.tx_burst(0, batch)?;
             if !batch.is_empty() {
                 stats.dropped += batch.len();
                 self.stats.tx_dropped += u64::try_from(batch.len()).unwrap_or(u64::MAX);
                 batch.clear();
-                break;
+                return Ok(());
             }
         }
-        Ok(stats)
     }
 }
