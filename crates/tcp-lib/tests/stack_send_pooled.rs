@@ -54,6 +54,9 @@ struct Run {
     /// Queue with `send_pooled_with` (buffers filled only when there is room) instead of
     /// `send_pooled`.
     with: bool,
+    /// The sender cuts super-segments in software (`Config::gso_max_size` 65535): trains of
+    /// whole buffers, each a frame of its own.
+    gso: bool,
     total: usize,
 }
 
@@ -71,6 +74,7 @@ fn send_pooled_through_faults(r: &Run) -> (StackStats, u64) {
     }
     ca.tx_partial_checksum = r.partial;
     ca.tcp.send_buffer = 64 * 1024;
+    ca.gso_max_size = if r.gso { 65535 } else { 0 };
     cb.tcp.recv_buffer = r.recv_buffer;
     let faults = FaultConfig {
         seed: 11 + u64::from(r.v6),
@@ -153,6 +157,8 @@ fn send_pooled_through_faults(r: &Run) -> (StackStats, u64) {
     assert_eq!(a.queues(c).unwrap().1, 0, "all acknowledged");
     assert!(fs.tx.dropped + fs.rx.dropped > 10, "{fs:?}");
     assert_eq!(b.stats().rx_malformed, 0, "the headers' checksums hold");
+    // At most one: every run here counts one such frame, however its segments go.
+    assert!(b.stats().rx_not_for_us <= 1, "every frame is addressed to the receiver: {:?}", b.stats());
     let st = *a.stats();
     let retransmits = a.connection_stats(c).unwrap().retransmits;
     // Everything goes: the frames held by the injector, the buffers, the stacks.
@@ -162,11 +168,30 @@ fn send_pooled_through_faults(r: &Run) -> (StackStats, u64) {
     (st, retransmits)
 }
 
-fn whole_buffers(v6: bool, partial: bool) {
-    let run =
-        Run { size: None, v6, partial, recv_buffer: 256 * 1024, reorder: 0.02, with: v6, total: 3 << 20 };
+/// Whole buffers of one segment each through the faults. With software GSO (`gso`), a window's
+/// worth of them goes as one decision, a train: each buffer a frame of its own, by reference, its
+/// headers copied from the frame before but for what differs (the receiver checks every
+/// checksum and counts frames not addressed to it, so each frame's headers, written whole or
+/// completed from the one before, are right).
+fn whole_buffers(v6: bool, partial: bool, gso: bool) {
+    let run = Run {
+        size: None,
+        v6,
+        partial,
+        recv_buffer: 256 * 1024,
+        reorder: 0.02,
+        with: v6 != gso,
+        gso,
+        total: 3 << 20,
+    };
     let (st, retransmits) = send_pooled_through_faults(&run);
     assert!(retransmits > 20, "retransmissions happened: {retransmits}");
+    if gso {
+        assert!(st.tx_gso_super_segments > 100, "trains were cut: {st:?}");
+        assert_eq!(st.tx_gso_dropped, 0, "{st:?}");
+    } else {
+        assert_eq!(st.tx_gso_super_segments, 0, "{st:?}");
+    }
     let all = st.tx_pool_by_reference + st.tx_pool_split + st.tx_pool_busy;
     assert!(all >= (3 << 20) / 1448, "every data segment came from a pool buffer: {st:?}");
     assert!(st.tx_pool_by_reference * 10 > all * 9, "most segments by reference: {st:?}");
@@ -177,17 +202,32 @@ fn whole_buffers(v6: bool, partial: bool) {
 
 #[test]
 fn pooled_by_reference_ipv4() {
-    whole_buffers(false, false);
+    whole_buffers(false, false, false);
 }
 
 #[test]
 fn pooled_by_reference_ipv6() {
-    whole_buffers(true, false);
+    whole_buffers(true, false, false);
 }
 
 #[test]
 fn pooled_by_reference_partial_checksums() {
-    whole_buffers(false, true);
+    whole_buffers(false, true, false);
+}
+
+#[test]
+fn pooled_trains_ipv4() {
+    whole_buffers(false, false, true);
+}
+
+#[test]
+fn pooled_trains_ipv6() {
+    whole_buffers(true, false, true);
+}
+
+#[test]
+fn pooled_trains_partial_checksums() {
+    whole_buffers(false, true, true);
 }
 
 /// Buffers of more than one segment are split: the segments are copied out of them and counted;
@@ -201,6 +241,7 @@ fn buffers_larger_than_the_mss_are_copied() {
         recv_buffer: 256 * 1024,
         reorder: 0.02,
         with: false,
+        gso: false,
         total: 1 << 20,
     };
     let (st, _) = send_pooled_through_faults(&run);
@@ -220,6 +261,7 @@ fn a_small_window_cuts_buffers() {
         recv_buffer: 1000,
         reorder: 0.0,
         with: true,
+        gso: false,
         total: 128 * 1024,
     };
     let (st, _) = send_pooled_through_faults(&run);

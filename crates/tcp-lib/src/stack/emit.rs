@@ -68,8 +68,10 @@ pub(super) fn segment_prepared<const BY_REFERENCE: bool>(
 /// flags and payload length ([`gso::Piece::repeats`](super::gso::Piece::repeats)): writes its
 /// sequence number `seq`, its IP identification, its `payload` behind the headers, and its
 /// checksums as [`segment`] would (a partial sum, over the same length, is the copied one).
+/// `BY_REFERENCE`: `buf` is only the headers, in front of the payload in its pool buffer (a
+/// frame's headroom, as for [`segment_prepared`]), and the payload is not written.
 #[inline]
-pub(super) fn repeat_segment(
+pub(super) fn repeat_segment<const BY_REFERENCE: bool>(
     buf: &mut [u8],
     header_len: usize,
     (seq, payload): (SeqNumber, &[u8]),
@@ -81,17 +83,17 @@ pub(super) fn repeat_segment(
     match (local, remote) {
         (SocketAddr::V4(s), SocketAddr::V4(d)) => {
             let ends = Ends { src: *s.ip(), dst: *d.ip(), ect: false };
-            repeat_ip_tcp(buf, header_len, (seq, payload), ends, partial, ident, config);
+            repeat_ip_tcp::<_, BY_REFERENCE>(buf, header_len, (seq, payload), ends, partial, ident, config);
         }
         (SocketAddr::V6(s), SocketAddr::V6(d)) => {
             let ends = Ends { src: *s.ip(), dst: *d.ip(), ect: false };
-            repeat_ip_tcp(buf, header_len, (seq, payload), ends, partial, ident, config);
+            repeat_ip_tcp::<_, BY_REFERENCE>(buf, header_len, (seq, payload), ends, partial, ident, config);
         }
         _ => {}
     }
 }
 
-fn repeat_ip_tcp<A: TcpFamily>(
+fn repeat_ip_tcp<A: TcpFamily, const BY_REFERENCE: bool>(
     buf: &mut [u8],
     header_len: usize,
     (seq, payload): (SeqNumber, &[u8]),
@@ -101,7 +103,9 @@ fn repeat_ip_tcp<A: TcpFamily>(
     config: &Config,
 ) {
     let (headers, rest) = buf.split_at_mut(header_len);
-    rest[..payload.len()].copy_from_slice(payload);
+    if !BY_REFERENCE {
+        rest[..payload.len()].copy_from_slice(payload);
+    }
     let (ip, tcp) = headers.split_at_mut(A::HEADER_LEN);
     A::set_ident(ip, ident);
     let mut view = TcpPacket::new_unchecked(&mut *tcp);
@@ -250,7 +254,15 @@ mod tests {
                         let headers = ip_len + before.header_len();
                         c[..headers].copy_from_slice(&a[..headers]);
                         let piece = (next.seq_number, next.payload);
-                        repeat_segment(&mut c, headers, piece, ends, partial, ident.wrapping_add(1), &config);
+                        repeat_segment::<false>(
+                            &mut c,
+                            headers,
+                            piece,
+                            ends,
+                            partial,
+                            ident.wrapping_add(1),
+                            &config,
+                        );
                         assert_eq!(
                             c, b,
                             "{ends:?} checksum {tx_checksum} partial {partial} options {timestamp:?} ect {ect}"

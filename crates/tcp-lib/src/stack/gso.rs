@@ -66,16 +66,31 @@ pub(super) fn cut<'a>(
     mut emit: impl FnMut(Piece<'a>) -> Option<()>,
 ) -> Cut {
     debug_assert!(mss > 0, "a super-segment's segment size is not 0");
-    let payload = whole.payload;
-    let count = payload.len().div_ceil(mss.max(1));
+    let count = whole.payload.len().div_ceil(mss.max(1));
+    let chunks = whole.payload.chunks(mss.max(1)).map(|chunk| (chunk, ()));
+    cut_items(whole, chunks, count, first_ident, |piece, ()| emit(piece))
+}
+
+/// [`cut`] for a super-segment whose payload lies in `count` separate items (whole pool buffers
+/// sent by reference, one segment each): each item's payload is a segment's, handed to `emit`
+/// with the item. Every payload but the last must be of the same length (the segment size),
+/// as [`cut`]'s are: [`Piece::repeats`] relies on it.
+pub(super) fn cut_items<'a, T>(
+    whole: &TcpRepr<'a>,
+    items: impl Iterator<Item = (&'a [u8], T)>,
+    count: usize,
+    first_ident: u16,
+    mut emit: impl FnMut(Piece<'a>, T) -> Option<()>,
+) -> Cut {
     let mut ident = first_ident;
-    for (i, chunk) in payload.chunks(mss.max(1)).enumerate() {
+    let mut seq_number = whole.seq_number;
+    for (i, (payload, item)) in items.enumerate() {
         let (first, last) = (i == 0, i + 1 == count);
         let repeats = !first && !last && (i > 1 || !whole.cwr);
-        let seq_number = whole.seq_number + i * mss;
-        if emit(Piece { seq_number, payload: chunk, ident, first, last, repeats }).is_none() {
+        if emit(Piece { seq_number, payload, ident, first, last, repeats }, item).is_none() {
             return Cut { sent: i, dropped: count - i };
         }
+        seq_number += payload.len();
         ident = ident.wrapping_add(1);
     }
     Cut { sent: count, dropped: 0 }

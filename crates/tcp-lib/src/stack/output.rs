@@ -9,11 +9,12 @@ use std::time::Instant;
 use netchannel::dev::PacketBatch;
 use netchannel::pool::{GsoKind, Offload, Packet, PoolCache};
 
+use super::Config;
 use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
 use super::{ETH_LEN, IP_LEN, IP6_LEN, MAX_HEADERS, Stack, StackStats, emit, gso};
-use crate::tcp::{Lent, PooledSlice, State};
+use crate::tcp::{Lent, PooledRun, PooledSlice, State};
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
@@ -314,12 +315,14 @@ impl Stack {
                 // one with TSO keeps its limit, but the scratch buffer of one MSS caps its
                 // segments there.)
                 e.conn.set_super_segment_limit(if mac.is_some() { super_max } else { 0 });
+                e.conn.set_pooled_trains(false);
             } else if gso_max != 0 {
-                // No more segments than the batch has room for: each is a frame of its own. None
-                // while content that goes by reference is queued: the cut would copy it.
+                // No more segments than the batch has room for: each is a frame of its own. While
+                // content that goes by reference is queued, only over whole pool buffers, each
+                // sent by reference (`emit_pooled_run`): the cut would copy the rest.
                 let room = out.remaining().saturating_mul(e.conn.data_mss());
-                let cut = mac.is_some() && !e.conn.sends_by_reference();
-                e.conn.set_super_segment_limit(if cut { gso_max.min(room) } else { 0 });
+                e.conn.set_pooled_trains(e.conn.sends_by_reference());
+                e.conn.set_super_segment_limit(if mac.is_some() { gso_max.min(room) } else { 0 });
             }
             let Some(mac) = mac else {
                 // Unresolved next hop: the segment waits (bounded) in the ARP queue.
@@ -340,6 +343,26 @@ impl Stack {
             let Some((t, lent)) = e.conn.poll_transmit_lent(now, &mut self.scratch) else {
                 return Drained::All;
             };
+            if let Some(Lent::PooledRun(run)) = &lent {
+                let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
+                let train = Train {
+                    stats: &mut self.stats,
+                    config: &self.config,
+                    cache,
+                    eth: ethernet_header(self.config.mac, mac, ethertype),
+                    ends,
+                    ip_len,
+                    ect: t.ect,
+                };
+                drop(plain);
+                let frames = train.emit::<OFFLOAD>(run, &t.segment(&[]), ident, out);
+                self.ident =
+                    ident.wrapping_add(u16::try_from(frames.sent).unwrap_or(u16::MAX)).wrapping_sub(1);
+                self.stats.tx_gso_super_segments += 1;
+                self.stats.tx_gso_dropped += frames.dropped as u64;
+                *appended += frames.sent;
+                continue;
+            }
             if gso_max != 0 && t.segment_size != 0 {
                 // A lent payload larger than a segment (a pool buffer or prepared piece of more
                 // than one MSS) is copied into the frames, as a lent piece cut by a window is.
@@ -363,7 +386,7 @@ impl Stack {
                         data[..headers].copy_from_slice(&before[..headers]);
                         let (buf, headers) = (&mut data[ETH_LEN..], headers - ETH_LEN);
                         let payload = (piece.seq_number, piece.payload);
-                        emit::repeat_segment(buf, headers, payload, ends, OFFLOAD, ident, config);
+                        emit::repeat_segment::<false>(buf, headers, payload, ends, OFFLOAD, ident, config);
                     } else {
                         data[..ETH_LEN].copy_from_slice(&eth);
                         let seg = piece.segment(&seg);
@@ -400,7 +423,7 @@ impl Stack {
                     frame
                 }),
                 Some(Lent::Pooled(slice)) => pooled_frame(&mut self.stats, slice, cache, headers),
-                Some(Lent::Ring(_)) | None => None,
+                Some(Lent::Ring(_) | Lent::PooledRun(_)) | None => None,
             };
             let by_reference = frame.is_some();
             let mut packet = if let Some(frame) = frame {
@@ -528,6 +551,81 @@ impl Stack {
     fn gso_payload(&self, ip_len: usize) -> usize {
         let limit = self.config.gso_limit();
         if limit == 0 { 0 } else { limit.saturating_sub(ip_len + 60).min(self.scratch.len()) }
+    }
+}
+
+/// What [`Train::emit`] needs of the stack to send a super-segment of whole pool buffers.
+struct Train<'s, 'c> {
+    stats: &'s mut StackStats,
+    config: &'s Config,
+    cache: &'c PoolCache,
+    /// The frames' Ethernet header.
+    eth: [u8; ETH_LEN],
+    ends: (SocketAddr, SocketAddr),
+    /// The IP header's length.
+    ip_len: usize,
+    /// The segments go as ECT.
+    ect: bool,
+}
+
+impl<'c> Train<'_, 'c> {
+    /// Sends the super-segment `whole`, whose payload is `run` (whole pool buffers of one segment
+    /// each, the last maybe shorter), as software segmentation cuts one (`gso::cut_items`): a
+    /// frame per buffer, by reference where its frame is not still in flight (else its bytes
+    /// are copied into a fresh buffer), IP identifications from `first_ident`. The first and last
+    /// frames' headers are emitted whole; a middle frame's are copied from the frame before and
+    /// the fields that differ written (`emit::repeat_segment`), as for a cut of copied bytes.
+    fn emit<const OFFLOAD: bool>(
+        self,
+        run: &PooledRun<'_>,
+        whole: &TcpRepr<'_>,
+        first_ident: u16,
+        out: &mut PacketBatch<'c>,
+    ) -> gso::Cut {
+        let Self { stats, config, cache, eth, ends, ip_len, ect } = self;
+        let headers = ETH_LEN + ip_len + whole.header_len();
+        let mut before = [0u8; MAX_HEADERS];
+        let items = run.slices().map(|slice| (slice.bytes(), slice));
+        gso::cut_items(whole, items, run.count(), first_ident, |piece, slice| {
+            let frame = pooled_frame(stats, &slice, cache, headers);
+            let by_reference = frame.is_some();
+            let mut packet = match frame {
+                Some(frame) => frame,
+                None => {
+                    let mut packet = cache.alloc()?;
+                    packet.set_len(headers + piece.payload.len()).ok()?;
+                    packet
+                }
+            };
+            let data = packet.data_mut();
+            let ident = piece.ident;
+            if piece.repeats {
+                data[..headers].copy_from_slice(&before[..headers]);
+                let (buf, headers) = (&mut data[ETH_LEN..], headers - ETH_LEN);
+                let payload = (piece.seq_number, piece.payload);
+                if by_reference {
+                    emit::repeat_segment::<true>(buf, headers, payload, ends, OFFLOAD, ident, config);
+                } else {
+                    emit::repeat_segment::<false>(buf, headers, payload, ends, OFFLOAD, ident, config);
+                }
+            } else {
+                data[..ETH_LEN].copy_from_slice(&eth);
+                let (buf, seg) = (&mut data[ETH_LEN..], piece.segment(whole));
+                if by_reference {
+                    // The header alone, the payload lying behind it.
+                    let (seg, payload) = (TcpRepr { payload: &[], ..seg }, (piece.payload, None));
+                    emit::segment_prepared::<true>(buf, &seg, payload, ends, (ect, OFFLOAD), ident, config);
+                } else {
+                    emit::segment(buf, &seg, ends, (ect, OFFLOAD), ident, config);
+                }
+                before[..headers].copy_from_slice(&data[..headers]);
+            }
+            if OFFLOAD {
+                let tcp_header = headers - ETH_LEN - ip_len;
+                packet.set_offload(offload_for((0, tcp_header, false), ip_len, ends.1.is_ipv6()));
+            }
+            out.push(packet).ok()
+        })
     }
 }
 

@@ -175,6 +175,9 @@ struct SendSide {
     /// The most payload bytes in one segment handed to a device that cuts it into `mss`-sized
     /// segments (TSO; see [`Connection::set_super_segment_limit`]); at most `mss`: off.
     super_max: usize,
+    /// Super-segments may run over whole pool buffers of one segment each
+    /// ([`Connection::set_pooled_trains`]).
+    pooled_trains: bool,
     /// The TSO packet new data is being sent in ([`Push::Linux`](super::Push::Linux)).
     packet: Option<super::push::Packet>,
     /// The path MTU learned from ICMP fragmentation-needed messages (RFC 1191), if any; it caps
@@ -411,6 +414,7 @@ impl Connection {
                 last_seg: iss,
                 mss: usize::from(DEFAULT_MSS),
                 super_max: 0,
+                pooled_trains: false,
                 packet: None,
                 path_mtu: None,
                 wscale: 0,
@@ -854,6 +858,17 @@ impl Connection {
     /// ordinary segments.
     pub fn set_super_segment_limit(&mut self, bytes: usize) {
         self.snd.super_max = bytes;
+    }
+
+    /// Lets a super-segment ([`set_super_segment_limit`](Self::set_super_segment_limit)) run over
+    /// consecutive pool buffers queued with [`send_pooled`](Self::send_pooled) when each is whole
+    /// and one segment (only the last shorter), lent as a
+    /// [`Lent::PooledRun`](super::Lent::PooledRun); otherwise (`false`, the default) each pool
+    /// buffer is a segment of its own. For the stack's software segmentation, which sends each
+    /// buffer of the run as a frame of its own, by reference: a device that cuts super-segments
+    /// itself (TSO) would need their bytes in one buffer.
+    pub(crate) fn set_pooled_trains(&mut self, on: bool) {
+        self.snd.pooled_trains = on;
     }
 
     /// Whether data queued to send includes prepared content or pool buffers

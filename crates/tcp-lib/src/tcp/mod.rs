@@ -231,7 +231,7 @@ pub use hystart::HyStart;
 pub use pacing::Pacing;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
 pub use push::Push;
-pub use send_ref::{Lent, PooledSlice};
+pub use send_ref::{Lent, PooledRun, PooledSlice};
 #[cfg(test)]
 pub(crate) use time_wait::TimeWaitParts;
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};

@@ -22,7 +22,7 @@ use netchannel::pool::{PoolCache, SharedPacket};
 use super::budget::{BufferBudget, Side};
 use super::buffer::RingBuffer;
 use super::prepared::{PreparedSegments, PreparedSlice};
-use super::send_ref::{Lent, PooledSlice};
+use super::send_ref::{Lent, PooledRun, PooledSlice};
 
 /// What a read in lending mode lent: prepared content, or the range of the pool buffer of piece
 /// `piece` (borrowed when lending ends, see [`SendStream::stop_lending`]).
@@ -37,6 +37,12 @@ enum Lending {
     /// `len` bytes of the ring from `offset`, in one run of its storage.
     Ring {
         offset: usize,
+        len: usize,
+    },
+    /// Pieces `first..first + count`, whole pool buffers, `len` bytes in all.
+    PooledRun {
+        first: usize,
+        count: usize,
         len: usize,
     },
 }
@@ -61,7 +67,7 @@ const MAX_ACKED: usize = 256;
 
 /// A run of the send stream, once prepared content was queued (see
 /// [`Connection::send_prepared`](super::Connection::send_prepared)).
-enum Piece {
+pub(super) enum Piece {
     /// This many bytes of the send ring.
     Ring(usize),
     /// `len` bytes of prepared content from offset `start`, held by reference.
@@ -75,6 +81,20 @@ impl Piece {
         match self {
             Self::Ring(len) | Self::Prepared { len, .. } | Self::Pooled { len, .. } => *len,
         }
+    }
+
+    /// A pool buffer's bytes in the stream, as a slice of the buffer.
+    pub(super) fn pooled(&self) -> Option<PooledSlice<'_>> {
+        match self {
+            Self::Pooled { buffer, start, len } => Some(PooledSlice { buffer, offset: *start, len: *len }),
+            _ => None,
+        }
+    }
+
+    /// A pool buffer whose bytes in the stream are all of its data (none acknowledged yet) and
+    /// at most `seg` of them: a frame of the buffer is a segment.
+    fn whole_segment(&self, seg: usize) -> Option<usize> {
+        self.pooled().filter(|p| p.is_whole() && p.len <= seg).map(|p| p.len)
     }
 }
 
@@ -412,6 +432,15 @@ impl SendStream {
                     return n;
                 }
                 Piece::Pooled { start, .. } if n > 0 => {
+                    // A read longer than its buffer, from its start, is a run of whole buffers
+                    // (`pooled_run` sized it).
+                    if buf.len() > n
+                        && within == 0
+                        && let Some(count) = self.whole_buffers(idx, buf.len())
+                    {
+                        self.lent = Some(Lending::PooledRun { first: idx, count, len: buf.len() });
+                        return buf.len();
+                    }
                     let offset = start + within;
                     self.lent = Some(Lending::Pooled { piece: idx, offset, len: n });
                     return n;
@@ -477,6 +506,44 @@ impl SendStream {
         }
     }
 
+    /// How far a super-segment from stream offset `offset` may go when its payload is to be
+    /// consecutive whole pool buffers of at most `seg` bytes each (so that each is a frame of its
+    /// own, by reference): their bytes, at most `max`, when at least two such buffers start
+    /// there. Only the last may be shorter than `seg` (a shorter one ends the run), as the last
+    /// segment of a super-segment cut in software. `None` otherwise.
+    pub(super) fn pooled_run(&self, offset: usize, seg: usize, max: usize) -> Option<usize> {
+        let (idx, pos, _) = self.piece_at(offset)?;
+        if pos != offset {
+            return None;
+        }
+        let (mut bytes, mut count) = (0, 0);
+        for len in self.pieces.iter().skip(idx).map_while(|p| p.whole_segment(seg)) {
+            if bytes + len > max {
+                break;
+            }
+            bytes += len;
+            count += 1;
+            if len < seg {
+                break;
+            }
+        }
+        (count >= 2).then_some(bytes)
+    }
+
+    /// The number of pieces from `first` on that are whole pool buffers and together hold
+    /// exactly `len` bytes, when at least two do.
+    fn whole_buffers(&self, first: usize, len: usize) -> Option<usize> {
+        let (mut bytes, mut count) = (0, 0);
+        for piece_len in self.pieces.iter().skip(first).map_while(|p| p.whole_segment(usize::MAX)) {
+            if bytes >= len {
+                break;
+            }
+            bytes += piece_len;
+            count += 1;
+        }
+        (bytes == len && count >= 2).then_some(count)
+    }
+
     /// Enters lending mode (for `poll_transmit_lent`): reads starting in prepared content, a
     /// pool buffer or a long enough run of the ring lend it instead of copying it (see
     /// [`read`](Self::read)).
@@ -497,6 +564,10 @@ impl SendStream {
                 // Unreachable: nothing changes the pieces between the read and here.
                 _ => None,
             },
+            Lending::PooledRun { first, count, len } => {
+                let pieces = self.pieces.range(first..first + count);
+                Some(Lent::PooledRun(PooledRun { pieces, len }))
+            }
         }
     }
 
@@ -552,6 +623,8 @@ mod tests {
         };
         let mut forward = 0usize;
         let mut buf = vec![0u8; 3000];
+        // Runs of whole pool buffers `pooled_run` found (each read and lent as a run below).
+        let mut trains = 0;
         for _ in 0..20_000 {
             match rng.below(8) {
                 0 => {
@@ -560,7 +633,8 @@ mod tests {
                     model.extend(&data[..n]);
                 }
                 1 | 2 => {
-                    let data = fresh(1 + rng.below(2000));
+                    // Half of them one segment of 1448 bytes, as trains are made of.
+                    let data = fresh(if rng.below(2) == 0 { 1448 } else { 1 + rng.below(2000) });
                     let mut p = cache.alloc().unwrap();
                     p.extend_from_slice(&data).unwrap();
                     if s.push_pooled(p.into_shared().unwrap()).is_ok() {
@@ -593,6 +667,11 @@ mod tests {
                     }
                     let n = s.read(at, &mut buf[..want]);
                     let got = match s.stop_lending() {
+                        // A read that covers exactly two whole buffers or more.
+                        Some(Lent::PooledRun(run)) => {
+                            assert!(run.count() >= 2 && run.slices().all(|p| p.is_whole()));
+                            run.slices().flat_map(|p| p.bytes().to_vec()).collect()
+                        }
                         Some(lent) => lent.bytes().to_vec(),
                         None => buf[..n].to_vec(),
                     };
@@ -604,11 +683,21 @@ mod tests {
                     if let Some(limit) = s.prepared_limit(at, 1448) {
                         assert!(limit > 0 && at + limit <= model.len());
                     }
+                    if let Some(run) = s.pooled_run(at, 1448, 3000) {
+                        // Whole buffers from `at` on, of 1448 bytes but the last, together at
+                        // most 3000 bytes: read so, they are lent as a run.
+                        trains += 1;
+                        assert!(run > 1448 && at + run <= model.len());
+                        s.start_lending();
+                        assert_eq!(s.read(at, &mut buf[..run]), run);
+                        assert!(matches!(s.stop_lending(), Some(Lent::PooledRun(r)) if r.len() == run));
+                    }
                     forward = at + n;
                 }
             }
             assert_eq!(s.len(), model.len());
         }
+        assert!(trains > 0, "runs of whole buffers were found and lent");
         drop(s);
         drop(cache);
         pool.check_leaks().unwrap();

@@ -222,6 +222,14 @@ impl Connection {
                 buf[..p.len].copy_from_slice(p.bytes());
                 Some((t, None))
             }
+            (t, Some(Lent::PooledRun(run))) => {
+                let mut at = 0;
+                for p in run.slices() {
+                    buf[at..at + p.len].copy_from_slice(p.bytes());
+                    at += p.len;
+                }
+                Some((t, None))
+            }
             (t, Some(Lent::Ring(b))) => {
                 buf[..b.len()].copy_from_slice(b);
                 Some((t, None))
@@ -470,9 +478,10 @@ impl Connection {
             clipped = true;
         }
         // Prepared content goes in its own segments, on its cuts (their sums are precomputed).
+        // Pool buffers too, one segment each, but for a software-cut super-segment, which may
+        // span whole buffers of one segment each (`set_pooled_trains`).
         if self.snd.stream.has_pieces()
-            && let Some(limit) =
-                self.snd.stream.prepared_limit(sent, if size > mss { usize::MAX } else { mss })
+            && let Some(limit) = self.pieces_limit(sent, size, mss)
             && limit < size
         {
             size = limit;
@@ -561,6 +570,22 @@ impl Connection {
             self.stats.segments_out += n.div_ceil(mss) as u64 - 1;
         }
         Some(t)
+    }
+
+    /// Where a segment of `size` bytes from stream offset `sent` ends early once the send stream
+    /// holds pieces ([`SendStream::prepared_limit`](super::SendStream::prepared_limit)); a
+    /// super-segment of whole pool buffers when the stack cuts it in software
+    /// ([`set_pooled_trains`](Self::set_pooled_trains)), each buffer a segment, runs on over them.
+    fn pieces_limit(&self, sent: usize, size: usize, mss: usize) -> Option<usize> {
+        if size > mss && self.snd.pooled_trains {
+            if let Some(run) = self.snd.stream.pooled_run(sent, mss, size) {
+                return Some(run);
+            }
+            // No run here: one segment, as without super-segments.
+            let one = self.snd.stream.prepared_limit(sent, mss).unwrap_or(mss);
+            return Some(one.min(mss));
+        }
+        self.snd.stream.prepared_limit(sent, if size > mss { usize::MAX } else { mss })
     }
 
     /// Resending after a timeout skips what the peer SACKed since. Out of line, as the other
