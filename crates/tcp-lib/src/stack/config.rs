@@ -126,10 +126,12 @@ pub struct Config {
     /// is that the connection's per-segment decisions (windows, congestion control, timers, the
     /// header) are made once per super-segment instead of once per frame. The connection counts
     /// each cut segment as sent on its own (RACK, SACK, PRR), so a lost one is resent alone.
-    /// Off with TSO ([`tso_max_size`](Self::tso_max_size), which takes precedence), and for a
-    /// connection while prepared content or pool buffers are queued on it (`send_prepared`,
-    /// `send_pooled`), which go by reference one segment at a time where a cut would copy
-    /// them. A super-segment lent from the send ring ends where the ring's storage does, so that
+    /// Off with TSO ([`tso_max_size`](Self::tso_max_size), which takes precedence). While
+    /// prepared content or pool buffers are queued on a connection (`send_prepared`,
+    /// `send_pooled`), which go by reference where a cut would copy them, a super-segment only
+    /// runs over consecutive whole pool buffers of one segment each, every buffer then a frame of
+    /// its own, by reference; the rest goes one segment at a time. A super-segment lent from the
+    /// send ring ends where the ring's storage does, so that
     /// it is not copied; 64 KiB measured fewest instructions per byte on an in-memory link
     /// (BENCHMARKS.md).
     ///
