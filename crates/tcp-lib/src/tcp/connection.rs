@@ -873,8 +873,8 @@ impl Connection {
 
     /// Whether data queued to send includes prepared content or pool buffers
     /// ([`send_prepared`](Self::send_prepared), [`send_pooled`](Self::send_pooled)), which go
-    /// to the device by reference one segment at a time; a super-segment cut in software would
-    /// copy them.
+    /// to the device by reference: a super-segment cut in software would copy them, but for a
+    /// run of whole pool buffers ([`set_pooled_trains`](Self::set_pooled_trains)).
     pub(crate) fn sends_by_reference(&self) -> bool {
         self.snd.stream.has_pieces()
     }
