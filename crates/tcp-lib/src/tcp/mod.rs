@@ -231,7 +231,8 @@ pub use hystart::HyStart;
 pub use pacing::Pacing;
 pub use prepared::{InPoolError, PreparedSegments, PreparedSlice};
 pub use push::Push;
-pub use send_ref::{Lent, PooledRun, PooledSlice};
+pub use send_ref::PooledSlice;
+pub use send_stream::{Lent, PooledRun};
 #[cfg(test)]
 pub(crate) use time_wait::TimeWaitParts;
 pub(crate) use time_wait::{TimeWait, TimeWaitAction};

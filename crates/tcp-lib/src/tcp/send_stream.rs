@@ -13,7 +13,7 @@
 //! stream of many pool buffers finds the next segment's piece without walking from the front.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
+use std::collections::{VecDeque, vec_deque};
 use std::fmt;
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ use netchannel::pool::{PoolCache, SharedPacket};
 use super::budget::{BufferBudget, Side};
 use super::buffer::RingBuffer;
 use super::prepared::{PreparedSegments, PreparedSlice};
-use super::send_ref::{Lent, PooledRun, PooledSlice};
+use super::send_ref::PooledSlice;
 
 /// What a read in lending mode lent: prepared content, or the range of the pool buffer of piece
 /// `piece` (borrowed when lending ends, see [`SendStream::stop_lending`]).
@@ -67,7 +67,7 @@ const MAX_ACKED: usize = 256;
 
 /// A run of the send stream, once prepared content was queued (see
 /// [`Connection::send_prepared`](super::Connection::send_prepared)).
-pub(super) enum Piece {
+enum Piece {
     /// This many bytes of the send ring.
     Ring(usize),
     /// `len` bytes of prepared content from offset `start`, held by reference.
@@ -84,7 +84,7 @@ impl Piece {
     }
 
     /// A pool buffer's bytes in the stream, as a slice of the buffer.
-    pub(super) fn pooled(&self) -> Option<PooledSlice<'_>> {
+    fn pooled(&self) -> Option<PooledSlice<'_>> {
         match self {
             Self::Pooled { buffer, start, len } => Some(PooledSlice { buffer, offset: *start, len: *len }),
             _ => None,
@@ -578,6 +578,101 @@ impl SendStream {
         if self.pieces.is_empty() {
             self.pieces = VecDeque::new();
             self.cursor.set((0, 0, 0));
+        }
+    }
+}
+
+/// Consecutive pool buffers of the send stream that a super-segment's payload is, each the whole
+/// of one segment (the stack's software segmentation, see
+/// [`Lent::PooledRun`]): borrowed from the send stream as [`PooledSlice`]s are.
+#[derive(Clone, Debug)]
+pub struct PooledRun<'a> {
+    /// The send stream's pieces of the run, every one a whole pool buffer.
+    pieces: vec_deque::Iter<'a, Piece>,
+    /// Their bytes.
+    len: usize,
+}
+
+impl<'a> PooledRun<'a> {
+    /// The buffers, in stream order, each a [whole](PooledSlice::is_whole) slice.
+    pub fn slices(&self) -> impl Iterator<Item = PooledSlice<'a>> + 'a {
+        self.pieces.clone().filter_map(Piece::pooled)
+    }
+
+    /// The number of buffers.
+    #[must_use]
+    pub fn count(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// Bytes, all buffers together.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No bytes (never lent: a run has at least two buffers).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A segment's payload lent instead of copied: prepared content, a pool buffer, a run of them, or
+/// a run of the send ring.
+#[derive(Clone, Debug)]
+pub enum Lent<'a> {
+    /// Prepared content ([`Connection::send_prepared`](super::Connection::send_prepared)).
+    Prepared(PreparedSlice),
+    /// Application data in a pool buffer ([`Connection::send_pooled`](super::Connection::send_pooled)).
+    Pooled(PooledSlice<'a>),
+    /// A super-segment whose payload is consecutive whole pool buffers of one segment each, lent
+    /// only to the stack's own software segmentation (which sends each buffer as a frame of its
+    /// own, by reference): it has no contiguous bytes ([`bytes`](Self::bytes) is empty).
+    PooledRun(PooledRun<'a>),
+    /// Bytes of the send ring ([`Connection::send`](super::Connection::send),
+    /// [`Connection::send_with`](super::Connection::send_with)), at least 512 of them in one run
+    /// of its storage: the caller copies them into the frame once, where they would otherwise go
+    /// through its buffer first.
+    Ring(&'a [u8]),
+}
+
+impl Lent<'_> {
+    /// The payload bytes (none for a [`PooledRun`](Self::PooledRun), whose bytes lie in its
+    /// buffers).
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Prepared(p) => p.bytes(),
+            Self::Pooled(p) => p.bytes(),
+            Self::Ring(b) => b,
+            Self::PooledRun(_) => &[],
+        }
+    }
+
+    /// Bytes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Prepared(p) => p.len,
+            Self::Pooled(p) => p.len,
+            Self::Ring(b) => b.len(),
+            Self::PooledRun(r) => r.len,
+        }
+    }
+
+    /// No bytes (never lent: a lent payload has at least one).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The precomputed payload sum, when the payload is a prepared cut.
+    #[must_use]
+    pub fn sum(&self) -> Option<u16> {
+        match self {
+            Self::Prepared(p) => p.sum(),
+            Self::Pooled(_) | Self::Ring(_) | Self::PooledRun(_) => None,
         }
     }
 }

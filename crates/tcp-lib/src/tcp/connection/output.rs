@@ -11,7 +11,7 @@ use crate::tcp::pacing;
 use crate::tcp::prepared::PreparedSlice;
 use crate::tcp::push::{Packet, Sizing};
 use crate::tcp::rtt::MAX_RTO;
-use crate::tcp::send_ref::Lent;
+use crate::tcp::send_stream::Lent;
 use crate::tcp::{Ecn, Pacing, Push, State, Transmit, WindowProbe};
 use crate::wire::tcp::{SackBlocks, Timestamp};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
