@@ -21,7 +21,11 @@
 //!   (`Stack::poll_with`); smoltcp's do the same through `Socket::send` / `Socket::recv` with a
 //!   closure (the same fill, the same copy into the application's buffer);
 //! * **copying** (`copying_n…`): `Stack::send` / `Stack::recv` against `send_slice` /
-//!   `recv_slice`.
+//!   `recv_slice`;
+//! * **by reference** (`byref_n…`, tcp-lib only: smoltcp has no such path): the writer produces
+//!   each segment's payload in a pool buffer of its own and hands it over
+//!   (`Stack::send_pooled_with`), which software GSO sends in trains of whole buffers, each a
+//!   frame by reference; the reader reads in place.
 //!
 //! The endpoints read the real clock on every poll (as the timed bench does): no timer comes due
 //! in a lock-step run, so the count repeats to within a few hundred instructions in millions.
@@ -101,12 +105,15 @@ fn setup<E: Endpoint>(make: impl Fn(Pair, &'static PoolCache, Ipv4Addr) -> E) ->
     Bulk { client, server, c, s }
 }
 
-fn tcplib(in_place: bool) -> Bulk<LibEndpoint<'static, Pair>> {
+/// tcp-lib's endpoints: copying, or reading in place and writing in place (`by_reference`:
+/// false) or into pool buffers it hands over by reference (true).
+fn tcplib(in_place: bool, by_reference: bool) -> Bulk<LibEndpoint<'static, Pair>> {
     setup(|dev, cache, ip| {
         let mut ep = LibEndpoint::new(dev, cache, ip, BUF);
         if in_place {
             ep.in_place = Some(InPlace::new());
-            ep.write_in_place = true;
+            ep.write_in_place = !by_reference;
+            ep.by_reference = by_reference;
         }
         ep
     })
@@ -121,11 +128,15 @@ fn smoltcp(in_place: bool) -> Bulk<SmolEndpoint<'static, Pair>> {
 }
 
 fn setup_tcplib_inplace() -> Bulk<LibEndpoint<'static, Pair>> {
-    tcplib(true)
+    tcplib(true, false)
+}
+
+fn setup_tcplib_byref() -> Bulk<LibEndpoint<'static, Pair>> {
+    tcplib(true, true)
 }
 
 fn setup_tcplib_copying() -> Bulk<LibEndpoint<'static, Pair>> {
-    tcplib(false)
+    tcplib(false, false)
 }
 
 fn setup_smoltcp_inplace() -> Bulk<SmolEndpoint<'static, Pair>> {
@@ -149,6 +160,7 @@ fn teardown<E: Endpoint>(r: Result<Bulk<E>, String>) {
 
 #[library_benchmark]
 #[bench::inplace_n4194304(setup = setup_tcplib_inplace, teardown = teardown)]
+#[bench::byref_n4194304(setup = setup_tcplib_byref, teardown = teardown)]
 #[bench::copying_n4194304(setup = setup_tcplib_copying, teardown = teardown)]
 fn tcplib_bulk(b: Bulk<LibEndpoint<'static, Pair>>) -> Result<Bulk<LibEndpoint<'static, Pair>>, String> {
     black_box(transfer(b))
