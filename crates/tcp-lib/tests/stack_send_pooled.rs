@@ -157,7 +157,7 @@ fn send_pooled_through_faults(r: &Run) -> (StackStats, u64) {
     assert_eq!(a.queues(c).unwrap().1, 0, "all acknowledged");
     assert!(fs.tx.dropped + fs.rx.dropped > 10, "{fs:?}");
     assert_eq!(b.stats().rx_malformed, 0, "the headers' checksums hold");
-    // At most one: every run here counts one such frame, however its segments go.
+    // One is: the sender announces itself at start with a gratuitous ARP request (for its own address).
     assert!(b.stats().rx_not_for_us <= 1, "every frame is addressed to the receiver: {:?}", b.stats());
     let st = *a.stats();
     let retransmits = a.connection_stats(c).unwrap().retransmits;
