@@ -7,7 +7,9 @@
 //! sent the same frames, counted the same (but `rx_continued`), kept the same connection
 //! statistics and handed their applications the same bytes; nothing may panic (debug
 //! assertions on: the short path asserts the whole of header prediction). Checksums are trusted,
-//! so that flipped bits reach the code behind them.
+//! so that flipped bits reach the code behind them. The client's data goes through its send ring
+//! or by reference in pool buffers, which its software GSO sends in trains of whole buffers,
+//! each a frame of its own.
 #![no_main]
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -53,6 +55,9 @@ enum Op {
     Read(u16),
     /// Time moves on.
     Tick(u8),
+    /// The client queues this many bytes (times 16) by reference, in pool buffers of one
+    /// segment each, which its software GSO sends in trains, each buffer a frame of its own.
+    SendPooled(u16),
 }
 
 /// One end of a `Pair` a stack polls, and the other, where the target reads what the stack sent
@@ -143,7 +148,9 @@ fuzz_target!(|ops: Vec<Op>| {
         c
     };
     let mut now = Instant::now();
-    let mut client = Stack::new(config(&client_link.dev, CLIENT_IP), now);
+    let mut client_config = config(&client_link.dev, CLIENT_IP);
+    client_config.gso_max_size = 65535;
+    let mut client = Stack::new(client_config, now);
     // Both servers take the polled one's MAC and the same seed: built alike.
     let server_config = config(&polled_link.dev, SERVER_IP);
     let mut polled = Stack::new(server_config, now);
@@ -163,6 +170,18 @@ fuzz_target!(|ops: Vec<Op>| {
             Op::Send(n) => {
                 let end = (sent + 16 * usize::from(n)).min(data.len());
                 sent += client.send(c, &data[sent..end]).unwrap_or(0);
+            }
+            Op::SendPooled(n) => {
+                let end = (sent + 16 * usize::from(n)).min(data.len());
+                let Ok(mss) = client.send_mss(c) else { continue };
+                let _ = client.send_pooled_with(c, |room| {
+                    let n = mss.min(end - sent).min(room);
+                    let mut p = cache.alloc().filter(|_| n > 0)?;
+                    p.extend_from_slice(&data[sent..sent + n]).ok()?;
+                    let shared = p.into_shared().ok()?;
+                    sent += n;
+                    Some(shared)
+                });
             }
             Op::Read(n) => {
                 if let Some(s) = server {
