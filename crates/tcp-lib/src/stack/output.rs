@@ -319,9 +319,9 @@ impl Stack {
             } else if gso_max != 0 {
                 // No more segments than the batch has room for: each is a frame of its own. While
                 // content that goes by reference is queued, only over whole pool buffers, each
-                // sent by reference (`emit_pooled_run`): the cut would copy the rest.
+                // sent by reference (`Train::emit`): the cut would copy the rest.
                 let room = out.remaining().saturating_mul(e.conn.data_mss());
-                e.conn.set_pooled_trains(e.conn.sends_by_reference());
+                e.conn.set_pooled_trains(true);
                 e.conn.set_super_segment_limit(if mac.is_some() { gso_max.min(room) } else { 0 });
             }
             let Some(mac) = mac else {

@@ -864,19 +864,12 @@ impl Connection {
     /// consecutive pool buffers queued with [`send_pooled`](Self::send_pooled) when each is whole
     /// and one segment (only the last shorter), lent as a
     /// [`Lent::PooledRun`](super::Lent::PooledRun); otherwise (`false`, the default) each pool
-    /// buffer is a segment of its own. For the stack's software segmentation, which sends each
+    /// buffer is a segment of its own. Other content queued by reference (prepared content) goes
+    /// a segment at a time either way. For the stack's software segmentation, which sends each
     /// buffer of the run as a frame of its own, by reference: a device that cuts super-segments
     /// itself (TSO) would need their bytes in one buffer.
     pub(crate) fn set_pooled_trains(&mut self, on: bool) {
         self.snd.pooled_trains = on;
-    }
-
-    /// Whether data queued to send includes prepared content or pool buffers
-    /// ([`send_prepared`](Self::send_prepared), [`send_pooled`](Self::send_pooled)), which go
-    /// to the device by reference: a super-segment cut in software would copy them, but for a
-    /// run of whole pool buffers ([`set_pooled_trains`](Self::set_pooled_trains)).
-    pub(crate) fn sends_by_reference(&self) -> bool {
-        self.snd.stream.has_pieces()
     }
 
     /// Disables (`true`) or enables Nagle's algorithm.
