@@ -516,8 +516,15 @@ impl SendStream {
         if pos != offset {
             return None;
         }
+        let (bytes, count) = self.whole_run(idx, seg, max);
+        (count >= 2).then_some(bytes)
+    }
+
+    /// The run of whole pool buffers from piece `first` on, of at most `seg` bytes each and only
+    /// the last shorter, at most `max` bytes in all: its bytes and its buffers.
+    fn whole_run(&self, first: usize, seg: usize, max: usize) -> (usize, usize) {
         let (mut bytes, mut count) = (0, 0);
-        for len in self.pieces.iter().skip(idx).map_while(|p| p.whole_segment(seg)) {
+        for len in self.pieces.iter().skip(first).map_while(|p| p.whole_segment(seg)) {
             if bytes + len > max {
                 break;
             }
@@ -527,21 +534,17 @@ impl SendStream {
                 break;
             }
         }
-        (count >= 2).then_some(bytes)
+        (bytes, count)
     }
 
-    /// The number of pieces from `first` on that are whole pool buffers and together hold
-    /// exactly `len` bytes, when at least two do.
+    /// The number of buffers of the run [`pooled_run`](Self::pooled_run) finds from piece
+    /// `first` (its segment size the first buffer's) when they hold exactly `len` bytes.
     fn whole_buffers(&self, first: usize, len: usize) -> Option<usize> {
-        let (mut bytes, mut count) = (0, 0);
-        for piece_len in self.pieces.iter().skip(first).map_while(|p| p.whole_segment(usize::MAX)) {
-            if bytes >= len {
-                break;
-            }
-            bytes += piece_len;
-            count += 1;
+        let seg = self.pieces.get(first)?.whole_segment(usize::MAX)?;
+        match self.whole_run(first, seg, len) {
+            (bytes, count) if bytes == len && count >= 2 => Some(count),
+            _ => None,
         }
-        (bytes == len && count >= 2).then_some(count)
     }
 
     /// Enters lending mode (for `poll_transmit_lent`): reads starting in prepared content, a
