@@ -8,12 +8,13 @@
 //! loom-tracked cell (`Shared::track`, `Shared::track_read` in `src/pool/mod.rs`): the shared data is
 //! read by every handle at once, the headroom written by one frame at a time, and the final free is an
 //! exclusive access, so a missing happens-before edge (the Acquire after the last decrement, the
-//! Acquire of taking the frame bit, the Release of giving it back) or a missing in-flight check is
-//! reported by loom as a concurrent access. Each model ends with the leak check.
+//! Acquire of taking the frame bit, the Release of giving it back, the Acquire of taking a buffer
+//! back for writing) or a missing in-flight check is reported by loom as a concurrent access. Each
+//! model ends with the leak check.
 #![cfg(loom)]
 
 use loom::thread;
-use netchannel::channel::{Channel, WakeMode};
+use netchannel::channel::{Channel, Consumer, WakeMode};
 use netchannel::pool::{FrameError, HugePages, Pool, SharedPacket};
 
 fn tiny_pool(buffers: u32) -> Pool {
@@ -54,6 +55,25 @@ fn the_last_of_two_references_frees_once() {
         assert_eq!(pool.audit().shared, 0);
         pool.check_leaks().unwrap();
     });
+}
+
+/// The device core: takes one frame's token from `rx`, reads the frame (headers `h1`) and releases
+/// it on its own cache.
+fn device(pool: &Pool, mut rx: Consumer) -> thread::JoinHandle<()> {
+    let pool = pool.clone();
+    thread::spawn(move || {
+        let cache = pool.cache();
+        let token = loop {
+            match rx.pop() {
+                Some(token) => break token,
+                None => thread::yield_now(),
+            }
+        };
+        // SAFETY: the sender gave the token up (`into_raw`) and sent it once.
+        let frame = unsafe { cache.frame_from_raw(token) };
+        assert_eq!(frame.data(), b"h1data");
+        drop(frame);
+    })
 }
 
 /// Writes `tag` into a frame's two header bytes through its own cache, reads the frame back (the
@@ -99,23 +119,8 @@ fn a_frame_released_on_the_device_core() {
     loom::model(|| {
         let pool = tiny_pool(1);
         let shared = shared_data(&pool);
-        let (mut tx, mut rx) = Channel::builder(1).wake(WakeMode::Poll).build().unwrap();
-        let device = {
-            let pool = pool.clone();
-            thread::spawn(move || {
-                let cache = pool.cache();
-                let token = loop {
-                    match rx.pop() {
-                        Some(token) => break token,
-                        None => thread::yield_now(),
-                    }
-                };
-                // SAFETY: the sender gave the token up (`into_raw`) and sent it once.
-                let frame = unsafe { cache.frame_from_raw(token) };
-                assert_eq!(frame.data(), b"h1data");
-                drop(frame);
-            })
-        };
+        let (mut tx, rx) = Channel::builder(1).wake(WakeMode::Poll).build().unwrap();
+        let device = device(&pool, rx);
         let cache = pool.cache();
         let mut frame = shared.frame(&cache, 2).unwrap();
         frame.data_mut().copy_from_slice(b"h1");
@@ -131,6 +136,41 @@ fn a_frame_released_on_the_device_core() {
         drop(shared);
         assert_eq!(second.data(), b"h2data");
         drop(second);
+        device.join().unwrap();
+        drop(cache);
+        pool.check_leaks().unwrap();
+    });
+}
+
+/// Zero-copy sending's cycle: the sending core frames its only handle of a buffer, hands the
+/// token to the device core, which reads the frame and releases it there, and takes the buffer
+/// back for writing (`try_into_packet`) as soon as the frame is released. The Acquire of the
+/// exchange that sees the release orders the device's reads before the sender's writes: made
+/// Relaxed, loom reports the device's read of the frame racing with the write.
+#[test]
+fn a_buffer_taken_back_after_its_frame_was_released() {
+    loom::model(|| {
+        let pool = tiny_pool(1);
+        let (mut tx, rx) = Channel::builder(1).wake(WakeMode::Poll).build().unwrap();
+        let device = device(&pool, rx);
+        let cache = pool.cache();
+        let mut shared = shared_data(&pool);
+        let mut frame = shared.frame(&cache, 2).unwrap();
+        frame.data_mut().copy_from_slice(b"h1");
+        tx.push(frame.into_raw()).unwrap();
+        let mut packet = loop {
+            match shared.try_into_packet(&cache) {
+                Ok(packet) => break packet,
+                Err(back) => {
+                    shared = back;
+                    thread::yield_now();
+                }
+            }
+        };
+        assert_eq!(packet.data(), b"data");
+        packet.data_mut().copy_from_slice(b"next");
+        assert_eq!(pool.audit().shared, 0);
+        drop(packet);
         device.join().unwrap();
         drop(cache);
         pool.check_leaks().unwrap();

@@ -327,7 +327,9 @@ impl SharedPacket {
         if shared.state(self.index).compare_exchange(REF, 0, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return Err(self);
         }
+        // The whole buffer is this owner's again, headroom included.
         shared.track(self.index);
+        shared.track(self.index | FRAME_TAG);
         // Relaxed: a count for `Pool::audit`.
         shared.shared_live.fetch_sub(1, Ordering::Relaxed);
         let this = ManuallyDrop::new(self);
