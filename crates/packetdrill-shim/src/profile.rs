@@ -148,7 +148,7 @@ impl Profile {
     }
 
     /// The stack configuration: addresses, MTU, a fixed secret (reproducible ISNs and ports), no
-    /// gratuitous ARP, and the TCP defaults of [`Self::tcp`].
+    /// gratuitous ARP, no software GSO, and the TCP defaults of [`Self::tcp`].
     #[must_use]
     pub fn stack_config(&self) -> Config {
         let mut config = match self.local_ip {
@@ -183,6 +183,10 @@ impl Profile {
         };
         config.mtu = self.mtu;
         config.gratuitous_arp = false;
+        // Segment by segment: the Linux profile plans Linux's TSO packets itself (`Push::Linux`,
+        // the segments a packet of `tcp_tso_autosize` holds and where PSH goes), which a
+        // super-segment decided at once in software would override.
+        config.gso_max_size = 0;
         config.secret_seed = Some(0x7061_636b_6574_6472);
         config.tcp = self.tcp();
         config

@@ -116,8 +116,8 @@ pub struct Config {
     /// [`wire::gso::segment`]: crate::wire::gso::segment
     pub tso_max_size: usize,
     /// Generic segmentation offload in software (GSO, Linux's `NETIF_F_GSO`): the largest TCP
-    /// super-segment a connection builds for a device without TSO, in IP packet bytes (0, the
-    /// default: off; at most 65535). The stack asks the connection once for up to this many
+    /// super-segment a connection builds for a device without TSO, in IP packet bytes (65535 by
+    /// default, as Linux's GSO is on for every device; 0: off; at most 65535). The stack asks the connection once for up to this many
     /// bytes (whole MSS-sized segments, as for [`tso_max_size`](Self::tso_max_size), and no more
     /// than the outgoing batch has room for), then cuts them into ordinary frames itself before
     /// the device, as Linux's GSO cuts a TSO packet for a device that cannot: each frame with
@@ -142,8 +142,10 @@ pub struct Config {
     ///
     /// let cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24).expect("a /24");
     /// let mut config = Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr);
-    /// // Up to 64 KiB of a connection's data per decision, cut into 1500-byte frames.
-    /// config.gso_max_size = 65535;
+    /// // Up to 64 KiB of a connection's data per decision, cut into 1500-byte frames: the default.
+    /// assert_eq!(config.gso_max_size, 65535);
+    /// // One decision per frame, as a stack without GSO makes them.
+    /// config.gso_max_size = 0;
     /// ```
     pub gso_max_size: usize,
     /// The receive queue limits of UDP sockets bound with [`Stack::udp_bind`].
@@ -156,7 +158,7 @@ impl Config {
     /// Defaults for an interface with `mac` and `ip`: MTU 1500, no gateway, 64k connections,
     /// 64 MiB of connection buffers (a thousand connections with full default send and receive
     /// rings, or 1 KiB for each of the 64k connections), 4096 TIME-WAIT, a random secret,
-    /// checksums verified and filled.
+    /// checksums verified and filled, software GSO for a device without TSO.
     #[must_use]
     pub fn new(mac: EthernetAddress, ip: Ipv4Cidr) -> Self {
         Self {
@@ -180,7 +182,7 @@ impl Config {
             tx_checksum: true,
             tx_partial_checksum: false,
             tso_max_size: 0,
-            gso_max_size: 0,
+            gso_max_size: MAX_SUPER_SEGMENT,
             udp: UdpConfig::default(),
             icmp_errors: IcmpRateLimit::default(),
         }
