@@ -301,6 +301,10 @@ impl Stack {
         let gso_max = if super_max == 0 { self.gso_payload(ip_len) } else { 0 };
         if let Some(e) = self.slots.get_mut(index) {
             e.conn.recycle_acked(cache);
+            // While content that goes by reference is queued, a super-segment cut here runs only
+            // over whole pool buffers, each sent by reference (`Train::emit`): the cut would copy
+            // the rest. A device that cuts it (TSO) would need the bytes in one buffer.
+            e.conn.set_pooled_trains(gso_max != 0);
         }
         loop {
             let mac = self.neighbor_lookup(hop);
@@ -315,14 +319,9 @@ impl Stack {
                 // one with TSO keeps its limit, but the scratch buffer of one MSS caps its
                 // segments there.)
                 e.conn.set_super_segment_limit(if mac.is_some() { super_max } else { 0 });
-                e.conn.set_pooled_trains(false);
             } else if gso_max != 0 {
-                // No more segments than the batch has room for: each is a frame of its own. While
-                // content that goes by reference is queued, only over whole pool buffers, each
-                // sent by reference (`Train::emit`): the cut would copy the rest.
-                let room = out.remaining().saturating_mul(e.conn.data_mss());
-                e.conn.set_pooled_trains(true);
-                e.conn.set_super_segment_limit(if mac.is_some() { gso_max.min(room) } else { 0 });
+                // No more segments than the batch has room for: each is a frame of its own.
+                e.conn.set_software_segmentation(if mac.is_some() { gso_max } else { 0 }, out.remaining());
             }
             let Some(mac) = mac else {
                 // Unresolved next hop: the segment waits (bounded) in the ARP queue.

@@ -175,6 +175,10 @@ struct SendSide {
     /// The most payload bytes in one segment handed to a device that cuts it into `mss`-sized
     /// segments (TSO; see [`Connection::set_super_segment_limit`]); at most `mss`: off.
     super_max: usize,
+    /// The most segments a super-segment is cut into (the frames the stack's outgoing batch has
+    /// room for, [`Connection::set_software_segmentation`]); `usize::MAX` for a device that cuts
+    /// it.
+    super_frames: usize,
     /// Super-segments may run over whole pool buffers of one segment each
     /// ([`Connection::set_pooled_trains`]).
     pooled_trains: bool,
@@ -414,6 +418,7 @@ impl Connection {
                 last_seg: iss,
                 mss: usize::from(DEFAULT_MSS),
                 super_max: 0,
+                super_frames: usize::MAX,
                 pooled_trains: false,
                 packet: None,
                 path_mtu: None,
@@ -858,6 +863,17 @@ impl Connection {
     /// ordinary segments.
     pub fn set_super_segment_limit(&mut self, bytes: usize) {
         self.snd.super_max = bytes;
+        self.snd.super_frames = usize::MAX;
+    }
+
+    /// [`set_super_segment_limit`](Self::set_super_segment_limit) for the stack's software
+    /// segmentation, which cuts a super-segment into at most `frames` frames (what its outgoing
+    /// batch has room for). The segment size is the connection's to know, and a lone segment
+    /// never needs it, so the bytes `frames` allow are worked out only when a super-segment is
+    /// sized.
+    pub(crate) fn set_software_segmentation(&mut self, bytes: usize, frames: usize) {
+        self.snd.super_max = bytes;
+        self.snd.super_frames = frames;
     }
 
     /// Lets a super-segment ([`set_super_segment_limit`](Self::set_super_segment_limit)) run over

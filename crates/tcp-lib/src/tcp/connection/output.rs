@@ -713,7 +713,8 @@ impl Connection {
     #[cold]
     #[inline(never)]
     fn super_size(&self, fits: usize, unsent: usize, in_flight: usize, mss: usize) -> usize {
-        let size = fits.min(self.snd.super_max / mss * mss);
+        let max = self.snd.super_max.min(self.snd.super_frames.saturating_mul(mss).max(mss));
+        let size = fits.min(max / mss * mss);
         let tail_ok = size == unsent && (self.snd.nodelay || in_flight == 0 || self.snd.fin_queued);
         if tail_ok { size } else { size - size % mss }
     }
