@@ -231,6 +231,8 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 stage "rustdoc (-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked
+# The private items too, as a contributor reads them: their links must resolve as well.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked --document-private-items
 
 stage "the README's benchmark table against BENCHMARKS.md (scripts/readme_bench.py --check)"
 if scripts/readme_bench.py --check; then

@@ -315,7 +315,7 @@ impl Live {
     }
 }
 
-/// httpd on the runtime, for [`cli::serve`]: what every core's service shares.
+/// httpd on the runtime, for [`run`]: what every core's service shares.
 struct Service<'a> {
     options: &'a Options,
     content: &'a Content,

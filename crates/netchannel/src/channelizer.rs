@@ -242,7 +242,7 @@ struct Lanes {
 /// tables above grow with the largest id, a burst of `u32`s per id.
 pub const MAX_CONSUMERS: u32 = 1 << 16;
 
-/// The id that stands for the default channel in [`Channelizer::dirty`].
+/// The id that stands for the default channel in the staging's `dirty` list.
 const DEFAULT_DIRTY: u32 = u32::MAX;
 
 /// The driver loop of one device queue. See the [module documentation](self).

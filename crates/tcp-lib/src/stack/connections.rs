@@ -1,4 +1,4 @@
-//! The connection table: the slab of [`Entry`](super::Entry)s behind every [`StreamId`], its
+//! The connection table: the slab of [`Entry`]s behind every [`StreamId`], its
 //! demultiplexing map, the ready list, and reclaiming a slot. A reclaimed connection's small ring
 //! storage waits in a bounded free list ([`MAX_SPARES`]) for the next connection, so that short
 //! connections allocate nothing for their buffers.
@@ -10,7 +10,7 @@ use super::{Entry, Error, ListenerId, Phase, Stack, StreamId};
 use crate::tcp::Connection;
 
 /// The most reclaimed connections' storage the stack keeps for new ones (each at most 8 KiB:
-/// two rings of [`RETAINED_STORAGE`](crate::tcp::buffer::RETAINED_STORAGE)).
+/// two rings of `tcp::buffer::RETAINED_STORAGE`).
 pub(super) const MAX_SPARES: usize = 64;
 
 impl Stack {

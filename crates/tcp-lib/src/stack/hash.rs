@@ -83,7 +83,7 @@ impl BuildHasher for TableHash {
     }
 }
 
-/// The [`Hasher`](std::hash::Hasher) of [`TableHash`].
+/// The [`Hasher`] of [`TableHash`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TableHasher {
     key: [u64; 4],

@@ -2,7 +2,7 @@
 //! listener ([`Stack::register_accept_waker`]), and the one check that wakes them.
 //!
 //! A stream's wakers live out of line, in a [`StreamWakers`] boxed on its
-//! [`Entry`](super::Entry) the first time one is registered: a connection nobody registered on
+//! [`Entry`] the first time one is registered: a connection nobody registered on
 //! carries a null pointer, and the per-segment path pays one test of it. After every event on a
 //! connection (a segment processed, its timers run: [`Stack::settle`] is that one place) the
 //! registered side that is now ready is woken and forgotten ([`Entry::wake_ready`]); release and

@@ -176,7 +176,7 @@ impl RingBuffer {
     }
 
     /// Takes the storage out (emptied, its charge refunded), leaving the ring empty with none:
-    /// for a ring no longer used, whose storage [`with_storage`](Self::with_storage) gives to
+    /// for a ring no longer used, whose storage [`give_storage`](Self::give_storage) gives to
     /// another.
     pub(crate) fn take_storage(&mut self) -> Vec<u8> {
         if let Some((budget, _)) = &self.budget {

@@ -26,8 +26,8 @@
 //! ([`StackStats::tx_by_reference_copied`](crate::stack::StackStats::tx_by_reference_copied)).
 //! The content is shared by every core through its `Arc`, and the buffers with it; a core sends
 //! from another core's pool buffers only when both use the same pool (a frame must come from the
-//! cache of the buffer's pool), otherwise it copies. A super-segment ([`Config::tso_max_size`]
-//! (crate::stack::Config::tso_max_size)) spans several buffers and is always copied.
+//! cache of the buffer's pool), otherwise it copies. A super-segment
+//! ([`Config::tso_max_size`](crate::stack::Config::tso_max_size)) spans several buffers and is always copied.
 //!
 //! ```
 //! use std::sync::Arc;
