@@ -309,6 +309,12 @@
 //! and Nagle would send it. [`StackStats::tx_super_segments`] counts them. Both are off by
 //! default: with them off the transmit path is the one without offloads.
 //!
+//! Without TSO, the stack cuts the super-segments itself ([`Config::gso_max_size`], 64 KiB by
+//! default, as Linux's GSO is on for every device): the connection decides once for up to 64 KiB
+//! and each frame gets the headers of the one before with its sequence number and IP
+//! identification written ([`StackStats::tx_gso_super_segments`]). The wire carries what it
+//! would without it.
+//!
 //! On receive, [`poll`](Stack::poll) passes each buffer's metadata to
 //! [`receive_offload`](Stack::receive_offload): a frame whose checksum the device verified, or
 //! that carries a partial checksum from a sender on the same machine, is not checked again
