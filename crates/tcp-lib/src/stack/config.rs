@@ -133,7 +133,8 @@ pub struct Config {
     /// its own, by reference; the rest goes one segment at a time. A super-segment lent from the
     /// send ring ends where the ring's storage does, so that
     /// it is not copied; 64 KiB measured fewest instructions per byte on an in-memory link
-    /// (BENCHMARKS.md).
+    /// (BENCHMARKS.md). The stack keeps a scratch buffer of this size for the connections'
+    /// payloads (one MSS with GSO off).
     ///
     /// ```
     /// use std::net::Ipv4Addr;
