@@ -117,9 +117,10 @@ pub struct Config {
     pub tso_max_size: usize,
     /// Generic segmentation offload in software (GSO, Linux's `NETIF_F_GSO`): the largest TCP
     /// super-segment a connection builds for a device without TSO, in IP packet bytes (65535 by
-    /// default, as Linux's GSO is on for every device; 0: off; at most 65535). The stack asks the connection once for up to this many
-    /// bytes (whole MSS-sized segments, as for [`tso_max_size`](Self::tso_max_size), and no more
-    /// than the outgoing batch has room for), then cuts them into ordinary frames itself before
+    /// default, as Linux's GSO is on for every device; 0: off; at most 65535). The stack asks
+    /// the connection once for up to this many bytes (whole MSS-sized segments, as for
+    /// [`tso_max_size`](Self::tso_max_size), and no more than the outgoing batch has room
+    /// for), then cuts them into ordinary frames itself before
     /// the device, as Linux's GSO cuts a TSO packet for a device that cannot: each frame with
     /// its own sequence number, IP identification and checksums, PSH and FIN only on the last,
     /// CWR only on the first. The wire carries exactly what it would without it; what changes
