@@ -3,9 +3,10 @@
 //! are written into the buffer's headroom), one frame in flight at a time. See the pool module's
 //! "Shared buffers" section for what it is for and the ordering argument.
 //!
-//! The state of a shared buffer is one `AtomicU32` in its header ([`SHARED_STATE_OFFSET`](super::region::SHARED_STATE_OFFSET)): bit 0 is
-//! set while a frame is in flight, and the rest count references, two per reference ([`REF`]):
-//! every [`SharedPacket`] handle holds one, and so does the frame in flight.
+//! The state of a shared buffer is one `AtomicU32` in its header
+//! ([`SHARED_STATE_OFFSET`](super::region::SHARED_STATE_OFFSET)): bit 0 is set while a frame is in
+//! flight, and the rest count references, two per reference ([`REF`]): every [`SharedPacket`]
+//! handle holds one, and so does the frame in flight.
 
 use std::fmt;
 use std::mem::ManuallyDrop;
