@@ -338,7 +338,16 @@ impl Stack {
                 self.send_frame_to(hop, frame);
                 continue;
             };
-            let Some(plain) = cache.alloc() else { return Drained::Stopped };
+            // A segment taken from the connection must go out, so a buffer for it is certain
+            // first: this cache's own (nothing else takes from it before the segment is built,
+            // and most drains end with a connection that has nothing to send), or, when the
+            // cache holds none, one from the pool taken now.
+            let mut plain = if cache.is_empty() {
+                let Some(packet) = cache.alloc() else { return Drained::Stopped };
+                Some(packet)
+            } else {
+                None
+            };
             let Some((t, lent)) = e.conn.poll_transmit_lent(now, &mut self.scratch) else {
                 return Drained::All;
             };
@@ -372,7 +381,6 @@ impl Stack {
                     Some(lent) => t.segment(lent.bytes()),
                     None => t.segment(&self.scratch),
                 };
-                let mut plain = Some(plain);
                 let ethertype = if remote_ip.is_ipv6() { EtherType::Ipv6 } else { EtherType::Ipv4 };
                 let eth = ethernet_header(self.config.mac, mac, ethertype);
                 // The headers of the frame before (Ethernet, IP, TCP), for a segment that repeats
@@ -380,7 +388,7 @@ impl Stack {
                 let mut before = [0u8; MAX_HEADERS];
                 let headers = ETH_LEN + ip_len + seg.header_len();
                 let frames = gso::cut(&seg, usize::from(t.segment_size), ident, |piece| {
-                    let mut packet = if piece.first { plain.take() } else { cache.alloc() }?;
+                    let mut packet = plain.take().or_else(|| cache.alloc())?;
                     packet.set_len(headers + piece.payload.len()).ok()?;
                     let data = packet.data_mut();
                     let (ident, config) = (piece.ident, &self.config);
@@ -432,7 +440,11 @@ impl Stack {
                 drop(plain);
                 frame
             } else {
-                let mut packet = plain;
+                let Some(mut packet) = plain.or_else(|| cache.alloc()) else {
+                    // Not expected (see above); the segment is lost and goes again on a timer.
+                    self.stats.tx_dropped += 1;
+                    return Drained::Stopped;
+                };
                 let payload_len = lent.as_ref().map_or(0, Lent::len);
                 let len = ETH_LEN + ip_len + seg.buffer_len() + payload_len;
                 if packet.set_len(len).is_err() {
