@@ -492,12 +492,12 @@ impl Builder {
             ring,
             mask,
             tail: 0,
-            limit: capacity,
+            cached_head: 0,
             wakecnt: 0,
             refused: 0,
             wakeups: 0,
             mode: self.wake,
-            check: WakeCheck::new(self.wake, barrier),
+            barrier,
             _not_sync: PhantomData,
         };
         let consumer = Consumer {
@@ -525,20 +525,12 @@ fn before(a: usize, b: usize) -> bool {
     (a.wrapping_sub(b) as isize) < 0
 }
 
-/// Whether `items` holds [`EMPTY`]: without an early exit, so the compiler compares vectors of
-/// them (a search that stops at the first match compares one at a time), in chunks of 16, each
-/// compared in straight-line vector code (one loop over the whole slice: `push_burst` 5.15
-/// instructions an item at burst 32 and 2.05 at 256, `icount_channel`; in chunks 4.99 and 1.89).
+/// Whether `items` holds [`EMPTY`]: eight items at a time without an early exit, so the compiler
+/// compares vectors of them (a search that stops at the first match compares one at a time).
 #[inline(always)]
 fn holds_empty(items: &[u32]) -> bool {
-    /// All ones where an item is `EMPTY`, ORed: a compare and an OR per vector.
-    #[inline(always)]
-    fn any_empty(items: &[u32]) -> u32 {
-        items.iter().fold(0u32, |any, &item| any | u32::from(item == EMPTY).wrapping_neg())
-    }
-    let chunks = items.chunks_exact(16);
-    let rest = any_empty(chunks.remainder());
-    chunks.fold(rest, |any, chunk| any | any_empty(chunk)) != 0
+    // All ones where an item is `EMPTY` (`!item == 0`), ORed: a compare and an OR per vector.
+    items.iter().fold(0u32, |any, &item| any | u32::from(item == EMPTY).wrapping_neg()) != 0
 }
 
 /// Splits a run of `n` slots that starts at ring position `start` at the ring's end (`capacity`
@@ -570,38 +562,16 @@ pub struct Producer {
     mask: usize,
     /// Authoritative copy of `producer.tail`: only this handle writes it.
     tail: usize,
-    /// The last value read from `consumer.head` plus the capacity: the producer may write the
-    /// slots below it, so the ring has at least `limit - tail` free slots.
-    limit: usize,
+    /// Last value read from `consumer.head`; the ring has at least `capacity - (tail - cached_head)`
+    /// free slots.
+    cached_head: usize,
     /// Authoritative copy of `producer.wakecnt`.
     wakecnt: u32,
     refused: u64,
     wakeups: u64,
     mode: WakeMode,
-    /// What `publish` does after the `tail` store, from `mode` and the process's barrier.
-    check: WakeCheck,
+    barrier: Barrier,
     _not_sync: NotSync,
-}
-
-/// The producer's wakeup check after each publication, decided once when the channel is built,
-/// so that a push tests one byte for it: none ([`WakeMode::Poll`]), or the barrier half of
-/// [`Barrier::light`] (a compiler fence with `membarrier`, a `SeqCst` fence without) and the
-/// load of the consumer's request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WakeCheck {
-    Asymmetric,
-    Symmetric,
-    Off,
-}
-
-impl WakeCheck {
-    fn new(mode: WakeMode, barrier: Barrier) -> Self {
-        match (mode, barrier) {
-            (WakeMode::Poll, _) => Self::Off,
-            (_, Barrier::Asymmetric) => Self::Asymmetric,
-            (_, Barrier::Symmetric) => Self::Symmetric,
-        }
-    }
 }
 
 // SAFETY: the handle owns its half of the protocol; moving it to another thread moves that ownership.
@@ -631,8 +601,8 @@ impl Producer {
     #[must_use]
     pub fn free_space(&mut self) -> usize {
         // Acquire: pairs with the Release store of `head` in `Consumer::pop_burst`.
-        self.limit = self.shared.consumer.head.load(Ordering::Acquire).wrapping_add(self.capacity());
-        self.limit.wrapping_sub(self.tail)
+        self.cached_head = self.shared.consumer.head.load(Ordering::Acquire);
+        self.capacity() - self.tail.wrapping_sub(self.cached_head)
     }
 
     /// Whether the consumer has been dropped (pushes still succeed but nobody will read them).
@@ -662,12 +632,11 @@ impl Producer {
     #[inline]
     pub fn push(&mut self, item: u32) -> Result<(), PushError> {
         assert_ne!(item, EMPTY, "u32::MAX marks an empty net channel slot and cannot be sent");
-        if self.tail == self.limit {
+        if self.tail.wrapping_sub(self.cached_head) == self.capacity() {
             // Acquire: pairs with the Release store of `head` in `Consumer::pop_burst`, so the
             // consumer's reads of the slots we are about to reuse happen before our writes.
-            let head = self.shared.consumer.head.load(Ordering::Acquire);
-            self.limit = head.wrapping_add(self.capacity());
-            if self.tail == self.limit {
+            self.cached_head = self.shared.consumer.head.load(Ordering::Acquire);
+            if self.tail.wrapping_sub(self.cached_head) == self.capacity() {
                 self.count_refused(1);
                 return Err(PushError::Full(item));
             }
@@ -699,11 +668,11 @@ impl Producer {
     pub(crate) fn push_indices(&mut self, items: &[u32]) -> usize {
         debug_assert!(!holds_empty(items), "a pool index is never EMPTY");
         let capacity = self.capacity();
-        let mut free = self.limit.wrapping_sub(self.tail);
+        let mut free = capacity - self.tail.wrapping_sub(self.cached_head);
         if free < items.len() {
             // Acquire: pairs with the Release store of `head` in `Consumer::pop_burst`.
-            self.limit = self.shared.consumer.head.load(Ordering::Acquire).wrapping_add(capacity);
-            free = self.limit.wrapping_sub(self.tail);
+            self.cached_head = self.shared.consumer.head.load(Ordering::Acquire);
+            free = capacity - self.tail.wrapping_sub(self.cached_head);
         }
         let n = items.len().min(free);
         if n < items.len() {
@@ -745,13 +714,12 @@ impl Producer {
 
     #[inline(always)]
     fn check_wakeup(&mut self) {
+        if self.mode == WakeMode::Poll {
+            return;
+        }
         // StoreLoad between the `tail` store above and the `wakecnt` load below; pairs with
         // `Barrier::heavy` in `Consumer::request_wakeup` (store-buffering pattern, see module docs).
-        match self.check {
-            WakeCheck::Asymmetric => Barrier::Asymmetric.light(),
-            WakeCheck::Symmetric => Barrier::Symmetric.light(),
-            WakeCheck::Off => return,
-        }
+        self.barrier.light();
         // Relaxed: the barrier pair, not this load, orders it against the consumer's request.
         let requested = self.shared.wake.wakecnt.load(Ordering::Relaxed);
         if requested != self.wakecnt {
