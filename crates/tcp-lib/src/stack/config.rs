@@ -117,25 +117,24 @@ pub struct Config {
     pub tso_max_size: usize,
     /// Generic segmentation offload in software (GSO, Linux's `NETIF_F_GSO`): the largest TCP
     /// super-segment a connection builds for a device without TSO, in IP packet bytes (65535 by
-    /// default, as Linux's GSO is on for every device; 0: off; at most 65535). The stack asks
-    /// the connection once for up to this many bytes (whole MSS-sized segments, as for
-    /// [`tso_max_size`](Self::tso_max_size), and no more than the outgoing batch has room
-    /// for), then cuts them into ordinary frames itself before
-    /// the device, as Linux's GSO cuts a TSO packet for a device that cannot: each frame with
-    /// its own sequence number, IP identification and checksums, PSH and FIN only on the last,
-    /// CWR only on the first. The wire carries exactly what it would without it; what changes
-    /// is that the connection's per-segment decisions (windows, congestion control, timers, the
-    /// header) are made once per super-segment instead of once per frame. The connection counts
-    /// each cut segment as sent on its own (RACK, SACK, PRR), so a lost one is resent alone.
-    /// Off with TSO ([`tso_max_size`](Self::tso_max_size), which takes precedence). While
-    /// prepared content or pool buffers are queued on a connection (`send_prepared`,
-    /// `send_pooled`), which go by reference where a cut would copy them, a super-segment only
-    /// runs over consecutive whole pool buffers of one segment each, every buffer then a frame of
-    /// its own, by reference; the rest goes one segment at a time. A super-segment lent from the
-    /// send ring ends where the ring's storage does, so that
-    /// it is not copied; 64 KiB measured fewest instructions per byte on an in-memory link
-    /// (BENCHMARKS.md). The stack keeps a scratch buffer of this size for the connections'
-    /// payloads (one MSS with GSO off).
+    /// default, as Linux's GSO is on for every device; 0: off; at most 65535). The stack asks the
+    /// connection once for up to this many bytes (whole MSS-sized segments, as for
+    /// [`tso_max_size`](Self::tso_max_size), and no more than the outgoing batch has room for),
+    /// then cuts them into ordinary frames itself before the device, as Linux's GSO cuts a TSO
+    /// packet for a device that cannot: each frame with its own sequence number, IP identification
+    /// and checksums, PSH and FIN only on the last, CWR only on the first. The wire carries exactly
+    /// what it would without it; what changes is that the connection's per-segment decisions
+    /// (windows, congestion control, timers, the header) are made once per super-segment instead of
+    /// once per frame. The connection counts each cut segment as sent on its own (RACK, SACK, PRR),
+    /// so a lost one is resent alone. Off with TSO ([`tso_max_size`](Self::tso_max_size), which
+    /// takes precedence). While prepared content or pool buffers are queued on a connection
+    /// (`send_prepared`, `send_pooled`), which go by reference where a cut would copy them, a
+    /// super-segment only runs over consecutive whole pool buffers of one segment each, every
+    /// buffer then a frame of its own, by reference; the rest goes one segment at a time. A
+    /// super-segment lent from the send ring ends where the ring's storage does, so that it is not
+    /// copied; 64 KiB measured fewest instructions per byte on an in-memory link (BENCHMARKS.md).
+    /// The stack keeps a scratch buffer of this size for the connections' payloads (one MSS with
+    /// GSO off).
     ///
     /// ```
     /// use std::net::Ipv4Addr;
