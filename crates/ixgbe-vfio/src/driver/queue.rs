@@ -13,7 +13,10 @@
 //! DPDK's vector receive and its `rxq_rearm`); anything else (a bad descriptor, a chain, no fresh
 //! buffer) takes a one-descriptor slow step. TX writes one descriptor per packet straight from the
 //! batch and takes the sent packets out without dropping them. Both index the ring through a
-//! `Ring` view (`ring.rs`), which checks the slices' lengths once per burst.
+//! `Ring` view (`ring.rs`), which checks the slices' lengths once per burst. In both directions a
+//! burst the fast path finishes (the common one) runs no other loop: what is left of an unusual
+//! burst goes on in a cold function (`rx_slow`, `tx_slow`), so a burst of a few frames pays only
+//! the fast path's set-up.
 
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
@@ -517,9 +520,8 @@ impl IxgbeQueue {
         run: usize,
     ) -> (usize, u64) {
         let buf_len = self.dma.rx_buf_len();
-        let linear = self.dma.rx_linear();
         let stash_len = self.stash_len.min(STASH);
-        let Self { rx_ring, rx_bufs, stash, .. } = self;
+        let Self { rx_ring, rx_bufs, stash, dma, .. } = self;
         let Some(mut ring) = Ring::new(rx_ring.descriptors(), rx_bufs) else {
             return (0, 0);
         };
@@ -546,16 +548,18 @@ impl IxgbeQueue {
                 Some(RxFrame { index: ring.slot(slot), len: u32::try_from(rx_len(status)).unwrap_or(0) })
             })
         };
-        // The slots' old buffers are packets now; each slot takes a fresh one, from the top of the
-        // stash down (its address computed, or stored by `refill_stash` for a page-wise mapping).
+        // The slots' old buffers are packets now; each slot takes a fresh one from the top `taken`
+        // of the stash, in order (its address computed, or stored by `refill_stash` for a page-wise
+        // mapping): a forward loop, which compiles shorter than a reversed one.
         let from = stash_len - taken.min(stash_len);
-        if let Some((base, stride, _)) = linear {
-            for (i, &index) in stash.index[from..stash_len].iter().rev().enumerate() {
+        // Read after the scan, which then has two more registers for its own values.
+        if let Some((base, stride, _)) = dma.rx_linear() {
+            for (i, &index) in stash.index[from..stash_len].iter().enumerate() {
                 ring.replace(start + i, index);
                 arm(ring.descriptor(start + i), base.wrapping_add(u64::from(index) * u64::from(stride)));
             }
         } else {
-            let fresh = stash.index[from..stash_len].iter().zip(&stash.addr[from..stash_len]).rev();
+            let fresh = stash.index[from..stash_len].iter().zip(&stash.addr[from..stash_len]);
             for (i, (&index, &addr)) in fresh.enumerate() {
                 ring.replace(start + i, index);
                 arm(ring.descriptor(start + i), addr);
@@ -571,7 +575,11 @@ impl IxgbeQueue {
     /// (packets of `cache`, or their indices), puts a fresh buffer from `cache` in each consumed slot (a bad descriptor's
     /// buffer goes straight back into its slot), and moves RDT once per burst.
     ///
-    /// `rx_burst` and `rx_burst_raw`, written once over the [`RxSink`] the frames go to.
+    /// `rx_burst` and `rx_burst_raw`, written once over the [`RxSink`] the frames go to. The common
+    /// call is one run of the fast path, from a stash that holds a buffer for every frame the batch
+    /// has room for, that stops where the device has not written yet (or fills the batch); every
+    /// other case (a bad descriptor, a chain being dropped, a stash to refill) goes on out of line
+    /// in [`rx_slow`](Self::rx_slow), so that a small burst pays for none of it.
     #[inline(always)]
     fn rx_into<'c, S: RxSink<'c>>(
         &mut self,
@@ -588,10 +596,44 @@ impl IxgbeQueue {
         // At most what the batch has room for, and at most the `ring - 1` slots the device owns: the
         // slot at the tail is never read here.
         let room = batch.remaining();
-        let limit = self.rx_bufs.len().saturating_sub(1);
+        let want = room.min(self.rx_bufs.len().saturating_sub(1));
         let start = self.rx_next;
-        let mut slot = start;
-        let (mut frames, mut consumed, mut bytes) = (0, 0, 0);
+        if want == 0 || self.stash_len == 0 || self.rx_discard {
+            return Ok(self.rx_slow(cache, batch, room, start, 0, 0));
+        }
+        let (taken, bytes) = if self.rx_count_fdir {
+            self.rx_fast::<S, true>(cache, batch, start, want)
+        } else {
+            self.rx_fast::<S, false>(cache, batch, start, want)
+        };
+        // It stopped short either at a descriptor, where the common stop is one the device has not
+        // written yet, or with the stash used up. Anything else is the slow path's.
+        if taken < want && (self.stash_len == 0 || self.rx_done((start + taken) & self.rx_mask)) {
+            return Ok(self.rx_slow(cache, batch, room, start, taken, bytes));
+        }
+        self.rx_finish(start, taken, taken, bytes);
+        Ok(taken)
+    }
+
+    /// The rest of a receive the fast path did not finish: from `frames` frames (`bytes` bytes)
+    /// taken from slot `start` on, takes frames while the batch has room (`room` in all) and the
+    /// device owns slots not yet consumed, refilling the stash when a frame waits for a buffer and
+    /// dropping the descriptors that are not good frames (each keeps its buffer), then finishes the
+    /// burst as [`rx_finish`](Self::rx_finish). Returns the frames taken in all.
+    #[cold]
+    #[inline(never)]
+    fn rx_slow<'c, S: RxSink<'c>>(
+        &mut self,
+        cache: &'c PoolCache,
+        batch: &mut S,
+        room: usize,
+        start: usize,
+        frames: usize,
+        bytes: u64,
+    ) -> usize {
+        let (mut frames, mut consumed, mut bytes) = (frames, frames, bytes);
+        let mut slot = (start + frames) & self.rx_mask;
+        let limit = self.rx_bufs.len().saturating_sub(1);
         let buf_len = self.dma.rx_buf_len();
         while frames < room && consumed < limit {
             // Fresh buffers are taken from the cache only when a frame waits for one: an idle queue
@@ -634,18 +676,28 @@ impl IxgbeQueue {
             slot = (slot + 1) & self.rx_mask;
             consumed += 1;
         }
-        if consumed > 0 {
-            self.check_tail_slot(start.wrapping_sub(1) & self.rx_mask);
-            self.rx_next = slot;
-            self.stats.rx_packets += frames as u64;
-            self.stats.rx_bytes += bytes;
-            // Release: orders the descriptor stores above before the tail write that hands them to
-            // the device; pairs with the device reading descriptors after it sees RDT.
-            fence(Ordering::Release);
-            // The device may fill up to, not including, the slot before our cursor.
-            self.mmio.write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_mask));
+        self.rx_finish(start, consumed, frames, bytes);
+        frames
+    }
+
+    /// Ends a burst that consumed `consumed` descriptors from slot `start` on, `frames` of them
+    /// frames handed over (`bytes` bytes): moves the cursor, counts, and hands the consumed slots
+    /// back to the device with one RDT write. Nothing when nothing was consumed.
+    #[inline(always)]
+    fn rx_finish(&mut self, start: usize, consumed: usize, frames: usize, bytes: u64) {
+        if consumed == 0 {
+            return;
         }
-        Ok(frames)
+        let slot = (start + consumed) & self.rx_mask;
+        self.check_tail_slot(start.wrapping_sub(1) & self.rx_mask);
+        self.rx_next = slot;
+        self.stats.rx_packets += frames as u64;
+        self.stats.rx_bytes += bytes;
+        // Release: orders the descriptor stores above before the tail write that hands them to
+        // the device; pairs with the device reading descriptors after it sees RDT.
+        fence(Ordering::Release);
+        // The device may fill up to, not including, the slot before our cursor.
+        self.mmio.write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_mask));
     }
 
     /// The TX fast path: writes a descriptor for each of up to `run` packets from the front of `batch`
@@ -668,7 +720,8 @@ impl IxgbeQueue {
         let mut bytes = 0u64;
         let mut taken = 0;
         let mut stop = TxStop::Done;
-        for packet in batch.as_slice().iter().take(run) {
+        let packets = batch.as_slice();
+        for packet in &packets[..run.min(packets.len())] {
             let cache: *const PoolCache = packet.cache();
             if cache != known {
                 if packet.pool_id() != *pool_id {
@@ -781,14 +834,34 @@ impl NetDevice for IxgbeQueue {
             self.extra.tx_ring_full += 1;
         }
         let start = self.tx_tail;
-        let mut slot = start;
-        let mut taken = 0;
-        let mut bytes = 0u64;
-        while taken < want {
-            let (n, len, stop) = self.tx_fast(batch, slot, want - taken);
-            taken += n;
-            bytes += len;
-            slot = (slot + n) & self.tx_mask;
+        let (taken, bytes, stop) = self.tx_fast(batch, start, want);
+        if matches!(stop, TxStop::Done) {
+            self.tx_finish(start, taken, bytes);
+            return Ok(taken);
+        }
+        self.tx_slow(batch, start, want, taken, bytes, stop)
+    }
+}
+
+impl IxgbeQueue {
+    /// The rest of a `tx_burst` whose fast path stopped before a packet it cannot send as it is
+    /// (`stop`), after `taken` of the `want` packets (`bytes` bytes) from slot `start` on: a
+    /// packet of another pool ends the burst (an error when it is the first), one the device cannot
+    /// address is dropped and counted, and the fast path goes on after it.
+    #[cold]
+    #[inline(never)]
+    fn tx_slow(
+        &mut self,
+        batch: &mut PacketBatch<'_>,
+        start: usize,
+        want: usize,
+        taken: usize,
+        bytes: u64,
+        stop: TxStop,
+    ) -> Result<usize, DevError> {
+        let (mut taken, mut bytes, mut stop) = (taken, bytes, stop);
+        let mut slot = (start + taken) & self.tx_mask;
+        loop {
             match stop {
                 // `run` is used up, or the ring view failed (it cannot: the ring's lengths are fixed).
                 TxStop::Done => break,
@@ -806,17 +879,35 @@ impl NetDevice for IxgbeQueue {
                     taken += 1;
                 }
             }
+            if taken >= want {
+                break;
+            }
+            let (n, len, next) = self.tx_fast(batch, slot, want - taken);
+            taken += n;
+            bytes += len;
+            slot = (slot + n) & self.tx_mask;
+            stop = next;
         }
-        if slot != start {
+        let sent = slot.wrapping_sub(start) & self.tx_mask;
+        self.tx_finish(start, sent, bytes);
+        Ok(taken)
+    }
+
+    /// Ends a burst that wrote `sent` descriptors from slot `start` on (`bytes` bytes): moves the
+    /// tail, counts, and hands the descriptors to the device with one TDT write. Nothing to write
+    /// when none was.
+    #[inline(always)]
+    fn tx_finish(&mut self, start: usize, sent: usize, bytes: u64) {
+        if sent > 0 {
+            let slot = (start + sent) & self.tx_mask;
             self.tx_tail = slot;
             // Release: orders the descriptor stores before the tail write; pairs with the device
             // fetching descriptors after it sees TDT.
             fence(Ordering::Release);
             self.mmio.write32(self.tdt, reg_pos(slot));
         }
-        self.stats.tx_packets += ((slot.wrapping_sub(start)) & self.tx_mask) as u64;
+        self.stats.tx_packets += sent as u64;
         self.stats.tx_bytes += bytes;
-        Ok(taken)
     }
 }
 

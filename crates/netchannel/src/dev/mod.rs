@@ -549,12 +549,15 @@ impl<'c> PacketBatch<'c> {
     pub unsafe fn forget_front(&mut self, n: usize) {
         let len = self.packets.len();
         let n = n.min(len);
-        let base = self.packets.as_mut_ptr();
-        // SAFETY: `n <= len`, so the offset stays inside the storage (one past its last packet at most).
-        let rest = unsafe { base.add(n) };
-        // SAFETY: the `len - n` packets after the first `n` are initialized; moving them to the front
-        // (the ranges may overlap: `copy` allows it) leaves the first `len - n` slots initialized.
-        unsafe { std::ptr::copy(rest, base, len - n) };
+        if n < len {
+            let base = self.packets.as_mut_ptr();
+            // SAFETY: `n < len`, so the offset stays inside the storage.
+            let rest = unsafe { base.add(n) };
+            // SAFETY: the `len - n` packets after the first `n` are initialized; moving them to the
+            // front (the ranges may overlap: `copy` allows it) leaves the first `len - n` slots
+            // initialized. A device that took the whole batch (the common case) skips the call.
+            unsafe { std::ptr::copy(rest, base, len - n) };
+        }
         // SAFETY: the first `len - n` slots are initialized (above); the first `n` packets are
         // forgotten, their buffers the caller's now.
         unsafe { self.packets.set_len(len - n) };
