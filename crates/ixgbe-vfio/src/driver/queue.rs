@@ -761,6 +761,72 @@ impl IxgbeQueue {
         (taken, bytes, stop)
     }
 
+    /// The rest of a `tx_burst` whose fast path stopped before a packet it cannot send as it is
+    /// (`stop`), after `taken` of the `want` packets (`bytes` bytes) from slot `start` on: a
+    /// packet of another pool ends the burst (an error when it is the first), one the device cannot
+    /// address is dropped and counted, and the fast path goes on after it.
+    #[cold]
+    #[inline(never)]
+    fn tx_slow(
+        &mut self,
+        batch: &mut PacketBatch<'_>,
+        start: usize,
+        want: usize,
+        taken: usize,
+        bytes: u64,
+        stop: TxStop,
+    ) -> Result<usize, DevError> {
+        let (mut taken, mut bytes, mut stop) = (taken, bytes, stop);
+        let mut slot = (start + taken) & self.tx_mask;
+        loop {
+            match stop {
+                // `run` is used up, or the ring view failed (it cannot: the ring's lengths are fixed).
+                TxStop::Done => break,
+                TxStop::Foreign if taken == 0 => {
+                    return Err(DevError::WrongPool {
+                        what: "the first packet handed to tx_burst",
+                        expected: self.pool_id,
+                    });
+                }
+                TxStop::Foreign => break,
+                TxStop::Unaddressable => {
+                    // Dropping the packet frees it.
+                    drop(batch.drain_front(1));
+                    self.stats.tx_dropped += 1;
+                    taken += 1;
+                }
+            }
+            if taken >= want {
+                break;
+            }
+            let (n, len, next) = self.tx_fast(batch, slot, want - taken);
+            taken += n;
+            bytes += len;
+            slot = (slot + n) & self.tx_mask;
+            stop = next;
+        }
+        let sent = slot.wrapping_sub(start) & self.tx_mask;
+        self.tx_finish(start, sent, bytes);
+        Ok(taken)
+    }
+
+    /// Ends a burst that wrote `sent` descriptors from slot `start` on (`bytes` bytes): moves the
+    /// tail, counts, and hands the descriptors to the device with one TDT write. Nothing to write
+    /// when none was.
+    #[inline(always)]
+    fn tx_finish(&mut self, start: usize, sent: usize, bytes: u64) {
+        if sent > 0 {
+            let slot = (start + sent) & self.tx_mask;
+            self.tx_tail = slot;
+            // Release: orders the descriptor stores before the tail write; pairs with the device
+            // fetching descriptors after it sees TDT.
+            fence(Ordering::Release);
+            self.mmio.write32(self.tdt, reg_pos(slot));
+        }
+        self.stats.tx_packets += sent as u64;
+        self.stats.tx_bytes += bytes;
+    }
+
     /// Clears `reg`'s enable bit and waits until the device reports the queue stopped.
     fn disable(&self, reg: u32) -> bool {
         self.mmio.clear_bits(reg, regs::DCTL_ENABLE);
@@ -840,74 +906,6 @@ impl NetDevice for IxgbeQueue {
             return Ok(taken);
         }
         self.tx_slow(batch, start, want, taken, bytes, stop)
-    }
-}
-
-impl IxgbeQueue {
-    /// The rest of a `tx_burst` whose fast path stopped before a packet it cannot send as it is
-    /// (`stop`), after `taken` of the `want` packets (`bytes` bytes) from slot `start` on: a
-    /// packet of another pool ends the burst (an error when it is the first), one the device cannot
-    /// address is dropped and counted, and the fast path goes on after it.
-    #[cold]
-    #[inline(never)]
-    fn tx_slow(
-        &mut self,
-        batch: &mut PacketBatch<'_>,
-        start: usize,
-        want: usize,
-        taken: usize,
-        bytes: u64,
-        stop: TxStop,
-    ) -> Result<usize, DevError> {
-        let (mut taken, mut bytes, mut stop) = (taken, bytes, stop);
-        let mut slot = (start + taken) & self.tx_mask;
-        loop {
-            match stop {
-                // `run` is used up, or the ring view failed (it cannot: the ring's lengths are fixed).
-                TxStop::Done => break,
-                TxStop::Foreign if taken == 0 => {
-                    return Err(DevError::WrongPool {
-                        what: "the first packet handed to tx_burst",
-                        expected: self.pool_id,
-                    });
-                }
-                TxStop::Foreign => break,
-                TxStop::Unaddressable => {
-                    // Dropping the packet frees it.
-                    drop(batch.drain_front(1));
-                    self.stats.tx_dropped += 1;
-                    taken += 1;
-                }
-            }
-            if taken >= want {
-                break;
-            }
-            let (n, len, next) = self.tx_fast(batch, slot, want - taken);
-            taken += n;
-            bytes += len;
-            slot = (slot + n) & self.tx_mask;
-            stop = next;
-        }
-        let sent = slot.wrapping_sub(start) & self.tx_mask;
-        self.tx_finish(start, sent, bytes);
-        Ok(taken)
-    }
-
-    /// Ends a burst that wrote `sent` descriptors from slot `start` on (`bytes` bytes): moves the
-    /// tail, counts, and hands the descriptors to the device with one TDT write. Nothing to write
-    /// when none was.
-    #[inline(always)]
-    fn tx_finish(&mut self, start: usize, sent: usize, bytes: u64) {
-        if sent > 0 {
-            let slot = (start + sent) & self.tx_mask;
-            self.tx_tail = slot;
-            // Release: orders the descriptor stores before the tail write; pairs with the device
-            // fetching descriptors after it sees TDT.
-            fence(Ordering::Release);
-            self.mmio.write32(self.tdt, reg_pos(slot));
-        }
-        self.stats.tx_packets += sent as u64;
-        self.stats.tx_bytes += bytes;
     }
 }
 
