@@ -52,6 +52,14 @@
 //! row is unaffected (a TAP write delivers in the writer's softirq either way).
 //!
 //! `NC_XDP_BENCH_BUSY_POLL=USECS` opens our AF_XDP sockets with busy polling (`--xdp-busy-poll`).
+//!
+//! # More than one core (`NC_XDP_BENCH_QUEUES`)
+//!
+//! `NC_XDP_BENCH_QUEUES=N` (default 1) creates the veth pair with N RX and N TX queues on each end
+//! and serves our AF_XDP rows on N cores, one queue each (`--queues N`): the kernel client's
+//! connections spread over the queues by its transmit hash, and each queue's frames reach our core
+//! for that queue. The kernel's server is a thread per connection whatever N is (it takes as many
+//! cores as the scheduler gives it), and the TAP row stays on one core (a TAP has one queue here).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
@@ -408,7 +416,14 @@ fn bench() -> Result<(), String> {
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
         return Err(format!("skip:unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error()));
     }
-    ip(&["link", "add", OURS, "type", "veth", "peer", "name", KERNELS]).map_err(|e| format!("skip:{e}"))?;
+    let queues: u16 = env_or("NC_XDP_BENCH_QUEUES", 1).max(1);
+    let n = queues.to_string();
+    let per_end = ["numrxqueues", n.as_str(), "numtxqueues", n.as_str()];
+    let mut add = vec!["link", "add", OURS];
+    add.extend(per_end);
+    add.extend(["type", "veth", "peer", "name", KERNELS]);
+    add.extend(per_end);
+    ip(&add).map_err(|e| format!("skip:{e}"))?;
     ip(&["addr", "add", VETH_CLIENT, "dev", KERNELS])?;
     tx_checksum_off(KERNELS)?;
     let peer_napi = std::env::var("NC_XDP_BENCH_PEER").unwrap_or_default();
@@ -433,7 +448,7 @@ fn bench() -> Result<(), String> {
     let busy_poll: Option<u32> = std::env::var("NC_XDP_BENCH_BUSY_POLL").ok().and_then(|v| v.parse().ok());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "xdp_echo: {conns} connections, {size}-byte messages, {:.1} s per server, client's receive in {}, busy polling {}, {} CPUs, load average {}",
+        "xdp_echo: {conns} connections, {size}-byte messages, {:.1} s per server, {queues} AF_XDP queue(s) and core(s), client's receive in {}, busy polling {}, {} CPUs, load average {}",
         secs.as_secs_f64(),
         if threaded { "its own NAPI thread" } else { "the sender's softirq" },
         busy_poll.map_or_else(|| "off".to_owned(), |us| format!("{us} us")),
@@ -444,7 +459,7 @@ fn bench() -> Result<(), String> {
         xdp: Some(OURS.into()),
         xdp_mode: Some(mode),
         xdp_busy_poll: busy_poll,
-        queues: Some(1),
+        queues: Some(queues),
         ips: vec![netchannels::cli::IpCidr::V4(Ipv4Cidr::new(VETH_SERVER, 24).expect("a /24"))],
         ..ServeArgs::default()
     };

@@ -8,7 +8,8 @@
 # BEFORE and AFTER are bench binaries (`cargo bench -p netchannels-benches --bench xdp_echo --no-run` prints the path;
 # copy it away before building the other one). Needs root, `ip` and `ethtool`; no network and no
 # cargo. Knobs, passed through to the bench: NC_XDP_BENCH_CONNS (default 16), NC_XDP_BENCH_SIZE (64),
-# NC_XDP_BENCH_SECS (here 5), NC_XDP_BENCH_SERVERS (here generic,native,kernel), NC_XDP_BENCH_BUSY_POLL;
+# NC_XDP_BENCH_SECS (here 5), NC_XDP_BENCH_SERVERS (here generic,native,kernel), NC_XDP_BENCH_BUSY_POLL,
+# NC_XDP_BENCH_QUEUES;
 # XDP_ROUNDS_PEERS (default "softirq threaded"). Each table row is printed as the bench prints it,
 # prefixed with the round, the build and the peer; the medians follow.
 set -euo pipefail
