@@ -29,8 +29,11 @@ use super::budget::{BufferBudget, Side};
 /// It starts empty and grows geometrically (at most to `capacity`) as writes reach further; bytes
 /// appended at its end are written, not zeroed first, and only a gap left by a write past the end
 /// (out-of-order data) is zero-filled. A short-lived connection that moves a few bytes so touches a
-/// few hundred bytes of memory instead of its whole buffers. [`release`](Self::release) frees the
-/// storage of an empty buffer that will not be written again.
+/// few hundred bytes of memory instead of its whole buffers, and so does a long one whose messages
+/// are small: a ring that drains empty with nothing written past its end starts again at index 0
+/// ([`rewind`](Self::rewind)), instead of sweeping its storage out to `capacity` one message after
+/// another (growing it on the way, and touching a new cache line with each message).
+/// [`release`](Self::release) frees the storage of an empty buffer that will not be written again.
 #[derive(Debug)]
 pub(crate) struct RingBuffer {
     /// The bytes written so far at storage indices `0..storage.len()` (`storage.len() <= cap`);
@@ -152,6 +155,16 @@ impl RingBuffer {
         debug_assert_eq!(stored, n, "the new capacity holds every stored byte");
         if let Some((b, side)) = &budget {
             self.set_budget(b, *side);
+        }
+    }
+
+    /// Starts an empty ring's next byte at index 0 of its storage (a no-op with bytes stored).
+    /// Only when nothing is written past the end (no out-of-order bytes: they lie at offsets from
+    /// the head).
+    #[inline]
+    pub(crate) fn rewind(&mut self) {
+        if self.len == 0 {
+            self.head = 0;
         }
     }
 

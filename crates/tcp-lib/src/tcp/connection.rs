@@ -988,9 +988,13 @@ impl Connection {
     /// schedule a window update.
     pub fn recv(&mut self, buf: &mut [u8]) -> usize {
         let n = self.rcv.buf.dequeue_slice(buf);
-        if self.rcv.buf.is_clamped() && self.rcv.ooo.is_empty() {
-            // Read empty (a no-op otherwise): the ring may ask its budget for storage again.
-            self.rcv.buf.unclamp();
+        if self.rcv.ooo.is_empty() {
+            // Read empty (a no-op otherwise): the next segment goes to the start of the storage,
+            // and a clamped ring may ask its budget for storage again.
+            self.rcv.buf.rewind();
+            if self.rcv.buf.is_clamped() {
+                self.rcv.buf.unclamp();
+            }
         }
         if matches!(self.state, State::TimeWait | State::Closed) {
             // Read to the end after the last byte arrived: free the ring.

@@ -331,8 +331,15 @@ impl SendStream {
         self.buf.len() + self.prepared_len
     }
 
-    /// Drops `n` acknowledged bytes from the front of the send stream.
-    pub(super) fn dequeue(&mut self, mut n: usize) {
+    /// Drops `n` acknowledged bytes from the front of the send stream. A ring left empty starts
+    /// again at the front of its storage (ring offsets are from its head: the pieces and the
+    /// cursor keep their meaning).
+    pub(super) fn dequeue(&mut self, n: usize) {
+        self.dequeue_pieces(n);
+        self.buf.rewind();
+    }
+
+    fn dequeue_pieces(&mut self, mut n: usize) {
         if self.pieces.is_empty() {
             self.buf.dequeue_allocated(n);
             return;
