@@ -303,10 +303,11 @@ impl Stack {
         self.settle(index);
     }
 
-    /// Bookkeeping after an event on a connection (a segment processed, its timers run): its
-    /// wakers woken when their side is ready, delivery to the accept queue when a passive open
-    /// completes, SYN-queue accounting.
+    /// Bookkeeping after an event on a connection (a segment processed, its timers run): the
+    /// event recorded for [`take_events`](Self::take_events), its wakers woken when their side is
+    /// ready, delivery to the accept queue when a passive open completes, SYN-queue accounting.
     pub(super) fn settle(&mut self, index: u32) {
+        self.events.mark(index);
         let Some(e) = self.slot_entry(index) else { return };
         e.wake_ready();
         if !matches!(e.phase, Phase::SynQueue | Phase::Cookie) || e.conn.state() == State::SynReceived {

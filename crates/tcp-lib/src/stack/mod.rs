@@ -419,6 +419,7 @@ use crate::wire::{ArpOperation, EthernetAddress, FragmentReassembler};
 mod config; // Config, Ipv6Config, ListenerConfig, Error
 mod connections; // the connection table: lookup, insert, ready list, reclaim
 mod emit; // a connection's segment into its frame: IP header of its family, TCP, checksum
+mod events; // take_events: the streams that had an event since the application last asked
 mod family; // TcpFamily: what TCP does differently per IP family (header, pseudo-header, parse)
 mod flows; // FlowKey and FlowMap: the tables keyed by 4-tuple, one map per family
 mod gso; // software GSO: a connection's super-segment cut into wire segments before the device
@@ -531,6 +532,8 @@ pub struct Stack {
     routes: Vec<Route>,
     /// The connection table.
     slots: Slab<Entry>,
+    /// The connection slots that had an event since [`take_events`](Stack::take_events) last ran.
+    events: events::EventSet,
     /// The demultiplexing map: the 4-tuple to slot index.
     demux: FlowMap<u32>,
     /// The listener table.
@@ -637,6 +640,7 @@ impl Stack {
             rx_trusted: false,
             rx_remember: false,
             rx_memory: rx_cache::Memory::default(),
+            events: events::EventSet::default(),
             stats: StackStats::default(),
             budget: Arc::new(BufferBudget::new(config.buffer_memory)),
         };

@@ -143,6 +143,8 @@ impl Stack {
         }
         self.stats.tcp_segments_in += 1;
         e.wake_ready();
+        // Its event is recorded for `take_events` already: the segment before, in this receive
+        // loop, went through `segment_for_connection` and its `settle`.
         e.mark_ready(index, &mut self.ready);
         true
     }
