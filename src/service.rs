@@ -8,6 +8,7 @@
 //! [`Runtime::run`]) or async (`AsyncService`, `serve_async`, feature `async`: each core runs the
 //! service as an `async fn` on its executor, `Runtime::run_async`).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use netchannel_runtime::AsyncCore;
 use netchannel_runtime::stats::AcceptStats;
 use netchannel_runtime::{Control, Core, Runtime, Snapshot, Stopping, Stream};
+use tcp_lib::stack::StreamId;
 
 use crate::cli;
 use crate::client::{self, Plan, Protocol, Summary};
@@ -338,11 +340,17 @@ pub(crate) fn event_loop<H: Handler>(
     let listener = core.listen(port)?;
     listener.set_nonblocking(true);
     let mut conns: Vec<(Stream<'_>, H::Conn)> = Vec::new();
+    // Whether `conns[i]`'s stream has input (data, end of stream or an error), kept across
+    // rounds and refreshed only where something moved: true when it is accepted (its data may
+    // have come first), asked again for the streams the stack reports an event on (a segment or
+    // a timer: `Stack::take_events`) and after each step (its own reads), and for every stream
+    // once a sweep. With thousands of connections, asking each one every round would cost a
+    // cache miss apiece for the few that moved.
     let mut readable: Vec<bool> = Vec::new();
+    // Where each stream sits in `conns`, to find the streams the stack reports.
+    let mut position: HashMap<StreamId, usize> = HashMap::new();
+    let mut events: Vec<StreamId> = Vec::new();
     let mut next_sweep = Instant::now() + SWEEP;
-    // The stack's count of TCP segments received when the streams were last asked which are
-    // readable.
-    let mut asked_at: Option<u64> = None;
     let result = 'serve: loop {
         match core.poll_wait(Some(POLL_WAIT)) {
             Ok(()) => {}
@@ -362,7 +370,9 @@ pub(crate) fn event_loop<H: Handler>(
                         Err(e) => break 'serve Err(e),
                     };
                     add(counters.accepted, 1);
+                    position.insert(stream.id(), conns.len());
                     conns.push((stream, conn));
+                    readable.push(true);
                 }
                 // One came since the last poll, and another may be queued by the next.
                 Err(e)
@@ -387,26 +397,23 @@ pub(crate) fn event_loop<H: Handler>(
         if sweep {
             next_sweep = now + SWEEP;
         }
-        // Which streams have input (data, end of stream or an error), asked of the stack in one
-        // go: a quiet connection without any is not stepped (a read that would only say
-        // `WouldBlock` costs more than the question). Asked only when a TCP segment arrived since
-        // the last time (or once a sweep, for a connection a timer failed): with thousands of
-        // quiet connections the question costs more than a round that has nothing to do, and
-        // rounds are what move established connections to the accept queue (one a poll).
-        readable.clear();
         let asked = core.interface().with_stack(|s| {
-            let segments = s.stats().tcp_segments_in;
-            let ask = sweep || asked_at != Some(segments);
-            if ask {
-                readable.extend(conns.iter().map(|(st, _)| s.is_readable(st.id())));
+            events.clear();
+            s.take_events(&mut events);
+            if sweep {
+                for (r, (st, _)) in readable.iter_mut().zip(&conns) {
+                    *r = s.is_readable(st.id());
+                }
+            } else {
+                for &id in &events {
+                    if let Some(&i) = position.get(&id) {
+                        readable[i] = s.is_readable(id);
+                    }
+                }
             }
-            ask.then_some(segments)
         });
-        match asked {
-            Ok(Some(segments)) => asked_at = Some(segments),
-            // Nothing arrived: only the connections just accepted may have input (from before).
-            Ok(None) => readable.extend((0..conns.len()).map(|i| i >= known)),
-            Err(e) => break 'serve Err(e),
+        if let Err(e) = asked {
+            break 'serve Err(e);
         }
         let mut i = 0;
         while i < conns.len() {
@@ -416,17 +423,22 @@ pub(crate) fn event_loop<H: Handler>(
                 continue;
             }
             match handler.step(stream, conn, now) {
-                Step::Open => i += 1,
+                Step::Open => {
+                    let id = stream.id();
+                    match core.interface().with_stack(|s| s.is_readable(id)) {
+                        Ok(r) => readable[i] = r,
+                        Err(e) => break 'serve Err(e),
+                    }
+                    i += 1;
+                }
                 Step::Closed => {
-                    readable.swap_remove(i);
-                    drop(conns.swap_remove(i));
+                    drop(remove(&mut conns, &mut readable, &mut position, i));
                     if let Some(closed) = counters.closed {
                         add(closed, 1);
                     }
                 }
                 Step::Failed => {
-                    readable.swap_remove(i);
-                    let _ = conns.swap_remove(i).0.abort();
+                    let _ = remove(&mut conns, &mut readable, &mut position, i).abort();
                     add(counters.failed, 1);
                 }
             }
@@ -437,6 +449,23 @@ pub(crate) fn event_loop<H: Handler>(
     };
     add(counters.open_at_exit, conns.len() as u64);
     result
+}
+
+/// Takes `conns[i]` out (the last one moves into its place) and returns its stream, keeping
+/// `readable` and `position` in step.
+fn remove<'s, C>(
+    conns: &mut Vec<(Stream<'s>, C)>,
+    readable: &mut Vec<bool>,
+    position: &mut HashMap<StreamId, usize>,
+    i: usize,
+) -> Stream<'s> {
+    let (stream, _) = conns.swap_remove(i);
+    readable.swap_remove(i);
+    position.remove(&stream.id());
+    if let Some((moved, _)) = conns.get(i) {
+        position.insert(moved.id(), i);
+    }
+    stream
 }
 
 /// What a service's run reports: what every service has, and the service's own `details` (each
