@@ -52,13 +52,41 @@ impl Stack {
     /// connection slot, so a stack whose events nobody takes holds no more.
     ///
     /// ```
-    /// use std::time::Instant;
-    /// use tcp_lib::stack::{Config, Stack, StreamId};
-    ///
-    /// let mut stack = Stack::new(Config::default(), Instant::now());
+    /// # use std::net::{Ipv4Addr, SocketAddrV4};
+    /// # use std::time::Instant;
+    /// # use netchannel::dev::{NetDevice, Pair};
+    /// # use netchannel::pool::{HugePages, Pool};
+    /// # use tcp_lib::stack::{Config, Stack, StreamId};
+    /// # use tcp_lib::wire::{EthernetAddress, Ipv4Cidr};
+    /// # let pool = Pool::builder(1024).hugepages(HugePages::Never).build()?;
+    /// # let (mut dev_a, mut dev_b) = Pair::builder(&pool).build()?;
+    /// # let cache = pool.cache();
+    /// # let now = Instant::now();
+    /// # let config = |dev: &Pair, host: u8| {
+    /// #     let mac = EthernetAddress(dev.info().mac.0);
+    /// #     Config::new(mac, Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, host), 24).expect("a /24"))
+    /// # };
+    /// # let mut a = Stack::new(config(&dev_a, 1), now);
+    /// # let mut b = Stack::new(config(&dev_b, 2), now);
+    /// let listener = b.listen(80)?;
+    /// let client = a.connect(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80))?;
+    /// let mut server = None;
+    /// while server.is_none() {
+    ///     a.poll(now, &mut dev_a, &cache)?;
+    ///     b.poll(now, &mut dev_b, &cache)?;
+    ///     server = b.accept(listener);
+    /// }
+    /// let server = server.expect("accepted");
     /// let mut moved: Vec<StreamId> = Vec::new();
-    /// stack.take_events(&mut moved);
-    /// assert!(moved.is_empty(), "no connection, no event");
+    /// b.take_events(&mut moved);
+    /// moved.clear();
+    /// a.send(client, b"ping")?;
+    /// a.poll(now, &mut dev_a, &cache)?;
+    /// b.poll(now, &mut dev_b, &cache)?;
+    /// b.take_events(&mut moved);
+    /// assert_eq!(moved, [server], "the data's stream, and only it");
+    /// assert!(b.is_readable(server));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn take_events(&mut self, out: &mut Vec<StreamId>) {
         // Word `w` holds slots `64 * w ..`: `base` (slot indices are `u32`, so it fits).
