@@ -96,8 +96,11 @@ impl Stack {
             while bits != 0 {
                 let index = base + bits.trailing_zeros();
                 bits &= bits - 1;
-                if self.slots.get_mut(index).is_some_and(|e| e.app_owned) {
-                    out.push(self.stream_id(index));
+                // A stream the application holds (or will get from `accept`), as a handle would
+                // find it.
+                let id = self.stream_id(index);
+                if self.entry(id).is_ok() {
+                    out.push(id);
                 }
             }
             base = base.wrapping_add(64);
