@@ -14,7 +14,7 @@ use super::flows::FlowKey;
 use super::ipv6::NDP_HOP_LIMIT;
 use super::neighbor::Enqueued;
 use super::{ETH_LEN, IP_LEN, IP6_LEN, MAX_HEADERS, Stack, StackStats, emit, gso};
-use crate::tcp::{Lent, PooledRun, PooledSlice, State};
+use crate::tcp::{Connection, Lent, PooledRun, PooledSlice, State};
 use crate::wire::ipv6::addr::multicast_mac;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
@@ -292,6 +292,15 @@ impl Stack {
         let Some(ends) = self.slot_entry(index).map(|e| (e.conn.local(), e.conn.remote())) else {
             return Drained::All;
         };
+        // A connection with nothing to send (a segment came whose ACK is delayed, an ACK that
+        // only moved SND.UNA) skips the drain's setup: its acknowledged pool buffers go back, and
+        // what follows a drain (`after_drain`) still runs.
+        if let Some(e) = self.slots.get_mut(index) {
+            e.conn.recycle_acked(cache);
+            if nothing_to_send(&mut e.conn, now, &mut self.scratch) {
+                return Drained::All;
+            }
+        }
         let remote_ip = ends.1.ip();
         let Some(hop) = self.next_hop(remote_ip) else { return Drained::All };
         let ip_len = if remote_ip.is_ipv6() { IP6_LEN } else { IP_LEN };
@@ -300,13 +309,22 @@ impl Stack {
         // Super-segments cut here (software GSO), when the device does not cut them (TSO).
         let gso_max = if super_max == 0 { self.gso_payload(ip_len) } else { 0 };
         if let Some(e) = self.slots.get_mut(index) {
-            e.conn.recycle_acked(cache);
             // While content that goes by reference is queued, a super-segment cut here runs only
             // over whole pool buffers, each sent by reference (`Train::emit`): the cut would copy
             // the rest. A device that cuts it (TSO) would need the bytes in one buffer.
             e.conn.set_pooled_trains(gso_max != 0);
         }
+        let mut first = true;
         loop {
+            // After a segment, a connection that has sent everything is done without asking again.
+            if !std::mem::take(&mut first)
+                && self
+                    .slots
+                    .get_mut(index)
+                    .is_none_or(|e| nothing_to_send(&mut e.conn, now, &mut self.scratch))
+            {
+                return Drained::All;
+            }
             let mac = self.neighbor_lookup(hop);
             if mac.is_some() && out.is_full() {
                 return Drained::Stopped;
@@ -520,6 +538,23 @@ impl Stack {
             }
         }
     }
+}
+
+/// Whether `conn` has nothing to send now (`!`[`Connection::may_transmit`]), which every debug
+/// build checks against `poll_transmit` itself (it finds nothing, and changes nothing, then).
+#[inline]
+fn nothing_to_send(conn: &mut Connection, now: Instant, scratch: &mut [u8]) -> bool {
+    if conn.may_transmit() {
+        return false;
+    }
+    #[cfg(debug_assertions)]
+    assert!(
+        conn.poll_transmit(now, scratch).is_none(),
+        "may_transmit said no, but poll_transmit had a segment"
+    );
+    #[cfg(not(debug_assertions))]
+    let _ = (now, scratch);
+    true
 }
 
 enum Drained {

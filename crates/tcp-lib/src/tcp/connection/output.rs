@@ -129,6 +129,30 @@ impl Connection {
         Transmit { repr, payload_len, ect, segment_size: 0 }
     }
 
+    /// Whether [`poll_transmit`](Self::poll_transmit) may have a segment to send now. `false`
+    /// only where it would return `None` and change nothing: a synchronized connection past its
+    /// SYNs with no reset, retransmission, probe or immediate ACK owed, nothing sent that was
+    /// rewound, and every queued byte sent (no FIN to send: a FIN-WAIT-1, CLOSING or LAST-ACK
+    /// connection always answers `true`). The stack asks it before draining a connection: after
+    /// a segment whose ACK is delayed, or once a drain has sent everything, the drain's own
+    /// setup and the call that would find nothing are skipped. Conservative, never wrong the
+    /// other way: every debug build checks that `poll_transmit` finds nothing where this says so.
+    #[inline]
+    pub fn may_transmit(&self) -> bool {
+        // Each term a reason to look: not past the SYNs (or a FIN to send), something owed, or
+        // data not sent (rewound, or queued past SND.NXT).
+        !matches!(self.state, State::Established | State::CloseWait | State::FinWait2 | State::TimeWait)
+            || self.pending_rst.is_some()
+            || (self.ack.pending && self.ack.now)
+            || self.recovery.fast_rexmit
+            || self.recovery.tlp_pending
+            || self.recovery.active
+            || self.persist.probe_pending
+            || self.keepalive.pending
+            || self.snd.nxt != self.snd.max
+            || self.snd.stream.len() > distance(self.send_base(), self.snd.nxt)
+    }
+
     /// The next segment to send, its payload copied into `buf` (see [`Transmit`] for the
     /// contract); `None` when there is nothing to send now. Call it until it returns `None`
     /// after every input. `buf` should hold at least one MSS; a shorter one gives shorter
