@@ -130,27 +130,37 @@ impl Connection {
     }
 
     /// Whether [`poll_transmit`](Self::poll_transmit) may have a segment to send now. `false`
-    /// only where it would return `None` and change nothing: a synchronized connection past its
-    /// SYNs with no reset, retransmission, probe or immediate ACK owed, nothing sent that was
-    /// rewound, and every queued byte sent (no FIN to send: a FIN-WAIT-1, CLOSING or LAST-ACK
-    /// connection always answers `true`). The stack asks it before draining a connection: after
-    /// a segment whose ACK is delayed, or once a drain has sent everything, the drain's own
-    /// setup and the call that would find nothing are skipped. Conservative, never wrong the
-    /// other way: every debug build checks that `poll_transmit` finds nothing where this says so.
+    /// only where it would return `None` and change nothing: no reset owed, and a SYN already
+    /// sent (and in SYN-RECEIVED no immediate ACK owed), or, past the SYNs, no retransmission,
+    /// probe or immediate ACK owed, nothing sent that was rewound, every queued byte sent, and
+    /// in FIN-WAIT-1, CLOSING and LAST-ACK the FIN too. The stack asks it before draining a
+    /// connection (after a segment whose ACK is delayed, say) and after each segment of a drain,
+    /// instead of a `poll_transmit` that would find nothing. Conservative, never wrong the other
+    /// way: every debug build checks that `poll_transmit` finds nothing where this says so.
     #[inline]
     pub fn may_transmit(&self) -> bool {
-        // Each term a reason to look: not past the SYNs (or a FIN to send), something owed, or
-        // data not sent (rewound, or queued past SND.NXT).
-        !matches!(self.state, State::Established | State::CloseWait | State::FinWait2 | State::TimeWait)
-            || self.pending_rst.is_some()
-            || (self.ack.pending && self.ack.now)
-            || self.recovery.fast_rexmit
-            || self.recovery.tlp_pending
-            || self.recovery.active
-            || self.persist.probe_pending
-            || self.keepalive.pending
-            || self.snd.nxt != self.snd.max
-            || self.snd.stream.len() > distance(self.send_base(), self.snd.nxt)
+        // Each term a reason to look: something owed, data not sent (rewound, or queued past
+        // SND.NXT), or a FIN to send (it follows the data: SND.NXT is past it once sent).
+        let data_state =
+            matches!(self.state, State::Established | State::CloseWait | State::FinWait2 | State::TimeWait);
+        let fin_state = matches!(self.state, State::FinWait1 | State::Closing | State::LastAck);
+        if data_state || fin_state {
+            return self.pending_rst.is_some()
+                || (self.ack.pending && self.ack.now)
+                || self.recovery.fast_rexmit
+                || self.recovery.tlp_pending
+                || self.recovery.active
+                || self.persist.probe_pending
+                || self.keepalive.pending
+                || self.snd.nxt != self.snd.max
+                || self.snd.stream.len() + usize::from(fin_state) > distance(self.send_base(), self.snd.nxt);
+        }
+        self.pending_rst.is_some()
+            || match self.state {
+                State::SynSent => self.snd.nxt == self.snd.iss,
+                State::SynReceived => self.snd.nxt == self.snd.iss || self.ack.now,
+                _ => false,
+            }
     }
 
     /// The next segment to send, its payload copied into `buf` (see [`Transmit`] for the
