@@ -232,7 +232,8 @@ impl Stack {
             }
             return;
         }
-        match Ipv4Repr::parse(&packet, self.config.checksum) {
+        // Not a fragment (above): the header's checks alone.
+        match Ipv4Repr::parse_header(&packet, self.config.checksum) {
             Ok(repr) => self.receive_datagram(&repr, packet.payload(), deliver),
             Err(_) => self.stats.rx_malformed += 1,
         }

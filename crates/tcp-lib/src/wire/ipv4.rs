@@ -503,18 +503,48 @@ impl Repr {
 
     /// The checks of [`parse`](Self::parse) except the fragment one; `payload_len` is this
     /// packet's.
+    ///
+    /// The fixed header is read once, as an array (one length check), and every field comes from
+    /// it: the checks of [`Packet::check_len`] in its order, then the version, the reserved flag
+    /// and the sum. (Through the accessors, each field paid its own bounds check, and the payload
+    /// length its slice.)
+    #[inline]
     pub(crate) fn parse_header<T: AsRef<[u8]>>(packet: &Packet<T>, policy: ChecksumPolicy) -> Result<Self> {
-        packet.check_len()?;
-        if packet.version() != 4 {
+        let bytes = packet.buffer.as_ref();
+        let Some(h) = bytes.first_chunk::<HEADER_LEN>() else {
+            return Err(Error::Truncated);
+        };
+        let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+        let addr = |at: usize| Address::new(h[at], h[at + 1], h[at + 2], h[at + 3]);
+        let header_len = usize::from(h[field::VER_IHL] & 0x0f) * 4;
+        let total = usize::from(be16(field::LENGTH));
+        if header_len < HEADER_LEN || total < header_len {
+            return Err(Error::Malformed);
+        }
+        if bytes.len() < total {
+            return Err(Error::Truncated);
+        }
+        if h[field::VER_IHL] >> 4 != 4 {
             return Err(Error::Unrecognized);
         }
-        if packet.reserved_flag() {
+        let flags = be16(field::FLAGS_FRAG);
+        if flags & 0x8000 != 0 {
             return Err(Error::Malformed);
         }
         if policy.verify() && !packet.verify_checksum() {
             return Err(Error::Checksum);
         }
-        Ok(Self::from_fields(packet, packet.payload().len()))
+        Ok(Self {
+            src_addr: addr(field::SRC_ADDR),
+            dst_addr: addr(field::DST_ADDR),
+            protocol: Protocol::from(h[field::PROTOCOL]),
+            payload_len: total - header_len,
+            ttl: h[field::TTL],
+            dscp: h[field::DSCP_ECN] >> 2,
+            ecn: h[field::DSCP_ECN] & 0x03,
+            ident: be16(field::IDENT),
+            dont_frag: flags & FLAG_DF != 0,
+        })
     }
 
     fn from_fields<T: AsRef<[u8]>>(packet: &Packet<T>, payload_len: usize) -> Self {
@@ -792,5 +822,44 @@ pub(crate) mod tests {
             let _ = Repr::parse(&Packet::new_unchecked(&bytes[..]), ChecksumPolicy::Trust);
             let _ = Repr::parse_quoted(&bytes);
         }
+
+        /// `parse_header` reads the fixed header as one array; it answers as the accessors do,
+        /// error for error and field for field: mostly valid headers with one byte changed, and
+        /// any bytes.
+        #[test]
+        fn parse_header_agrees_with_the_accessors(
+            repr in arb_repr(),
+            flip in proptest::option::of((0..24usize, any::<u8>())),
+            cut in proptest::option::of(1..24usize),
+            noise in proptest::collection::vec(any::<u8>(), 0..48),
+        ) {
+            let mut bytes = vec![0u8; repr.buffer_len()];
+            repr.emit(&mut Packet::new_unchecked(&mut bytes[..]));
+            if let Some((at, v)) = flip && at < bytes.len() {
+                bytes[at] ^= v;
+            }
+            bytes.truncate(bytes.len().saturating_sub(cut.unwrap_or(0)));
+            for case in [&bytes[..], &noise[..]] {
+                for policy in [ChecksumPolicy::Verify, ChecksumPolicy::Trust] {
+                    let p = Packet::new_unchecked(case);
+                    prop_assert_eq!(Repr::parse_header(&p, policy), reference_parse_header(&p, policy));
+                }
+            }
+        }
+    }
+
+    /// `parse_header` written with the accessors, as it was before it read the header at once.
+    fn reference_parse_header(packet: &Packet<&[u8]>, policy: ChecksumPolicy) -> Result<Repr> {
+        packet.check_len()?;
+        if packet.version() != 4 {
+            return Err(Error::Unrecognized);
+        }
+        if packet.reserved_flag() {
+            return Err(Error::Malformed);
+        }
+        if policy.verify() && !packet.verify_checksum() {
+            return Err(Error::Checksum);
+        }
+        Ok(Repr::from_fields(packet, packet.payload().len()))
     }
 }
