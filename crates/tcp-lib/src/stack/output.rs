@@ -289,18 +289,15 @@ impl Stack {
         appended: &mut usize,
     ) -> Drained {
         let now = self.now;
-        let Some(ends) = self.slot_entry(index).map(|e| (e.conn.local(), e.conn.remote())) else {
-            return Drained::All;
-        };
+        let Some(e) = self.slots.get_mut(index) else { return Drained::All };
+        e.conn.recycle_acked(cache);
         // A connection with nothing to send (a segment came whose ACK is delayed, an ACK that
-        // only moved SND.UNA) skips the drain's setup: its acknowledged pool buffers go back, and
-        // what follows a drain (`after_drain`) still runs.
-        if let Some(e) = self.slots.get_mut(index) {
-            e.conn.recycle_acked(cache);
-            if nothing_to_send(&mut e.conn, now, &mut self.scratch) {
-                return Drained::All;
-            }
+        // only moved SND.UNA) skips the drain's setup: its acknowledged pool buffers went back
+        // above, and what follows a drain (`after_drain`) still runs.
+        if nothing_to_send(&mut e.conn, now, &mut self.scratch) {
+            return Drained::All;
         }
+        let ends = (e.conn.local(), e.conn.remote());
         let remote_ip = ends.1.ip();
         let Some(hop) = self.next_hop(remote_ip) else { return Drained::All };
         let ip_len = if remote_ip.is_ipv6() { IP6_LEN } else { IP_LEN };
