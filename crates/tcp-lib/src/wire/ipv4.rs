@@ -514,10 +514,8 @@ impl Repr {
         let Some(h) = bytes.first_chunk::<HEADER_LEN>() else {
             return Err(Error::Truncated);
         };
-        let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
-        let addr = |at: usize| Address::new(h[at], h[at + 1], h[at + 2], h[at + 3]);
         let header_len = usize::from(h[field::VER_IHL] & 0x0f) * 4;
-        let total = usize::from(be16(field::LENGTH));
+        let total = usize::from(be16(h, field::LENGTH));
         if header_len < HEADER_LEN || total < header_len {
             return Err(Error::Malformed);
         }
@@ -527,37 +525,28 @@ impl Repr {
         if h[field::VER_IHL] >> 4 != 4 {
             return Err(Error::Unrecognized);
         }
-        let flags = be16(field::FLAGS_FRAG);
-        if flags & 0x8000 != 0 {
+        if be16(h, field::FLAGS_FRAG) & 0x8000 != 0 {
             return Err(Error::Malformed);
         }
         if policy.verify() && !packet.verify_checksum() {
             return Err(Error::Checksum);
         }
-        Ok(Self {
-            src_addr: addr(field::SRC_ADDR),
-            dst_addr: addr(field::DST_ADDR),
+        Ok(Self::from_header(h, total - header_len))
+    }
+
+    /// The fields of the fixed header `h` (whose lengths the caller checked), with `payload_len`.
+    #[inline]
+    fn from_header(h: &[u8; HEADER_LEN], payload_len: usize) -> Self {
+        Self {
+            src_addr: addr_at(h, field::SRC_ADDR),
+            dst_addr: addr_at(h, field::DST_ADDR),
             protocol: Protocol::from(h[field::PROTOCOL]),
-            payload_len: total - header_len,
+            payload_len,
             ttl: h[field::TTL],
             dscp: h[field::DSCP_ECN] >> 2,
             ecn: h[field::DSCP_ECN] & 0x03,
-            ident: be16(field::IDENT),
-            dont_frag: flags & FLAG_DF != 0,
-        })
-    }
-
-    fn from_fields<T: AsRef<[u8]>>(packet: &Packet<T>, payload_len: usize) -> Self {
-        Self {
-            src_addr: packet.src_addr(),
-            dst_addr: packet.dst_addr(),
-            protocol: packet.protocol(),
-            payload_len,
-            ttl: packet.ttl(),
-            dscp: packet.dscp(),
-            ecn: packet.ecn(),
-            ident: packet.ident(),
-            dont_frag: packet.dont_frag(),
+            ident: be16(h, field::IDENT),
+            dont_frag: be16(h, field::FLAGS_FRAG) & FLAG_DF != 0,
         }
     }
 
@@ -567,9 +556,9 @@ impl Repr {
     /// dropped). Returns the header and the quoted payload bytes that follow it.
     pub(crate) fn parse_quoted(bytes: &[u8]) -> Result<(Self, &[u8])> {
         let packet = Packet::new_unchecked(bytes);
-        if bytes.len() < HEADER_LEN {
+        let Some(h) = bytes.first_chunk::<HEADER_LEN>() else {
             return Err(Error::Truncated);
-        }
+        };
         let header_len = packet.header_len();
         if header_len < HEADER_LEN || usize::from(packet.total_len()) < header_len {
             return Err(Error::Malformed);
@@ -579,7 +568,7 @@ impl Repr {
         }
         let rest = bytes.get(header_len..).ok_or(Error::Truncated)?;
         let payload_len = usize::from(packet.total_len()) - header_len;
-        Ok((Self::from_fields(&packet, payload_len), rest))
+        Ok((Self::from_header(h, payload_len), rest))
     }
 
     /// The header length emitted: 20.
@@ -860,6 +849,16 @@ pub(crate) mod tests {
         if policy.verify() && !packet.verify_checksum() {
             return Err(Error::Checksum);
         }
-        Ok(Repr::from_fields(packet, packet.payload().len()))
+        Ok(Repr {
+            src_addr: packet.src_addr(),
+            dst_addr: packet.dst_addr(),
+            protocol: packet.protocol(),
+            payload_len: packet.payload().len(),
+            ttl: packet.ttl(),
+            dscp: packet.dscp(),
+            ecn: packet.ecn(),
+            ident: packet.ident(),
+            dont_frag: packet.dont_frag(),
+        })
     }
 }
