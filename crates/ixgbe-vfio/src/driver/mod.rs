@@ -517,11 +517,15 @@ impl Ixgbe {
                 cache: pool.cache(),
                 fdir: nic.config.fdir,
             };
-            let queue = IxgbeQueue::new(parts).map_err(|QueueError::PoolExhausted { needed, got }| {
-                InitError::BadConfig(format!(
+            let queue = IxgbeQueue::new(parts).map_err(|e| match e {
+                QueueError::PoolExhausted { needed, got } => InitError::BadConfig(format!(
                     "the pool ran out of buffers filling RX queue {q} ({got} of {needed}); build it with more \
                      buffers"
-                ))
+                )),
+                QueueError::RingLength { descriptors } => InitError::BadConfig(format!(
+                    "queue {q}'s ring memory holds {descriptors} descriptors, not a power of two; the DMA space \
+                     must allocate exactly the length asked for"
+                )),
             })?;
             queue_pairs.push(queue);
         }

@@ -2,7 +2,7 @@
 //! transmit with one tail write per burst, TX cleanup in batches.
 //!
 //! Ownership: every RX descriptor slot owns exactly one pool buffer at all times (its index sits in
-//! `rx_bufs`), so a descriptor the device wrote can only ever name a buffer this queue owns; a slot
+//! `rx_ring`'s slots), so a descriptor the device wrote can only ever name a buffer this queue owns; a slot
 //! is consumed only when a fresh buffer is at hand to replace it. TX slots between `tx_clean` and
 //! `tx_tail` own the buffers of frames in flight. Ring positions come from the queue's own counters;
 //! nothing the device writes (descriptor contents, RDH, TDH) is used as an index.
@@ -30,7 +30,7 @@ use netchannel::pool::PoolCache;
 
 use super::dma::BufferDma;
 use super::link_state;
-use super::ring::Ring;
+use super::ring::RingStore;
 use crate::hw::{Descriptor, DmaMemory, Mmio};
 use crate::regs::{self, DESC_LEN, rx, tx};
 
@@ -76,10 +76,11 @@ pub struct QueueStats {
 /// Dropping it disables both queues in the device and returns every buffer it holds to the pool.
 pub struct IxgbeQueue {
     // --- RX, hot ---
-    rx_ring: DmaMemory,
-    rx_bufs: Box<[u32]>,
+    /// The RX descriptors and the buffer each slot owns.
+    rx_ring: RingStore,
+    /// The RX slots own their buffers (false only after [`IxgbeQueue::new`] gave them back).
+    rx_owned: bool,
     rx_next: usize,
-    rx_mask: usize,
     /// Inside a chain of descriptors (a frame without EOP) that is being dropped.
     rx_discard: bool,
     /// Flow Director is on: count the descriptors that report a filter match.
@@ -89,11 +90,11 @@ pub struct IxgbeQueue {
     stash: Box<Stash>,
     stash_len: usize,
     // --- TX, hot ---
-    tx_ring: DmaMemory,
-    tx_bufs: Box<[u32]>,
+    /// The TX descriptors and the buffer of the frame each slot holds (from `tx_clean` to
+    /// `tx_tail`).
+    tx_ring: RingStore,
     tx_tail: usize,
     tx_clean: usize,
-    tx_mask: usize,
     clean_batch: usize,
     // --- shared ---
     dma: BufferDma,
@@ -119,8 +120,8 @@ impl std::fmt::Debug for IxgbeQueue {
         f.debug_struct("IxgbeQueue")
             .field("name", &self.name)
             .field("index", &self.index)
-            .field("rx_ring", &self.rx_bufs.len())
-            .field("tx_ring", &self.tx_bufs.len())
+            .field("rx_ring", &self.rx_ring.len())
+            .field("tx_ring", &self.tx_ring.len())
             .field("stats", &self.stats)
             .field("extra", &self.extra)
             .finish_non_exhaustive()
@@ -192,6 +193,9 @@ pub(crate) struct QueueParts {
 pub(crate) enum QueueError {
     /// The pool ran out of buffers while filling the ring.
     PoolExhausted { needed: usize, got: usize },
+    /// A ring's memory does not hold a power of two of descriptors (the configuration allows only
+    /// those).
+    RingLength { descriptors: usize },
 }
 
 impl IxgbeQueue {
@@ -199,23 +203,24 @@ impl IxgbeQueue {
     /// descriptors are written; the registers are the init sequence's business).
     pub(crate) fn new(parts: QueueParts) -> Result<Self, QueueError> {
         let QueueParts { index, name, mac, mmio, rx_ring, tx_ring, dma, cache, fdir } = parts;
-        let rx_len = rx_ring.len() / DESC_LEN;
-        let tx_len = tx_ring.len() / DESC_LEN;
+        let ring = |memory: DmaMemory| {
+            let descriptors = memory.len() / DESC_LEN;
+            RingStore::new(memory).ok_or(QueueError::RingLength { descriptors })
+        };
+        let (rx_ring, tx_ring) = (ring(rx_ring)?, ring(tx_ring)?);
+        let (rx_len, tx_len) = (rx_ring.len(), tx_ring.len());
         let pool_id = cache.pool().id();
         let mut queue = Self {
             rx_ring,
-            rx_bufs: vec![0; rx_len].into_boxed_slice(),
+            rx_owned: true,
             rx_next: 0,
-            rx_mask: rx_len - 1,
             rx_discard: false,
             rx_count_fdir: fdir,
             stash: Box::new(Stash { index: [0; STASH], addr: [0; STASH] }),
             stash_len: 0,
             tx_ring,
-            tx_bufs: vec![0; tx_len].into_boxed_slice(),
             tx_tail: 0,
             tx_clean: 0,
-            tx_mask: tx_len - 1,
             clean_batch: (tx_len / 4).min(32),
             dma,
             rdt: regs::rdt(u32::from(index)),
@@ -243,8 +248,8 @@ impl IxgbeQueue {
                     // Give back what the ring holds so far; the caller reports the shortage.
                     // SAFETY: the first `filled` slots hold buffers this queue allocated and owns,
                     // no packet exists for them, and they are distinct (one allocation each).
-                    unsafe { queue.cache.free_burst(&queue.rx_bufs[..filled]) };
-                    queue.rx_bufs.fill(0);
+                    unsafe { queue.cache.free_burst(&queue.rx_ring.slots()[..filled]) };
+                    queue.rx_ring.slots_mut().fill(0);
                     let got = filled;
                     queue.free_quarantine();
                     // Nothing is left in the ring: make Drop return nothing twice.
@@ -257,7 +262,7 @@ impl IxgbeQueue {
             let index = fresh[have];
             match queue.dma.rx_addr(index) {
                 Some(addr) => {
-                    queue.rx_bufs[filled] = index;
+                    queue.rx_ring.slots_mut()[filled] = index;
                     queue.arm_rx(filled, addr);
                     filled += 1;
                 }
@@ -269,7 +274,7 @@ impl IxgbeQueue {
 
     /// Marks the RX ring as holding no buffers (after they were freed by an error path).
     fn forget_rx(&mut self) {
-        self.rx_bufs = Box::new([]);
+        self.rx_owned = false;
         self.stash_len = 0;
     }
 
@@ -288,29 +293,29 @@ impl IxgbeQueue {
     /// RX descriptors in the ring.
     #[must_use]
     pub fn rx_ring_len(&self) -> usize {
-        self.rx_bufs.len()
+        self.rx_ring.len()
     }
 
     /// TX descriptors in the ring.
     #[must_use]
     pub fn tx_ring_len(&self) -> usize {
-        self.tx_bufs.len()
+        self.tx_ring.len()
     }
 
     /// TX frames handed to the device whose buffers have not come back yet.
     #[must_use]
     pub fn tx_in_flight(&self) -> usize {
-        self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_mask
+        self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_ring.mask()
     }
 
     /// The RX ring's descriptors (for the init sequence's register writes).
     pub(crate) fn rx_ring(&self) -> &DmaMemory {
-        &self.rx_ring
+        self.rx_ring.memory()
     }
 
     /// The TX ring's descriptors.
     pub(crate) fn tx_ring(&self) -> &DmaMemory {
-        &self.tx_ring
+        self.tx_ring.memory()
     }
 
     /// Records that the init sequence enabled the RX (`rx`) or TX queue in the device.
@@ -326,9 +331,7 @@ impl IxgbeQueue {
     /// clears DD, the low bit of the second word).
     #[inline]
     fn arm_rx(&self, slot: usize, addr: u64) {
-        if let Some(desc) = self.rx_ring.descriptor(slot) {
-            arm(desc, addr);
-        }
+        arm(self.rx_ring.descriptor(slot), addr);
     }
 
     /// Keeps a buffer the device cannot address out of the rings until the queue is dropped.
@@ -430,7 +433,7 @@ impl IxgbeQueue {
     /// Re-arms `slot` with the buffer it owns (every buffer in the ring was checked addressable when
     /// it went in, so the address exists).
     fn rearm_own(&self, slot: usize) {
-        if let Some(addr) = self.rx_bufs.get(slot).and_then(|&index| self.dma.rx_addr(index)) {
+        if let Some(addr) = self.rx_ring.slots().get(slot).and_then(|&index| self.dma.rx_addr(index)) {
             self.arm_rx(slot, addr);
         }
     }
@@ -441,7 +444,7 @@ impl IxgbeQueue {
     #[inline]
     fn check_tail_slot(&mut self, slot: usize) {
         // Relaxed: only DD is looked at, and nothing the device wrote is read.
-        let status = self.rx_ring.descriptor(slot).map_or(0, |d| d.load1(Ordering::Relaxed));
+        let status = self.rx_ring.descriptor(slot).load1(Ordering::Relaxed);
         if status & rx::STAT_DD != 0 {
             self.stats.rx_errors += 1;
             self.extra.rx_past_tail += 1;
@@ -454,33 +457,33 @@ impl IxgbeQueue {
     fn clean_tx(&mut self) {
         let batch = self.clean_batch;
         loop {
-            let in_flight = self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_mask;
+            let in_flight = self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_ring.mask();
             if in_flight < batch {
                 return;
             }
-            let last = (self.tx_clean + batch - 1) & self.tx_mask;
+            let last = (self.tx_clean + batch - 1) & self.tx_ring.mask();
             // Acquire: pairs with the device's Release store of the write-back word (hw.rs
             // protocol); after it the device is done with the batch's buffers.
-            let status = self.tx_ring.descriptor(last).map_or(0, |d| d.load1(Ordering::Acquire));
+            let status = self.tx_ring.descriptor(last).load1(Ordering::Acquire);
             if status & tx::STAT_DD == 0 {
                 return;
             }
             let start = self.tx_clean;
             let end = start + batch;
-            let len = self.tx_bufs.len();
+            let len = self.tx_ring.len();
             if end <= len {
                 // SAFETY: slots `start..end` hold the distinct buffers of frames this queue handed
                 // to the device (`into_raw` in `tx_burst`), which the device has finished with; no
                 // packet exists for them, and moving `tx_clean` past them gives them up.
-                unsafe { self.cache.free_burst(&self.tx_bufs[start..end]) };
+                unsafe { self.cache.free_burst(&self.tx_ring.slots()[start..end]) };
             } else {
                 // SAFETY: as above, for the part before the ring's end.
-                unsafe { self.cache.free_burst(&self.tx_bufs[start..]) };
+                unsafe { self.cache.free_burst(&self.tx_ring.slots()[start..]) };
                 // SAFETY: as above, for the part after the wrap.
-                unsafe { self.cache.free_burst(&self.tx_bufs[..end - len]) };
+                unsafe { self.cache.free_burst(&self.tx_ring.slots()[..end - len]) };
             }
             self.extra.tx_cleaned += batch as u64;
-            self.tx_clean = end & self.tx_mask;
+            self.tx_clean = end & self.tx_ring.mask();
         }
     }
 
@@ -488,7 +491,7 @@ impl IxgbeQueue {
     #[inline]
     fn rx_done(&self, slot: usize) -> bool {
         // Relaxed: only DD is looked at; the fast path loads the status again with Acquire.
-        self.rx_ring.descriptor(slot).is_some_and(|d| d.load1(Ordering::Relaxed) & rx::STAT_DD != 0)
+        self.rx_ring.descriptor(slot).load1(Ordering::Relaxed) & rx::STAT_DD != 0
     }
 
     /// Whether a done descriptor's status is a frame the fast path takes: EOP, no frame error, a
@@ -521,10 +524,8 @@ impl IxgbeQueue {
     ) -> (usize, u64) {
         let buf_len = self.dma.rx_buf_len();
         let stash_len = self.stash_len.min(STASH);
-        let Self { rx_ring, rx_bufs, stash, dma, .. } = self;
-        let Some(mut ring) = Ring::new(rx_ring.descriptors(), rx_bufs) else {
-            return (0, 0);
-        };
+        let Self { rx_ring, stash, dma, .. } = self;
+        let mut ring = rx_ring.view();
         let mut fdir = 0;
         // SAFETY: each frame names the buffer its slot owns, a buffer of this pool (the cache's,
         // checked by the caller) that the queue allocated, that no packet exists for, and that
@@ -596,7 +597,7 @@ impl IxgbeQueue {
         // At most what the batch has room for, and at most the `ring - 1` slots the device owns: the
         // slot at the tail is never read here.
         let room = batch.remaining();
-        let want = room.min(self.rx_bufs.len().saturating_sub(1));
+        let want = room.min(self.rx_ring.len().saturating_sub(1));
         let start = self.rx_next;
         if want == 0 || self.stash_len == 0 || self.rx_discard {
             return Ok(self.rx_slow(cache, batch, room, start, 0, 0));
@@ -608,7 +609,7 @@ impl IxgbeQueue {
         };
         // It stopped short either at a descriptor, where the common stop is one the device has not
         // written yet, or with the stash used up. Anything else is the slow path's.
-        if taken < want && (self.stash_len == 0 || self.rx_done((start + taken) & self.rx_mask)) {
+        if taken < want && (self.stash_len == 0 || self.rx_done((start + taken) & self.rx_ring.mask())) {
             return Ok(self.rx_slow(cache, batch, room, start, taken, bytes));
         }
         self.rx_finish(start, taken, taken, bytes);
@@ -632,8 +633,8 @@ impl IxgbeQueue {
         bytes: u64,
     ) -> usize {
         let (mut frames, mut consumed, mut bytes) = (frames, frames, bytes);
-        let mut slot = (start + frames) & self.rx_mask;
-        let limit = self.rx_bufs.len().saturating_sub(1);
+        let mut slot = (start + frames) & self.rx_ring.mask();
+        let limit = self.rx_ring.len().saturating_sub(1);
         let buf_len = self.dma.rx_buf_len();
         while frames < room && consumed < limit {
             // Fresh buffers are taken from the cache only when a frame waits for one: an idle queue
@@ -650,7 +651,7 @@ impl IxgbeQueue {
                 frames += taken;
                 consumed += taken;
                 bytes += len;
-                slot = (slot + taken) & self.rx_mask;
+                slot = (slot + taken) & self.rx_ring.mask();
                 if taken == run.min(self.stash_len + taken) {
                     // It stopped for want of room or of fresh buffers, not at a descriptor.
                     continue;
@@ -659,7 +660,7 @@ impl IxgbeQueue {
             // A descriptor the fast path did not take: not done yet, inside a chain being dropped,
             // a bad one, or any when the cache has no fresh buffer.
             // Acquire: as in `rx_fast`.
-            let status = self.rx_ring.descriptor(slot).map_or(0, |d| d.load1(Ordering::Acquire));
+            let status = self.rx_ring.descriptor(slot).load1(Ordering::Acquire);
             if status & rx::STAT_DD == 0 {
                 break;
             }
@@ -673,7 +674,7 @@ impl IxgbeQueue {
             }
             // The slot keeps its buffer.
             self.drop_descriptor(slot, status);
-            slot = (slot + 1) & self.rx_mask;
+            slot = (slot + 1) & self.rx_ring.mask();
             consumed += 1;
         }
         self.rx_finish(start, consumed, frames, bytes);
@@ -688,8 +689,8 @@ impl IxgbeQueue {
         if consumed == 0 {
             return;
         }
-        let slot = (start + consumed) & self.rx_mask;
-        self.check_tail_slot(start.wrapping_sub(1) & self.rx_mask);
+        let slot = (start + consumed) & self.rx_ring.mask();
+        self.check_tail_slot(start.wrapping_sub(1) & self.rx_ring.mask());
         self.rx_next = slot;
         self.stats.rx_packets += frames as u64;
         self.stats.rx_bytes += bytes;
@@ -697,7 +698,7 @@ impl IxgbeQueue {
         // the device; pairs with the device reading descriptors after it sees RDT.
         fence(Ordering::Release);
         // The device may fill up to, not including, the slot before our cursor.
-        self.mmio.write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_mask));
+        self.mmio.write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_ring.mask()));
     }
 
     /// The TX fast path: writes a descriptor for each of up to `run` packets from the front of `batch`
@@ -711,10 +712,8 @@ impl IxgbeQueue {
     /// one add: its data lies inside its buffer, which lies inside the mapping.
     #[inline(always)]
     fn tx_fast(&mut self, batch: &mut PacketBatch<'_>, start: usize, run: usize) -> (usize, u64, TxStop) {
-        let Self { tx_ring, tx_bufs, dma, pool_id, .. } = self;
-        let Some(mut ring) = Ring::new(tx_ring.descriptors(), tx_bufs) else {
-            return (0, 0, TxStop::Done);
-        };
+        let Self { tx_ring, dma, pool_id, .. } = self;
+        let mut ring = tx_ring.view();
         let linear = dma.tx_linear();
         let mut known: *const PoolCache = std::ptr::null();
         let mut bytes = 0u64;
@@ -754,7 +753,7 @@ impl IxgbeQueue {
             bytes += len;
             taken += 1;
         }
-        // SAFETY: the first `taken` packets' buffers are in the ring now (`tx_bufs`), each once; the
+        // SAFETY: the first `taken` packets' buffers are in the ring now (`tx_ring`'s slots), each once; the
         // queue frees them into its own cache (of the same pool, checked above) when the device is
         // done with them.
         unsafe { batch.forget_front(taken) };
@@ -777,7 +776,7 @@ impl IxgbeQueue {
         stop: TxStop,
     ) -> Result<usize, DevError> {
         let (mut taken, mut bytes, mut stop) = (taken, bytes, stop);
-        let mut slot = (start + taken) & self.tx_mask;
+        let mut slot = (start + taken) & self.tx_ring.mask();
         loop {
             match stop {
                 // `run` is used up, or the ring view failed (it cannot: the ring's lengths are fixed).
@@ -802,10 +801,10 @@ impl IxgbeQueue {
             let (n, len, next) = self.tx_fast(batch, slot, want - taken);
             taken += n;
             bytes += len;
-            slot = (slot + n) & self.tx_mask;
+            slot = (slot + n) & self.tx_ring.mask();
             stop = next;
         }
-        let sent = slot.wrapping_sub(start) & self.tx_mask;
+        let sent = slot.wrapping_sub(start) & self.tx_ring.mask();
         self.tx_finish(start, sent, bytes);
         Ok(taken)
     }
@@ -816,7 +815,7 @@ impl IxgbeQueue {
     #[inline(always)]
     fn tx_finish(&mut self, start: usize, sent: usize, bytes: u64) {
         if sent > 0 {
-            let slot = (start + sent) & self.tx_mask;
+            let slot = (start + sent) & self.tx_ring.mask();
             self.tx_tail = slot;
             // Release: orders the descriptor stores before the tail write; pairs with the device
             // fetching descriptors after it sees TDT.
@@ -894,7 +893,7 @@ impl NetDevice for IxgbeQueue {
             return Err(DevError::NoSuchQueue { queue, queues: 1 });
         }
         self.clean_tx();
-        let free = self.tx_mask - (self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_mask);
+        let free = self.tx_ring.mask() - (self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_ring.mask());
         let want = batch.len().min(free);
         if want < batch.len() {
             self.extra.tx_ring_full += 1;
@@ -925,20 +924,22 @@ impl Drop for IxgbeQueue {
             );
             return;
         }
-        // SAFETY: every RX slot owns a distinct buffer of this pool that no packet exists for.
-        unsafe { self.cache.free_burst(&self.rx_bufs) };
+        if self.rx_owned {
+            // SAFETY: every RX slot owns a distinct buffer of this pool that no packet exists for.
+            unsafe { self.cache.free_burst(self.rx_ring.slots()) };
+        }
         // SAFETY: the first `stash_len` stash entries are distinct fresh buffers this queue allocated
         // and never handed on.
         unsafe { self.cache.free_burst(self.stash.index.get(..self.stash_len).unwrap_or_default()) };
-        let (start, end, len) = (self.tx_clean, self.tx_tail, self.tx_bufs.len());
+        let (start, end, len) = (self.tx_clean, self.tx_tail, self.tx_ring.len());
         if start <= end {
             // SAFETY: slots `tx_clean..tx_tail` own the buffers of frames in flight, now stopped.
-            unsafe { self.cache.free_burst(&self.tx_bufs[start..end]) };
+            unsafe { self.cache.free_burst(&self.tx_ring.slots()[start..end]) };
         } else {
             // SAFETY: as above, before the wrap.
-            unsafe { self.cache.free_burst(&self.tx_bufs[start..len]) };
+            unsafe { self.cache.free_burst(&self.tx_ring.slots()[start..len]) };
             // SAFETY: as above, after the wrap.
-            unsafe { self.cache.free_burst(&self.tx_bufs[..end]) };
+            unsafe { self.cache.free_burst(&self.tx_ring.slots()[..end]) };
         }
         self.free_quarantine();
     }

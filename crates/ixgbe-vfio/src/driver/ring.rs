@@ -1,15 +1,80 @@
-//! A ring's descriptors beside the driver's per-slot arrays, checked once per burst so that the data
-//! path indexes them without a bounds check per access.
+//! A ring's descriptors beside the buffer index each slot owns, of one power-of-two length checked
+//! once, when the ring is built, so that the data path indexes them with the mask alone.
 //!
-//! [`Ring::new`] takes the descriptor slice and the per-slot slices and refuses them unless all have
-//! the same power-of-two length; every access then masks its slot with `len - 1`, which is below the
-//! length of each slice by construction. The check is one compare per slice per burst instead of one
-//! per slice per packet (ixy's `ixgbe_rx_batch` and DPDK's `ixgbe_recv_pkts` index their rings the
-//! same way, with the mask as the only bound).
+//! [`RingStore::new`] refuses descriptor memory that does not hold a power of two of descriptors,
+//! and gives the slots the same length; neither length changes afterwards (the memory's
+//! descriptor count is fixed, and the slots are a boxed slice this module never replaces). Every
+//! access then masks its slot with `len - 1`, which is below the length of both by construction:
+//! no compare per access and none per burst (ixy's `ixgbe_rx_batch` and DPDK's `ixgbe_recv_pkts`
+//! index their rings the same way, with the mask as the only bound).
 
-use crate::hw::Descriptor;
+use crate::hw::{Descriptor, DmaMemory};
 
-/// A ring of `mask + 1` descriptors and the buffer index each slot owns.
+/// A ring's descriptor memory and the buffer index each of its slots owns (see the
+/// [module documentation](self)).
+#[derive(Debug)]
+pub(super) struct RingStore {
+    memory: DmaMemory,
+    slots: Box<[u32]>,
+    /// The ring's length less one; the length is a power of two.
+    mask: usize,
+}
+
+impl RingStore {
+    /// The ring over `memory` (16 bytes a descriptor), every slot's buffer index 0, or `None`
+    /// unless `memory` holds a power of two of descriptors.
+    pub(super) fn new(memory: DmaMemory) -> Option<Self> {
+        let len = memory.descriptors().len();
+        if !len.is_power_of_two() {
+            return None;
+        }
+        Some(Self { memory, slots: vec![0; len].into_boxed_slice(), mask: len - 1 })
+    }
+
+    /// The data path's view: descriptors and slots, indexed without a check.
+    #[inline(always)]
+    pub(super) fn view(&mut self) -> Ring<'_> {
+        Ring { descriptors: self.memory.descriptors(), slots: &mut self.slots, mask: self.mask }
+    }
+
+    /// The descriptor of `slot` (taken modulo the ring size).
+    #[inline(always)]
+    pub(super) fn descriptor(&self, slot: usize) -> &Descriptor {
+        // SAFETY: `slot & mask <= mask < descriptors().len()`: the memory holds `mask + 1`
+        // descriptors (checked in `new`; its count never changes).
+        unsafe { self.memory.descriptors().get_unchecked(slot & self.mask) }
+    }
+
+    /// Descriptors in the ring.
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The ring's length less one: a slot number modulo the ring size is `slot & mask`.
+    #[inline(always)]
+    pub(super) fn mask(&self) -> usize {
+        self.mask
+    }
+
+    /// The buffer index of every slot.
+    pub(super) fn slots(&self) -> &[u32] {
+        &self.slots
+    }
+
+    /// The buffer index of every slot, to change (their number cannot).
+    pub(super) fn slots_mut(&mut self) -> &mut [u32] {
+        &mut self.slots
+    }
+
+    /// The descriptor memory (its device address and raw words, for the init sequence and tests).
+    pub(super) fn memory(&self) -> &DmaMemory {
+        &self.memory
+    }
+}
+
+/// A view of a [`RingStore`] for one burst: `mask + 1` descriptors and the buffer index each slot
+/// owns.
 pub(super) struct Ring<'a> {
     descriptors: &'a [Descriptor],
     slots: &'a mut [u32],
@@ -17,20 +82,10 @@ pub(super) struct Ring<'a> {
 }
 
 impl<'a> Ring<'a> {
-    /// The ring, or `None` unless both slices have one power-of-two length.
-    #[inline]
-    pub(super) fn new(descriptors: &'a [Descriptor], slots: &'a mut [u32]) -> Option<Self> {
-        let len = descriptors.len();
-        if !len.is_power_of_two() || slots.len() != len {
-            return None;
-        }
-        Some(Self { descriptors, slots, mask: len - 1 })
-    }
-
     /// The descriptor of `slot` (taken modulo the ring size).
     #[inline(always)]
     pub(super) fn descriptor(&self, slot: usize) -> &'a Descriptor {
-        // SAFETY: `slot & mask <= mask < descriptors.len()` (`new`: the length is `mask + 1`).
+        // SAFETY: `slot & mask <= mask < descriptors.len()` (`RingStore`: the length is `mask + 1`).
         unsafe { self.descriptors.get_unchecked(slot & self.mask) }
     }
 
@@ -52,22 +107,24 @@ impl<'a> Ring<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::HeapDma;
     use super::*;
+    use crate::hw::DmaSpace;
 
     #[test]
-    fn refuses_slices_of_other_lengths_or_not_a_power_of_two() {
-        let words: Vec<_> = (0..16).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-        // SAFETY: `Descriptor` is `repr(transparent)` over two atomic words; 16 words are 8 descriptors.
-        let descriptors: &[Descriptor] = unsafe { std::slice::from_raw_parts(words.as_ptr().cast(), 8) };
-        let mut slots = vec![0u32; 8];
-        assert!(Ring::new(descriptors, &mut slots).is_some());
-        assert!(Ring::new(descriptors, &mut slots[..7]).is_none());
-        assert!(Ring::new(&descriptors[..6], &mut slots[..6]).is_none());
-        let mut ring = Ring::new(descriptors, &mut slots).expect("valid");
+    fn refuses_a_length_not_a_power_of_two_and_masks_every_slot() {
+        assert!(RingStore::new(HeapDma.alloc(6 * 16).expect("memory")).is_none(), "6 descriptors");
+        let mut store = RingStore::new(HeapDma.alloc(8 * 16).expect("memory")).expect("8 descriptors");
+        assert_eq!((store.len(), store.mask(), store.slots().len()), (8, 7, 8));
+        let base = store.memory().descriptors().as_ptr();
+        let mut ring = store.view();
         assert_eq!(ring.replace(9, 5), 0, "slot 9 is slot 1");
         assert_eq!(ring.replace(1, 6), 5);
         assert_eq!(ring.slot(17), 6);
-        assert!(std::ptr::eq(ring.descriptor(8), &descriptors[0]));
-        assert!(std::ptr::eq(ring.descriptor(15), &descriptors[7]));
+        assert!(std::ptr::eq(ring.descriptor(8), base));
+        assert!(std::ptr::eq(ring.descriptor(15), base.wrapping_add(7)));
+        assert!(std::ptr::eq(store.descriptor(23), base.wrapping_add(7)));
+        store.slots_mut()[2] = 9;
+        assert_eq!(store.view().slot(10), 9);
     }
 }

@@ -130,7 +130,8 @@ impl Drop for HeapGuard {
     }
 }
 
-struct HeapDma;
+/// Heap memory as "DMA" memory, one linear translation (the ring module's tests use it too).
+pub(super) struct HeapDma;
 
 impl DmaSpace for HeapDma {
     fn alloc(&self, len: usize) -> Result<DmaMemory, DmaError> {
