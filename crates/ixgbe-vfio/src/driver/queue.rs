@@ -18,6 +18,7 @@
 //! burst goes on in a cold function (`rx_slow`, `tx_slow`), so a burst of a few frames pays only
 //! the fast path's set-up.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
@@ -98,7 +99,7 @@ pub struct IxgbeQueue {
     clean_batch: usize,
     // --- shared ---
     dma: BufferDma,
-    mmio: Arc<dyn Mmio>,
+    mmio: Registers,
     rdt: u32,
     tdt: u32,
     pool_id: u64,
@@ -113,6 +114,34 @@ pub struct IxgbeQueue {
     mac: MacAddr,
     rx_enabled: bool,
     tx_enabled: bool,
+}
+
+/// The queue's registers, resolved once. A call through `Arc<dyn Mmio>` finds the value behind the
+/// reference counts at an offset that depends on its alignment, which only the vtable knows, so
+/// every call computes it again (five instructions a tail write, one tail write a burst); `direct`
+/// is the reference it computes, kept beside the `Arc` that keeps it valid.
+struct Registers {
+    direct: NonNull<dyn Mmio>,
+    _shared: Arc<dyn Mmio>,
+}
+
+// SAFETY: `Registers` only hands out `&dyn Mmio`, and `dyn Mmio` is `Send + Sync` (the trait's
+// bounds); the pointer is into the `Arc`'s allocation, which the `Arc` it travels with keeps alive.
+unsafe impl Send for Registers {}
+// SAFETY: as above.
+unsafe impl Sync for Registers {}
+
+impl Registers {
+    fn new(shared: Arc<dyn Mmio>) -> Self {
+        Self { direct: NonNull::from(&*shared), _shared: shared }
+    }
+
+    #[inline(always)]
+    fn get(&self) -> &dyn Mmio {
+        // SAFETY: `direct` points at the value of `_shared`'s allocation, which lives and does not
+        // move while `self` holds the `Arc`; only shared references are made from it.
+        unsafe { self.direct.as_ref() }
+    }
 }
 
 impl std::fmt::Debug for IxgbeQueue {
@@ -133,6 +162,20 @@ impl std::fmt::Debug for IxgbeQueue {
 #[allow(clippy::cast_possible_truncation, reason = "ring positions are < 4096")]
 fn reg_pos(pos: usize) -> u32 {
     pos as u32
+}
+
+/// The device address of a transmit buffer's `len` bytes at `offset` in the pool's region, or
+/// `None` where the device cannot address them: empty, longer than a descriptor takes, or (without
+/// a `linear` base, a page-wise translation) straddling two pages.
+#[inline(always)]
+fn tx_addr(dma: &BufferDma, linear: Option<u64>, offset: usize, len: usize) -> Option<u64> {
+    if len == 0 || len as u64 > tx::DTALEN_MASK {
+        return None;
+    }
+    match linear {
+        Some(base) => Some(base.wrapping_add(offset as u64)),
+        None => dma.addr(offset, len),
+    }
 }
 
 /// Writes an RX descriptor in read format: buffer address, no header buffer (which also clears DD,
@@ -159,14 +202,12 @@ struct Stash {
     addr: [u64; STASH],
 }
 
-/// Why a run of the TX fast path stopped.
+/// Why a run of the TX fast path stopped short: the packet at the front of the batch.
 enum TxStop {
-    /// It took as many packets as it was asked for.
-    Done,
-    /// The next packet is of another pool than the queue's.
+    /// It is of another pool than the queue's.
     Foreign,
-    /// The device cannot address the next packet: empty, longer than a descriptor takes, or
-    /// straddling two pages of a page-wise translation.
+    /// The device cannot address it: empty, longer than a descriptor takes, or straddling two
+    /// pages of a page-wise translation.
     Unaddressable,
 }
 
@@ -225,7 +266,7 @@ impl IxgbeQueue {
             dma,
             rdt: regs::rdt(u32::from(index)),
             tdt: regs::tdt(u32::from(index)),
-            mmio,
+            mmio: Registers::new(mmio),
             pool_id,
             stats: DeviceStats::default(),
             extra: QueueStats::default(),
@@ -453,21 +494,36 @@ impl IxgbeQueue {
     }
 
     /// Frees the buffers of sent frames, a batch at a time: a batch is done when the device has
-    /// written DD into its last descriptor (every descriptor asks for a status write-back).
+    /// written DD into its last descriptor (every descriptor asks for a status write-back). Every
+    /// `tx_burst` asks, and nearly always no batch is done: the question is inline, the freeing
+    /// out of line (it calls into the pool, which would make `tx_burst` keep its values in
+    /// memory around the question).
+    #[inline(always)]
     fn clean_tx(&mut self) {
+        if self.tx_batch_done() {
+            self.clean_tx_batches();
+        }
+    }
+
+    /// Whether the oldest batch of frames in flight is done.
+    #[inline(always)]
+    fn tx_batch_done(&self) -> bool {
+        let mask = self.tx_ring.mask();
+        let in_flight = self.tx_tail.wrapping_sub(self.tx_clean) & mask;
+        if in_flight < self.clean_batch {
+            return false;
+        }
+        let last = (self.tx_clean + self.clean_batch - 1) & mask;
+        // Acquire: pairs with the device's Release store of the write-back word (hw.rs protocol);
+        // after it the device is done with the batch's buffers.
+        self.tx_ring.descriptor(last).load1(Ordering::Acquire) & tx::STAT_DD != 0
+    }
+
+    /// Frees the oldest batch of frames in flight, which is done, and every one after it that is.
+    #[inline(never)]
+    fn clean_tx_batches(&mut self) {
         let batch = self.clean_batch;
         loop {
-            let in_flight = self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_ring.mask();
-            if in_flight < batch {
-                return;
-            }
-            let last = (self.tx_clean + batch - 1) & self.tx_ring.mask();
-            // Acquire: pairs with the device's Release store of the write-back word (hw.rs
-            // protocol); after it the device is done with the batch's buffers.
-            let status = self.tx_ring.descriptor(last).load1(Ordering::Acquire);
-            if status & tx::STAT_DD == 0 {
-                return;
-            }
             let start = self.tx_clean;
             let end = start + batch;
             let len = self.tx_ring.len();
@@ -484,6 +540,9 @@ impl IxgbeQueue {
             }
             self.extra.tx_cleaned += batch as u64;
             self.tx_clean = end & self.tx_ring.mask();
+            if !self.tx_batch_done() {
+                return;
+            }
         }
     }
 
@@ -511,9 +570,9 @@ impl IxgbeQueue {
     /// each status, checks it with one mask-and-compare and one length compare, and makes the slot's
     /// buffer a packet at once ([`PacketBatch::extend_received_with`]); the re-arm pops the stash and
     /// writes each slot's two descriptor words and its new buffer. Each loop keeps its few values in
-    /// registers; no bounds check (the [`Ring`] checked the lengths once) and no counter in memory
-    /// (Flow Director matches are summed in a register and added once, and only when `FDIR`: the
-    /// queue's Flow Director is on, without which no descriptor reports a match).
+    /// registers; no bounds check (the [`RingStore`] checked the lengths when it was built) and no
+    /// counter in memory (Flow Director matches are summed in a register and added once, and only
+    /// when `FDIR`: the queue's Flow Director is on, without which no descriptor reports a match).
     #[inline(always)]
     fn rx_fast<'c, S: RxSink<'c>, const FDIR: bool>(
         &mut self,
@@ -698,48 +757,37 @@ impl IxgbeQueue {
         // the device; pairs with the device reading descriptors after it sees RDT.
         fence(Ordering::Release);
         // The device may fill up to, not including, the slot before our cursor.
-        self.mmio.write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_ring.mask()));
+        self.mmio.get().write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_ring.mask()));
     }
 
     /// The TX fast path: writes a descriptor for each of up to `run` packets from the front of `batch`
     /// into the ring from slot `start` on, and takes them out of the batch, their buffers owned by
-    /// the ring now; returns how many, the sum of their lengths, and why it stopped. It stops before
-    /// a packet of another pool ([`TxStop::Foreign`]) or one the device cannot address
-    /// ([`TxStop::Unaddressable`]), which stays at the front of the batch.
+    /// the ring now; returns how many and the sum of their lengths. It stops before a packet of
+    /// another pool or one the device cannot address, which stays at the front of the batch
+    /// ([`tx_stop`](Self::tx_stop) says which).
     ///
     /// A packet's pool is checked once per cache (the caches of the queue's pool seen before pass
     /// with one pointer compare), and with a linear translation of the whole pool its address is
     /// one add: its data lies inside its buffer, which lies inside the mapping.
     #[inline(always)]
-    fn tx_fast(&mut self, batch: &mut PacketBatch<'_>, start: usize, run: usize) -> (usize, u64, TxStop) {
+    fn tx_fast(&mut self, batch: &mut PacketBatch<'_>, start: usize, run: usize) -> (usize, u64) {
         let Self { tx_ring, dma, pool_id, .. } = self;
         let mut ring = tx_ring.view();
         let linear = dma.tx_linear();
         let mut known: *const PoolCache = std::ptr::null();
         let mut bytes = 0u64;
         let mut taken = 0;
-        let mut stop = TxStop::Done;
         let packets = batch.as_slice();
         for packet in &packets[..run.min(packets.len())] {
             let cache: *const PoolCache = packet.cache();
             if cache != known {
                 if packet.pool_id() != *pool_id {
-                    stop = TxStop::Foreign;
                     break;
                 }
                 known = cache;
             }
             let (offset, len) = packet.dma_window();
-            let addr = match linear {
-                Some(base) if len != 0 && len as u64 <= tx::DTALEN_MASK => {
-                    Some(base.wrapping_add(offset as u64))
-                }
-                Some(_) => None,
-                None if len != 0 && len as u64 <= tx::DTALEN_MASK => dma.addr(offset, len),
-                None => None,
-            };
-            let Some(addr) = addr else {
-                stop = TxStop::Unaddressable;
+            let Some(addr) = tx_addr(dma, linear, offset, len) else {
                 break;
             };
             let len = len as u64;
@@ -753,17 +801,29 @@ impl IxgbeQueue {
             bytes += len;
             taken += 1;
         }
+        // SAFETY: one packet of `packets` counted per iteration: `forget_front` needs no `min`.
+        unsafe { std::hint::assert_unchecked(taken <= packets.len()) };
         // SAFETY: the first `taken` packets' buffers are in the ring now (`tx_ring`'s slots), each once; the
         // queue frees them into its own cache (of the same pool, checked above) when the device is
         // done with them.
         unsafe { batch.forget_front(taken) };
-        (taken, bytes, stop)
+        (taken, bytes)
     }
 
-    /// The rest of a `tx_burst` whose fast path stopped before a packet it cannot send as it is
-    /// (`stop`), after `taken` of the `want` packets (`bytes` bytes) from slot `start` on: a
-    /// packet of another pool ends the burst (an error when it is the first), one the device cannot
-    /// address is dropped and counted, and the fast path goes on after it.
+    /// Why the fast path stopped before the packet at the front of `batch`.
+    fn tx_stop(&self, batch: &PacketBatch<'_>) -> Option<TxStop> {
+        let packet = batch.as_slice().first()?;
+        if packet.pool_id() != self.pool_id {
+            return Some(TxStop::Foreign);
+        }
+        let (offset, len) = packet.dma_window();
+        tx_addr(&self.dma, self.dma.tx_linear(), offset, len).is_none().then_some(TxStop::Unaddressable)
+    }
+
+    /// The rest of a `tx_burst` whose fast path stopped before a packet it cannot send as it is,
+    /// after `taken` of the `want` packets (`bytes` bytes) from slot `start` on: a packet of
+    /// another pool ends the burst (an error when it is the first), one the device cannot address
+    /// is dropped and counted, and the fast path goes on after it.
     #[cold]
     #[inline(never)]
     fn tx_slow(
@@ -773,22 +833,21 @@ impl IxgbeQueue {
         want: usize,
         taken: usize,
         bytes: u64,
-        stop: TxStop,
     ) -> Result<usize, DevError> {
-        let (mut taken, mut bytes, mut stop) = (taken, bytes, stop);
+        let (mut taken, mut bytes) = (taken, bytes);
         let mut slot = (start + taken) & self.tx_ring.mask();
-        loop {
-            match stop {
-                // `run` is used up, or the ring view failed (it cannot: the ring's lengths are fixed).
-                TxStop::Done => break,
-                TxStop::Foreign if taken == 0 => {
+        while taken < want {
+            match self.tx_stop(batch) {
+                // The fast path took every packet it was asked for (it stops for nothing else).
+                None => break,
+                Some(TxStop::Foreign) if taken == 0 => {
                     return Err(DevError::WrongPool {
                         what: "the first packet handed to tx_burst",
                         expected: self.pool_id,
                     });
                 }
-                TxStop::Foreign => break,
-                TxStop::Unaddressable => {
+                Some(TxStop::Foreign) => break,
+                Some(TxStop::Unaddressable) => {
                     // Dropping the packet frees it.
                     drop(batch.drain_front(1));
                     self.stats.tx_dropped += 1;
@@ -798,11 +857,10 @@ impl IxgbeQueue {
             if taken >= want {
                 break;
             }
-            let (n, len, next) = self.tx_fast(batch, slot, want - taken);
+            let (n, len) = self.tx_fast(batch, slot, want - taken);
             taken += n;
             bytes += len;
             slot = (slot + n) & self.tx_ring.mask();
-            stop = next;
         }
         let sent = slot.wrapping_sub(start) & self.tx_ring.mask();
         self.tx_finish(start, sent, bytes);
@@ -820,7 +878,7 @@ impl IxgbeQueue {
             // Release: orders the descriptor stores before the tail write; pairs with the device
             // fetching descriptors after it sees TDT.
             fence(Ordering::Release);
-            self.mmio.write32(self.tdt, reg_pos(slot));
+            self.mmio.get().write32(self.tdt, reg_pos(slot));
         }
         self.stats.tx_packets += sent as u64;
         self.stats.tx_bytes += bytes;
@@ -828,10 +886,10 @@ impl IxgbeQueue {
 
     /// Clears `reg`'s enable bit and waits until the device reports the queue stopped.
     fn disable(&self, reg: u32) -> bool {
-        self.mmio.clear_bits(reg, regs::DCTL_ENABLE);
+        self.mmio.get().clear_bits(reg, regs::DCTL_ENABLE);
         let start = Instant::now();
         loop {
-            if self.mmio.read32(reg) & regs::DCTL_ENABLE == 0 {
+            if self.mmio.get().read32(reg) & regs::DCTL_ENABLE == 0 {
                 return true;
             }
             if start.elapsed() >= DISABLE_TIMEOUT {
@@ -854,7 +912,7 @@ impl NetDevice for IxgbeQueue {
     }
 
     fn link(&self) -> Link {
-        link_state(self.mmio.read32(regs::LINKS))
+        link_state(self.mmio.get().read32(regs::LINKS))
     }
 
     fn stats(&self) -> DeviceStats {
@@ -899,12 +957,12 @@ impl NetDevice for IxgbeQueue {
             self.extra.tx_ring_full += 1;
         }
         let start = self.tx_tail;
-        let (taken, bytes, stop) = self.tx_fast(batch, start, want);
-        if matches!(stop, TxStop::Done) {
+        let (taken, bytes) = self.tx_fast(batch, start, want);
+        if taken == want {
             self.tx_finish(start, taken, bytes);
             return Ok(taken);
         }
-        self.tx_slow(batch, start, want, taken, bytes, stop)
+        self.tx_slow(batch, start, want, taken, bytes)
     }
 }
 
