@@ -13,9 +13,10 @@ pub(crate) struct BufferDma {
     mapping: Arc<DmaMapping>,
     /// The IOVA of the region's first byte when the mapping is linear (VFIO, the model).
     linear: Option<u64>,
-    /// The IOVA of buffer 0's receive data when the mapping is linear and every buffer's receive
-    /// area lies inside it: the data path's receive address is then one multiply-add.
-    linear_rx: Option<u64>,
+    /// The IOVA of buffer 0's receive data and the stride as a `u32` (a buffer's size: it always
+    /// fits) when the mapping is linear and every buffer's receive area lies inside it: the data
+    /// path's receive address is then one multiply-add.
+    linear_rx: Option<(u64, u32)>,
     /// The IOVA of the region's first byte when the mapping is linear and reaches every buffer of the
     /// pool: a packet's data (inside its buffer) is then at `base + dma_offset` with no check.
     linear_all: Option<u64>,
@@ -45,8 +46,10 @@ impl BufferDma {
             .checked_mul(stride)
             .and_then(|o| o.checked_add(rx_data_off))
             .and_then(|o| o.checked_add(rx_buf_len));
-        let linear_rx = match (linear, last_end) {
-            (Some(base), Some(end)) if end <= mapping.len() => Some(base.wrapping_add(rx_data_off as u64)),
+        let linear_rx = match (linear, last_end, u32::try_from(stride)) {
+            (Some(base), Some(end), Ok(stride)) if end <= mapping.len() => {
+                Some((base.wrapping_add(rx_data_off as u64), stride))
+            }
             _ => None,
         };
         let all_end = (buffers as usize).checked_mul(stride);
@@ -96,11 +99,12 @@ impl BufferDma {
 
     /// With a linear translation that reaches every buffer's receive area: the address of buffer 0's
     /// receive data, the stride, and the number of buffers, so that buffer `i < buffers` receives at
-    /// `base + i * stride`. The stride as a `u32` (a buffer's size: it always fits) makes that a
-    /// 32 × 32-bit multiply, which vector units do in one instruction.
+    /// `base + i * stride`. The stride as a `u32` makes that a 32 × 32-bit multiply, which vector
+    /// units do in one instruction.
     #[inline]
     pub(crate) fn rx_linear(&self) -> Option<(u64, u32, u32)> {
-        Some((self.linear_rx?, u32::try_from(self.stride).ok()?, self.buffers))
+        let (base, stride) = self.linear_rx?;
+        Some((base, stride, self.buffers))
     }
 
     /// The device address of fresh receive buffer `index` (its data starts at the pool's headroom).
@@ -108,8 +112,8 @@ impl BufferDma {
     pub(crate) fn rx_addr(&self, index: u32) -> Option<u64> {
         match self.linear_rx {
             // In range by the check in `new`: at most `(buffers - 1) * stride` past buffer 0.
-            Some(base) if index < self.buffers => {
-                Some(base.wrapping_add(u64::from(index).wrapping_mul(self.stride as u64)))
+            Some((base, stride)) if index < self.buffers => {
+                Some(base.wrapping_add(u64::from(index).wrapping_mul(u64::from(stride))))
             }
             Some(_) => None,
             None => self.rx_addr_checked(index),

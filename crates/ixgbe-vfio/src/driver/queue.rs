@@ -585,18 +585,24 @@ impl IxgbeQueue {
         let stash_len = self.stash_len.min(STASH);
         let Self { rx_ring, stash, dma, .. } = self;
         let mut ring = rx_ring.view();
+        // The run stops at the ring's end (the caller goes on from slot 0): inside it, descriptors
+        // and slots are plain slices, indexed without the mask.
+        let (descriptors, slots) = ring.run(start, run.min(stash_len));
         let mut fdir = 0;
+        let n = descriptors.len();
         // SAFETY: each frame names the buffer its slot owns, a buffer of this pool (the cache's,
         // checked by the caller) that the queue allocated, that no packet exists for, and that
         // appears once (each slot is read once); the slot gives it up below, taking a fresh one.
         // Its data starts at the pool's headroom, where the buffer's receive address
         // (`BufferDma::rx_addr`) points.
         let (taken, bytes) = unsafe {
-            batch.extend_received_with(cache, run.min(stash_len), |i| {
-                let slot = start + i;
+            batch.extend_received_with(cache, n, |i| {
+                // `i < n`: both lookups succeed (and compile to nothing, `i` being below the
+                // batch's `n` slots).
+                let (desc, &index) = (descriptors.get(i)?, slots.get(i)?);
                 // Acquire: pairs with the device's Release store of the write-back's second word
                 // (hw.rs protocol): the first word and the frame's bytes are visible after it.
-                let status = ring.descriptor(slot).load1(Ordering::Acquire);
+                let status = desc.load1(Ordering::Acquire);
                 if !Self::rx_good(status, buf_len) {
                     return None;
                 }
@@ -605,24 +611,25 @@ impl IxgbeQueue {
                     fdir += (status & rx::STAT_FLM) >> 2;
                 }
                 // `len <= buf_len`, a 16-bit field.
-                Some(RxFrame { index: ring.slot(slot), len: u32::try_from(rx_len(status)).unwrap_or(0) })
+                Some(RxFrame { index, len: u32::try_from(rx_len(status)).unwrap_or(0) })
             })
         };
         // The slots' old buffers are packets now; each slot takes a fresh one from the top `taken`
         // of the stash, in order (its address computed, or stored by `refill_stash` for a page-wise
         // mapping): a forward loop, which compiles shorter than a reversed one.
         let from = stash_len - taken.min(stash_len);
+        let run = descriptors.iter().zip(slots.iter_mut());
         // Read after the scan, which then has two more registers for its own values.
         if let Some((base, stride, _)) = dma.rx_linear() {
-            for (i, &index) in stash.index[from..stash_len].iter().enumerate() {
-                ring.replace(start + i, index);
-                arm(ring.descriptor(start + i), base.wrapping_add(u64::from(index) * u64::from(stride)));
+            for ((desc, slot), &index) in run.zip(&stash.index[from..stash_len]) {
+                *slot = index;
+                arm(desc, base.wrapping_add(u64::from(index) * u64::from(stride)));
             }
         } else {
             let fresh = stash.index[from..stash_len].iter().zip(&stash.addr[from..stash_len]);
-            for (i, (&index, &addr)) in fresh.enumerate() {
-                ring.replace(start + i, index);
-                arm(ring.descriptor(start + i), addr);
+            for ((desc, slot), (&index, &addr)) in run.zip(fresh) {
+                *slot = index;
+                arm(desc, addr);
             }
         }
         self.stash_len = from;
@@ -656,7 +663,7 @@ impl IxgbeQueue {
         // At most what the batch has room for, and at most the `ring - 1` slots the device owns: the
         // slot at the tail is never read here.
         let room = batch.remaining();
-        let want = room.min(self.rx_ring.len().saturating_sub(1));
+        let want = room.min(self.rx_ring.mask());
         let start = self.rx_next;
         if want == 0 || self.stash_len == 0 || self.rx_discard {
             return Ok(self.rx_slow(cache, batch, room, start, 0, 0));
@@ -693,7 +700,7 @@ impl IxgbeQueue {
     ) -> usize {
         let (mut frames, mut consumed, mut bytes) = (frames, frames, bytes);
         let mut slot = (start + frames) & self.rx_ring.mask();
-        let limit = self.rx_ring.len().saturating_sub(1);
+        let limit = self.rx_ring.mask();
         let buf_len = self.dma.rx_buf_len();
         while frames < room && consumed < limit {
             // Fresh buffers are taken from the cache only when a frame waits for one: an idle queue

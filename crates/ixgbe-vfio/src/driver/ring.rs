@@ -89,11 +89,17 @@ impl<'a> Ring<'a> {
         unsafe { self.descriptors.get_unchecked(slot & self.mask) }
     }
 
-    /// The buffer index slot `slot` owns.
+    /// The `n` descriptors from `start` on (taken modulo the ring size) and the buffer indices
+    /// their slots own, as plain slices: a run that does not wrap, indexed without the mask. `n`
+    /// is cut at the ring's end; the run after the wrap starts at slot 0.
     #[inline(always)]
-    pub(super) fn slot(&self, slot: usize) -> u32 {
-        // SAFETY: as in `descriptor`; `slots` has the same length.
-        *unsafe { self.slots.get_unchecked(slot & self.mask) }
+    pub(super) fn run(&mut self, start: usize, n: usize) -> (&'a [Descriptor], &mut [u32]) {
+        let start = start & self.mask;
+        let end = start + n.min(self.mask + 1 - start);
+        // SAFETY: `start <= end <= mask + 1`, the length of both slices (`RingStore`).
+        let descriptors = unsafe { self.descriptors.get_unchecked(start..end) };
+        // SAFETY: as above.
+        (descriptors, unsafe { self.slots.get_unchecked_mut(start..end) })
     }
 
     /// The buffer index slot `slot` owns, replaced by `index`.
@@ -120,11 +126,27 @@ mod tests {
         let mut ring = store.view();
         assert_eq!(ring.replace(9, 5), 0, "slot 9 is slot 1");
         assert_eq!(ring.replace(1, 6), 5);
-        assert_eq!(ring.slot(17), 6);
         assert!(std::ptr::eq(ring.descriptor(8), base));
         assert!(std::ptr::eq(ring.descriptor(15), base.wrapping_add(7)));
         assert!(std::ptr::eq(store.descriptor(23), base.wrapping_add(7)));
         store.slots_mut()[2] = 9;
-        assert_eq!(store.view().slot(10), 9);
+        assert_eq!(store.slots()[..3], [0, 6, 9]);
+    }
+
+    #[test]
+    fn a_run_stops_at_the_ring_end_and_starts_modulo_the_size() {
+        let mut store = RingStore::new(HeapDma.alloc(8 * 16).expect("memory")).expect("8 descriptors");
+        store.slots_mut().copy_from_slice(&[10, 11, 12, 13, 14, 15, 16, 17]);
+        let base = store.memory().descriptors().as_ptr();
+        let mut ring = store.view();
+        let (descriptors, slots) = ring.run(6, 5);
+        assert_eq!((descriptors.len(), &*slots), (2, &[16, 17][..]), "cut at the end");
+        assert!(std::ptr::eq(&descriptors[0], base.wrapping_add(6)));
+        let (descriptors, slots) = ring.run(10, 3);
+        assert_eq!((descriptors.len(), &*slots), (3, &[12, 13, 14][..]), "slot 10 is slot 2");
+        assert!(std::ptr::eq(&descriptors[0], base.wrapping_add(2)));
+        slots[0] = 99;
+        assert_eq!(ring.run(7, 0).0.len(), 0);
+        assert_eq!(store.slots()[2], 99, "the run's slots are the ring's");
     }
 }

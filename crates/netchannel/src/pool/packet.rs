@@ -576,7 +576,9 @@ impl PoolCache {
         let headroom = self.layout.headroom;
         let mut bytes = 0u64;
         let mut written = 0;
-        for slot in slots.iter_mut() {
+        // Indexed by the count itself, so that `next` sees `written < slots.len()` as the loop's
+        // own bound (a driver's closure then needs no check of its own).
+        while let Some(slot) = slots.get_mut(written) {
             let Some(RxFrame { index, len: data_len }) = next(written) else { break };
             debug_assert!(index < self.layout.count, "buffer index {index} out of range");
             self.pool.shared.track(index);
