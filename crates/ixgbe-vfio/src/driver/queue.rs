@@ -343,6 +343,12 @@ impl IxgbeQueue {
         self.tx_ring.len()
     }
 
+    /// TX descriptors free for new frames (one is always left empty).
+    #[inline(always)]
+    fn tx_free(&self) -> usize {
+        self.tx_ring.mask() - (self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_ring.mask())
+    }
+
     /// TX frames handed to the device whose buffers have not come back yet.
     #[must_use]
     pub fn tx_in_flight(&self) -> usize {
@@ -493,19 +499,9 @@ impl IxgbeQueue {
         }
     }
 
-    /// Frees the buffers of sent frames, a batch at a time: a batch is done when the device has
-    /// written DD into its last descriptor (every descriptor asks for a status write-back). Every
-    /// `tx_burst` asks, and nearly always no batch is done: the question is inline, the freeing
-    /// out of line (it calls into the pool, which would make `tx_burst` keep its values in
-    /// memory around the question).
-    #[inline(always)]
-    fn clean_tx(&mut self) {
-        if self.tx_batch_done() {
-            self.clean_tx_batches();
-        }
-    }
-
-    /// Whether the oldest batch of frames in flight is done.
+    /// Whether the oldest batch of frames in flight is done: TX buffers come back a batch at a
+    /// time, when the device has written DD into the batch's last descriptor (every descriptor
+    /// asks for a status write-back).
     #[inline(always)]
     fn tx_batch_done(&self) -> bool {
         let mask = self.tx_ring.mask();
@@ -519,8 +515,9 @@ impl IxgbeQueue {
         self.tx_ring.descriptor(last).load1(Ordering::Acquire) & tx::STAT_DD != 0
     }
 
-    /// Frees the oldest batch of frames in flight, which is done, and every one after it that is.
-    #[inline(never)]
+    /// Frees the oldest batch of frames in flight, which is done ([`tx_batch_done`](Self::tx_batch_done)),
+    /// and every one after it that is.
+    #[inline(always)]
     fn clean_tx_batches(&mut self) {
         let batch = self.clean_batch;
         loop {
@@ -957,13 +954,21 @@ impl NetDevice for IxgbeQueue {
         if queue != 0 {
             return Err(DevError::NoSuchQueue { queue, queues: 1 });
         }
-        self.clean_tx();
-        let free = self.tx_ring.mask() - (self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_ring.mask());
+        // Every burst asks whether a batch of sent frames is done, and nearly always none is: the
+        // tail and the free count are taken before the question and recomputed only after a
+        // cleanup (whose call into the pool would otherwise make them be loaded again on every
+        // burst).
+        let (tail, mut free) = (self.tx_tail, self.tx_free());
+        if self.tx_batch_done() {
+            self.clean_tx_batches();
+            free = self.tx_free();
+        }
         let want = batch.len().min(free);
         if want < batch.len() {
             self.extra.tx_ring_full += 1;
         }
-        let start = self.tx_tail;
+        // Cleaning moves `tx_clean` only.
+        let start = tail;
         let (taken, bytes) = self.tx_fast(batch, start, want);
         if taken == want {
             self.tx_finish(start, taken, bytes);
