@@ -2,21 +2,22 @@
 //! transmit with one tail write per burst, TX cleanup in batches.
 //!
 //! Ownership: every RX descriptor slot owns exactly one pool buffer at all times (its index sits in
-//! `rx_ring`'s slots), so a descriptor the device wrote can only ever name a buffer this queue owns; a slot
-//! is consumed only when a fresh buffer is at hand to replace it. TX slots between `tx_clean` and
+//! `rx_ring`'s slots), so a descriptor the device wrote can only ever name a buffer this queue owns;
+//! a slot is consumed only when a fresh buffer is at hand to replace it. TX slots between `tx_clean` and
 //! `tx_tail` own the buffers of frames in flight. Ring positions come from the queue's own counters;
 //! nothing the device writes (descriptor contents, RDH, TDH) is used as an index.
 //!
 //! The data path (the counts are in BENCHMARKS.md, "82599 driver data path"): RX scans the done
-//! descriptors of a run no longer than the stash of fresh buffers, making each good frame a packet in
-//! the caller's batch as it goes, then re-arms the run's slots from the stash (two short loops, as
-//! DPDK's vector receive and its `rxq_rearm`); anything else (a bad descriptor, a chain, no fresh
-//! buffer) takes a one-descriptor slow step. TX writes one descriptor per packet straight from the
-//! batch and takes the sent packets out without dropping them. Both index the ring through a
-//! `Ring` view (`ring.rs`), which checks the slices' lengths once per burst. In both directions a
-//! burst the fast path finishes (the common one) runs no other loop: what is left of an unusual
-//! burst goes on in a cold function (`rx_slow`, `tx_slow`), so a burst of a few frames pays only
-//! the fast path's set-up.
+//! descriptors of a run no longer than the stash of fresh buffers and stopping at the ring's end,
+//! making each good frame a packet in the caller's batch as it goes, then re-arms the run's slots
+//! from the stash (two short loops over plain slices, as DPDK's vector receive and its
+//! `rxq_rearm`); anything else (a bad descriptor, a chain, no fresh buffer, the rest of a burst
+//! after the ring's end) goes on in the slow path. TX writes one descriptor per packet straight
+//! from the batch and takes the sent packets out without dropping them. Both index the ring
+//! through views of a `RingStore` (`ring.rs`), whose length was checked once, when the queue was
+//! built. In both directions a burst the fast path finishes (the common one) runs no other loop:
+//! what is left of an unusual burst goes on in a cold function (`rx_slow`, `tx_slow`), so a burst
+//! of a few frames pays only the fast path's set-up.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
