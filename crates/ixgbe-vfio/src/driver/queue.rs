@@ -347,11 +347,12 @@ impl IxgbeQueue {
     /// TX descriptors free for new frames (one is always left empty).
     #[inline(always)]
     fn tx_free(&self) -> usize {
-        self.tx_ring.mask() - (self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_ring.mask())
+        self.tx_ring.mask() - self.tx_in_flight()
     }
 
     /// TX frames handed to the device whose buffers have not come back yet.
     #[must_use]
+    #[inline]
     pub fn tx_in_flight(&self) -> usize {
         self.tx_tail.wrapping_sub(self.tx_clean) & self.tx_ring.mask()
     }
@@ -505,12 +506,10 @@ impl IxgbeQueue {
     /// asks for a status write-back).
     #[inline(always)]
     fn tx_batch_done(&self) -> bool {
-        let mask = self.tx_ring.mask();
-        let in_flight = self.tx_tail.wrapping_sub(self.tx_clean) & mask;
-        if in_flight < self.clean_batch {
+        if self.tx_in_flight() < self.clean_batch {
             return false;
         }
-        let last = (self.tx_clean + self.clean_batch - 1) & mask;
+        let last = self.tx_clean + self.clean_batch - 1;
         // Acquire: pairs with the device's Release store of the write-back word (hw.rs protocol);
         // after it the device is done with the batch's buffers.
         self.tx_ring.descriptor(last).load1(Ordering::Acquire) & tx::STAT_DD != 0
@@ -544,7 +543,7 @@ impl IxgbeQueue {
         }
     }
 
-    /// Whether the device has written back the descriptor in `slot` (DD).
+    /// Whether the device has written back the descriptor in `slot` (DD; taken modulo the ring size).
     #[inline]
     fn rx_done(&self, slot: usize) -> bool {
         // Relaxed: only DD is looked at; the fast path loads the status again with Acquire.
@@ -673,7 +672,7 @@ impl IxgbeQueue {
         };
         // It stopped short either at a descriptor, where the common stop is one the device has not
         // written yet, or with the stash used up. Anything else is the slow path's.
-        if taken < want && (self.stash_len == 0 || self.rx_done((start + taken) & self.rx_ring.mask())) {
+        if taken < want && (self.stash_len == 0 || self.rx_done(start + taken)) {
             return Ok(self.rx_slow(cache, batch, room, start, taken, bytes));
         }
         self.rx_finish(start, taken, taken, bytes);
