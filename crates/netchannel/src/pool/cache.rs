@@ -96,7 +96,8 @@ impl PoolCache {
     pub(super) fn with_local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> R {
         // SAFETY: `PoolCache` is `!Sync`, so only the thread that owns it gets here; and no `f` passed
         // by the `pool` module (this file, and `Packet`'s drop in `packet.rs`) calls `with_local` again
-        // (they touch `Local`, the depot and the mirror only), so this is the only reference to `local`
+        // (they touch `Local`, the depot and the mirror only, and the caller's closure that
+        // `take_raw_with` runs must not reach `Local`), so this is the only reference to `local`
         // while it lives.
         f(unsafe { &mut *self.local.get() })
     }
@@ -267,6 +268,52 @@ impl PoolCache {
             l.stats.allocs += n as u64;
             self.publish(l);
             n
+        })
+    }
+
+    /// Takes the `n` buffers on top of this cache (the most recently freed) without copying their
+    /// indices out: `f` reads them where the cache keeps them, oldest first, and from then on they
+    /// are the caller's, as from [`alloc_burst_raw`](Self::alloc_burst_raw) (metadata not reset;
+    /// each index below [`Pool::buffers`], distinct). For a device's receive path, which re-arms each
+    /// consumed ring slot with one: the indices go from the cache's own storage into the slots, with
+    /// no staging copy. Returns what `f` returns.
+    ///
+    /// # Safety
+    ///
+    /// The cache holds at least `n` free buffers ([`len`](Self::len); [`fill`](Self::fill) brings a
+    /// batch from the depot), and `f` does not reach its free list: no allocation from it, no free
+    /// into it (which dropping one of its packets does), no `fill` and no nested `take_raw_with`.
+    #[inline(always)]
+    pub unsafe fn take_raw_with<T>(&self, n: usize, f: impl FnOnce(&[u32]) -> T) -> T {
+        self.with_local(
+            #[inline(always)]
+            |l| {
+                debug_assert!(n <= l.stack.len(), "take_raw_with({n}) from a cache of {}", l.stack.len());
+                let from = l.stack.len() - n;
+                // SAFETY: `from <= len` (the caller's contract: `n <= len`). `f` does not reach the
+                // free list (the other half of it), so `with_local`'s reference is still the only one
+                // to it while `f` runs.
+                let out = f(unsafe { l.stack.get_unchecked(from..) });
+                // SAFETY: `from <= len`, and the entries past it are plain integers (nothing to drop).
+                unsafe { l.stack.set_len(from) };
+                l.stats.allocs += n as u64;
+                self.publish(l);
+                out
+            },
+        )
+    }
+
+    /// Brings a batch of free buffers from the pool's shared depot when this cache holds none;
+    /// returns how many it holds afterwards (0: the depot had none either; not an allocation, so
+    /// not counted as a failure: the caller counts what it could not do).
+    #[cold]
+    #[inline(never)]
+    pub fn fill(&self) -> usize {
+        self.with_local(|l| {
+            if l.stack.is_empty() {
+                self.refill(l);
+            }
+            l.stack.len()
         })
     }
 
@@ -462,6 +509,44 @@ mod tests {
         unsafe { cache.free_burst(&idx[..16]) };
         assert_eq!(cache.stats().rejected, 2);
         assert_eq!(cache.stats().frees, 16);
+        drop(cache);
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn take_raw_with_lends_the_top_in_place_and_fill_refills_only_an_empty_cache() {
+        let pool = pool(10, 4, 8);
+        let cache = pool.cache();
+        assert_eq!(cache.fill(), 4, "one batch from the depot");
+        assert_eq!(cache.fill(), 4, "not empty: nothing moved");
+        let expected: Vec<u32> = cache.with_local(|l| l.stack[1..].to_vec());
+        // SAFETY: the cache holds 4 >= 3, and the closure does not touch the cache.
+        let seen = unsafe { cache.take_raw_with(3, <[u32]>::to_vec) };
+        assert_eq!(seen, expected, "the top three, oldest first");
+        assert_eq!((cache.len(), cache.stats().allocs), (1, 3));
+        assert_eq!(
+            pool.audit(),
+            Audit { total: 10, in_depot: 6, in_caches: 1, outstanding: 3, live_caches: 1, shared: 0 }
+        );
+        // SAFETY: the cache holds 1, and the closure does not touch the cache.
+        let last = unsafe { cache.take_raw_with(1, |top| top.to_vec()) };
+        assert_eq!(cache.fill(), 4);
+        assert_eq!(cache.fill(), 4);
+        // SAFETY: the cache holds 4; nothing taken (n = 0) is a no-op.
+        assert!(unsafe { cache.take_raw_with(0, <[u32]>::is_empty) });
+        // Drain the depot: 10 = 3 + 1 + 4 + 2.
+        // SAFETY: as above.
+        let mut held: Vec<u32> = unsafe { cache.take_raw_with(4, <[u32]>::to_vec) };
+        assert_eq!(cache.fill(), 2, "the depot's last two");
+        // SAFETY: as above.
+        held.extend(unsafe { cache.take_raw_with(2, <[u32]>::to_vec) });
+        assert_eq!(cache.fill(), 0, "nothing left anywhere");
+        assert_eq!(cache.stats().alloc_failures, 0, "a fill is not an allocation");
+        held.extend(seen.iter().chain(&last));
+        held.sort_unstable();
+        assert_eq!(held, (0..10).collect::<Vec<_>>(), "each buffer taken once");
+        // SAFETY: every index was taken above, once, and no packet was made of any.
+        unsafe { cache.free_burst(&held) };
         drop(cache);
         pool.check_leaks().unwrap();
     }
