@@ -98,13 +98,12 @@ impl BufferDma {
     }
 
     /// With a linear translation that reaches every buffer's receive area: the address of buffer 0's
-    /// receive data, the stride, and the number of buffers, so that buffer `i < buffers` receives at
-    /// `base + i * stride`. The stride as a `u32` makes that a 32 × 32-bit multiply, which vector
-    /// units do in one instruction.
+    /// receive data and the stride, so that buffer `i` (any buffer of the pool, `i < buffers`: every
+    /// index a cache of the pool hands out) receives at `base + i * stride`. The stride as a `u32`
+    /// makes that a 32 × 32-bit multiply, which vector units do in one instruction.
     #[inline]
-    pub(crate) fn rx_linear(&self) -> Option<(u64, u32, u32)> {
-        let (base, stride) = self.linear_rx?;
-        Some((base, stride, self.buffers))
+    pub(crate) fn rx_linear(&self) -> Option<(u64, u32)> {
+        self.linear_rx
     }
 
     /// The device address of fresh receive buffer `index` (its data starts at the pool's headroom).

@@ -8,16 +8,18 @@
 //! nothing the device writes (descriptor contents, RDH, TDH) is used as an index.
 //!
 //! The data path (the counts are in BENCHMARKS.md, "82599 driver data path"): RX scans the done
-//! descriptors of a run no longer than the stash of fresh buffers and stopping at the ring's end,
+//! descriptors of a run no longer than the fresh buffers at hand and stopping at the ring's end,
 //! making each good frame a packet in the caller's batch as it goes, then re-arms the run's slots
-//! from the stash (two short loops over plain slices, as DPDK's vector receive and its
-//! `rxq_rearm`); anything else (a bad descriptor, a chain, no fresh buffer, the rest of a burst
-//! after the ring's end) goes on in the slow path. TX writes one descriptor per packet straight
-//! from the batch and takes the sent packets out without dropping them. Both index the ring
-//! through views of a `RingStore` (`ring.rs`), whose length was checked once, when the queue was
-//! built. In both directions a burst the fast path finishes (the common one) runs no other loop:
-//! what is left of an unusual burst goes on in a cold function (`rx_slow`, `tx_slow`), so a burst
-//! of a few frames pays only the fast path's set-up.
+//! with fresh buffers (two short loops over plain slices, as DPDK's vector receive and its
+//! `rxq_rearm`): straight from the top of the caller's cache under a linear translation (VFIO, the
+//! model), from a stash of checked buffers under a page-wise one; anything else (a bad descriptor,
+//! a chain, no fresh buffer, the rest of a burst after the ring's end) goes on in the slow path.
+//! TX writes one descriptor per packet straight from the batch and takes the sent packets out
+//! without dropping them. Both index the ring through views of a `RingStore` (`ring.rs`), whose
+//! length was checked once, when the queue was built. In both directions a burst the fast path
+//! finishes (the common one) runs no other loop: what is left of an unusual burst goes on in a
+//! cold function (`rx_slow`, `tx_slow`), so a burst of a few frames pays only the fast path's
+//! set-up.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -36,7 +38,8 @@ use super::ring::RingStore;
 use crate::hw::{Descriptor, DmaMemory, Mmio};
 use crate::regs::{self, DESC_LEN, rx, tx};
 
-/// How many fresh RX buffers a queue takes from the caller's cache at once.
+/// How many fresh RX buffers a queue takes from the caller's cache at once under a page-wise
+/// translation (the stash; a linear one takes them from the cache one per frame).
 const STASH: usize = 64;
 
 /// How long dropping a queue waits for the device to confirm that it stopped the queue.
@@ -87,8 +90,9 @@ pub struct IxgbeQueue {
     rx_discard: bool,
     /// Flow Director is on: count the descriptors that report a filter match.
     rx_count_fdir: bool,
-    /// Fresh receive buffers with their device addresses, taken from the caller's cache [`STASH`] at
-    /// a time; the first `stash_len` are ours.
+    /// Under a page-wise translation: fresh receive buffers with their device addresses, taken from
+    /// the caller's cache [`STASH`] at a time; the first `stash_len` are ours. Unused (empty) under
+    /// a linear one.
     stash: Box<Stash>,
     stash_len: usize,
     // --- TX, hot ---
@@ -196,8 +200,8 @@ fn rx_len(status: u64) -> usize {
     ((status >> rx::LEN_SHIFT) & 0xFFFF) as usize
 }
 
-/// Fresh receive buffers and the device addresses of their data, checked when they left the cache:
-/// two arrays, so that filling them is two vector loops.
+/// Fresh receive buffers and the device addresses of their data, checked when they left the cache
+/// (under a page-wise translation, where some buffers cannot be used).
 struct Stash {
     index: [u32; STASH],
     addr: [u64; STASH],
@@ -399,10 +403,8 @@ impl IxgbeQueue {
 
     /// Refills the empty stash from `cache` with buffers the device can address, each with its
     /// address (the others are set aside); returns how many it holds now, 0 when the cache has none.
-    /// With a linear translation of the whole pool (VFIO, the model) every index below the pool's
-    /// buffer count is addressable, which one OR over the burst confirms when the count is a power of
-    /// two (a maximum otherwise); the re-arm then computes each address with one multiply-add, and
-    /// only a page-wise translation stores addresses here.
+    /// Only for a page-wise translation, where a buffer's receive area may straddle two pages that
+    /// are not contiguous (with a linear one the fast path re-arms from the cache itself).
     #[cold]
     #[inline(never)]
     fn refill_stash(&mut self, cache: &PoolCache) -> usize {
@@ -413,31 +415,18 @@ impl IxgbeQueue {
                 self.stash_len = 0;
                 return 0;
             }
-            let fresh = &mut index[..got];
-            let kept = match self.dma.rx_linear() {
-                // The re-arm computes each address (`rx_fast`); `addr` is left alone.
-                Some((_, _, buffers))
-                    if fresh.iter().fold(0, |m, &i| m | i) < buffers
-                        || fresh.iter().fold(0, |m, &i| m.max(i)) < buffers =>
-                {
-                    got
+            let mut kept = 0;
+            for i in 0..got {
+                let idx = index[i];
+                if let Some(a) = self.dma.rx_addr(idx) {
+                    index[kept] = idx;
+                    addr[kept] = a;
+                    kept += 1;
+                } else {
+                    self.extra.quarantined += 1;
+                    self.quarantine.push(idx);
                 }
-                _ => {
-                    let mut kept = 0;
-                    for i in 0..got {
-                        let idx = index[i];
-                        if let Some(a) = self.dma.rx_addr(idx) {
-                            index[kept] = idx;
-                            addr[kept] = a;
-                            kept += 1;
-                        } else {
-                            self.extra.quarantined += 1;
-                            self.quarantine.push(idx);
-                        }
-                    }
-                    kept
-                }
-            };
+            }
             self.stash_len = kept;
             if kept > 0 {
                 return kept;
@@ -445,14 +434,29 @@ impl IxgbeQueue {
         }
     }
 
-    /// The slow step found a good frame and the stash empty: the device completed the descriptor
-    /// after the loop looked at it with an empty stash, so no refill was tried. Tries one; when the
+    /// How many fresh receive buffers are at hand: with a linear translation (every buffer of the
+    /// pool addressable, [`BufferDma::rx_linear`]) the caller's cache's, else the stash's.
+    #[inline(always)]
+    fn fresh(&self, cache: &PoolCache) -> usize {
+        if self.dma.rx_linear().is_some() { cache.len() } else { self.stash_len }
+    }
+
+    /// Brings fresh receive buffers when none are at hand ([`fresh`](Self::fresh)): a batch from
+    /// the pool's depot into the cache, or a stash refill; returns how many are at hand then.
+    #[cold]
+    #[inline(never)]
+    fn refill_fresh(&mut self, cache: &PoolCache) -> usize {
+        if self.dma.rx_linear().is_some() { cache.fill() } else { self.refill_stash(cache) }
+    }
+
+    /// The slow step found a good frame and no fresh buffer at hand: the device completed the
+    /// descriptor after the loop looked at it with none, so no refill was tried. Tries one; when the
     /// cache has no buffer either, counts `rx_no_buffer` (the frame stays in the ring for the next
     /// burst) and returns false.
     #[cold]
     #[inline(never)]
     fn rx_refill_late(&mut self, cache: &PoolCache) -> bool {
-        if self.refill_stash(cache) > 0 {
+        if self.refill_fresh(cache) > 0 {
             return true;
         }
         self.extra.rx_no_buffer += 1;
@@ -558,18 +562,21 @@ impl IxgbeQueue {
     }
 
     /// The RX fast path: takes up to `run` good frames from slot `start` on into `batch` as packets of
-    /// `cache` (`run` is cut to what the stash holds), and re-arms their slots with fresh buffers from
-    /// the stash; returns how many it took and the sum of their lengths. It stops at the first
-    /// descriptor that is not a good frame, which the caller looks at. The caller runs it only
-    /// outside a chain being dropped (`rx_discard` clear).
+    /// `cache` (`run` is cut to the `fresh` buffers at hand, [`fresh`](Self::fresh), and at the
+    /// ring's end), and re-arms their slots with fresh buffers; returns how many it took and the sum
+    /// of their lengths. It stops at the first descriptor that is not a good frame, which the caller
+    /// looks at. The caller runs it only outside a chain being dropped (`rx_discard` clear).
     ///
     /// Two passes, as DPDK's vector receive does (`ixgbe_rxq_rearm` after the scan): the scan loads
     /// each status, checks it with one mask-and-compare and one length compare, and makes the slot's
-    /// buffer a packet at once ([`PacketBatch::extend_received_with`]); the re-arm pops the stash and
-    /// writes each slot's two descriptor words and its new buffer. Each loop keeps its few values in
-    /// registers; no bounds check (the [`RingStore`] checked the lengths when it was built) and no
-    /// counter in memory (Flow Director matches are summed in a register and added once, and only
-    /// when `FDIR`: the queue's Flow Director is on, without which no descriptor reports a match).
+    /// buffer a packet at once ([`PacketBatch::extend_received_with`]); the re-arm writes each slot's
+    /// new buffer and its two descriptor words. With a linear translation the new buffers are the top
+    /// of the caller's cache, read where the cache keeps them ([`PoolCache::take_raw_with`]), each
+    /// address one multiply-add; with a page-wise one they come from the stash, with the addresses
+    /// `refill_stash` looked up. Each loop keeps its few values in registers; no bounds check (the
+    /// [`RingStore`] checked the lengths when it was built) and no counter in memory (Flow Director
+    /// matches are summed in a register and added once, and only when `FDIR`: the queue's Flow
+    /// Director is on, without which no descriptor reports a match).
     #[inline(always)]
     fn rx_fast<'c, S: RxSink<'c>, const FDIR: bool>(
         &mut self,
@@ -577,14 +584,14 @@ impl IxgbeQueue {
         batch: &mut S,
         start: usize,
         run: usize,
+        fresh: usize,
     ) -> (usize, u64) {
         let buf_len = self.dma.rx_buf_len();
-        let stash_len = self.stash_len.min(STASH);
         let Self { rx_ring, stash, dma, .. } = self;
         let mut ring = rx_ring.view();
         // The run stops at the ring's end (the caller goes on from slot 0): inside it, descriptors
         // and slots are plain slices, indexed without the mask.
-        let (descriptors, slots) = ring.run(start, run.min(stash_len));
+        let (descriptors, slots) = ring.run(start, run.min(fresh));
         let mut fdir = 0;
         let n = descriptors.len();
         // SAFETY: each frame names the buffer its slot owns, a buffer of this pool (the cache's,
@@ -611,25 +618,37 @@ impl IxgbeQueue {
                 Some(RxFrame { index, len: u32::try_from(rx_len(status)).unwrap_or(0) })
             })
         };
-        // The slots' old buffers are packets now; each slot takes a fresh one from the top `taken`
-        // of the stash, in order (its address computed, or stored by `refill_stash` for a page-wise
-        // mapping): a forward loop, which compiles shorter than a reversed one.
-        let from = stash_len - taken.min(stash_len);
+        // The slots' old buffers are packets now; each slot takes a fresh one, in order: a forward
+        // loop, which compiles shorter than a reversed one. Read after the scan, which then has two
+        // more registers for its own values.
         let run = descriptors.iter().zip(slots.iter_mut());
-        // Read after the scan, which then has two more registers for its own values.
-        if let Some((base, stride, _)) = dma.rx_linear() {
-            for ((desc, slot), &index) in run.zip(&stash.index[from..stash_len]) {
-                *slot = index;
-                arm(desc, base.wrapping_add(u64::from(index) * u64::from(stride)));
+        if let Some((base, stride)) = dma.rx_linear() {
+            // SAFETY: `taken <= n <= fresh`, and `fresh` is `cache.len()` (`fresh`), read by the
+            // caller before the scan, which does not reach the cache's free list: the cache holds
+            // `taken`. The closure writes the ring only.
+            unsafe {
+                cache.take_raw_with(
+                    taken,
+                    #[inline(always)]
+                    |fresh| {
+                        for ((desc, slot), &index) in run.zip(fresh) {
+                            *slot = index;
+                            arm(desc, base.wrapping_add(u64::from(index) * u64::from(stride)));
+                        }
+                    },
+                );
             }
         } else {
+            // From the top `taken` of the stash, with the addresses stored beside them.
+            let stash_len = self.stash_len.min(STASH);
+            let from = stash_len - taken.min(stash_len);
             let fresh = stash.index[from..stash_len].iter().zip(&stash.addr[from..stash_len]);
             for ((desc, slot), (&index, &addr)) in run.zip(fresh) {
                 *slot = index;
                 arm(desc, addr);
             }
+            self.stash_len = from;
         }
-        self.stash_len = from;
         self.extra.rx_fdir_matches += fdir;
         (taken, bytes)
     }
@@ -640,10 +659,10 @@ impl IxgbeQueue {
     /// buffer goes straight back into its slot), and moves RDT once per burst.
     ///
     /// `rx_burst` and `rx_burst_raw`, written once over the [`RxSink`] the frames go to. The common
-    /// call is one run of the fast path, from a stash that holds a buffer for every frame the batch
-    /// has room for, that stops where the device has not written yet (or fills the batch); every
-    /// other case (a bad descriptor, a chain being dropped, a stash to refill) goes on out of line
-    /// in [`rx_slow`](Self::rx_slow), so that a small burst pays for none of it.
+    /// call is one run of the fast path, with a fresh buffer at hand for every frame the batch has
+    /// room for, that stops where the device has not written yet (or fills the batch); every other
+    /// case (a bad descriptor, a chain being dropped, a stash to refill) goes on out of line in
+    /// [`rx_slow`](Self::rx_slow), so that a small burst pays for none of it.
     #[inline(always)]
     fn rx_into<'c, S: RxSink<'c>>(
         &mut self,
@@ -662,17 +681,23 @@ impl IxgbeQueue {
         let room = batch.remaining();
         let want = room.min(self.rx_ring.mask());
         let start = self.rx_next;
-        if want == 0 || self.stash_len == 0 || self.rx_discard {
+        let mut fresh = self.fresh(cache);
+        if fresh == 0 && self.dma.rx_linear().is_some() && self.rx_done(start) {
+            // A frame waits and the cache is empty: its own refill from the depot, here rather than
+            // through `rx_slow` (an idle queue's poll takes no lock).
+            fresh = cache.fill();
+        }
+        if want == 0 || fresh == 0 || self.rx_discard {
             return Ok(self.rx_slow(cache, batch, room, start, 0, 0));
         }
         let (taken, bytes) = if self.rx_count_fdir {
-            self.rx_fast::<S, true>(cache, batch, start, want)
+            self.rx_fast::<S, true>(cache, batch, start, want, fresh)
         } else {
-            self.rx_fast::<S, false>(cache, batch, start, want)
+            self.rx_fast::<S, false>(cache, batch, start, want, fresh)
         };
         // It stopped short either at a descriptor, where the common stop is one the device has not
-        // written yet, or with the stash used up. Anything else is the slow path's.
-        if taken < want && (self.stash_len == 0 || self.rx_done(start + taken)) {
+        // written yet, or with the fresh buffers used up. Anything else is the slow path's.
+        if taken < want && (taken == fresh || self.rx_done(start + taken)) {
             return Ok(self.rx_slow(cache, batch, room, start, taken, bytes));
         }
         self.rx_finish(start, taken, taken, bytes);
@@ -681,7 +706,7 @@ impl IxgbeQueue {
 
     /// The rest of a receive the fast path did not finish: from `frames` frames (`bytes` bytes)
     /// taken from slot `start` on, takes frames while the batch has room (`room` in all) and the
-    /// device owns slots not yet consumed, refilling the stash when a frame waits for a buffer and
+    /// device owns slots not yet consumed, bringing fresh buffers when a frame waits for one and
     /// dropping the descriptors that are not good frames (each keeps its buffer), then finishes the
     /// burst as [`rx_finish`](Self::rx_finish). Returns the frames taken in all.
     #[cold]
@@ -702,20 +727,22 @@ impl IxgbeQueue {
         while frames < room && consumed < limit {
             // Fresh buffers are taken from the cache only when a frame waits for one: an idle queue
             // holds no more of a scarce pool than its ring.
-            if !self.rx_discard
-                && (self.stash_len > 0 || (self.rx_done(slot) && self.refill_stash(cache) > 0))
-            {
+            let mut fresh = if self.rx_discard { 0 } else { self.fresh(cache) };
+            if !self.rx_discard && fresh == 0 && self.rx_done(slot) {
+                fresh = self.refill_fresh(cache);
+            }
+            if fresh > 0 {
                 let run = (room - frames).min(limit - consumed);
                 let (taken, len) = if self.rx_count_fdir {
-                    self.rx_fast::<S, true>(cache, batch, slot, run)
+                    self.rx_fast::<S, true>(cache, batch, slot, run, fresh)
                 } else {
-                    self.rx_fast::<S, false>(cache, batch, slot, run)
+                    self.rx_fast::<S, false>(cache, batch, slot, run, fresh)
                 };
                 frames += taken;
                 consumed += taken;
                 bytes += len;
                 slot = (slot + taken) & self.rx_ring.mask();
-                if taken == run.min(self.stash_len + taken) {
+                if taken == run.min(fresh) {
                     // It stopped for want of room or of fresh buffers, not at a descriptor.
                     continue;
                 }
@@ -728,7 +755,7 @@ impl IxgbeQueue {
                 break;
             }
             if !self.rx_discard && Self::rx_good(status, buf_len) {
-                if self.stash_len > 0 || self.rx_refill_late(cache) {
+                if self.fresh(cache) > 0 || self.rx_refill_late(cache) {
                     // The device completed it after the scan looked (it writes descriptors
                     // concurrently): the fast path takes it.
                     continue;

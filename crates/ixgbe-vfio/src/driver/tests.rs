@@ -456,12 +456,13 @@ fn rx_without_fresh_buffers_drops_bad_descriptors_and_leaves_good_frames_in_the_
 }
 
 /// A device thread completes descriptors one at a time, just behind a driver that polls as fast as
-/// it can, so the driver often finds the descriptor at its cursor not yet done with its stash of
-/// fresh buffers empty (once per [`STASH`] frames) and the device completing it a moment later. The
-/// cache never runs dry, so no frame may be counted as waiting for a buffer. Before the fix, the
-/// step after the fast path re-read such a descriptor, found it done and the stash empty, and
-/// counted `rx_no_buffer` without having tried a refill (the runtime's `starve.rs` failed on it
-/// now and then): this test failed then in most runs.
+/// it can, so the driver often finds the descriptor at its cursor not yet done with no fresh buffer
+/// at hand (once per batch the caller's cache takes from the depot) and the device completing it a
+/// moment later. The pool never runs dry, so no frame may be counted as waiting for a buffer.
+/// Before the fix (when the fresh buffers came from a stash of the queue's), the step after the
+/// fast path re-read such a descriptor, found it done and none at hand, and counted
+/// `rx_no_buffer` without having tried a refill (the runtime's `starve.rs` failed on it now and
+/// then): this test failed then in most runs.
 #[test]
 fn rx_refills_for_a_frame_completed_while_the_stash_was_empty() {
     const FRAMES: u64 = 200_000;
@@ -536,6 +537,40 @@ fn tx_drops_empty_frames_and_stops_before_a_packet_of_another_pool() {
     assert_eq!(w1 & tx::DTALEN_MASK, 70, "the second descriptor is the second cache's frame");
     assert!(matches!(q.tx_burst(0, &mut batch), Err(DevError::WrongPool { .. })));
     finish!(pool, queues, batch, (cache, second), "every buffer back, in flight ones included");
+}
+
+/// With a linear translation the re-arm takes each fresh buffer from the top of the caller's cache,
+/// one per frame, in the cache's order: no buffers are held aside by the queue. (A stash filled 64
+/// at a time took 64 from the cache at the first frame: this fails on it.)
+#[test]
+fn a_linear_queue_re_arms_each_slot_from_the_top_of_the_callers_cache() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let q = &mut queues[0];
+    let cache = pool.cache();
+    assert!(cache.fill() >= 3, "the depot has buffers");
+    // The three the cache hands out next, oldest first: taken and given back in the same order.
+    let mut top = [0u32; 3];
+    assert_eq!(cache.alloc_burst_raw(&mut top), 3);
+    // SAFETY: just allocated, owned here, each listed once, no packet made of them.
+    unsafe { cache.free_burst(&top) };
+    let before = cache.len();
+    let frame = [7u8; 60];
+    for slot in 0..3 {
+        complete_rx(q, slot, &frame, rx::STAT_EOP, 60);
+    }
+    let mut batch = PacketBatch::with_capacity(8);
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 3);
+    assert_eq!(cache.len(), before - 3, "one fresh buffer a frame, none held aside");
+    let region = pool.region().as_ptr() as u64;
+    for (slot, &index) in top.iter().enumerate() {
+        let data = pool.buffer_offset(index).expect("a buffer of the pool") + pool.headroom();
+        let addr = q.rx_ring().load_u64(slot * DESC_LEN, Ordering::Relaxed);
+        assert_eq!(addr, region + data as u64, "slot {slot} re-armed with buffer {index}");
+        assert_eq!(q.rx_ring().load_u64(slot * DESC_LEN + 8, Ordering::Relaxed), 0, "DD cleared");
+    }
+    finish!(pool, queues, batch, cache, "every buffer back");
 }
 
 #[test]
