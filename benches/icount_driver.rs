@@ -464,6 +464,9 @@ fn setup_rx_anchor(burst: usize) -> RxAnchor {
 #[expect(clippy::cast_possible_truncation, reason = "the length field is 16 bits; ring positions are < 512")]
 fn rx_anchor_burst(a: &mut RxAnchor, row: usize) -> usize {
     let (idx, len) = &mut a.out[row];
+    // Reborrowed as plain slices: through the `&mut Vec`s the loop reloaded each length and
+    // bounds-checked each store (11 instructions a packet more, counted).
+    let (idx, len) = (&mut idx[..], &mut len[..]);
     let mut n = 0;
     let mut slot = a.next;
     while n < idx.len() && n < len.len() {
