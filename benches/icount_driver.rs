@@ -5,7 +5,8 @@
 //!
 //! The set-up is `benches/ixgbe_datapath.rs`'s, reduced to what one measured pass needs:
 //!
-//! * **RX** (`rx_driver_*`, `rx_anchor_*`): in `setup` (not measured) the model's `Wire::Generator`
+//! * **RX** (`rx_driver_*`, `rx_anchor_*`, `rx_lazy_tail_anchor_*`: the anchor with the tail
+//!   written as the driver writes it, every 32 re-armed slots): in `setup` (not measured) the model's `Wire::Generator`
 //!   fills 511 descriptors of a 512-descriptor ring in one `Model::service()`; the measured function
 //!   then takes [`RX_N`] = 480 packets in bursts of 1, 4, 8, 16 or 32 (`IxgbeQueue::rx_burst` into
 //!   pre-allocated batches, or the anchor's bare ring read into pre-allocated arrays). Returning the
@@ -413,6 +414,8 @@ struct RxAnchor {
     slot_buf: Box<[u32; RING]>,
     free: Vec<u32>,
     next: usize,
+    /// The slot RDT names (for the anchor that writes it every [`LAZY_TAIL`] slots).
+    tail: usize,
     bar: Arc<BenchBar>,
     /// Buffer indices and lengths received, one burst per row.
     out: Vec<(Vec<u32>, Vec<u16>)>,
@@ -432,6 +435,7 @@ fn setup_rx_anchor(burst: usize) -> RxAnchor {
         slot_buf: Box::new([0; RING]),
         free: (0..reg(ANCHOR_BUFFERS)).rev().collect(),
         next: 0,
+        tail: RING - 1,
         bar,
         out: (0..RX_N / burst).map(|_| (vec![0; burst], vec![0; burst])).collect(),
         _bufs: bufs,
@@ -458,17 +462,29 @@ fn setup_rx_anchor(burst: usize) -> RxAnchor {
     a
 }
 
+/// Re-armed slots the lazy-tail anchor hands back with one RDT write: the driver's batch on this
+/// ring (a quarter of it, at most 32).
+const LAZY_TAIL: usize = 32;
+
 /// The bare RX loop (ixy's `ixgbe_rx_batch` reduced to its minimum, as ixgbe_datapath): for each
 /// slot from the cursor, load the write-back status, stop at the first without DD, take the length
 /// and the slot's buffer, re-arm the slot with a fresh buffer's address; one RDT write per burst.
+///
+/// With `LAZY_TAIL_WRITE` it writes the tail as the driver does: once [`LAZY_TAIL`] re-armed slots
+/// wait (DPDK's `rx_free_thresh`), not every burst, and it reads only up to the tail: the fair
+/// floor for a driver that defers its tail write.
 #[expect(clippy::cast_possible_truncation, reason = "the length field is 16 bits; ring positions are < 512")]
-fn rx_anchor_burst(a: &mut RxAnchor, row: usize) -> usize {
+fn rx_anchor_burst<const LAZY_TAIL_WRITE: bool>(a: &mut RxAnchor, row: usize) -> usize {
     let (idx, len) = &mut a.out[row];
+    let mut slot = a.next;
+    // The lazy loop reads at most the slots the device owns, up to the tail (the eager loop's tail
+    // is the slot before the cursor, which the ring's length already keeps it from).
+    let max = if LAZY_TAIL_WRITE { a.tail.wrapping_sub(slot) & (RING - 1) } else { usize::MAX };
+    let (n_idx, n_len) = (max.min(idx.len()), max.min(len.len()));
     // Reborrowed as plain slices: through the `&mut Vec`s the loop reloaded each length and
     // bounds-checked each store (11 instructions a packet more, counted).
-    let (idx, len) = (&mut idx[..], &mut len[..]);
+    let (idx, len) = (&mut idx[..n_idx], &mut len[..n_len]);
     let mut n = 0;
-    let mut slot = a.next;
     while n < idx.len() && n < len.len() {
         // Acquire: pairs with the device's Release store of the write-back's second word.
         let status = a.ring.word(slot, 1).load(Ordering::Acquire);
@@ -486,12 +502,30 @@ fn rx_anchor_burst(a: &mut RxAnchor, row: usize) -> usize {
         slot = (slot + 1) & (RING - 1);
         n += 1;
     }
-    if n > 0 {
+    let tail = slot.wrapping_sub(1) & (RING - 1);
+    if LAZY_TAIL_WRITE {
+        a.next = slot;
+        if tail.wrapping_sub(a.tail) & (RING - 1) >= LAZY_TAIL {
+            a.tail = tail;
+            fence(Ordering::Release);
+            a.bar.write32(regs::rdt(0), tail as u32);
+        }
+    } else if n > 0 {
         a.next = slot;
         fence(Ordering::Release);
-        a.bar.write32(regs::rdt(0), (slot.wrapping_sub(1) & (RING - 1)) as u32);
+        a.bar.write32(regs::rdt(0), tail as u32);
     }
     n
+}
+
+/// The measured pass of either RX anchor: its bursts, with the model's register emulation armed.
+fn rx_anchor_bursts<const LAZY_TAIL_WRITE: bool>(mut a: RxAnchor) -> RxAnchor {
+    a.bar.arm(true);
+    for row in 0..a.out.len() {
+        black_box(rx_anchor_burst::<LAZY_TAIL_WRITE>(&mut a, row));
+    }
+    a.bar.arm(false);
+    a
 }
 
 #[library_benchmark]
@@ -500,13 +534,18 @@ fn rx_anchor_burst(a: &mut RxAnchor, row: usize) -> usize {
 #[bench::burst8_n480(args = (8), setup = setup_rx_anchor)]
 #[bench::burst16_n480(args = (16), setup = setup_rx_anchor)]
 #[bench::burst32_n480(args = (32), setup = setup_rx_anchor)]
-fn rx_anchor(mut a: RxAnchor) -> RxAnchor {
-    a.bar.arm(true);
-    for row in 0..a.out.len() {
-        black_box(rx_anchor_burst(&mut a, row));
-    }
-    a.bar.arm(false);
-    a
+fn rx_lazy_tail_anchor(a: RxAnchor) -> RxAnchor {
+    rx_anchor_bursts::<true>(a)
+}
+
+#[library_benchmark]
+#[bench::burst1_n480(args = (1), setup = setup_rx_anchor)]
+#[bench::burst4_n480(args = (4), setup = setup_rx_anchor)]
+#[bench::burst8_n480(args = (8), setup = setup_rx_anchor)]
+#[bench::burst16_n480(args = (16), setup = setup_rx_anchor)]
+#[bench::burst32_n480(args = (32), setup = setup_rx_anchor)]
+fn rx_anchor(a: RxAnchor) -> RxAnchor {
+    rx_anchor_bursts::<false>(a)
 }
 
 /// The TX anchor: a bare ring on its own model, every buffer holding a pre-built frame.
@@ -638,7 +677,10 @@ fn tx_anchor(mut t: TxAnchor) -> TxAnchor {
     t
 }
 
-library_benchmark_group!(name = rx_group, benchmarks = [rx_anchor, rx_driver, rx_driver_channelizer]);
+library_benchmark_group!(
+    name = rx_group,
+    benchmarks = [rx_anchor, rx_lazy_tail_anchor, rx_driver, rx_driver_channelizer]
+);
 library_benchmark_group!(name = tx_group, benchmarks = [tx_anchor, tx_driver]);
 
 main!(

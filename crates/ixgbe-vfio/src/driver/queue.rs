@@ -1,5 +1,6 @@
 //! One RX + TX queue pair of the 82599, driven by one core: advanced descriptors, burst receive and
-//! transmit with one tail write per burst, TX cleanup in batches.
+//! transmit, one TX tail write per burst and one RX tail write per 32 re-armed slots, TX cleanup
+//! in batches.
 //!
 //! Ownership: every RX descriptor slot owns exactly one pool buffer at all times (its index sits in
 //! `rx_ring`'s slots), so a descriptor the device wrote can only ever name a buffer this queue owns;
@@ -42,6 +43,15 @@ use crate::regs::{self, DESC_LEN, rx, tx};
 /// translation (the stash; a linear one takes them from the cache one per frame).
 const STASH: usize = 64;
 
+/// How many re-armed RX slots go back to the device with one RDT write on a ring of `len` slots:
+/// 32, or a quarter of a smaller ring. A tail write is an uncached write across PCIe (and, on the
+/// model, a call into it); deferring it as DPDK's `rx_free_thresh` (32) and Linux's
+/// `IXGBE_RX_BUFFER_WRITE` (16) do takes it out of most small bursts, for a device that owns at
+/// most this many slots fewer at a time.
+fn rx_write_batch(len: usize) -> usize {
+    (len / 4).clamp(1, 32)
+}
+
 /// How long dropping a queue waits for the device to confirm that it stopped the queue.
 const DISABLE_TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -54,8 +64,8 @@ pub struct QueueStats {
     /// Descriptors dropped because they continue a frame whose first descriptor had no EOP (the
     /// rest of the chain, through the descriptor with EOP). Also in `rx_errors`.
     pub rx_chained: u64,
-    /// Completed descriptors found in the slot at the tail, which the device did not own (it wrote
-    /// past RDT); never delivered. Also in `rx_errors`.
+    /// Completed descriptors found in the slots from the tail on, which the device did not own (it
+    /// wrote past RDT); never delivered. Also in `rx_errors`.
     pub rx_past_tail: u64,
     /// Descriptors whose length was zero or larger than the receive buffer. Also in `rx_errors`.
     pub rx_bad_length: u64,
@@ -86,6 +96,11 @@ pub struct IxgbeQueue {
     /// The RX slots own their buffers (false only after [`IxgbeQueue::new`] gave them back).
     rx_owned: bool,
     rx_next: usize,
+    /// The slot RDT names: the device fills the slots from `rx_next` up to, not including, it. The
+    /// slots from it to `rx_next` are re-armed and wait to be handed back.
+    rx_tail: usize,
+    /// How many re-armed slots are handed back with one RDT write ([`rx_write_batch`]).
+    rx_write_batch: usize,
     /// Inside a chain of descriptors (a frame without EOP) that is being dropped.
     rx_discard: bool,
     /// Flow Director is on: count the descriptors that report a filter match.
@@ -260,6 +275,9 @@ impl IxgbeQueue {
             rx_ring,
             rx_owned: true,
             rx_next: 0,
+            // Init hands the device every slot but the last (RDT = n - 1).
+            rx_tail: rx_len - 1,
+            rx_write_batch: rx_write_batch(rx_len),
             rx_discard: false,
             rx_count_fdir: fdir,
             stash: Box::new(Stash { index: [0; STASH], addr: [0; STASH] }),
@@ -491,7 +509,19 @@ impl IxgbeQueue {
         }
     }
 
-    /// Before the tail moves past `slot` (the slot at the current RDT, which the device does not
+    /// The device wrote past the tail: before the tail moves to `tail`, checks every slot from the
+    /// current one on ([`check_tail_slot`](Self::check_tail_slot)), none of which it owned.
+    #[cold]
+    #[inline(never)]
+    fn scrub_past_tail(&mut self, tail: usize) {
+        let mut slot = self.rx_tail;
+        while slot != tail {
+            self.check_tail_slot(slot);
+            slot = (slot + 1) & self.rx_ring.mask();
+        }
+    }
+
+    /// Before the tail moves past `slot` (a slot from the current RDT on, which the device does not
     /// own): a completed descriptor there means the device wrote past the tail. Count it and re-arm
     /// the slot so that the stale write-back is never taken for a frame.
     #[inline]
@@ -653,10 +683,11 @@ impl IxgbeQueue {
         (taken, bytes)
     }
 
-    /// Receives completed frames: polls DD in ring order from the queue's own cursor, validates each
-    /// descriptor (EOP set, no frame error, length within the buffer), hands good frames over
-    /// (packets of `cache`, or their indices), puts a fresh buffer from `cache` in each consumed slot (a bad descriptor's
-    /// buffer goes straight back into its slot), and moves RDT once per burst.
+    /// Receives completed frames: polls DD in ring order from the queue's own cursor over the slots
+    /// the device owns, validates each descriptor (EOP set, no frame error, length within the
+    /// buffer), hands good frames over (packets of `cache`, or their indices), puts a fresh buffer
+    /// from `cache` in each consumed slot (a bad descriptor's buffer goes straight back into its
+    /// slot), and moves RDT once [`rx_write_batch`] re-armed slots wait ([`rx_finish`](Self::rx_finish)).
     ///
     /// `rx_burst` and `rx_burst_raw`, written once over the [`RxSink`] the frames go to. The common
     /// call is one run of the fast path, with a fresh buffer at hand for every frame the batch has
@@ -676,11 +707,11 @@ impl IxgbeQueue {
         if cache.pool().id() != self.pool_id {
             return Err(DevError::WrongPool { what: "the cache passed to rx_burst", expected: self.pool_id });
         }
-        // At most what the batch has room for, and at most the `ring - 1` slots the device owns: the
-        // slot at the tail is never read here.
+        // At most what the batch has room for, and at most the slots the device owns: the slots from
+        // the tail on, re-armed and not handed back yet, are never read here.
         let room = batch.remaining();
-        let want = room.min(self.rx_ring.mask());
         let start = self.rx_next;
+        let want = room.min(self.rx_owned_slots());
         let mut fresh = self.fresh(cache);
         if fresh == 0 && self.dma.rx_linear().is_some() && self.rx_done(start) {
             // A frame waits and the cache is empty: its own refill from the depot, here rather than
@@ -724,7 +755,7 @@ impl IxgbeQueue {
     ) -> usize {
         let (mut frames, mut consumed, mut bytes) = (frames, frames, bytes);
         let mut slot = (start + frames) & self.rx_ring.mask();
-        let limit = self.rx_ring.mask();
+        let limit = self.rx_owned_slots();
         let buf_len = self.dma.rx_buf_len();
         while frames < room && consumed < limit {
             // Fresh buffers are taken from the cache only when a frame waits for one: an idle queue
@@ -773,24 +804,45 @@ impl IxgbeQueue {
         frames
     }
 
+    /// How many slots the device owns (at the cursor, before `rx_burst` consumes any): from
+    /// `rx_next` up to the tail.
+    #[inline(always)]
+    fn rx_owned_slots(&self) -> usize {
+        self.rx_tail.wrapping_sub(self.rx_next) & self.rx_ring.mask()
+    }
+
     /// Ends a burst that consumed `consumed` descriptors from slot `start` on, `frames` of them
-    /// frames handed over (`bytes` bytes): moves the cursor, counts, and hands the consumed slots
-    /// back to the device with one RDT write. Nothing when nothing was consumed.
+    /// frames handed over (`bytes` bytes): moves the cursor, counts, and once [`rx_write_batch`]
+    /// re-armed slots wait, hands them back to the device. Nothing when nothing was consumed.
     #[inline(always)]
     fn rx_finish(&mut self, start: usize, consumed: usize, frames: usize, bytes: u64) {
         if consumed == 0 {
             return;
         }
         let slot = (start + consumed) & self.rx_ring.mask();
-        self.check_tail_slot(start.wrapping_sub(1) & self.rx_ring.mask());
         self.rx_next = slot;
         self.stats.rx_packets += frames as u64;
         self.stats.rx_bytes += bytes;
-        // Release: orders the descriptor stores above before the tail write that hands them to
-        // the device; pairs with the device reading descriptors after it sees RDT.
-        fence(Ordering::Release);
         // The device may fill up to, not including, the slot before our cursor.
-        self.mmio.get().write32(self.rdt, reg_pos(slot.wrapping_sub(1) & self.rx_ring.mask()));
+        let tail = slot.wrapping_sub(1) & self.rx_ring.mask();
+        if tail.wrapping_sub(self.rx_tail) & self.rx_ring.mask() >= self.rx_write_batch {
+            self.rx_hand_back(tail);
+        }
+    }
+
+    /// Hands the re-armed slots from the tail up to `tail` back to the device: one RDT write.
+    #[inline(never)]
+    fn rx_hand_back(&mut self, tail: usize) {
+        // The device stops at the tail and writes in ring order: the slot there, which it does not
+        // own, is the first it would have written past it. Only then are the others looked at.
+        if self.rx_done(self.rx_tail) {
+            self.scrub_past_tail(tail);
+        }
+        self.rx_tail = tail;
+        // Release: orders the descriptor stores of the re-arms before the tail write that hands
+        // them to the device; pairs with the device reading descriptors after it sees RDT.
+        fence(Ordering::Release);
+        self.mmio.get().write32(self.rdt, reg_pos(tail));
     }
 
     /// The TX fast path: writes a descriptor for each of up to `run` packets from the front of `batch`

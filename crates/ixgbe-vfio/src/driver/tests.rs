@@ -312,13 +312,19 @@ fn rx_delivers_good_frames_and_drops_bad_descriptors() {
     let e = q.queue_stats();
     assert_eq!((e.rx_bad_length, e.rx_missing_eop, e.rx_chained, e.rx_error_bits), (2, 1, 1, 1));
     assert_eq!(e.rx_fdir_matches, 1);
-    // One tail write: the device may fill up to the slot before the cursor.
-    assert_eq!(bar.get(regs::rdt(0)), 6);
-    // Every consumed slot was re-armed (DD clear, a buffer address).
+    // Every consumed slot was re-armed (DD clear, a buffer address)...
     for slot in 0..7 {
         assert_eq!(q.rx_ring().load_u64(slot * DESC_LEN + 8, Ordering::Relaxed), 0);
         assert_ne!(q.rx_ring().load_u64(slot * DESC_LEN, Ordering::Relaxed), 0xdead_beef);
     }
+    // ... and waits to be handed back: 7 of the 16 re-armed slots a tail write takes on this ring.
+    assert_eq!(bar.get(regs::rdt(0)), 63);
+    for slot in 7..16 {
+        complete_rx(q, slot, &frame, rx::STAT_EOP, 60);
+    }
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 9);
+    // One tail write: the device may fill up to the slot before the cursor.
+    assert_eq!(bar.get(regs::rdt(0)), 15);
     finish!(pool, queues, batch, cache, "every buffer back");
 }
 
@@ -354,6 +360,64 @@ fn rx_wraps_and_never_reads_the_tail_slot() {
     drop(batch);
     drop(cache);
     pool.check_leaks().expect("every buffer back");
+}
+
+/// Receive reads only the slots the device owns, and the tail moves once 16 re-armed slots wait (a
+/// quarter of this 64-slot ring): a device that writes past the tail into re-armed slots not yet
+/// handed back has none of them delivered, and all of them scrubbed when the tail moves.
+#[test]
+fn rx_reads_only_what_the_device_owns_and_hands_slots_back_in_batches() {
+    let bar = FakeBar::new(Script::default());
+    let pool = pool();
+    let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+    let q = &mut queues[0];
+    let cache = pool.cache();
+    let mut batch = PacketBatch::with_capacity(128);
+    let frame = [5u8; 64];
+    // One frame a burst: slots 0..8 re-armed and waiting, the tail still at 63; the device owns
+    // 8..63 (55 slots).
+    for slot in 0..8 {
+        complete_rx(q, slot, &frame, rx::STAT_EOP, 64);
+        assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 1);
+    }
+    assert_eq!(bar.get(regs::rdt(0)), 63);
+    batch.clear();
+    // The device fills what it owns and writes on: the tail slot (63) and the waiting ones.
+    for slot in (8..64).chain(0..8) {
+        complete_rx(q, slot, &frame, rx::STAT_EOP, 64);
+    }
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 55, "slots 8..63 only");
+    assert_eq!(bar.get(regs::rdt(0)), 62);
+    assert_eq!(q.queue_stats().rx_past_tail, 9, "slots 63 and 0..8, written past the tail");
+    assert_eq!(q.stats().rx_errors, 9);
+    batch.clear();
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 0, "the scrubbed slots hold no frame");
+    // One frame a burst again, from slot 63: the tail stays at 62 for 15, then names the slot
+    // before the cursor.
+    for i in 0..16 {
+        assert_eq!(bar.get(regs::rdt(0)), 62, "burst {i}");
+        complete_rx(q, (63 + i) % 64, &frame, rx::STAT_EOP, 64);
+        assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 1);
+    }
+    assert_eq!(bar.get(regs::rdt(0)), 14);
+    assert_eq!(q.stats().rx_packets, 79);
+    // A burst of 16 (the tail to 30), then one of 9 (slots 31..40 waiting): the device owns 40..64
+    // and 0..30, past the ring's end, where the fast path stops and the slow one goes on.
+    for (from, n) in [(15, 16), (31, 9)] {
+        for slot in from..from + n {
+            complete_rx(q, slot, &frame, rx::STAT_EOP, 64);
+        }
+        assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), n);
+    }
+    assert_eq!(bar.get(regs::rdt(0)), 30);
+    batch.clear();
+    for slot in 0..64 {
+        complete_rx(q, slot, &frame, rx::STAT_EOP, 64);
+    }
+    assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 54, "slots 40..64 and 0..30 only");
+    assert_eq!(q.queue_stats().rx_past_tail, 19, "and slots 30..40");
+    assert_eq!(q.stats().rx_packets, 79 + 25 + 54);
+    finish!(pool, queues, batch, cache, "every buffer back");
 }
 
 #[test]
@@ -447,11 +511,12 @@ fn rx_without_fresh_buffers_drops_bad_descriptors_and_leaves_good_frames_in_the_
     let e = q.queue_stats();
     assert_eq!((e.rx_bad_length, e.rx_no_buffer), (1, 1), "{e:?}");
     assert_eq!(q.stats().rx_no_buffer, 1);
-    assert_eq!(bar.get(regs::rdt(0)), 0, "the bad slot went back to the device");
+    assert_eq!(q.rx_ring().load_u64(8, Ordering::Relaxed), 0, "the bad slot was re-armed with its buffer");
+    assert_ne!(q.rx_ring().load_u64(0, Ordering::Relaxed), 0xdead_beef);
     drop(held);
     assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 2, "the frames waited in the ring");
     assert_eq!(batch.as_slice()[1].data(), &frame[..]);
-    assert_eq!(bar.get(regs::rdt(0)), 2);
+    assert_eq!(bar.get(regs::rdt(0)), 63, "3 re-armed slots wait for 16 to go back at once");
     finish!(pool, queues, batch, cache, "every buffer back");
 }
 
