@@ -679,3 +679,5 @@ fn a_page_wise_mapping_sets_aside_straddling_buffers_and_translates_the_others()
     }
     finish!(pool, queues, batch, cache, "every buffer back, the set-aside ones included");
 }
+
+mod hostile;
