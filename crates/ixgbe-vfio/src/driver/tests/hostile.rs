@@ -1,8 +1,14 @@
-//! A device that writes whatever it likes: a property test of the RX path against descriptors
-//! completed in any slot (the device's own, the one at the tail, re-armed ones waiting to be handed
-//! back, ones already completed), with any status and length, between bursts of any size, with the
-//! caller's cache sometimes dry. Nothing it writes may panic the driver, deliver a frame from a slot
-//! the device did not own, skip or repeat a slot, or lose a buffer.
+//! A device that writes whatever it likes: property tests of the data path against it.
+//!
+//! RX: descriptors completed in any slot (the device's own, the one at the tail, re-armed ones
+//! waiting to be handed back, ones already completed), with any status and length, between bursts
+//! of any size, with the caller's cache sometimes dry. Nothing it writes may panic the driver,
+//! deliver a frame from a slot the device did not own, skip or repeat a slot, or lose a buffer.
+//!
+//! TX: DD written into any descriptor at any time (in flight or not, the last of a batch or
+//! not), between bursts of any size, with packets the device cannot address and of another pool
+//! among them. Nothing may panic the driver, free a buffer twice or lose one, or break the
+//! accounting of the frames sent, dropped and in flight.
 
 use proptest::prelude::*;
 
@@ -208,5 +214,111 @@ proptest! {
         drop(queues);
         drop(cache);
         prop_assert!(pool.check_leaks().is_ok(), "{:?}", pool.check_leaks());
+    }
+}
+
+/// A TX step of the device or the caller.
+#[derive(Clone, Debug)]
+enum TxOp {
+    /// `tx_burst` of packets of these kinds (0: empty, which the device cannot address; 1: 60
+    /// bytes; 2: 1514 bytes), one of another pool at `foreign` if it is inside the batch.
+    Send { kinds: Vec<u8>, foreign: usize },
+    /// The device writes DD into slot `slot`, whatever it holds.
+    Done { slot: usize },
+    /// The device finishes the oldest `n` frames in flight, in order.
+    DoneInOrder { n: usize },
+}
+
+fn tx_op() -> impl Strategy<Value = TxOp> {
+    prop_oneof![
+        3 => (proptest::collection::vec(0u8..3, 1..80), prop_oneof![Just(0), 0..100usize])
+            .prop_map(|(kinds, foreign)| TxOp::Send { kinds, foreign }),
+        2 => (0..RING).prop_map(|slot| TxOp::Done { slot }),
+        2 => (1..=RING).prop_map(|n| TxOp::DoneInOrder { n }),
+    ]
+}
+
+/// One `tx_burst` of `kinds` (see [`TxOp::Send`]), checked: packets taken from the front, each
+/// written to a descriptor or dropped and counted, the in-flight count moved by exactly what was
+/// sent and cleaned, a packet of another pool refused only at the front.
+fn send(
+    q: &mut IxgbeQueue,
+    cache: &PoolCache,
+    other: &PoolCache,
+    kinds: &[u8],
+    foreign: usize,
+) -> Result<(), TestCaseError> {
+    let mut batch = PacketBatch::with_capacity(kinds.len());
+    for (i, &kind) in kinds.iter().enumerate() {
+        let Some(mut p) = (if i == foreign { other.alloc() } else { cache.alloc() }) else { break };
+        let len = [0, 60, 1514][usize::from(kind)];
+        p.extend_from_slice(&vec![kind; len]).expect("fits");
+        batch.push(p).expect("room");
+    }
+    let (before, extra, in_flight) = (q.stats(), q.queue_stats(), q.tx_in_flight());
+    let len = batch.len();
+    let result = q.tx_burst(0, &mut batch);
+    let (after, extra_after) = (q.stats(), q.queue_stats());
+    let cleaned = usize::try_from(extra_after.tx_cleaned - extra.tx_cleaned).expect("small");
+    let sent = usize::try_from(after.tx_packets - before.tx_packets).expect("small");
+    let dropped = usize::try_from(after.tx_dropped - before.tx_dropped).expect("small");
+    prop_assert!(cleaned <= in_flight, "cleaned {} of {} in flight", cleaned, in_flight);
+    prop_assert_eq!(q.tx_in_flight(), in_flight - cleaned + sent);
+    prop_assert!(q.tx_in_flight() < RING);
+    match result {
+        Ok(taken) => {
+            prop_assert_eq!(taken, sent + dropped);
+            prop_assert_eq!(batch.len(), len - taken);
+            if let Some(p) = batch.as_slice().first() {
+                // Left for want of room (as many taken as descriptors were free after the
+                // cleaning), or a packet of another pool after others (first, it is an error).
+                let free = RING - 1 - (in_flight - cleaned);
+                let foreign = p.pool_id() != cache.pool().id();
+                prop_assert!(taken == free || foreign, "{} taken, {} free", taken, free);
+                prop_assert!(!foreign || taken > 0 || free == 0, "another pool's packet first, and Ok");
+            }
+        }
+        Err(e) => {
+            prop_assert!(matches!(e, DevError::WrongPool { .. }), "{}", e);
+            prop_assert_eq!((sent, dropped, batch.len()), (0, 0, len), "nothing taken");
+            prop_assert_eq!(foreign, 0);
+        }
+    }
+    Ok(())
+}
+
+/// The device writes DD into TX slot `slot`.
+fn complete_tx(q: &IxgbeQueue, slot: usize) {
+    q.tx_ring().store_u64(slot * DESC_LEN + 8, tx::STAT_DD, Ordering::Release);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_device_write_breaks_the_tx_path(ops in proptest::collection::vec(tx_op(), 1..80)) {
+        let bar = FakeBar::new(Script::default());
+        let pool = pool();
+        let other_pool = Pool::builder(64).hugepages(HugePages::Never).build().expect("pool");
+        let (_nic, mut queues) = init(&bar, &pool, config(1)).expect("init");
+        let q = &mut queues[0];
+        let (cache, other) = (pool.cache(), other_pool.cache());
+        for op in ops {
+            match op {
+                TxOp::Send { kinds, foreign } => send(q, &cache, &other, &kinds, foreign)?,
+                TxOp::Done { slot } => complete_tx(q, slot),
+                TxOp::DoneInOrder { n } => {
+                    // The oldest frame in flight is at the slot after the ones cleaned so far.
+                    let clean = usize::try_from(q.queue_stats().tx_cleaned).expect("small") % RING;
+                    for i in 0..n.min(q.tx_in_flight()) {
+                        complete_tx(q, (clean + i) % RING);
+                    }
+                }
+            }
+        }
+        drop(queues);
+        drop((cache, other));
+        prop_assert!(pool.check_leaks().is_ok(), "{:?}", pool.check_leaks());
+        prop_assert!(other_pool.check_leaks().is_ok(), "{:?}", other_pool.check_leaks());
     }
 }
