@@ -3,8 +3,11 @@
 #
 #   scripts/icount.sh [check]       run every `icount_*` bench, compare with benches/icount/baseline.tsv,
 #                                   print the before/after table; exit 1 when a count rose more than
-#                                   ICOUNT_LIMIT_PCT percent (default 3) over its baseline, or when a
-#                                   benchmark is in the run but not the baseline or the other way round
+#                                   ICOUNT_LIMIT_PCT percent (default 3) over its baseline or fell more
+#                                   than that below it (the baseline, and the tables and ratios made
+#                                   from it, would be stale: an anchor that got cheaper with its old
+#                                   count still published would flatter us), or when a benchmark is in
+#                                   the run but not the baseline or the other way round
 #   scripts/icount.sh update        run them and rewrite the baseline (commit it, saying why it moved)
 #   scripts/icount.sh report        print BENCHMARKS.md's instruction-count tables from the baseline
 #   scripts/icount.sh report --write   replace the block between `<!-- icount:begin -->` and
@@ -146,15 +149,16 @@ check() {
         if (!(k in nir)) { printf fmt, k, sprintf("%.2f", bir[k] / bn[k]), "-", "gone", "FAIL (not in this run)"; fails++; continue }
         if (bn[k] != nn[k]) { printf fmt, k, bn[k], nn[k], "N moved", "FAIL (items per run changed)"; fails++; continue }
         pct = bir[k] > 0 ? 100 * (nir[k] - bir[k]) / bir[k] : 0
-        verdict = pct > limit ? "FAIL" : "PASS"
-        if (pct > limit) fails++
+        verdict = pct > limit ? "FAIL" : pct < -limit ? "FAIL (fell: the baseline is stale)" : "PASS"
+        if (pct > limit || pct < -limit) fails++
         printf fmt, k, sprintf("%.2f", bir[k] / bn[k]), sprintf("%.2f", nir[k] / nn[k]), sprintf("%+.2f%%", pct), verdict
       }
-      printf "\n%d benchmarks, %d over the %s%% limit or unmatched\n", n, fails, limit
+      printf "\n%d benchmarks, %d beyond the %s%% limit either way or unmatched\n", n, fails, limit
       exit fails > 0 ? 1 : 0
     }' <(echo "$base") <(echo "$now") && return 0 || rc=$?
   [ "$rc" -eq 1 ] || die "comparing the counts failed (awk exit $rc)"
-  echo "icount: instruction counts rose over the baseline (or benchmarks were added or removed)." >&2
+  echo "icount: instruction counts rose over the baseline, or fell below it (a stale baseline: the" >&2
+  echo "icount: published tables and ratios would not be this code's), or benchmarks were added or removed." >&2
   echo "icount: if that is intended: scripts/icount.sh update, then commit $BASELINE saying why." >&2
   return 1
 }
