@@ -48,6 +48,28 @@ pub(super) struct Stash {
     pub(super) addr: [u64; STASH],
 }
 
+/// The re-arm under a page-wise translation: the first `taken` slots of a run take the top `taken`
+/// buffers of the stash (`stash_len` of them fresh), with the addresses stored beside them; returns
+/// the stash's length after. Out of line: a linear translation (VFIO, the model) never comes here.
+#[cold]
+#[inline(never)]
+fn rearm_from_stash(
+    descriptors: &[Descriptor],
+    slots: &mut [u32],
+    stash: &Stash,
+    stash_len: usize,
+    taken: usize,
+) -> usize {
+    let stash_len = stash_len.min(STASH);
+    let from = stash_len - taken.min(stash_len);
+    let fresh = stash.index[from..stash_len].iter().zip(&stash.addr[from..stash_len]);
+    for ((desc, slot), (&index, &addr)) in descriptors.iter().zip(slots.iter_mut()).zip(fresh) {
+        *slot = index;
+        arm(desc, addr);
+    }
+    from
+}
+
 impl IxgbeQueue {
     /// Writes slot `slot` of the RX ring in read format: buffer address, no header buffer (which also
     /// clears DD, the low bit of the second word).
@@ -251,8 +273,8 @@ impl IxgbeQueue {
         // The slots' old buffers are packets now; each slot takes a fresh one, in order: a forward
         // loop, which compiles shorter than a reversed one. Read after the scan, which then has two
         // more registers for its own values.
-        let run = descriptors.iter().zip(slots.iter_mut());
         if let Some((base, stride)) = dma.rx_linear() {
+            let run = descriptors.iter().zip(slots.iter_mut());
             // SAFETY: `taken <= n <= fresh`, and `fresh` is `cache.len()` (`fresh`), read by the
             // caller before the scan, which does not reach the cache's free list: the cache holds
             // `taken`. The closure writes the ring only.
@@ -269,15 +291,7 @@ impl IxgbeQueue {
                 );
             }
         } else {
-            // From the top `taken` of the stash, with the addresses stored beside them.
-            let stash_len = self.stash_len.min(STASH);
-            let from = stash_len - taken.min(stash_len);
-            let fresh = stash.index[from..stash_len].iter().zip(&stash.addr[from..stash_len]);
-            for ((desc, slot), (&index, &addr)) in run.zip(fresh) {
-                *slot = index;
-                arm(desc, addr);
-            }
-            self.stash_len = from;
+            self.stash_len = rearm_from_stash(descriptors, slots, stash, self.stash_len, taken);
         }
         self.extra.rx_fdir_matches += fdir;
         (taken, bytes)
