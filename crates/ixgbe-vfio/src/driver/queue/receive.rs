@@ -283,10 +283,12 @@ impl IxgbeQueue {
                     taken,
                     #[inline(always)]
                     |fresh| {
-                        for ((desc, slot), &index) in run.zip(fresh) {
+                        // `for_each` rather than a `for` loop: the same code in `rx_burst`, 0.1–0.4%
+                        // fewer instructions a packet in the channelizer's `rx_burst_raw` (measured).
+                        run.zip(fresh).for_each(|((desc, slot), &index)| {
                             *slot = index;
                             arm(desc, base.wrapping_add(u64::from(index) * u64::from(stride)));
-                        }
+                        });
                     },
                 );
             }
