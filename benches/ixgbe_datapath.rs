@@ -55,7 +55,7 @@ use netchannel::steering::FlowSteering;
 const BURSTS: [usize; 6] = [1, 4, 8, 16, 32, 64];
 /// Frames taken per RX cycle: the 511 a filled ring holds, less the 31 slots at most that the driver
 /// has re-armed and not handed back yet (it moves RDT once 32 wait), so that every cycle finds them.
-const RX_PER_CYCLE: usize = 480;
+const RX_PER_CYCLE: usize = RING - 32;
 /// Descriptors per ring (the driver's default).
 const RING: usize = 512;
 /// Buffers of a bare ring (anchor): the ring's plus as many spare.

@@ -101,6 +101,11 @@ impl Device {
     }
 }
 
+/// How many slots the device owns: from the cursor up to, not including, the tail (RDT).
+fn owned(bar: &FakeBar, cursor: usize) -> usize {
+    (bar.get(regs::rdt(0)) as usize + RING - cursor) % RING
+}
+
 /// `rx_burst` into a batch of `burst`, checked against what the device wrote: the driver consumed
 /// only slots the device owned, and delivered exactly the good frames among them, in ring order,
 /// none written past the tail. Returns the frames delivered.
@@ -111,8 +116,7 @@ fn receive(
     dev: &mut Device,
     burst: usize,
 ) -> Result<usize, TestCaseError> {
-    // The device owns the slots from the cursor up to, not including, the tail.
-    let owned = (bar.get(regs::rdt(0)) as usize + RING - dev.cursor) % RING;
+    let owned = owned(bar, dev.cursor);
     let (before, past_before) = (q.stats(), q.queue_stats().rx_past_tail);
     // The status words from the cursor on, as the driver will find them.
     let statuses: Vec<u64> = (0..RING)
@@ -178,10 +182,7 @@ proptest! {
         let cache = pool.cache();
         let mut held: Vec<Packet<'_>> = Vec::new();
         let mut dev = Device { cursor: 0, overrun: Vec::new(), tags: [None; RING], discard: false };
-        // The device owns the slots from the cursor up to, not including, the tail.
-        let owns = |cursor: usize, slot: usize| {
-            (slot + RING - cursor) % RING < (bar.get(regs::rdt(0)) as usize + RING - cursor) % RING
-        };
+        let owns = |cursor: usize, slot: usize| (slot + RING - cursor) % RING < owned(&bar, cursor);
         let mut delivered = 0u64;
         for op in ops {
             match op {
@@ -199,7 +200,7 @@ proptest! {
                 }
                 Op::Overrun { n } => {
                     let tail = bar.get(regs::rdt(0)) as usize;
-                    let not_owned = (dev.cursor + RING - tail) % RING;
+                    let not_owned = (RING - owned(&bar, dev.cursor)) % RING;
                     for i in 0..n.min(not_owned) {
                         dev.complete(q, (tail + i) % RING, (rx::STAT_EOP, 60), false, true);
                     }
