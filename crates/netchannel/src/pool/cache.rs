@@ -114,9 +114,13 @@ impl PoolCache {
     #[cold]
     fn refill(&self, local: &mut Local) -> usize {
         let mut depot = self.pool.shared.lock_depot();
-        let n = self.batch.min(depot.free.len());
-        let start = depot.free.len() - n;
-        local.stack.extend(depot.free.drain(start..));
+        let free = &mut depot.free;
+        let n = self.batch.min(free.len());
+        let start = free.len() - n;
+        // A copy and a truncation rather than `extend(drain(..))`: half the instructions of a
+        // refill (the drain's bookkeeping and its element-wise copy; measured in `icount_driver`).
+        local.stack.extend_from_slice(&free[start..]);
+        free.truncate(start);
         local.stats.refills += 1;
         self.publish(local);
         n
@@ -127,7 +131,10 @@ impl PoolCache {
     fn spill(&self, local: &mut Local, n: usize) {
         let n = n.min(local.stack.len());
         let mut depot = self.pool.shared.lock_depot();
-        depot.free.extend(local.stack.drain(..n));
+        // As in `refill`: a copy, then the rest moved down, rather than `extend(drain(..n))`.
+        depot.free.extend_from_slice(&local.stack[..n]);
+        local.stack.copy_within(n.., 0);
+        local.stack.truncate(local.stack.len() - n);
         local.stats.spills += 1;
         self.publish(local);
     }
@@ -484,6 +491,40 @@ mod tests {
         assert_eq!(pool.audit().in_depot, 10);
         drop(a);
         assert_eq!(pool.audit(), Audit { total: 10, in_depot: 10, ..Audit::default() });
+        pool.check_leaks().unwrap();
+    }
+
+    /// The spill moves the cache's coldest `batch` (its bottom) to the depot's top, in order, and
+    /// keeps the rest in order; a refill takes the depot's top `batch`, in order. Checked against
+    /// a model of the two stacks (fails with the spill taking the top, or not moving the rest down).
+    #[test]
+    fn spills_take_the_coldest_and_refills_the_depots_top_in_order() {
+        let (batch, size) = (4, 8);
+        let pool = pool(32, batch, size);
+        let a = pool.cache();
+        let held: Vec<Packet<'_>> = (0..20).map(|_| a.alloc().expect("a buffer")).collect();
+        let freed: Vec<u32> = held.iter().map(Packet::index).collect();
+        let depot = |pool: &crate::pool::Pool| pool.shared.lock_depot().free.clone();
+        let (mut cache_model, mut depot_model) = (a.with_local(|l| l.stack.clone()), depot(&pool));
+        drop(held); // frees in order
+        for index in freed {
+            if cache_model.len() == size {
+                depot_model.extend(cache_model.drain(..batch));
+            }
+            cache_model.push(index);
+        }
+        assert_eq!(a.with_local(|l| l.stack.clone()), cache_model);
+        assert_eq!(depot(&pool), depot_model);
+
+        // Empty the cache, then one more allocation refills it from the depot's top.
+        let mut held: Vec<Packet<'_>> = (0..cache_model.len()).map(|_| a.alloc().expect("cached")).collect();
+        held.push(a.alloc().expect("refilled"));
+        let mut refilled = depot_model.split_off(depot_model.len() - batch);
+        assert_eq!(held.last().map(Packet::index), refilled.pop());
+        assert_eq!(a.with_local(|l| l.stack.clone()), refilled);
+        assert_eq!(depot(&pool), depot_model);
+        drop(held);
+        drop(a);
         pool.check_leaks().unwrap();
     }
 
