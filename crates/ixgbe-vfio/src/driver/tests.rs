@@ -605,8 +605,8 @@ fn tx_drops_empty_frames_and_stops_before_a_packet_of_another_pool() {
 }
 
 /// With a linear translation the re-arm takes each fresh buffer from the top of the caller's cache,
-/// one per frame, in the cache's order: no buffers are held aside by the queue. (A stash filled 64
-/// at a time took 64 from the cache at the first frame: this fails on it.)
+/// one per frame, newest first (the first slot the warmest buffer): no buffers are held aside by the
+/// queue. (A stash filled 64 at a time took 64 from the cache at the first frame: this fails on it.)
 #[test]
 fn a_linear_queue_re_arms_each_slot_from_the_top_of_the_callers_cache() {
     let bar = FakeBar::new(Script::default());
@@ -615,7 +615,7 @@ fn a_linear_queue_re_arms_each_slot_from_the_top_of_the_callers_cache() {
     let q = &mut queues[0];
     let cache = pool.cache();
     assert!(cache.fill() >= 3, "the depot has buffers");
-    // The three the cache hands out next, oldest first: taken and given back in the same order.
+    // The three on top of the cache, oldest first: taken and given back in the same order.
     let mut top = [0u32; 3];
     assert_eq!(cache.alloc_burst_raw(&mut top), 3);
     // SAFETY: just allocated, owned here, each listed once, no packet made of them.
@@ -629,7 +629,7 @@ fn a_linear_queue_re_arms_each_slot_from_the_top_of_the_callers_cache() {
     assert_eq!(q.rx_burst(0, &cache, &mut batch).expect("rx"), 3);
     assert_eq!(cache.len(), before - 3, "one fresh buffer a frame, none held aside");
     let region = pool.region().as_ptr() as u64;
-    for (slot, &index) in top.iter().enumerate() {
+    for (slot, &index) in top.iter().rev().enumerate() {
         let data = pool.buffer_offset(index).expect("a buffer of the pool") + pool.headroom();
         let addr = q.rx_ring().load_u64(slot * DESC_LEN, Ordering::Relaxed);
         assert_eq!(addr, region + data as u64, "slot {slot} re-armed with buffer {index}");

@@ -310,6 +310,38 @@ impl PoolCache {
         )
     }
 
+    /// [`take_raw_with`](Self::take_raw_with) for a caller that learns only inside `f` how many
+    /// buffers it takes: `f` reads the `n` indices on top of the cache, oldest first, and returns
+    /// `(k, out)`; the caller takes the last `k` of them (the newest, `k <= n`, which it must say
+    /// exactly), and the first `n - k` stay free in the cache. For a receive path that re-arms each
+    /// slot as it takes the slot's frame, and learns where the run ends only at the descriptor that
+    /// ends it. Returns `out`.
+    ///
+    /// # Safety
+    ///
+    /// As [`take_raw_with`](Self::take_raw_with), and `k <= n`: the indices `f` keeps are the last
+    /// `k` it was lent, and it keeps none of the others.
+    #[inline(always)]
+    pub unsafe fn take_top_with<T>(&self, n: usize, f: impl FnOnce(&[u32]) -> (usize, T)) -> T {
+        self.with_local(
+            #[inline(always)]
+            |l| {
+                debug_assert!(n <= l.stack.len(), "take_top_with({n}) from a cache of {}", l.stack.len());
+                let len = l.stack.len();
+                // SAFETY: `len - n <= len` (the caller's contract: `n <= len`), and `f` does not reach
+                // the free list, as in `take_raw_with`.
+                let (k, out) = f(unsafe { l.stack.get_unchecked(len - n..) });
+                debug_assert!(k <= n, "take_top_with: {k} taken of {n} lent");
+                // SAFETY: `len - k <= len` (`k <= n <= len`: the caller's contract); the entries past
+                // it are plain integers.
+                unsafe { l.stack.set_len(len - k) };
+                l.stats.allocs += k as u64;
+                self.publish(l);
+                out
+            },
+        )
+    }
+
     /// Brings a batch of free buffers from the pool's shared depot when this cache holds none;
     /// returns how many it holds afterwards (0: the depot had none either; not an allocation, so
     /// not counted as a failure: the caller counts what it could not do).
@@ -588,6 +620,37 @@ mod tests {
         assert_eq!(held, (0..10).collect::<Vec<_>>(), "each buffer taken once");
         // SAFETY: every index was taken above, once, and no packet was made of any.
         unsafe { cache.free_burst(&held) };
+        drop(cache);
+        pool.check_leaks().unwrap();
+    }
+
+    #[test]
+    fn take_top_with_keeps_the_newest_it_says_and_leaves_the_rest() {
+        let pool = pool(10, 8, 8);
+        let cache = pool.cache();
+        assert_eq!(cache.fill(), 8);
+        let stack: Vec<u32> = cache.with_local(|l| l.stack.clone());
+        // SAFETY: the cache holds 8 >= 5; the closure keeps the last 2 it is lent and does not
+        // touch the cache.
+        let (lent, kept) = unsafe {
+            cache.take_top_with(5, |top| {
+                let kept = top[3..].to_vec();
+                (kept.len(), (top.to_vec(), kept))
+            })
+        };
+        assert_eq!(lent, stack[3..], "the top five, oldest first");
+        assert_eq!(kept, stack[6..], "the newest two are taken");
+        assert_eq!(cache.with_local(|l| l.stack.clone()), stack[..6], "the other three stay, in place");
+        assert_eq!((cache.len(), cache.stats().allocs), (6, 2));
+        // SAFETY: as above; nothing kept leaves the cache as it is.
+        assert_eq!(unsafe { cache.take_top_with(6, |top| (0, top.len())) }, 6);
+        assert_eq!(cache.len(), 6);
+        assert_eq!(
+            pool.audit(),
+            Audit { total: 10, in_depot: 2, in_caches: 6, outstanding: 2, live_caches: 1, shared: 0 }
+        );
+        // SAFETY: the two indices were taken above, once, and no packet was made of either.
+        unsafe { cache.free_burst(&kept) };
         drop(cache);
         pool.check_leaks().unwrap();
     }

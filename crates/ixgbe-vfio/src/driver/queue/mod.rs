@@ -10,10 +10,10 @@
 //!
 //! The data path (the counts are in BENCHMARKS.md, "82599 driver data path"): RX scans the done
 //! descriptors of a run no longer than the fresh buffers at hand and stopping at the ring's end,
-//! making each good frame a packet in the caller's batch as it goes, then re-arms the run's slots
-//! with fresh buffers (two short loops over plain slices, as DPDK's vector receive and its
-//! `rxq_rearm`): straight from the top of the caller's cache under a linear translation (VFIO, the
-//! model), from a stash of checked buffers under a page-wise one; anything else (a bad descriptor,
+//! making each good frame a packet in the caller's batch as it goes and re-arming its slot with a
+//! fresh buffer: in the same loop, straight from the top of the caller's cache, under a linear
+//! translation (VFIO, the model); in a second loop after the scan (as DPDK's vector receive and its
+//! `rxq_rearm`), from a stash of checked buffers, under a page-wise one; anything else (a bad descriptor,
 //! a chain, no fresh buffer, the rest of a burst after the ring's end) goes on in the slow path.
 //! TX writes one descriptor per packet straight from the batch and takes the sent packets out
 //! without dropping them. Both index the ring through views of a `RingStore` (`ring.rs`), whose

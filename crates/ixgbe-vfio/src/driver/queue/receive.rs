@@ -1,6 +1,6 @@
-//! The receive side of an [`IxgbeQueue`]: the fast path (scan, then re-arm from the caller's cache
-//! or the stash), the slow path, and the tail handed back every [`rx_write_batch`] slots. The
-//! ownership rules are the module's (see [`super`]).
+//! The receive side of an [`IxgbeQueue`]: the fast path (each slot re-armed from the caller's cache
+//! as its frame is taken, or from the stash after the scan), the slow path, and the tail handed back
+//! every [`rx_write_batch`] slots. The ownership rules are the module's (see [`super`]).
 
 use std::sync::atomic::{Ordering, fence};
 
@@ -216,18 +216,21 @@ impl IxgbeQueue {
     /// of their lengths. It stops at the first descriptor that is not a good frame, which the caller
     /// looks at. The caller runs it only outside a chain being dropped (`rx_discard` clear).
     ///
-    /// Two passes, as DPDK's vector receive does (`ixgbe_rxq_rearm` after the scan): the scan loads
-    /// each status, checks it with one mask-and-compare and one length compare, and makes the slot's
-    /// buffer a packet at once ([`PacketBatch::extend_received_with`]); the re-arm writes each slot's
-    /// new buffer and its two descriptor words. With a linear translation the new buffers are the top
-    /// of the caller's cache, read where the cache keeps them ([`PoolCache::take_raw_with`]), each
-    /// address one multiply-add; with a page-wise one they come from the stash, with the addresses
-    /// `refill_stash` looked up. Each loop keeps its few values in registers; no bounds check (the
-    /// [`RingStore`] checked the lengths when it was built) and no counter in memory (Flow Director
-    /// matches are summed in a register and added once, and only when `FDIR`: the queue's Flow
-    /// Director is on, without which no descriptor reports a match).
+    /// The scan loads each status, checks it with one mask-and-compare and one length compare, and
+    /// makes the slot's buffer a packet at once ([`PacketBatch::extend_received_with`]). With a
+    /// linear translation (VFIO, the model) it re-arms the slot in the same pass: the new buffer is
+    /// the next from the top of the caller's cache, newest first, read where the cache keeps it
+    /// ([`PoolCache::take_top_with`], which then keeps as many as were taken), its address one
+    /// multiply-add. One loop and no second one to set up: 2–17 instructions a packet fewer than
+    /// scanning first and re-arming after (as DPDK's vector receive does, `ixgbe_rxq_rearm`), most
+    /// at small bursts. With a page-wise translation (no IOMMU) the slots are re-armed after the
+    /// scan, out of line, from the stash with the addresses `refill_stash` looked up. No bounds
+    /// check (the [`RingStore`] checked the lengths when it was built) and no counter in memory
+    /// (Flow Director matches are summed in a register and added once, and only when `FDIR`: the
+    /// queue's Flow Director is on, without which no descriptor reports a match).
     ///
     /// [`PacketBatch::extend_received_with`]: netchannel::dev::PacketBatch::extend_received_with
+    /// [`PoolCache::take_top_with`]: netchannel::pool::PoolCache::take_top_with
     /// [`RingStore`]: super::super::ring::RingStore
     #[inline(always)]
     fn rx_fast<'c, S: RxSink<'c>, const FDIR: bool>(
@@ -237,64 +240,72 @@ impl IxgbeQueue {
         start: usize,
         run: usize,
         fresh: usize,
+        linear: Option<(u64, u32)>,
     ) -> (usize, u64) {
         let buf_len = self.dma.rx_buf_len();
-        let Self { rx_ring, stash, dma, .. } = self;
+        let Self { rx_ring, stash, .. } = self;
         let mut ring = rx_ring.view();
         // The run stops at the ring's end (the caller goes on from slot 0): inside it, descriptors
         // and slots are plain slices, indexed without the mask.
         let (descriptors, slots) = ring.run(start, run.min(fresh));
         let mut fdir = 0;
         let n = descriptors.len();
-        // SAFETY: each frame names the buffer its slot owns, a buffer of this pool (the cache's,
-        // checked by the caller) that the queue allocated, that no packet exists for, and that
-        // appears once (each slot is read once); the slot gives it up below, taking a fresh one.
-        // Its data starts at the pool's headroom, where the buffer's receive address
-        // (`BufferDma::rx_addr`) points.
-        let (taken, bytes) = unsafe {
-            batch.extend_received_with(cache, n, |i| {
-                // `i < n`: both lookups succeed (and compile to nothing, `i` being below the
-                // batch's `n` slots).
-                let (desc, &index) = (descriptors.get(i)?, slots.get(i)?);
-                // Acquire: pairs with the device's Release store of the write-back's second word
-                // (hw.rs protocol): the first word and the frame's bytes are visible after it.
-                let status = desc.load1(Ordering::Acquire);
-                if !Self::rx_good(status, buf_len) {
-                    return None;
-                }
-                if FDIR {
-                    // Bit 2 (FLM) as a number: no branch.
-                    fdir += (status & rx::STAT_FLM) >> 2;
-                }
-                // `len <= buf_len`, a 16-bit field.
-                Some(RxFrame { index, len: u32::try_from(rx_len(status)).unwrap_or(0) })
-            })
-        };
-        // The slots' old buffers are packets now; each slot takes a fresh one, in order: a forward
-        // loop, which compiles shorter than a reversed one. Read after the scan, which then has two
-        // more registers for its own values.
-        if let Some((base, stride)) = dma.rx_linear() {
-            let run = descriptors.iter().zip(slots.iter_mut());
-            // SAFETY: `taken <= n <= fresh`, and `fresh` is `cache.len()` (`fresh`), read by the
-            // caller before the scan, which does not reach the cache's free list: the cache holds
-            // `taken`. The closure writes the ring only.
-            unsafe {
-                cache.take_raw_with(
-                    taken,
-                    #[inline(always)]
-                    |fresh| {
-                        // `for_each` rather than a `for` loop: the same code in `rx_burst`, 0.1–0.4%
-                        // fewer instructions a packet in the channelizer's `rx_burst_raw` (measured).
-                        run.zip(fresh).for_each(|((desc, slot), &index)| {
-                            *slot = index;
-                            arm(desc, base.wrapping_add(u64::from(index) * u64::from(stride)));
-                        });
-                    },
-                );
+        // The status check of a frame the fast path takes; `None` at the first that is not one.
+        let mut frame = |desc: &Descriptor, index: u32| {
+            // Acquire: pairs with the device's Release store of the write-back's second word
+            // (hw.rs protocol): the first word and the frame's bytes are visible after it.
+            let status = desc.load1(Ordering::Acquire);
+            if !Self::rx_good(status, buf_len) {
+                return None;
             }
+            if FDIR {
+                // Bit 2 (FLM) as a number: no branch.
+                fdir += (status & rx::STAT_FLM) >> 2;
+            }
+            // `len <= buf_len`, a 16-bit field.
+            Some(RxFrame { index, len: u32::try_from(rx_len(status)).unwrap_or(0) })
+        };
+        let (taken, bytes) = if let Some((base, stride)) = linear {
+            // One pass: each slot whose frame is taken is re-armed at once with a fresh buffer
+            // from the top of the cache, newest first (frame `i` takes `fresh[n - 1 - i]`).
+            let scan = |fresh: &[u32]| {
+                // SAFETY: each frame names the buffer its slot owned, a buffer of this pool (the
+                // cache's, checked by the caller) that the queue allocated, that no packet exists
+                // for, and that appears once (each slot is read once); the slot holds a fresh one
+                // from then on. Its data starts at the pool's headroom, where the buffer's receive
+                // address (`BufferDma::rx_addr`) points.
+                let got = unsafe {
+                    batch.extend_received_with(cache, n, |i| {
+                        // `i < n`: the lookups succeed (and compile to nothing, `i` being below
+                        // the batch's `n` slots and `fresh.len()` being `n`).
+                        let (desc, slot) = (descriptors.get(i)?, slots.get_mut(i)?);
+                        let &new = fresh.get(n.wrapping_sub(1).wrapping_sub(i))?;
+                        let got = frame(desc, *slot)?;
+                        *slot = new;
+                        arm(desc, base.wrapping_add(u64::from(new) * u64::from(stride)));
+                        Some(got)
+                    })
+                };
+                (got.0, got)
+            };
+            // SAFETY: `n <= fresh`, and `fresh` is `cache.len()` (`fresh`), read by the caller
+            // before the scan; `scan` keeps the last `taken` it is lent (frame `i` took
+            // `fresh[n - 1 - i]`), says so, and `taken <= n`. Building packets does not reach the
+            // cache's free list.
+            unsafe { cache.take_top_with(n, scan) }
         } else {
-            self.stash_len = rearm_from_stash(descriptors, slots, stash, self.stash_len, taken);
-        }
+            // SAFETY: as above, for each frame the scan returns; the slots give their buffers up
+            // below, each taking a fresh one from the stash.
+            let got = unsafe {
+                batch.extend_received_with(cache, n, |i| {
+                    // `i < n`: both lookups succeed.
+                    let (desc, &index) = (descriptors.get(i)?, slots.get(i)?);
+                    frame(desc, index)
+                })
+            };
+            self.stash_len = rearm_from_stash(descriptors, slots, stash, self.stash_len, got.0);
+            got
+        };
         self.extra.rx_fdir_matches += fdir;
         (taken, bytes)
     }
@@ -328,21 +339,26 @@ impl IxgbeQueue {
         let room = batch.remaining();
         let start = self.rx_next;
         let want = room.min(self.rx_owned_slots());
-        let mut fresh = self.fresh(cache);
-        if fresh == 0 && self.dma.rx_linear().is_some() && self.rx_done(start) {
+        // Read once: the fast path below branches on it again, where the compiler knows it.
+        let linear = self.dma.rx_linear();
+        let mut fresh = if linear.is_some() { cache.len() } else { self.stash_len };
+        if fresh == 0 && linear.is_some() && self.rx_done(start) {
             // A frame waits and the cache is empty: its own refill from the depot, here rather than
             // through `rx_slow` (an idle queue's poll takes no lock). `cache.fill` and not
             // `refill_fresh`, which would also cover the stash (refilled in `rx_slow`): a call that
             // takes `&mut self` here costs the scan registers, 1–2 instructions a frame (measured).
             fresh = cache.fill();
         }
-        if want == 0 || fresh == 0 || self.rx_discard {
+        // No frame wanted, no fresh buffer, or a chain being dropped: one test (`|`, not `||`: the
+        // flag is read either way, and a branch fewer).
+        let run = want.min(fresh);
+        if (run == 0) | self.rx_discard {
             return Ok(self.rx_slow(cache, batch, room, start, 0, 0));
         }
         let (taken, bytes) = if self.rx_count_fdir {
-            self.rx_fast::<S, true>(cache, batch, start, want, fresh)
+            self.rx_fast::<S, true>(cache, batch, start, run, fresh, linear)
         } else {
-            self.rx_fast::<S, false>(cache, batch, start, want, fresh)
+            self.rx_fast::<S, false>(cache, batch, start, run, fresh, linear)
         };
         // It stopped short either at a descriptor, where the common stop is one the device has not
         // written yet, or with the fresh buffers used up. Anything else is the slow path's.
@@ -383,9 +399,9 @@ impl IxgbeQueue {
             if fresh > 0 {
                 let run = (room - frames).min(limit - consumed);
                 let (taken, len) = if self.rx_count_fdir {
-                    self.rx_fast::<S, true>(cache, batch, slot, run, fresh)
+                    self.rx_fast::<S, true>(cache, batch, slot, run, fresh, self.dma.rx_linear())
                 } else {
-                    self.rx_fast::<S, false>(cache, batch, slot, run, fresh)
+                    self.rx_fast::<S, false>(cache, batch, slot, run, fresh, self.dma.rx_linear())
                 };
                 frames += taken;
                 consumed += taken;
