@@ -339,7 +339,7 @@ impl IxgbeQueue {
         let room = batch.remaining();
         let start = self.rx_next;
         let want = room.min(self.rx_owned_slots());
-        // Read once: the fast path below branches on it again, where the compiler knows it.
+        // Read once, for the count of fresh buffers here and for the fast path's re-arm.
         let linear = self.dma.rx_linear();
         let mut fresh = if linear.is_some() { cache.len() } else { self.stash_len };
         if fresh == 0 && linear.is_some() && self.rx_done(start) {
