@@ -97,7 +97,7 @@ impl PoolCache {
         // SAFETY: `PoolCache` is `!Sync`, so only the thread that owns it gets here; and no `f` passed
         // by the `pool` module (this file, and `Packet`'s drop in `packet.rs`) calls `with_local` again
         // (they touch `Local`, the depot and the mirror only, and the caller's closure that
-        // `take_raw_with` runs must not reach `Local`), so this is the only reference to `local`
+        // `take_top_with` runs must not reach `Local`), so this is the only reference to `local`
         // while it lives.
         f(unsafe { &mut *self.local.get() })
     }
@@ -283,31 +283,16 @@ impl PoolCache {
     /// are the caller's, as from [`alloc_burst_raw`](Self::alloc_burst_raw) (metadata not reset;
     /// each index below [`Pool::buffers`], distinct). For a device's receive path, which re-arms each
     /// consumed ring slot with one: the indices go from the cache's own storage into the slots, with
-    /// no staging copy. Returns what `f` returns.
+    /// no staging copy. Returns what `f` returns. ([`take_top_with`](Self::take_top_with) taking
+    /// all `n`.)
     ///
     /// # Safety
     ///
-    /// The cache holds at least `n` free buffers ([`len`](Self::len); [`fill`](Self::fill) brings a
-    /// batch from the depot), and `f` does not reach its free list: no allocation from it, no free
-    /// into it (which dropping one of its packets does), no `fill` and no nested `take_raw_with`.
+    /// As [`take_top_with`](Self::take_top_with).
     #[inline(always)]
     pub unsafe fn take_raw_with<T>(&self, n: usize, f: impl FnOnce(&[u32]) -> T) -> T {
-        self.with_local(
-            #[inline(always)]
-            |l| {
-                debug_assert!(n <= l.stack.len(), "take_raw_with({n}) from a cache of {}", l.stack.len());
-                let from = l.stack.len() - n;
-                // SAFETY: `from <= len` (the caller's contract: `n <= len`). `f` does not reach the
-                // free list (the other half of it), so `with_local`'s reference is still the only one
-                // to it while `f` runs.
-                let out = f(unsafe { l.stack.get_unchecked(from..) });
-                // SAFETY: `from <= len`, and the entries past it are plain integers (nothing to drop).
-                unsafe { l.stack.set_len(from) };
-                l.stats.allocs += n as u64;
-                self.publish(l);
-                out
-            },
-        )
+        // SAFETY: the caller's contract, and the closure keeps all `n` it is lent.
+        unsafe { self.take_top_with(n, |top| (n, f(top))) }
     }
 
     /// [`take_raw_with`](Self::take_raw_with) for a caller that learns only inside `f` how many
@@ -319,8 +304,11 @@ impl PoolCache {
     ///
     /// # Safety
     ///
-    /// As [`take_raw_with`](Self::take_raw_with), and `k <= n`: the indices `f` keeps are the last
-    /// `k` it was lent, and it keeps none of the others.
+    /// The cache holds at least `n` free buffers ([`len`](Self::len); [`fill`](Self::fill) brings a
+    /// batch from the depot); `f` does not reach its free list: no allocation from it, no free
+    /// into it (which dropping one of its packets does), no `fill` and no nested `take_top_with`
+    /// or `take_raw_with`; and `k <= n`: the indices `f` keeps are the last `k` it was lent, and it
+    /// keeps none of the others.
     #[inline(always)]
     pub unsafe fn take_top_with<T>(&self, n: usize, f: impl FnOnce(&[u32]) -> (usize, T)) -> T {
         self.with_local(
@@ -328,12 +316,13 @@ impl PoolCache {
             |l| {
                 debug_assert!(n <= l.stack.len(), "take_top_with({n}) from a cache of {}", l.stack.len());
                 let len = l.stack.len();
-                // SAFETY: `len - n <= len` (the caller's contract: `n <= len`), and `f` does not reach
-                // the free list, as in `take_raw_with`.
+                // SAFETY: `len - n <= len` (the caller's contract: `n <= len`). `f` does not reach the
+                // free list (the other half of it), so `with_local`'s reference is still the only one
+                // to it while `f` runs.
                 let (k, out) = f(unsafe { l.stack.get_unchecked(len - n..) });
                 debug_assert!(k <= n, "take_top_with: {k} taken of {n} lent");
                 // SAFETY: `len - k <= len` (`k <= n <= len`: the caller's contract); the entries past
-                // it are plain integers.
+                // it are plain integers (nothing to drop).
                 unsafe { l.stack.set_len(len - k) };
                 l.stats.allocs += k as u64;
                 self.publish(l);
