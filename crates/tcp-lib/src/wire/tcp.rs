@@ -83,6 +83,35 @@ impl PartialOrd for SeqNumber {
             _ => Some(Ordering::Greater),
         }
     }
+
+    // The operators, each one signed compare of a distance: the defaults go through
+    // `partial_cmp` (a test for zero, one for `i32::MIN`, one for the sign: six instructions where
+    // this is three, on every sequence check of every segment). The incomparable distance
+    // `i32::MIN` is negative either way round, so it fails each test below as it should.
+
+    /// `other - self` in `1..2^31`.
+    #[inline]
+    fn lt(&self, other: &Self) -> bool {
+        *other - *self > 0
+    }
+
+    /// `other - self` in `0..2^31`.
+    #[inline]
+    fn le(&self, other: &Self) -> bool {
+        *other - *self >= 0
+    }
+
+    /// `self - other` in `1..2^31`.
+    #[inline]
+    fn gt(&self, other: &Self) -> bool {
+        *self - *other > 0
+    }
+
+    /// `self - other` in `0..2^31`.
+    #[inline]
+    fn ge(&self, other: &Self) -> bool {
+        *self - *other >= 0
+    }
 }
 
 /// Reduces a byte count to the sequence space (modulo 2^32).
@@ -1305,6 +1334,23 @@ pub(crate) mod tests {
             prop_assert_eq!(a.max(b), b);
             prop_assert_eq!(b.min(a), a);
             prop_assert_eq!(b - d as usize, a);
+        }
+
+        /// The four operators say what `partial_cmp` says, for any two numbers (the distances
+        /// 0 and 2^31, where the operators' own arithmetic could go wrong, included on purpose).
+        #[test]
+        fn seq_operators_agree_with_partial_cmp(
+            x in any::<u32>(),
+            d in prop_oneof![any::<u32>(), Just(0u32), Just(1 << 31), Just((1 << 31) - 1), Just((1 << 31) + 1)],
+        ) {
+            let (a, b) = (SeqNumber::new(x), SeqNumber::new(x.wrapping_add(d)));
+            for (p, q) in [(a, b), (b, a)] {
+                let ord = p.partial_cmp(&q);
+                prop_assert_eq!(p < q, ord == Some(Ordering::Less));
+                prop_assert_eq!(p <= q, matches!(ord, Some(Ordering::Less | Ordering::Equal)));
+                prop_assert_eq!(p > q, ord == Some(Ordering::Greater));
+                prop_assert_eq!(p >= q, matches!(ord, Some(Ordering::Greater | Ordering::Equal)));
+            }
         }
     }
 
