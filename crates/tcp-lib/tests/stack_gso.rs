@@ -24,9 +24,29 @@ struct Frame {
 
 #[test]
 fn cut_frames_are_wire_segments_with_valid_checksums() {
-    let mut net = Net::with(|a| a.gso_max_size = 65_535, |_| {});
+    cut_frames_with(None, 400_000);
+}
+
+/// The same with the smallest MSS a stack accepts (64) announced by the receiver: frames barely
+/// longer than the longest headers, which the cut copies from the frame before at a fixed length.
+#[test]
+fn cut_frames_of_the_smallest_segments_are_wire_segments_too() {
+    cut_frames_with(Some(64), 40_000);
+}
+
+/// A transfer of `bytes` from A, which cuts super-segments in software, to B (announcing `mss`
+/// when given), every frame checked on the wire.
+fn cut_frames_with(mss: Option<u16>, bytes: usize) {
+    let mut net = Net::with(
+        |a| a.gso_max_size = 65_535,
+        |b| {
+            if let Some(mss) = mss {
+                b.tcp.mss = mss;
+            }
+        },
+    );
     let (c, s) = net.open(80);
-    let data = Rng(5).bytes(400_000);
+    let data = Rng(5).bytes(bytes);
     let mut sent = 0;
     let mut got = Vec::new();
     let mut frames = Vec::new();
