@@ -160,6 +160,12 @@ impl Stack {
         stats: &mut PollStats,
     ) -> Result<(), DevError> {
         loop {
+            // Nothing queued and no connection ready: no call to build nothing (the poll has
+            // moved the stack's clock to `now` already). Most polls, and every flush after the
+            // burst that emptied the output, end here.
+            if !self.has_output() {
+                return Ok(());
+            }
             let n = self.transmit(now, cache, batch);
             if n == 0 {
                 return Ok(());
