@@ -117,7 +117,13 @@ impl IxgbeQueue {
     /// [`BufferDma::rx_linear`]: super::super::dma::BufferDma::rx_linear
     #[inline(always)]
     fn fresh(&self, cache: &PoolCache) -> usize {
-        if self.dma.rx_linear().is_some() { cache.len() } else { self.stash_len }
+        self.fresh_under(self.dma.rx_linear().is_some(), cache)
+    }
+
+    /// [`fresh`](Self::fresh) with the translation already read (`linear`).
+    #[inline(always)]
+    fn fresh_under(&self, linear: bool, cache: &PoolCache) -> usize {
+        if linear { cache.len() } else { self.stash_len }
     }
 
     /// Brings fresh receive buffers when none are at hand ([`fresh`](Self::fresh)): a batch from
@@ -342,7 +348,7 @@ impl IxgbeQueue {
         // Read once, for the count of fresh buffers here and for the fast path's re-arm (`fresh`,
         // which reads it again, cost 5 instructions a call here: measured).
         let linear = self.dma.rx_linear();
-        let mut fresh = if linear.is_some() { cache.len() } else { self.stash_len };
+        let mut fresh = self.fresh_under(linear.is_some(), cache);
         if fresh == 0 && linear.is_some() && self.rx_done(start) {
             // A frame waits and the cache is empty: its own refill from the depot, here rather than
             // through `rx_slow` (an idle queue's poll takes no lock). `cache.fill` and not
