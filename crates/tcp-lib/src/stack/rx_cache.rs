@@ -73,9 +73,9 @@ const fn mask(varying: &[(usize, usize)]) -> [u64; WORDS] {
     words
 }
 
-/// A frame's first [`WORDS`] words, 16-byte aligned: the comparison's vector operations then take
-/// them straight from memory (an unaligned operand needs a load of its own: 12 instructions a
-/// segment more, measured).
+/// [`WORDS`] header words (the held headers, or their mask), 16-byte aligned: the comparison's
+/// vector operations then take them straight from memory (an unaligned operand needs a load of
+/// its own: 12 instructions a segment more, measured).
 #[derive(Clone, Copy, Debug)]
 #[repr(align(16))]
 struct Words([u64; WORDS]);
