@@ -216,8 +216,7 @@ impl Stack {
                         l.syn_queue += 1;
                     }
                     // Built in its slot, the SYN taken there (no copy of the connection).
-                    let make = || Connection::syn_received(tcp, local, remote, iss, now);
-                    let index = self.insert_with(make, Some(id), Phase::SynQueue, false);
+                    let index = self.insert_new(tcp, (local, remote), iss, Some(id));
                     if let Some(e) = self.slot_entry(index) {
                         e.conn.take_syn(seg, now);
                     }

@@ -8,8 +8,8 @@ use netchannel::pool::SharedPacket;
 
 use super::flows::FlowKey;
 use super::hash;
-use super::{Error, Phase, PreparedSegments, Stack, StreamId};
-use crate::tcp::{self, Connection, ConnectionError, State, Stats};
+use super::{Error, PreparedSegments, Stack, StreamId};
+use crate::tcp::{self, ConnectionError, State, Stats};
 
 impl Stack {
     /// Opens a connection to `remote` (IPv4 or IPv6) from an ephemeral port (RFC 6056 algorithm
@@ -57,9 +57,7 @@ impl Stack {
             .ok_or(Error::NoPorts)?;
         let local = SocketAddr::new(ip, port);
         let iss = hash::isn(&self.key, local, remote, self.now - self.epoch);
-        let now = self.now;
-        let index =
-            self.insert_with(|| Connection::connect(tcp, local, remote, iss, now), None, Phase::Open, true);
+        let index = self.insert_new(tcp, (local, remote), iss, None);
         self.stats.connections_opened += 1;
         Ok(self.stream_id(index))
     }
@@ -89,8 +87,8 @@ impl Stack {
     /// is also the retransmit queue) on its way out. `write` gets the free space as a slice, writes its bytes
     /// at the front and returns how many; when the free space wraps around the ring and the first
     /// slice was filled, `write` is called once more with the rest (see
-    /// [`Connection::send_with`]). Returns the bytes queued (`Ok(0)` when `write` wrote none, or
-    /// `max` is 0).
+    /// [`Connection::send_with`](tcp::Connection::send_with)). Returns the bytes queued (`Ok(0)`
+    /// when `write` wrote none, or `max` is 0).
     ///
     /// ```
     /// # use std::time::Instant;
@@ -239,8 +237,8 @@ impl Stack {
     /// one call: `fill` gets the room left in bytes and returns a pool buffer it filled with at most
     /// that many (one segment's payload, as for `send_pooled`), or `None` to stop; it is called
     /// again until it returns `None` or the room is gone (see
-    /// [`Connection::send_pooled_with`]). No buffer comes back: the application fills one only
-    /// when there is room for it. Returns the bytes queued.
+    /// [`Connection::send_pooled_with`](tcp::Connection::send_pooled_with)). No buffer comes
+    /// back: the application fills one only when there is room for it. Returns the bytes queued.
     ///
     /// ```
     /// # use std::time::Instant;
@@ -322,8 +320,8 @@ impl Stack {
     }
 
     /// Releases the handle and closes the connection gracefully (an abort if received data was
-    /// left unread, see [`Connection::close`]); the stack finishes it and reclaims it. Wakes
-    /// every waker registered on it ([`register_waker`](Self::register_waker)).
+    /// left unread, see [`Connection::close`](tcp::Connection::close)); the stack finishes it and
+    /// reclaims it. Wakes every waker registered on it ([`register_waker`](Self::register_waker)).
     ///
     /// # Errors
     /// [`Error::InvalidHandle`].

@@ -374,9 +374,27 @@ fn distance(from: SeqNumber, to: SeqNumber) -> usize {
 }
 
 impl Connection {
-    /// A connection in `state` (`passive`: made by a listener), built as one value: the
-    /// constructors return it as it is, so it is written once, where the caller stores it.
+    /// A connection in `state` (`passive`: made by a listener), for the public constructors: one
+    /// out-of-line copy of [`open`](Self::open).
+    #[inline(never)]
     fn new(
+        config: Config,
+        addresses: (SocketAddr, SocketAddr),
+        iss: SeqNumber,
+        now: Instant,
+        (state, passive): (State, bool),
+    ) -> Self {
+        Self::open(config, addresses, iss, now, (state, passive))
+    }
+
+    /// A connection in `state` (`passive`: made by a listener), as one struct literal. Always
+    /// inlined, so that a caller storing it in place (the stack's table slot, where
+    /// `Stack::insert_new` has its one copy of this) writes its 2.3 KB there directly: a
+    /// function returning it would write it to a temporary that the caller then copies, since
+    /// the compiler may not let a call that can unwind write its result into memory the caller
+    /// can observe.
+    #[inline(always)]
+    pub(crate) fn open(
         config: Config,
         (local, remote): (SocketAddr, SocketAddr),
         iss: SeqNumber,
@@ -538,31 +556,20 @@ impl Connection {
         if !Self::accepts(syn, local, remote) {
             return None;
         }
-        let mut c = Self::syn_received(config, local, remote, iss, now);
+        let mut c = Self::new(config, (local, remote), iss, now, (State::SynReceived, true));
         c.take_syn(syn, now);
         Some(c)
     }
 
     /// Whether [`accept`](Self::accept) takes `syn` for `local` and `remote`: a SYN without ACK
-    /// between their ports.
+    /// between their ports. The stack accepts in two steps, so that it builds the connection in
+    /// its table's slot: [`open`](Self::open) in SYN-RECEIVED, then
+    /// [`take_syn`](Self::take_syn) on it where it lies, once this has checked the SYN.
     pub(crate) fn accepts(syn: &TcpRepr<'_>, local: SocketAddr, remote: SocketAddr) -> bool {
         syn.control == TcpControl::Syn
             && syn.ack_number.is_none()
             && syn.src_port == remote.port()
             && syn.dst_port == local.port()
-    }
-
-    /// [`accept`](Self::accept) in two steps, so that the stack builds the connection in its
-    /// table's slot: this makes it (in SYN-RECEIVED), and [`take_syn`](Self::take_syn) on it
-    /// where it lies records the SYN, which [`accepts`](Self::accepts) checked.
-    pub(crate) fn syn_received(
-        config: Config,
-        local: SocketAddr,
-        remote: SocketAddr,
-        iss: SeqNumber,
-        now: Instant,
-    ) -> Self {
-        Self::new(config, (local, remote), iss, now, (State::SynReceived, true))
     }
 
     // ---------------------------------------------------------------------------------------
