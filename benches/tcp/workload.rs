@@ -282,13 +282,25 @@ pub(crate) fn txn_lockstep<E: Endpoint>(
 ) -> Result<Side, String> {
     server_ep.listen(remote.port())?;
     let clock = Clock::start();
+    lockstep_transactions(client_ep, server_ep, &mut TxnServer::new(), remote, n)?;
+    Ok(clock.stop())
+}
+
+/// `n` transactions in lock step ([`txn_lockstep`]'s loop) against a server already listening
+/// on `remote`'s port, whose workload state `server` carries over from one call to the next.
+pub(crate) fn lockstep_transactions<E: Endpoint>(
+    client_ep: &mut E,
+    server_ep: &mut E,
+    server: &mut TxnServer<E::Sock>,
+    remote: SocketAddrV4,
+    n: u64,
+) -> Result<(), String> {
     let mut client = TxnClient::new(remote, n);
-    let mut server = TxnServer::new();
     let start = Instant::now();
     loop {
         client_ep.poll();
         if client.step(client_ep)?.0 {
-            break;
+            return Ok(());
         }
         server_ep.poll();
         server.step(server_ep)?;
@@ -296,7 +308,6 @@ pub(crate) fn txn_lockstep<E: Endpoint>(
             return Err(format!("transactions in lock step: not done after {DEADLINE:?}"));
         }
     }
-    Ok(clock.stop())
 }
 
 /// A bulk transfer of `total` bytes with both ends on this thread, in lock step
