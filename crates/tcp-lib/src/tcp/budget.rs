@@ -98,7 +98,16 @@ impl BufferBudget {
     /// connection brings along when it moves in).
     pub(crate) fn charge(&self, bytes: usize) {
         let now = self.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.raise_peak(now);
+    }
+
+    /// Records `used` as the peak if it is one. The peak only grows, so a load that finds it at
+    /// `used` or above settles it without the read-modify-write (a locked compare-exchange loop
+    /// on x86, where most charges are below the peak a budget has already seen).
+    fn raise_peak(&self, used: usize) {
+        if used > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(used, Ordering::Relaxed);
+        }
     }
 
     /// Charges `bytes` if the total stays within the limit; false (nothing charged) otherwise.
@@ -111,7 +120,7 @@ impl BufferBudget {
             })
             .is_ok();
         if granted {
-            self.peak.fetch_max(self.used.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.raise_peak(self.used.load(Ordering::Relaxed));
         }
         granted
     }
@@ -124,7 +133,11 @@ impl BufferBudget {
 
     /// Gives back `bytes` charged before.
     pub(crate) fn refund(&self, bytes: usize) {
-        self.used.fetch_sub(bytes, Ordering::Relaxed);
+        // Nothing to give back is no write: a ring whose storage went elsewhere is dropped
+        // with nothing charged (a locked subtraction of zero is still a full barrier on x86).
+        if bytes != 0 {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+        }
     }
 
     /// Counts a ring of `side` clamped to its storage.
