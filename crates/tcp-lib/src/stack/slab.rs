@@ -71,9 +71,13 @@ impl<T> Slab<T> {
         self.insert_with(|| value)
     }
 
-    /// Stores the value `make` builds, as [`insert`](Self::insert) does, but builds it where it
-    /// is stored: the value is made in the empty slot (`Option::get_or_insert_with` on a slot
-    /// known to be empty), so a large value (a connection) is not built elsewhere and copied in.
+    /// Stores the value `make` builds, as [`insert`](Self::insert) does, but in the empty slot
+    /// itself (`Option::get_or_insert_with` on a slot known to be empty): when `make` is inlined
+    /// here and ends in a struct literal, the compiler writes the literal's fields straight into
+    /// the slot, so a large value (a connection) is not built elsewhere and copied in. A value
+    /// returned by a call that is not inlined still goes through a temporary: the compiler may
+    /// not let a call that can unwind write into memory the caller can observe (see
+    /// `Stack::insert_new`).
     #[inline]
     pub(super) fn insert_with(&mut self, make: impl FnOnce() -> T) -> u32 {
         let index = if let Some(i) = self.free.pop() {
