@@ -34,12 +34,12 @@
 #![allow(missing_docs, reason = "gungraun's macros generate undocumented modules, constants and functions")]
 
 use std::hint::black_box;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
 use netchannel::dev::Pair;
-use netchannel::pool::{HugePages, Pool, PoolCache};
+use netchannel::pool::PoolCache;
 
 // The timed bench's harness, shared rather than copied (each module uses what it needs of it).
 #[path = "common/mod.rs"]
@@ -52,6 +52,8 @@ mod endpoint;
 #[path = "tcp/measure.rs"]
 #[expect(dead_code, reason = "the harness's helpers for other workloads")]
 mod measure;
+#[path = "tcp/pair_ends.rs"]
+mod pair_ends;
 #[path = "tcp/smol.rs"]
 mod smol;
 #[path = "tcp/workload.rs"]
@@ -59,6 +61,7 @@ mod smol;
 mod workload;
 
 use endpoint::{Endpoint, InPlace, LibEndpoint};
+use pair_ends::{BUF, REMOTE, pair_ends};
 use smol::SmolEndpoint;
 use workload::{lockstep_connect, lockstep_transfer};
 
@@ -73,11 +76,6 @@ const DEADLINE: Duration = Duration::from_secs(120);
 const BYTES: u64 = 4 << 20;
 /// Bytes moved in `setup`, before.
 const WARM: u64 = 1 << 20;
-/// Send and receive buffers of both stacks (the timed bench's default).
-const BUF: usize = 256 * 1024;
-const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
-const PORT: u16 = 5001;
 
 /// Both ends of a connection that has moved [`WARM`] bytes.
 struct Bulk<E: Endpoint> {
@@ -87,20 +85,10 @@ struct Bulk<E: Endpoint> {
     s: E::Sock,
 }
 
-/// The pool cache of one end, for the life of the process (an endpoint borrows it).
-fn leaked_cache(dev: &Pair) -> &'static PoolCache {
-    Box::leak(Box::new(dev.pool().cache()))
-}
-
 /// Two endpoints made by `make` on the two ends of a fresh `Pair`, connected, [`WARM`] bytes moved.
 fn setup<E: Endpoint>(make: impl Fn(Pair, &'static PoolCache, Ipv4Addr) -> E) -> Bulk<E> {
-    let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().expect("pool");
-    let (dev_a, dev_b) = Pair::builder(&pool).capacity(4096).build().expect("pair");
-    let (cache_a, cache_b) = (leaked_cache(&dev_a), leaked_cache(&dev_b));
-    let mut client = make(dev_a, cache_a, CLIENT_IP);
-    let mut server = make(dev_b, cache_b, SERVER_IP);
-    let (c, s) =
-        lockstep_connect(&mut client, &mut server, SocketAddrV4::new(SERVER_IP, PORT)).expect("connect");
+    let (mut client, mut server) = pair_ends(make);
+    let (c, s) = lockstep_connect(&mut client, &mut server, REMOTE).expect("connect");
     lockstep_transfer(&mut client, &mut server, c, s, WARM).expect("warm-up transfer");
     Bulk { client, server, c, s }
 }

@@ -23,12 +23,12 @@
 #![allow(missing_docs, reason = "gungraun's macros generate undocumented modules, constants and functions")]
 
 use std::hint::black_box;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
 use netchannel::dev::Pair;
-use netchannel::pool::{HugePages, Pool, PoolCache};
+use netchannel::pool::PoolCache;
 
 // The timed bench's harness, shared rather than copied (each module uses what it needs of it).
 #[path = "common/mod.rs"]
@@ -41,6 +41,8 @@ mod endpoint;
 #[path = "tcp/measure.rs"]
 #[expect(dead_code, reason = "the harness's helpers for other workloads")]
 mod measure;
+#[path = "tcp/pair_ends.rs"]
+mod pair_ends;
 #[path = "tcp/smol.rs"]
 mod smol;
 #[path = "tcp/workload.rs"]
@@ -48,6 +50,7 @@ mod smol;
 mod workload;
 
 use endpoint::{Endpoint, LibEndpoint};
+use pair_ends::{BUF, PORT, REMOTE, pair_ends};
 use smol::SmolEndpoint;
 use workload::{TxnServer, lockstep_transactions};
 
@@ -62,12 +65,6 @@ const DEADLINE: Duration = Duration::from_secs(120);
 const TXNS: u64 = 1000;
 /// Transactions run in `setup`, before: past tcp-lib's default bound of 4,096 TIME-WAIT records.
 const WARM: u64 = 4500;
-/// Send and receive buffers of both stacks (the timed bench's default).
-const BUF: usize = 256 * 1024;
-const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
-const PORT: u16 = 5001;
-const REMOTE: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, PORT);
 
 /// Both ends, the server listening, with the server workload's state.
 struct Txns<E: Endpoint> {
@@ -76,22 +73,11 @@ struct Txns<E: Endpoint> {
     serving: TxnServer<E::Sock>,
 }
 
-/// The pool cache of one end, for the life of the process (an endpoint borrows it).
-fn leaked_cache(dev: &Pair) -> &'static PoolCache {
-    Box::leak(Box::new(dev.pool().cache()))
-}
-
 /// Two endpoints made by `make` on the two ends of a fresh `Pair`, the server listening, [`WARM`]
 /// transactions run.
 fn setup<E: Endpoint>(make: impl Fn(Pair, &'static PoolCache, Ipv4Addr) -> E) -> Txns<E> {
-    let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().expect("pool");
-    let (dev_a, dev_b) = Pair::builder(&pool).capacity(4096).build().expect("pair");
-    let (cache_a, cache_b) = (leaked_cache(&dev_a), leaked_cache(&dev_b));
-    let mut t = Txns {
-        client: make(dev_a, cache_a, CLIENT_IP),
-        server: make(dev_b, cache_b, SERVER_IP),
-        serving: TxnServer::new(),
-    };
+    let (client, server) = pair_ends(make);
+    let mut t = Txns { client, server, serving: TxnServer::new() };
     t.server.listen(PORT).expect("listen");
     lockstep_transactions(&mut t.client, &mut t.server, &mut t.serving, REMOTE, WARM)
         .expect("warm-up transactions");
