@@ -15,7 +15,7 @@ per two units: start-up and one-off code cancel out). The script prints the numb
 that hold hot instructions (what the instruction cache must hold for the loop to run from it: a
 32 KiB L1i holds 512), the instructions per unit, the lines by how often per unit their most-run
 instruction runs (at most twice: in a transaction, once at each end, a connection's opening and
-closing; up to eight; more: the per-segment code), and the TOP functions (default 0) by the hot
+closing; over twice and at most eight times; over eight: the per-segment code), and the TOP functions (default 0) by the hot
 lines they occupy (a line shared by functions is split between them). Unlike a cache simulation's
 miss count, which moves by +-10% with the code layout alone when the footprint is well past the cache,
 this count only moves when the code that runs does.
@@ -66,9 +66,9 @@ def main():
             lines[addr >> 6].add(fn_of[addr])
             most_runs[addr >> 6] = max(most_runs[addr >> 6], delta / units)
     print(f"hot lines {len(lines)} ({len(lines) * 64 / 1024:.1f} KiB), instructions per unit {total / units:.0f}")
-    bands = [("at most 2", 2), ("3 to 8", 8), ("more than 8", float("inf"))]
-    counts = collections.Counter(next(name for name, top in bands if runs <= top + 0.01) for runs in most_runs.values())
-    print("lines by runs per unit: " + ", ".join(f"{name} {counts[name]}" for name, _ in bands))
+    bands = [("at most 2", 2), ("over 2 to 8", 8), ("over 8", float("inf"))]
+    counts = collections.Counter(next(name for name, most in bands if runs <= most + 0.01) for runs in most_runs.values())
+    print("lines by runs per unit: " + "; ".join(f"{name}: {counts[name]}" for name, _ in bands))
     by_fn = collections.Counter()
     for fns in lines.values():
         for fn in fns:
