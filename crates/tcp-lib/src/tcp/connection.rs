@@ -382,9 +382,9 @@ impl Connection {
         addresses: (SocketAddr, SocketAddr),
         iss: SeqNumber,
         now: Instant,
-        (state, passive): (State, bool),
+        opening: (State, bool),
     ) -> Self {
-        Self::open(config, addresses, iss, now, (state, passive))
+        Self::open(config, addresses, iss, now, opening)
     }
 
     /// A connection in `state` (`passive`: made by a listener), as one struct literal. Always
