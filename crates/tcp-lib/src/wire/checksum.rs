@@ -20,7 +20,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Folds a 64-bit one's-complement accumulator to 16 bits.
-fn fold(mut acc: u64) -> u16 {
+pub(crate) fn fold(mut acc: u64) -> u16 {
     // Each step adds the high half to the low half; two rounds per width remove every carry.
     acc = (acc & 0xffff_ffff) + (acc >> 32);
     acc = (acc & 0xffff_ffff) + (acc >> 32);
