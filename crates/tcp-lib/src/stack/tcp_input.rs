@@ -26,16 +26,20 @@ impl Stack {
             self.stats.rx_malformed += 1;
             return;
         };
-        let Ok(seg) = A::parse(&packet, src, dst, self.rx_checksum()) else {
+        // Used where the parse left it (a reference into the `Result`): moved out of it, the
+        // segment was copied with 16-byte loads that waited on the parse's narrower stores (a
+        // failed store-to-load forward).
+        let parsed = A::parse(&packet, src, dst, self.rx_checksum());
+        let Ok(seg) = &parsed else {
             self.stats.rx_malformed += 1;
             return;
         };
         let local = dst.socket(seg.dst_port);
         let remote = src.socket(seg.src_port);
         if let Some(&index) = self.demux.get(&FlowKey::new(local, remote)) {
-            let predicted = self.segment_for_connection(index, &seg, ce, deliver);
+            let predicted = self.segment_for_connection(index, seg, ce, deliver);
             if predicted && self.rx_remember && seg.payload.len() >= rx_cache::MIN_REMEMBERED {
-                self.rx_memory.keep_segment(index, &seg);
+                self.rx_memory.keep_segment(index, seg);
             }
             return;
         }
@@ -45,7 +49,7 @@ impl Stack {
             let (epoch, now) = (self.epoch, self.now);
             let record = self.time_wait.record_mut(slot);
             let before = record.expires(epoch);
-            let action = record.handle_segment(&self.config.tcp, epoch, now, &seg);
+            let action = record.handle_segment(&self.config.tcp, epoch, now, seg);
             let after = record.expires(epoch);
             match action {
                 TimeWaitAction::Ignore => {}
@@ -70,11 +74,11 @@ impl Stack {
         if let Some(&li) = self.listener_ports.get(&seg.dst_port) {
             self.stats.tcp_segments_in += 1;
             let generation = self.listeners.generation(li).unwrap_or(0);
-            self.listener_segment(ListenerId { index: li, generation }, local, remote, &seg);
+            self.listener_segment(ListenerId { index: li, generation }, local, remote, seg);
             return;
         }
         self.stats.tcp_no_socket += 1;
-        if let Some(rst) = reset_for(&seg) {
+        if let Some(rst) = reset_for(seg) {
             self.send_tcp_control(local, remote, &rst);
         }
     }
