@@ -114,7 +114,34 @@ pub struct Connection {
     /// The pending reset is our abort's: it carries our timestamps (RFC 7323 §3.2: SHOULD).
     rst_with_ts: bool,
 
-    stats: Stats,
+    /// The counters of [`Stats`]; its other fields are read from the state when asked for.
+    stats: Counters,
+}
+
+/// The counters a connection keeps for [`Connection::stats`] (the rest of [`Stats`] is computed
+/// from the connection's state there): 160 bytes where the whole `Stats` took 312, fewer for a
+/// new connection to write.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    retransmits: u64,
+    timeouts: u64,
+    fast_retransmits: u64,
+    dup_acks: u64,
+    bytes_out: u64,
+    bytes_in: u64,
+    segments_out: u64,
+    segments_in: u64,
+    challenge_acks: u64,
+    challenge_acks_suppressed: u64,
+    tail_loss_probes: u64,
+    ce_received: u64,
+    ecn_reductions: u64,
+    hystart_exits: u64,
+    idle_restarts: u64,
+    paced: u64,
+    pacing_wait: Duration,
+    pacing_rate: u64,
+    predicted: u64,
 }
 
 /// Explicit Congestion Notification (RFC 3168) on a connection: negotiated or not, the ECE we
@@ -521,7 +548,7 @@ impl Connection {
             ),
             pending_rst: None,
             rst_with_ts: false,
-            stats: Stats::default(),
+            stats: Counters::default(),
         }
     }
 
@@ -609,6 +636,7 @@ impl Connection {
     /// Counters and estimates.
     #[must_use]
     pub fn stats(&self) -> Stats {
+        let c = &self.stats;
         Stats {
             srtt: self.rtt.srtt(),
             rttvar: self.rtt.rttvar(),
@@ -629,7 +657,25 @@ impl Connection {
             ecn: self.ecn.ok,
             reordering: self.recovery.rack.reordering(),
             reordering_events: self.recovery.rack.reordering_events(),
-            ..self.stats
+            retransmits: c.retransmits,
+            timeouts: c.timeouts,
+            fast_retransmits: c.fast_retransmits,
+            dup_acks: c.dup_acks,
+            bytes_out: c.bytes_out,
+            bytes_in: c.bytes_in,
+            segments_out: c.segments_out,
+            segments_in: c.segments_in,
+            challenge_acks: c.challenge_acks,
+            challenge_acks_suppressed: c.challenge_acks_suppressed,
+            tail_loss_probes: c.tail_loss_probes,
+            ce_received: c.ce_received,
+            ecn_reductions: c.ecn_reductions,
+            hystart_exits: c.hystart_exits,
+            idle_restarts: c.idle_restarts,
+            paced: c.paced,
+            pacing_wait: c.pacing_wait,
+            pacing_rate: c.pacing_rate,
+            predicted: c.predicted,
         }
     }
 
