@@ -37,7 +37,7 @@ impl Stack {
     }
 
     /// Stores `conn`, a connection built elsewhere (a SYN cookie's, a migrated one), in the
-    /// table: a copy of its 2.3 KB into the slot, which [`insert_new`](Self::insert_new) avoids.
+    /// table: a copy of its 2.2 KB into the slot, which [`insert_new`](Self::insert_new) avoids.
     pub(super) fn insert(
         &mut self,
         conn: Connection,
@@ -53,9 +53,9 @@ impl Stack {
     /// when `listener` is `None`, else passively (SYN-RECEIVED, in the listener's SYN queue,
     /// the SYN still to be taken). The connection is written in the slot where it will live:
     /// [`Connection::open`] is inlined here, into the slab's in-place insert, so that no
-    /// temporary holds it (a connection is 2.3 KB; copying it from a temporary cost about 250
-    /// instructions and 37 cache lines a connection). Out of line, so that the active and the
-    /// passive opens share this one copy of the connection's initialisation.
+    /// temporary holds it (a connection is 2.2 KB; copying it from a temporary cost about 250
+    /// instructions and 37 cache lines a connection, when it was 2.3 KB). Out of line, so that
+    /// the active and the passive opens share this one copy of the connection's initialisation.
     #[inline(never)]
     pub(super) fn insert_new(
         &mut self,
@@ -101,7 +101,7 @@ impl Stack {
         }
     }
 
-    /// Drops the connection in slot `index` (where it lies: its 2.3 KB are not copied out),
+    /// Drops the connection in slot `index` (where it lies: its 2.2 KB are not copied out),
     /// after taking it out of the tables and keeping its ring storage for the next connection.
     pub(super) fn reclaim(&mut self, index: u32) {
         let keep_spare = self.spares.len() < MAX_SPARES;

@@ -416,7 +416,7 @@ impl Connection {
 
     /// A connection in `state` (`passive`: made by a listener), as one struct literal. Always
     /// inlined, so that a caller storing it in place (the stack's table slot, where
-    /// `Stack::insert_new` has its one copy of this) writes its 2.3 KB there directly: a
+    /// `Stack::insert_new` has its one copy of this) writes its 2.2 KB there directly: a
     /// function returning it would write it to a temporary that the caller then copies, since
     /// the compiler may not let a call that can unwind write its result into memory the caller
     /// can observe.
