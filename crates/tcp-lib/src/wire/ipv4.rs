@@ -48,6 +48,24 @@ const FLAG_DF: u16 = 0x4000;
 const FLAG_MF: u16 = 0x2000;
 const FRAG_OFFSET_MASK: u16 = 0x1fff;
 
+/// The DSCP/ECN byte: the DSCP's 6 bits above the ECN codepoint's 2.
+const fn dscp_ecn(dscp: u8, ecn: u8) -> u8 {
+    (dscp << 2) | (ecn & 0x03)
+}
+
+/// The flags-and-fragment-offset field: DF, MF and the offset in bytes (a multiple of 8; the low
+/// three bits are dropped); the reserved bit clear.
+const fn flags_frag(dont_frag: bool, more_frags: bool, offset: u16) -> u16 {
+    let mut v = (offset >> 3) & FRAG_OFFSET_MASK;
+    if dont_frag {
+        v |= FLAG_DF;
+    }
+    if more_frags {
+        v |= FLAG_MF;
+    }
+    v
+}
+
 /// An IP protocol number (IANA "Assigned Internet Protocol Numbers"; the ones this stack uses are
 /// named).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -382,7 +400,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Sets the DSCP (6 bits) and ECN (2 bits).
     pub fn set_dscp_ecn(&mut self, dscp: u8, ecn: u8) {
-        self.buffer.as_mut()[field::DSCP_ECN] = (dscp << 2) | (ecn & 0x03);
+        self.buffer.as_mut()[field::DSCP_ECN] = dscp_ecn(dscp, ecn);
     }
 
     /// Sets the total length (voids [`check_len`](Self::check_len)).
@@ -398,14 +416,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the flags and the fragment offset in bytes (which must be a multiple of 8; the low
     /// three bits are dropped). The reserved bit is cleared.
     pub fn set_flags_and_frag_offset(&mut self, dont_frag: bool, more_frags: bool, offset: u16) {
-        let mut v = (offset >> 3) & FRAG_OFFSET_MASK;
-        if dont_frag {
-            v |= FLAG_DF;
-        }
-        if more_frags {
-            v |= FLAG_MF;
-        }
-        put16(self.buffer.as_mut(), field::FLAGS_FRAG, v);
+        put16(self.buffer.as_mut(), field::FLAGS_FRAG, flags_frag(dont_frag, more_frags, offset));
     }
 
     /// Sets the TTL (the checksum is not updated; see
@@ -601,22 +612,15 @@ impl Repr {
         more_frags: bool,
         frag_offset: u16,
     ) {
-        let mut flags = (frag_offset >> 3) & FRAG_OFFSET_MASK;
-        if self.dont_frag {
-            flags |= FLAG_DF;
-        }
-        if more_frags {
-            flags |= FLAG_MF;
-        }
         // The header as three big-endian words, built in registers, its checksum summed from the
         // same words, and stored whole. Written a field at a time and summed back from memory (as
         // `Packet::fill_checksum` does), the sum's 8-byte loads wait for the narrow stores to
         // retire (a store-to-load forward fails): a third of this function's time.
         let first = (0x45_u64 << 56)
-            | (u64::from((self.dscp << 2) | (self.ecn & 0x03)) << 48)
+            | (u64::from(dscp_ecn(self.dscp, self.ecn)) << 48)
             | (u64::from(total_len) << 32)
             | (u64::from(self.ident) << 16)
-            | u64::from(flags);
+            | u64::from(flags_frag(self.dont_frag, more_frags, frag_offset));
         let ttl_protocol = (u32::from(self.ttl) << 24) | (u32::from(u8::from(self.protocol)) << 16);
         let (src, dst) = (u32::from(self.src_addr), u32::from(self.dst_addr));
         // One's-complement sums of 32-bit halves fold to the sum of the 16-bit words.
