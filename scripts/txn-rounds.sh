@@ -36,9 +36,16 @@ rustflags() {
     case "$1" in
         default) echo "" ;;
         aligned) echo "-C llvm-args=-align-all-functions=6 -C llvm-args=-align-all-nofallthru-blocks=5" ;;
-        *) echo "txn-rounds: unknown flavour '$1' (default, aligned)" >&2; exit 2 ;;
     esac
 }
+# Checked here: inside the build's command substitution an unknown flavour would only empty
+# RUSTFLAGS and build the default one under its name.
+for flavour in $flavours; do
+    case "$flavour" in
+        default | aligned) ;;
+        *) echo "txn-rounds: unknown flavour '$flavour' in TXN_ROUNDS_FLAVOURS (default, aligned)" >&2; exit 2 ;;
+    esac
+done
 
 # Builds the tcp bench of commit $1 in flavour $2; prints the binary's path.
 build() {
