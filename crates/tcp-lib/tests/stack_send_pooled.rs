@@ -28,6 +28,7 @@ fn lossy(reorder: f64) -> DirectionConfig {
         duplicate: 0.01,
         reorder,
         reorder_by: 3,
+        reorder_timeout: None,
         delay: Duration::from_millis(2),
         rate: None,
     }

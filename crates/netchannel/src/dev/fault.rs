@@ -17,7 +17,8 @@
 //!    two packets may not share a buffer; no buffer free means no duplicate, counted), with the
 //!    same offload metadata;
 //! 4. **reorder** with probability `reorder`: the frame is held back until the frame `reorder_by`
-//!    places behind it has gone out, then released right after it;
+//!    places behind it has gone out, then released right after it, or once `reorder_timeout` has
+//!    passed, if that comes first;
 //! 5. **delay**: every frame waits `delay` from when it entered (a fixed delay keeps order);
 //! 6. **rate limit**: frames leave through a token bucket of `bytes_per_sec` with a depth of
 //!    `burst_bytes` (a frame may leave while the bucket holds any token, driving it negative, so a
@@ -147,6 +148,14 @@ pub struct DirectionConfig {
     pub reorder: f64,
     /// How many later frames overtake a held-back frame (0 disables reordering).
     pub reorder_by: u32,
+    /// The longest a held-back frame waits for the frames that overtake it (from when it would
+    /// otherwise have left); `None` (the default): however long they take. Set it wherever
+    /// time matters to a peer. Reordering on a real path lasts milliseconds, but a frame held
+    /// until later ones pass waits as long as its sender is quiet, through a whole
+    /// retransmission timeout, and a sender takes that wait for a round trip: Linux takes the
+    /// RTT sample from the SACK that first covers the frame (seconds, or tens of them), and its
+    /// RTO then grows to the 120 s maximum.
+    pub reorder_timeout: Option<Duration>,
     /// How long every frame waits before it moves on.
     pub delay: Duration,
     /// A rate limit, if any.
@@ -227,8 +236,10 @@ struct Held {
     seq: u64,
     /// Not before this time.
     due: Duration,
-    /// Held back until the frame with this sequence number has left.
+    /// Held back until the frame with this sequence number has left, or until `give_up`.
     after: Option<u64>,
+    /// When a held-back frame stops waiting for `after` ([`DirectionConfig::reorder_timeout`]).
+    give_up: Duration,
     /// Already counted in `rate_limited`.
     throttled: bool,
 }
@@ -276,7 +287,11 @@ impl Direction {
         let seq = self.next_seq;
         self.next_seq += 1;
         let due = now.saturating_add(self.cfg.delay);
-        self.held.push_back(Held { index, len, seq, due, after, throttled: false });
+        let give_up = match (after, self.cfg.reorder_timeout) {
+            (Some(_), Some(t)) => due.saturating_add(t),
+            _ => Duration::MAX,
+        };
+        self.held.push_back(Held { index, len, seq, due, after, give_up, throttled: false });
         seq
     }
 
@@ -354,7 +369,8 @@ impl Direction {
             let mut i = 0;
             while i < self.held.len() && !out.is_full() && !blocked {
                 let h = self.held[i];
-                let waiting = h.due > now || h.after.is_some_and(|a| self.max_released.is_none_or(|m| m < a));
+                let overtaken = |a| self.max_released.is_some_and(|m| m >= a);
+                let waiting = h.due > now || h.after.is_some_and(|a| !overtaken(a) && now < h.give_up);
                 if waiting {
                     i += 1;
                     continue;
@@ -407,6 +423,7 @@ impl Direction {
                 seq: 0,
                 due: Duration::ZERO,
                 after: None,
+                give_up: Duration::MAX,
                 throttled: true,
             };
             self.held.insert(k.min(self.held.len()), entry);
@@ -800,6 +817,54 @@ mod tests {
         drop((out, rx, inj, b));
         drop(cache);
         rig.pool.check_leaks().unwrap();
+    }
+
+    /// Frames held back for reordering with no later frames to overtake them (their sender gone
+    /// quiet) leave, in order, once `reorder_timeout` has passed, and stay held without one.
+    #[test]
+    fn reordering_is_bounded_in_time_when_asked() {
+        for timeout in [None, Some(Duration::from_millis(5))] {
+            let rig = Rig::new();
+            let (a, mut b) = Pair::builder(&rig.pool).capacity(64).build().unwrap();
+            let clock = VirtualClock::new();
+            // Every frame is held back behind the next two.
+            let tx = DirectionConfig {
+                reorder: 1.0,
+                reorder_by: 2,
+                reorder_timeout: timeout,
+                ..Default::default()
+            };
+            let cfg = FaultConfig { seed: 4, tx, ..FaultConfig::default() };
+            let mut inj = FaultInjector::with_clock(a, &rig.pool, cfg, clock.clone());
+            let cache = rig.pool.cache();
+            let mut out = PacketBatch::with_capacity(4);
+            let mut rx = PacketBatch::with_capacity(4);
+            for i in 0..3u8 {
+                let mut p = cache.alloc().unwrap();
+                p.extend_from_slice(&[i; 60]).unwrap();
+                out.push(p).unwrap();
+                assert_eq!(inj.tx_burst(0, &mut out).unwrap(), 1);
+            }
+            // Each waits for the frame two places behind it, which waits too: none leaves, and
+            // none is due to before the bound.
+            clock.advance(Duration::from_millis(4));
+            inj.tx_burst(0, &mut out).unwrap();
+            assert_eq!(b.rx_burst(0, &cache, &mut rx).unwrap(), 0, "none overtaken, the bound not passed");
+            clock.advance(Duration::from_secs(30));
+            inj.tx_burst(0, &mut out).unwrap();
+            b.rx_burst(0, &cache, &mut rx).unwrap();
+            let firsts: Vec<u8> = rx.as_slice().iter().map(|p| p.data()[0]).collect();
+            match timeout {
+                None => {
+                    assert_eq!(inj.fault_stats().tx_held, 3, "without a bound, held for as long as it takes")
+                }
+                Some(_) => assert_eq!(firsts, [0, 1, 2], "all out once the bound passed, in order"),
+            }
+            rx.clear();
+            drop((out, rx, inj, b));
+            drop(cache);
+            rig.pool.check_leaks().unwrap();
+        }
     }
 
     fn near(actual: u64, n: u32, p: f64) {

@@ -227,6 +227,7 @@ pub fn lossy(corrupt: f64) -> DirectionConfig {
         duplicate: 0.01,
         reorder: 0.02,
         reorder_by: 3,
+        reorder_timeout: None,
         delay: Duration::from_millis(2),
         rate: None,
     }
