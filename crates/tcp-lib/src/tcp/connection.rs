@@ -235,8 +235,7 @@ struct RecvSide {
     adv: SeqNumber,
     buf: RingBuffer,
     ooo: Assembler,
-    /// The starts of the out-of-order segments received most recently, for the order of our SACK
-    /// blocks (RFC 2018 §4).
+    /// Our SACK blocks (RFC 2018 §4): those of the out-of-order segments received most recently.
     sack_recent: RecentBlocks,
     /// A FIN received out of order, at this sequence number.
     ooo_fin: Option<SeqNumber>,

@@ -89,8 +89,10 @@
 //! * RFC 2018: SACK-permitted negotiation ([`Connection::sack_permitted`]); once negotiated, our
 //!   ACKs (and data segments, whose payload shrinks to leave room) carry SACK blocks for the
 //!   out-of-order data held, the block of the most recently received segment first, then the
-//!   other recent ones, up to 4 (3 beside timestamps). D-SACK (RFC 2883) is not sent, and D-SACK
-//!   blocks received are ignored.
+//!   other recent ones, up to 4 (3 beside timestamps), kept as Linux keeps them: held data whose
+//!   block was forgotten (a fifth hole) is not reported later, since a sender that times SACKs
+//!   would read the delay as a round trip. D-SACK (RFC 2883) is not sent, and D-SACK blocks
+//!   received are ignored.
 //! * RFC 6675 conservative SACK-based loss recovery: a bounded scoreboard of SACKed ranges,
 //!   IsLost (DupThresh = 3 segments or duplicate ACKs), recovery entered on the third duplicate
 //!   ACK or as soon as IsLost(HighACK + 1) (so ACKs carrying data count too), pipe estimation,

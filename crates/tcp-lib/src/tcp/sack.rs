@@ -1,10 +1,10 @@
 //! Selective acknowledgment: the sender's scoreboard of SACKed ranges and the RFC 6675
 //! conservative loss recovery queries over it (IsLost, pipe, NextSeg), and the receiver's
-//! memory of which out-of-order blocks it received most recently (RFC 2018 §4).
+//! SACK blocks for the out-of-order data it received most recently (RFC 2018 §4).
 //!
 //! Both are bounded: the scoreboard holds at most [`MAX_SACK_RANGES`] coalesced ranges (when full,
 //! the highest range is forgotten, which only makes the sender retransmit more than needed), the
-//! receiver remembers [`SackBlocks::MAX`] block starts.
+//! receiver remembers [`SackBlocks::MAX`] blocks.
 
 use crate::wire::SeqNumber;
 use crate::wire::tcp::{SackBlock, SackBlocks};
@@ -257,53 +257,58 @@ fn len(from: SeqNumber, to: SeqNumber) -> usize {
     usize::try_from(to - from).unwrap_or(0)
 }
 
-/// The data receiver's memory of the out-of-order segments it received most recently (their
-/// first sequence numbers, newest first), so that ACKs list the block holding the newest segment
-/// first and then the most recently reported ones (RFC 2018 §4).
+/// The data receiver's SACK blocks (RFC 2018 §4), kept as Linux keeps them: at most
+/// [`SackBlocks::MAX`], the one holding the newest out-of-order segment first, then the others by
+/// how recently a segment joined them. A block holds only segments it recorded: out-of-order
+/// data whose block dropped off the end (a fifth hole) is not reported again, however long it
+/// stays held, until the cumulative ACK covers it.
+///
+/// Reporting it later, as RFC 2018 permits (blocks from the whole out-of-order queue), misleads
+/// a sender that times SACKs: Linux takes the RTT sample of an ACK that SACKs data for the first
+/// time from when that data was sent, so a block first reported seconds after its data arrived
+/// reads as a round trip of seconds, and the sender's RTO grows to its 120 s maximum (a stall
+/// seen against the kernel through 10% loss, where 8 holes were held and 3 blocks fit).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RecentBlocks {
-    starts: [SeqNumber; SackBlocks::MAX],
+    blocks: [SackBlock; SackBlocks::MAX],
     len: usize,
 }
 
 impl RecentBlocks {
-    /// An out-of-order segment starting at `seq` was stored.
-    pub(crate) fn record(&mut self, seq: SeqNumber) {
-        let pos = self.starts[..self.len].iter().position(|&s| s == seq);
-        let shift = pos.unwrap_or_else(|| self.len.min(SackBlocks::MAX - 1));
-        self.starts.copy_within(..shift, 1);
-        self.starts[0] = seq;
-        if pos.is_none() {
-            self.len = (self.len + 1).min(SackBlocks::MAX);
+    /// The out-of-order segment `left..right` is held (`rcv_nxt` is RCV.NXT): its block, with
+    /// every block it overlaps or touches, goes first; blocks the cumulative ACK reached go, and
+    /// the oldest block is forgotten when the list is full.
+    pub(crate) fn record(&mut self, rcv_nxt: SeqNumber, left: SeqNumber, right: SeqNumber) {
+        let mut merged = SackBlock { left, right };
+        let mut kept = 0;
+        for i in 0..self.len {
+            let b = self.blocks[i];
+            if b.left <= rcv_nxt {
+                continue;
+            }
+            if b.left <= merged.right && merged.left <= b.right {
+                merged = SackBlock { left: b.left.min(merged.left), right: b.right.max(merged.right) };
+            } else {
+                self.blocks[kept] = b;
+                kept += 1;
+            }
         }
+        let kept = kept.min(SackBlocks::MAX - 1);
+        self.blocks.copy_within(..kept, 1);
+        self.blocks[0] = merged;
+        self.len = kept + 1;
     }
 
     pub(crate) fn clear(&mut self) {
         self.len = 0;
     }
 
-    /// Up to `max` SACK blocks for the out-of-order `ranges` (absolute, sorted): first those
-    /// holding the recently received segments, newest first, then the others from the lowest.
-    pub(crate) fn blocks(
-        &self,
-        ranges: impl Iterator<Item = (SeqNumber, SeqNumber)> + Clone,
-        max: usize,
-    ) -> SackBlocks {
+    /// Up to `max` SACK blocks, newest first, above `rcv_nxt` (a block the cumulative ACK
+    /// reached is in order now).
+    pub(crate) fn blocks(&self, rcv_nxt: SeqNumber, max: usize) -> SackBlocks {
         let mut out = SackBlocks::new();
-        let max = max.min(SackBlocks::MAX);
-        let push = |out: &mut SackBlocks, (left, right): (SeqNumber, SeqNumber)| {
-            let b = SackBlock { left, right };
-            if out.len() < max && !out.as_slice().contains(&b) {
-                out.push(b);
-            }
-        };
-        for &s in &self.starts[..self.len] {
-            if let Some(r) = ranges.clone().find(|&(l, r)| l <= s && s < r) {
-                push(&mut out, r);
-            }
-        }
-        for r in ranges {
-            push(&mut out, r);
+        for &b in self.blocks[..self.len].iter().filter(|b| b.left > rcv_nxt).take(max) {
+            out.push(b);
         }
         out
     }
@@ -404,25 +409,31 @@ mod tests {
     }
 
     #[test]
-    fn recent_blocks_order_and_limit() {
-        let ranges =
-            [(s(100), s(200)), (s(300), s(400)), (s(500), s(600)), (s(700), s(800)), (s(900), s(950))];
+    fn recent_blocks_order_merge_and_limit() {
+        let lefts = |r: &RecentBlocks, nxt: u32, max: usize| -> Vec<_> {
+            r.blocks(s(nxt), max).as_slice().iter().map(|b| (b.left, b.right)).collect()
+        };
         let mut r = RecentBlocks::default();
-        r.record(s(300));
-        r.record(s(700));
-        r.record(s(150));
-        let b = r.blocks(ranges.iter().copied(), 4);
-        let lefts: Vec<_> = b.as_slice().iter().map(|b| b.left).collect();
-        assert_eq!(lefts, [s(100), s(700), s(300), s(500)], "newest first, then the rest from the lowest");
-        let b = r.blocks(ranges.iter().copied(), 3);
-        assert_eq!(b.len(), 3);
-        r.record(s(300));
-        let b = r.blocks(ranges.iter().copied(), 2);
-        let lefts: Vec<_> = b.as_slice().iter().map(|b| b.left).collect();
-        assert_eq!(lefts, [s(300), s(100)]);
-        for i in 0..10 {
-            r.record(s(900 + i));
+        r.record(s(0), s(300), s(400));
+        r.record(s(0), s(700), s(800));
+        r.record(s(0), s(100), s(200));
+        assert_eq!(lefts(&r, 0, 4), [(s(100), s(200)), (s(700), s(800)), (s(300), s(400))], "newest first");
+        assert_eq!(lefts(&r, 0, 2).len(), 2);
+        // A segment touching one block and overlapping another joins them, first.
+        r.record(s(0), s(200), s(310));
+        assert_eq!(lefts(&r, 0, 4), [(s(100), s(400)), (s(700), s(800))]);
+        // Four more holes: the oldest block is forgotten, and not reported again.
+        for i in 0..3 {
+            r.record(s(0), s(900 + 100 * i), s(950 + 100 * i));
         }
         assert_eq!(r.len, SackBlocks::MAX);
+        r.record(s(0), s(1500), s(1550));
+        assert!(!lefts(&r, 0, 4).contains(&(s(100), s(400))), "forgotten");
+        assert_eq!(lefts(&r, 0, 4)[0], (s(1500), s(1550)));
+        // The cumulative ACK passes two blocks: they are no longer reported, and go at the next record.
+        assert_eq!(lefts(&r, 1050, 4), [(s(1500), s(1550)), (s(1100), s(1150))]);
+        r.record(s(1050), s(1300), s(1400));
+        assert_eq!(r.len, 3);
+        assert_eq!(lefts(&r, 1050, 4), [(s(1300), s(1400)), (s(1500), s(1550)), (s(1100), s(1150))]);
     }
 }

@@ -220,6 +220,28 @@ pub fn set_linger_zero(fd: &impl AsRawFd) -> Result<(), String> {
     if r == 0 { Ok(()) } else { Err(format!("setsockopt(SO_LINGER): {}", io::Error::last_os_error())) }
 }
 
+/// The kernel's smoothed RTT and RTO of a TCP socket (`TCP_INFO`).
+pub fn kernel_rtt(fd: &impl AsRawFd) -> Result<(Duration, Duration), String> {
+    // SAFETY: `tcp_info` is plain integers, for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = libc::socklen_t::try_from(size_of::<libc::tcp_info>()).unwrap_or(0);
+    // SAFETY: `info` is a live `tcp_info` for the duration of the call and `len` is its size; the
+    // kernel writes at most `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &raw mut len,
+        )
+    };
+    if r != 0 {
+        return Err(format!("getsockopt(TCP_INFO): {}", io::Error::last_os_error()));
+    }
+    Ok((Duration::from_micros(info.tcpi_rtt.into()), Duration::from_micros(info.tcpi_rto.into())))
+}
+
 /// `SO_KEEPALIVE` with `TCP_KEEPIDLE`, `TCP_KEEPINTVL` (seconds) and `TCP_KEEPCNT`.
 pub fn set_keepalive(fd: &impl AsRawFd, idle_s: i32, interval_s: i32, count: i32) -> Result<(), String> {
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;

@@ -407,7 +407,7 @@ impl Connection {
                 written = self.rcv.buf.write_unallocated_around(offset, payload, self.rcv.ooo.ranges());
                 if written > 0 {
                     if self.rcv.ooo.add(offset, offset + written) {
-                        self.rcv.sack_recent.record(seq);
+                        self.rcv.sack_recent.record(self.rcv.nxt, seq, seq + written);
                     } else {
                         written = 0;
                     }
@@ -458,6 +458,10 @@ impl Connection {
                 self.rcv.buf.write_unallocated_around(0, &payload[delivered..], self.rcv.ooo.ranges());
             let filled_hole = !self.rcv.ooo.is_empty();
             let buffered = self.rcv.ooo.advance(copied);
+            if filled_hole && self.rcv.ooo.is_empty() {
+                // Every SACK block was held out of order: all in order now.
+                self.rcv.sack_recent.clear();
+            }
             self.rcv.buf.enqueue_unallocated(buffered);
             (copied, filled_hole, buffered)
         };

@@ -69,15 +69,15 @@ impl Connection {
 
     /// The SACK blocks for our next ACK (RFC 2018 §4): when SACK was negotiated and data is held
     /// out of order, the block holding the most recently received segment first, then the
-    /// other recently received ones, then the rest, as many as fit beside the timestamps
+    /// blocks other segments joined most recently ([`RecentBlocks`](crate::tcp::sack::RecentBlocks):
+    /// held data whose block was forgotten is not reported), as many as fit beside the timestamps
     /// option (three; four without it). D-SACK (RFC 2883) is not sent.
     fn sack_blocks(&self) -> SackBlocks {
         if !self.sack_ok || self.rcv.ooo.is_empty() {
             return SackBlocks::new();
         }
         let max = if self.ts.ok { 3 } else { SackBlocks::MAX };
-        let base = self.rcv.nxt;
-        self.rcv.sack_recent.blocks(self.rcv.ooo.ranges().map(move |(s, e)| (base + s, base + e)), max)
+        self.rcv.sack_recent.blocks(self.rcv.nxt, max)
     }
 
     /// The most payload bytes in our next segment: the send MSS less the SACK option it will
