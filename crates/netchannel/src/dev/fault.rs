@@ -236,10 +236,9 @@ struct Held {
     seq: u64,
     /// Not before this time.
     due: Duration,
-    /// Held back until the frame with this sequence number has left, or until `give_up`.
+    /// Held back until the frame with this sequence number has left, or
+    /// [`DirectionConfig::reorder_timeout`] after `due`.
     after: Option<u64>,
-    /// When a held-back frame stops waiting for `after` ([`DirectionConfig::reorder_timeout`]).
-    give_up: Duration,
     /// Already counted in `rate_limited`.
     throttled: bool,
 }
@@ -287,11 +286,7 @@ impl Direction {
         let seq = self.next_seq;
         self.next_seq += 1;
         let due = now.saturating_add(self.cfg.delay);
-        let give_up = match (after, self.cfg.reorder_timeout) {
-            (Some(_), Some(t)) => due.saturating_add(t),
-            _ => Duration::MAX,
-        };
-        self.held.push_back(Held { index, len, seq, due, after, give_up, throttled: false });
+        self.held.push_back(Held { index, len, seq, due, after, throttled: false });
         seq
     }
 
@@ -370,7 +365,8 @@ impl Direction {
             while i < self.held.len() && !out.is_full() && !blocked {
                 let h = self.held[i];
                 let overtaken = |a| self.max_released.is_some_and(|m| m >= a);
-                let waiting = h.due > now || h.after.is_some_and(|a| !overtaken(a) && now < h.give_up);
+                let timed_out = self.cfg.reorder_timeout.is_some_and(|t| now >= h.due.saturating_add(t));
+                let waiting = h.due > now || h.after.is_some_and(|a| !overtaken(a) && !timed_out);
                 if waiting {
                     i += 1;
                     continue;
@@ -423,7 +419,6 @@ impl Direction {
                 seq: 0,
                 due: Duration::ZERO,
                 after: None,
-                give_up: Duration::MAX,
                 throttled: true,
             };
             self.held.insert(k.min(self.held.len()), entry);

@@ -410,30 +410,30 @@ mod tests {
 
     #[test]
     fn recent_blocks_order_merge_and_limit() {
-        let lefts = |r: &RecentBlocks, nxt: u32, max: usize| -> Vec<_> {
+        let listed = |r: &RecentBlocks, nxt: u32, max: usize| -> Vec<_> {
             r.blocks(s(nxt), max).as_slice().iter().map(|b| (b.left, b.right)).collect()
         };
         let mut r = RecentBlocks::default();
         r.record(s(0), s(300), s(400));
         r.record(s(0), s(700), s(800));
         r.record(s(0), s(100), s(200));
-        assert_eq!(lefts(&r, 0, 4), [(s(100), s(200)), (s(700), s(800)), (s(300), s(400))], "newest first");
-        assert_eq!(lefts(&r, 0, 2).len(), 2);
+        assert_eq!(listed(&r, 0, 4), [(s(100), s(200)), (s(700), s(800)), (s(300), s(400))], "newest first");
+        assert_eq!(listed(&r, 0, 2).len(), 2);
         // A segment touching one block and overlapping another joins them, first.
         r.record(s(0), s(200), s(310));
-        assert_eq!(lefts(&r, 0, 4), [(s(100), s(400)), (s(700), s(800))]);
+        assert_eq!(listed(&r, 0, 4), [(s(100), s(400)), (s(700), s(800))]);
         // Four more holes: the oldest block is forgotten, and not reported again.
         for i in 0..3 {
             r.record(s(0), s(900 + 100 * i), s(950 + 100 * i));
         }
         assert_eq!(r.len, SackBlocks::MAX);
         r.record(s(0), s(1500), s(1550));
-        assert!(!lefts(&r, 0, 4).contains(&(s(100), s(400))), "forgotten");
-        assert_eq!(lefts(&r, 0, 4)[0], (s(1500), s(1550)));
+        assert!(!listed(&r, 0, 4).contains(&(s(100), s(400))), "forgotten");
+        assert_eq!(listed(&r, 0, 4)[0], (s(1500), s(1550)));
         // The cumulative ACK passes two blocks: they are no longer reported, and go at the next record.
-        assert_eq!(lefts(&r, 1050, 4), [(s(1500), s(1550)), (s(1100), s(1150))]);
+        assert_eq!(listed(&r, 1050, 4), [(s(1500), s(1550)), (s(1100), s(1150))]);
         r.record(s(1050), s(1300), s(1400));
         assert_eq!(r.len, 3);
-        assert_eq!(lefts(&r, 1050, 4), [(s(1300), s(1400)), (s(1500), s(1550)), (s(1100), s(1150))]);
+        assert_eq!(listed(&r, 1050, 4), [(s(1300), s(1400)), (s(1500), s(1550)), (s(1100), s(1150))]);
     }
 }
