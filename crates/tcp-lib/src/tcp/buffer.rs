@@ -587,6 +587,13 @@ impl Assembler {
         self.ranges.iter().copied()
     }
 
+    /// The ranges that end past `offset`, lowest first: those a segment written at `offset` can
+    /// meet (found by a binary search, so a segment far above many holes does not walk them all).
+    pub(crate) fn ranges_past(&self, offset: usize) -> impl Iterator<Item = (usize, usize)> + Clone + '_ {
+        let first = self.ranges.partition_point(|&(_, e)| e <= offset);
+        self.ranges.get(first..).unwrap_or_default().iter().copied()
+    }
+
     /// Forgets every range.
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();

@@ -142,6 +142,7 @@ struct Counters {
     pacing_wait: Duration,
     pacing_rate: u64,
     predicted: u64,
+    ooo_dropped: u64,
 }
 
 /// Explicit Congestion Notification (RFC 3168) on a connection: negotiated or not, the ECE we
@@ -675,6 +676,7 @@ impl Connection {
             pacing_wait: c.pacing_wait,
             pacing_rate: c.pacing_rate,
             predicted: c.predicted,
+            ooo_dropped: c.ooo_dropped,
         }
     }
 

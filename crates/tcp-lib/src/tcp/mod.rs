@@ -356,7 +356,14 @@ pub struct Config {
     pub keepalive: Option<Keepalive>,
     /// Disable Nagle's algorithm from the start.
     pub nodelay: bool,
-    /// Most out-of-order ranges held (each one a hole the peer must fill).
+    /// Most out-of-order ranges held (each one a hole the peer must fill). A segment that would
+    /// open one more is dropped and counted ([`Stats::ooo_dropped`]); the peer sends it again.
+    /// The ranges' bytes live in the receive ring, so this bounds only their bookkeeping (16
+    /// bytes a range, allocated when out-of-order data first arrives) and the work of each
+    /// out-of-order segment (a binary search and an insertion into a sorted list). The default,
+    /// 256, holds every other full-sized segment of a 740 KiB window (Linux bounds its
+    /// out-of-order queue by memory only): at 8, a 512 KiB window through 10% loss dropped 500 to
+    /// 1,000 segments of a 2 MiB transfer.
     pub max_ooo_ranges: usize,
     /// Congestion control (CUBIC by default).
     pub congestion: CongestionAlgorithm,
@@ -521,7 +528,7 @@ impl Default for Config {
             quick_acks: 0,
             keepalive: None,
             nodelay: false,
-            max_ooo_ranges: 8,
+            max_ooo_ranges: 256,
             congestion: CongestionAlgorithm::Cubic,
             hystart: HyStart::Off,
             linux_rto: false,
@@ -630,6 +637,10 @@ pub struct Stats {
     /// Segments taken by header prediction ([`Config::header_prediction`]), of
     /// [`segments_in`](Self::segments_in).
     pub predicted: u64,
+    /// Out-of-order segments whose data was not kept because every range
+    /// [`Config::max_ooo_ranges`] allows was taken by other holes (Linux's `TCPOFODrop`): the
+    /// peer sends that data again.
+    pub ooo_dropped: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

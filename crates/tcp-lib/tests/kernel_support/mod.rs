@@ -220,8 +220,19 @@ pub fn set_linger_zero(fd: &impl AsRawFd) -> Result<(), String> {
     if r == 0 { Ok(()) } else { Err(format!("setsockopt(SO_LINGER): {}", io::Error::last_os_error())) }
 }
 
-/// The kernel's smoothed RTT and RTO of a TCP socket (`TCP_INFO`).
-pub fn kernel_rtt(fd: &impl AsRawFd) -> Result<(Duration, Duration), String> {
+/// What the kernel says of one of its TCP sockets (`TCP_INFO`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelTcpInfo {
+    /// The smoothed RTT.
+    pub srtt: Duration,
+    /// The retransmission timeout.
+    pub rto: Duration,
+    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
+    pub retransmits: u32,
+}
+
+/// The kernel's smoothed RTT, RTO and retransmissions of a TCP socket (`TCP_INFO`).
+pub fn kernel_tcp_info(fd: &impl AsRawFd) -> Result<KernelTcpInfo, String> {
     // SAFETY: `tcp_info` is plain integers, for which all zeroes is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = libc::socklen_t::try_from(size_of::<libc::tcp_info>()).unwrap_or(0);
@@ -239,7 +250,11 @@ pub fn kernel_rtt(fd: &impl AsRawFd) -> Result<(Duration, Duration), String> {
     if r != 0 {
         return Err(format!("getsockopt(TCP_INFO): {}", io::Error::last_os_error()));
     }
-    Ok((Duration::from_micros(info.tcpi_rtt.into()), Duration::from_micros(info.tcpi_rto.into())))
+    Ok(KernelTcpInfo {
+        srtt: Duration::from_micros(info.tcpi_rtt.into()),
+        rto: Duration::from_micros(info.tcpi_rto.into()),
+        retransmits: info.tcpi_total_retrans,
+    })
 }
 
 /// `SO_KEEPALIVE` with `TCP_KEEPIDLE`, `TCP_KEEPINTVL` (seconds) and `TCP_KEEPCNT`.

@@ -404,12 +404,14 @@ impl Connection {
             } else {
                 // Out of order: keep it if the range fits, and send a duplicate ACK at once
                 // (RFC 5681 §4.2). Bytes already held are not overwritten (see the module docs).
-                written = self.rcv.buf.write_unallocated_around(offset, payload, self.rcv.ooo.ranges());
+                written =
+                    self.rcv.buf.write_unallocated_around(offset, payload, self.rcv.ooo.ranges_past(offset));
                 if written > 0 {
                     if self.rcv.ooo.add(offset, offset + written) {
                         self.rcv.sack_recent.record(self.rcv.nxt, seq, seq + written);
                     } else {
                         written = 0;
+                        self.stats.ooo_dropped += 1;
                     }
                 }
                 self.challenge_ack();

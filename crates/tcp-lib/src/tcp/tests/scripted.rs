@@ -793,8 +793,31 @@ fn out_of_order_store_is_bounded() {
         recv!(s, [ack(0, 0, 64)]);
     }
     assert_eq!(s.conn.ooo_held(), (2, 2), "the third hole was refused");
+    assert_eq!(s.conn.stats().ooo_dropped, 1);
     send!(s, TcpRepr { payload: b"ab", ..from_peer(0, 0) });
     recv!(s, [ack(0, 3, 61)]);
+}
+
+/// With the default bound, every other byte of a whole window is held (31 holes), and one
+/// segment covering the window fills them around what is held.
+#[test]
+fn a_window_of_holes_is_held_whole() {
+    let held = |at: usize| {
+        if at >= 2 && at.is_multiple_of(2) { b"abcdefghijklmnopqrstuvwxyz"[at % 26] } else { b'-' }
+    };
+    let mut s = established_with(script_config(), syn_from_peer(), from_peer(0, 0));
+    for at in (2..64).step_by(2) {
+        send!(s, TcpRepr { payload: &[held(at)], ..from_peer(at, 0) });
+        recv!(s, [ack(0, 0, 64)]);
+    }
+    assert_eq!(s.conn.ooo_held(), (31, 31));
+    assert_eq!(s.conn.stats().ooo_dropped, 0);
+    send!(s, TcpRepr { payload: &[b'-'; 64], ..from_peer(0, 0) });
+    recv!(s, [ack(0, 64, 0)]);
+    let mut buf = [0; 64];
+    assert_eq!(s.conn.recv(&mut buf), 64);
+    let want: Vec<u8> = (0..64).map(held).collect();
+    assert_eq!(buf[..], want[..], "held bytes are not overwritten");
 }
 
 #[test]
