@@ -155,6 +155,12 @@ fn bulk<D: OnTap>(
         let stats = host.stack.connection_stats(s).map_err(|e| e.to_string())?;
         sink.check(bytes, "kernel -> us")?;
         kernel_got.check(bytes, "us -> kernel")?;
+        if (stats.bytes_out, stats.bytes_in) != (bytes, bytes) {
+            return Err(format!(
+                "our counters say {} bytes sent and {} received of {bytes}",
+                stats.bytes_out, stats.bytes_in
+            ));
+        }
         let elapsed = start.elapsed();
         println!(
             "{role:?} port {port}: {bytes} bytes each way, byte-exact, in {elapsed:.2?} ({:.1} MiB/s each way); the kernel's {kernel_info:?}; our connection {stats:?}",

@@ -575,7 +575,11 @@ impl Connection {
             self.snd.last_seg = seq;
         }
         if seq < self.snd.max {
-            self.count_resend(seq, n, mss);
+            // A resent segment may run past SND.MAX (sent again in larger pieces after a
+            // timeout): the bytes above it go out for the first time.
+            let resent = n.min(distance(seq, self.snd.max));
+            self.count_resend(seq, resent, mss);
+            self.stats.bytes_out += (n - resent) as u64;
         } else {
             self.stats.bytes_out += n as u64;
             if !self.ts.ok && self.snd.rtt_timing.is_none() {

@@ -422,6 +422,23 @@ fn last_ack_retransmits_fin_then_times_out() {
     assert_eq!((s.conn.state(), s.conn.error()), (State::Closed, Some(ConnectionError::TimedOut)));
 }
 
+/// A segment resent after a timeout may carry data never sent before (the first send was cut
+/// short by Nagle): those bytes count as sent ([`Stats::bytes_out`]), the segment as one
+/// retransmission.
+#[test]
+fn a_resent_segment_with_new_data_counts_the_new_bytes_as_sent() {
+    let mut s = Script::established();
+    assert_eq!(s.conn.send(b"abc"), 3);
+    recv!(s, [TcpRepr { push: true, payload: b"abc", ..ack(0, 0, 64) }]);
+    assert_eq!(s.conn.send(b"defg"), 4);
+    // Nagle holds the rest while "abc" is unacknowledged.
+    recv!(s, []);
+    s.advance(SEC);
+    recv!(s, [TcpRepr { push: true, payload: b"abcdefg", ..ack(0, 0, 64) }]);
+    let st = s.conn.stats();
+    assert_eq!((st.bytes_out, st.retransmits, st.timeouts), (7, 1, 1));
+}
+
 #[test]
 fn half_close_keeps_receiving() {
     let mut s = fin_wait_2();
