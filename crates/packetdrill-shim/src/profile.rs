@@ -192,46 +192,26 @@ impl Profile {
         config
     }
 
-    /// The TCP defaults. [`Defaults::Linux`] is what packetdrill's `defaults.sh` leaves a Linux
-    /// host with: a 200 ms minimum RTO that bounds the RTO's variance term (Linux's estimator), 1 s initial RTO, delayed ACKs of up to 40 ms after the first 16
-    /// data segments (acknowledged at once), receive and
-    /// send buffers of the sizes `tcp_rmem`/`tcp_wmem` give a socket (and the window scale its
-    /// largest receive buffer gets), an initial window of ten segments, slow start that grows by every segment an ACK covers and only while the window is used and that HyStart may end, CUBIC with Linux's arithmetic, tail
-    /// loss probes and RACK loss detection (RFC 8985, its RTT taken in Linux's order, SACKs taken
-    /// in whole segments) with growth for SACKed data under reordering, ECN reductions by PRR
-    /// (Linux's CWR state), five SYN retries, PSH where Linux's TSO packets put it
-    /// ([`tcp::Push::Linux`], `tcp_min_tso_segs` 2), and empty zero-window probes.
+    /// The TCP defaults. [`Defaults::Linux`] is [`tcp::Config::linux`] as packetdrill's
+    /// `defaults.sh` leaves a Linux host: receive and send buffers of the sizes
+    /// `tcp_rmem`/`tcp_wmem` give a socket (and the window scale its largest receive buffer
+    /// gets), five SYN retries, and no restart window after idle (`tcp_slow_start_after_idle` 0);
+    /// the namespace's sysctls may change these ([`crate::sysctl`]).
     #[must_use]
     pub fn tcp(&self) -> tcp::Config {
-        let mut c =
-            tcp::Config { mss: u16::try_from(self.mtu - 40).unwrap_or(u16::MAX), ..tcp::Config::default() };
-        if self.defaults == Defaults::Linux {
-            c.min_rto = Duration::from_millis(200);
-            c.initial_rto = Duration::from_secs(1);
-            c.delayed_ack = Some(Duration::from_millis(40));
-            c.syn_retries = 5;
-            c.max_retransmits = 15;
-            c.recv_buffer = 540_000;
-            c.send_buffer = 256 * 1024;
-            // The shift Linux announces for tcp_rmem[2] = 15 MiB.
-            c.rcv_wscale = Some(8);
-            c.initial_window = Some(10);
-            c.slow_start_segments_per_ack = 64;
-            c.congestion = tcp::CongestionAlgorithm::LinuxCubic;
-            c.hystart = tcp::HyStart::Linux;
-            c.linux_rto = true;
-            c.grow_on_reordered_sacks = true;
-            c.cwnd_validation = true;
-            c.tail_loss_probe = true;
-            c.rack = true;
-            c.rack_rtt_sequence_order = true;
-            c.ecn_prr = true;
-            c.sack_in_segments = true;
-            c.quick_acks = 16;
-            c.push = tcp::Push::Linux { min_tso_segs: 2 };
-            c.window_probe = tcp::WindowProbe::Empty;
-        }
-        c
+        let base = match self.defaults {
+            Defaults::Linux => tcp::Config {
+                recv_buffer: 540_000,
+                send_buffer: 256 * 1024,
+                // The shift Linux announces for tcp_rmem[2] = 15 MiB.
+                rcv_wscale: Some(8),
+                syn_retries: 5,
+                restart_after_idle: false,
+                ..tcp::Config::linux()
+            },
+            Defaults::TcpLib => tcp::Config::default(),
+        };
+        tcp::Config { mss: u16::try_from(self.mtu - 40).unwrap_or(u16::MAX), ..base }
     }
 }
 

@@ -36,7 +36,7 @@ use kernel_support::{
 };
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, PcapWriter};
 use tcp_lib::stack::{Error, ListenerConfig, StreamId};
-use tcp_lib::tcp::{ConnectionError, Keepalive, State, Stats};
+use tcp_lib::tcp::{self, ConnectionError, Keepalive, State, Stats};
 use tcp_lib::wire::TcpControl;
 
 const MIB: u64 = 1 << 20;
@@ -246,6 +246,15 @@ fn bulk_our_client_to_kernel_server_byte_exact_both_ways_ipv6() {
     bulk_our_client_to_kernel_server_byte_exact_both_ways_over(Family::V6);
 }
 
+/// The TCP configuration of our side in a lossy test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tcp {
+    /// The library's defaults (with `stack_config`'s 200 ms minimum RTO).
+    Defaults,
+    /// [`tcp::Config::linux`]: RACK, tail loss probes, Linux's CUBIC, RTO estimator and slow start.
+    Linux,
+}
+
 /// The injector's faults each way. A frame held back for reordering leaves after 10 ms at the
 /// latest: held until three later frames pass, it waited out whole retransmission timeouts when
 /// the kernel's sender went quiet, and the kernel took that wait for a round trip (the RTT sample
@@ -262,7 +271,7 @@ fn lossy_direction() -> DirectionConfig {
     }
 }
 
-fn lossy(family: Family, role: Role, port: u16, seed: u64) {
+fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
     in_private_namespace(move || {
         let tap = open_tap()?;
         let iptables = match kernel_support::iptables_random_drop(family, 0.05) {
@@ -272,7 +281,12 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64) {
                 None
             }
         };
-        let config = bulk_config(&tap);
+        let mut config = bulk_config(&tap);
+        if tcp == Tcp::Linux {
+            let msl = config.tcp.msl;
+            config.tcp =
+                tcp::Config { send_buffer: 512 * 1024, recv_buffer: 512 * 1024, msl, ..tcp::Config::linux() };
+        }
         let faults = FaultConfig { seed, rx: lossy_direction(), tx: lossy_direction(), max_held: 4096 };
         let pool = new_pool()?;
         let dev = FaultInjector::new(tap, &pool, faults);
@@ -321,7 +335,7 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64) {
 }
 
 fn lossy_kernel_client_to_our_server_over(family: Family) {
-    lossy(family, Role::KernelClient, 5011, 21);
+    lossy(family, Role::KernelClient, 5011, 21, Tcp::Defaults);
 }
 
 #[test]
@@ -335,7 +349,7 @@ fn lossy_kernel_client_to_our_server_ipv6() {
 }
 
 fn lossy_our_client_to_kernel_server_over(family: Family) {
-    lossy(family, Role::OurClient, 5012, 22);
+    lossy(family, Role::OurClient, 5012, 22, Tcp::Defaults);
 }
 
 #[test]
@@ -346,6 +360,19 @@ fn lossy_our_client_to_kernel_server() {
 #[test]
 fn lossy_our_client_to_kernel_server_ipv6() {
     lossy_our_client_to_kernel_server_over(Family::V6);
+}
+
+/// The lossy transfers with [`tcp::Config::linux`] on our side (IPv4): RACK and tail loss probes
+/// recover more losses without waiting for the RTO: 16 runs of the two here, 2.2 to 9.2 s, median
+/// 5.6 s, against 6.3 to 15.4 s, median 8.6 s, with the defaults.
+#[test]
+fn lossy_kernel_client_to_our_linux_profile_server() {
+    lossy(Family::V4, Role::KernelClient, 5013, 23, Tcp::Linux);
+}
+
+#[test]
+fn lossy_our_linux_profile_client_to_kernel_server() {
+    lossy(Family::V4, Role::OurClient, 5014, 24, Tcp::Linux);
 }
 
 fn thousand_concurrent_kernel_connections_echo_random_messages_over(family: Family) {

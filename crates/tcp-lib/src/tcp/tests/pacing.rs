@@ -5,35 +5,20 @@
 use std::time::{Duration, Instant};
 
 use super::{LOCAL, LOCAL_SEQ, REMOTE, REMOTE_SEQ, SEND_TEMPL, syn_from_peer};
-use crate::tcp::{Config, CongestionAlgorithm, Connection, HyStart, Pacing, Push, WindowProbe};
+use crate::tcp::{Config, Connection, Pacing, Push};
 use crate::wire::TcpRepr;
 
-/// The configuration packetdrill's shim gives a Linux-like connection (its `profile=linux` with
+/// The configuration packetdrill's shim gives a Linux-like connection ([`Config::linux`] with
 /// the scripts' `defaults.sh`), with `min_tso_segs` and pacing as a script sets them.
 fn linux(min_tso_segs: u16, pacing: Option<Pacing>) -> Config {
     Config {
         send_buffer: 4_000_000,
         recv_buffer: 540_000,
         rcv_wscale: Some(8),
-        min_rto: Duration::from_millis(200),
-        delayed_ack: Some(Duration::from_millis(40)),
-        quick_acks: 16,
-        initial_window: Some(10),
-        slow_start_segments_per_ack: 64,
-        congestion: CongestionAlgorithm::LinuxCubic,
-        hystart: HyStart::Linux,
-        linux_rto: true,
-        grow_on_reordered_sacks: true,
-        cwnd_validation: true,
-        tail_loss_probe: true,
-        rack: true,
-        rack_rtt_sequence_order: true,
-        sack_in_segments: true,
-        ecn_prr: true,
+        restart_after_idle: false,
         push: Push::Linux { min_tso_segs },
-        window_probe: WindowProbe::Empty,
         pacing,
-        ..Config::default()
+        ..Config::linux()
     }
 }
 
