@@ -98,9 +98,9 @@ fn kernel_bulk(
 }
 
 /// `bytes` each way at once on one connection, each side sending then half-closing and reading
-/// to the end; checks every byte both ways (against the senders' generator). Returns the elapsed
-/// time, our connection's retransmissions, and the kernel's smoothed RTT and RTO when it had read
-/// everything.
+/// to the end; checks every byte both ways (against the senders' generator) and that our
+/// connection's counters say so. Returns the elapsed time, our connection's statistics, and what
+/// the kernel says of its socket once it had read everything.
 fn bulk<D: OnTap>(
     family: Family,
     host: &mut Host<D>,
@@ -283,9 +283,14 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
         };
         let mut config = bulk_config(&tap);
         if tcp == Tcp::Linux {
-            let msl = config.tcp.msl;
-            config.tcp =
-                tcp::Config { send_buffer: 512 * 1024, recv_buffer: 512 * 1024, msl, ..tcp::Config::linux() };
+            // The bulk transfers' buffers and TIME-WAIT; the rest Linux's.
+            let bulk = config.tcp;
+            config.tcp = tcp::Config {
+                send_buffer: bulk.send_buffer,
+                recv_buffer: bulk.recv_buffer,
+                msl: bulk.msl,
+                ..tcp::Config::linux()
+            };
         }
         let faults = FaultConfig { seed, rx: lossy_direction(), tx: lossy_direction(), max_held: 4096 };
         let pool = new_pool()?;
@@ -316,17 +321,17 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
         if ours.retransmits == 0 {
             return Err("we never retransmitted through 5% loss".into());
         }
-        // The path's round trip is a millisecond or less (the kernel's smoothed RTT ends under one
-        // here). Hundreds of milliseconds are the kernel timing our ACKs: a SACK block first
-        // reported long after its data arrived reads to it as a round trip that long, and its RTO
-        // grows with it, to a stall (SACK blocks taken from all the data held out of order ended
-        // this test with 25-409 ms and RTOs of up to 17 s).
         // A 512 KiB window of full-sized segments has at most 181 holes, under the 256 ranges our
         // receiver holds: out-of-order data is never dropped for want of one (at 8 ranges, 500 to
         // 1,000 segments were, and the kernel sent 2.8 times as many segments again).
         if ours.ooo_dropped > 0 {
             return Err(format!("we dropped {} out-of-order segments for want of a range", ours.ooo_dropped));
         }
+        // The path's round trip is a millisecond or less (the kernel's smoothed RTT ends under one
+        // here). Hundreds of milliseconds are the kernel timing our ACKs: a SACK block first
+        // reported long after its data arrived reads to it as a round trip that long, and its RTO
+        // grows with it, to a stall (SACK blocks taken from all the data held out of order ended
+        // this test with 25-409 ms and RTOs of up to 17 s).
         if kernel.srtt > Duration::from_millis(100) {
             return Err(format!("the kernel's smoothed RTT grew to {:?}: late SACK blocks?", kernel.srtt));
         }

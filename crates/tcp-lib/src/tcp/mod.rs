@@ -105,9 +105,9 @@
 //! * RFC 8985 §6 RACK ([`Config::rack`], off by default, on in [`Config::linux`]): time-based
 //!   loss marking beside IsLost. Every transmission is logged with the time it left; the most
 //!   recently sent one the peer delivered (cumulatively or by SACK) sets RACK's clock, and the
-//!   original transmissions sent before it are lost once an RTT plus a reordering window (a quarter of the minimum RTT,
-//!   none once the loss is plain) has passed since they left, on an ACK or by the reordering
-//!   timer. Its marks join the scoreboard's (`rack.rs`); [`Stats::reordering`] and
+//!   original transmissions sent before it are lost once an RTT plus a reordering window (a
+//!   quarter of the minimum RTT, none once the loss is plain) has passed since they left, on an
+//!   ACK or by the reordering timer. Its marks join the scoreboard's (`rack.rs`); [`Stats::reordering`] and
 //!   [`Stats::reordering_events`] report the reordering it saw. RACK.rtt is the sample of the
 //!   last delivered transmission by send time, or in Linux's order
 //!   ([`Config::rack_rtt_sequence_order`]). With its log, SACK blocks can be taken in whole
@@ -529,9 +529,10 @@ impl Config {
     /// RFCs' conservative choices: in `kernel_tap`'s lossy tests (about 10% loss each way, a
     /// kernel peer, 2 MiB each way, the same 200 ms minimum RTO for both; 16 runs each) a run
     /// took 2.2 to 9.2 s (median 5.6 s) against 6.3 to 15.4 s (median 8.6 s), with 9 to 38 of
-    /// our RTOs a run against 23 to 46. Its price: RACK deems lost, and resends, data that was
-    /// only reordered (D-SACK, by which Linux learns to wait longer, is not used here), and in
-    /// four of those runs we resent 489 to 844 segments where the others resent about 200.
+    /// our RTOs a run against 23 to 46. Its price: its larger windows make each timeout costlier,
+    /// since a timeout forgets the SACK information (RFC 2018 §8; Linux keeps it) and resends
+    /// what the peer already holds until new SACK blocks report it: in four of those runs we
+    /// resent 489 to 844 segments where the others resent about 200.
     ///
     /// ```
     /// use std::time::Duration;
