@@ -134,6 +134,7 @@ struct Counters {
     challenge_acks: u64,
     challenge_acks_suppressed: u64,
     tail_loss_probes: u64,
+    tlp_recoveries: u64,
     ce_received: u64,
     ecn_reductions: u64,
     hystart_exits: u64,
@@ -370,9 +371,12 @@ struct Recovery {
     prr_delivered: usize,
     /// PRR prr_out: bytes sent during this recovery (retransmissions and new data).
     prr_out: usize,
-    /// A tail loss probe is due (RFC 8985 §7.3), and the SND.MAX after the one outstanding.
+    /// A tail loss probe is due (RFC 8985 §7.3).
     tlp_pending: bool,
-    tlp_out: Option<SeqNumber>,
+    /// The probe outstanding: SND.MAX after it (RFC 8985's TLP.end_seq), and whether it resent
+    /// data (TLP.is_retrans). No other probe goes until an ACK ends the episode
+    /// ([`Connection::tlp_on_ack`]) or the RTO fires.
+    tlp_out: Option<(SeqNumber, bool)>,
     /// Bytes a new-data probe may send past the congestion window.
     tlp_budget: usize,
     /// PRR sndcnt: bytes the last ACK allows to send, less what was sent since.
@@ -668,6 +672,7 @@ impl Connection {
             challenge_acks: c.challenge_acks,
             challenge_acks_suppressed: c.challenge_acks_suppressed,
             tail_loss_probes: c.tail_loss_probes,
+            tlp_recoveries: c.tlp_recoveries,
             ce_received: c.ce_received,
             ecn_reductions: c.ecn_reductions,
             hystart_exits: c.hystart_exits,

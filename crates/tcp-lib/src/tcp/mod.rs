@@ -394,7 +394,10 @@ pub struct Config {
     /// Tail loss probes (RFC 8985 §7): when data is outstanding and no ACK came for about two
     /// round trips, send one segment (new data if the receive window allows, else the last one
     /// sent again) instead of waiting for the RTO, so an ACK, SACK or duplicate ACK tells what was
-    /// lost. `false` (the default): only the RTO recovers a lost tail.
+    /// lost. One probe is outstanding at a time, until an ACK covers it (a probe that resent data
+    /// and repaired a loss reduces the window as a loss would, [`Stats::tlp_recoveries`]); the
+    /// probe timeout restarts with every ACK of new data. `false` (the default): only the RTO
+    /// recovers a lost tail.
     pub tail_loss_probe: bool,
     /// RACK time-based loss detection with SACK (RFC 8985 §6): a segment sent before one the
     /// peer has SACKed is deemed lost once an RTT plus a reordering window (a quarter of the
@@ -672,6 +675,10 @@ pub struct Stats {
     pub dup_acks_now: u32,
     /// Tail loss probes sent ([`Config::tail_loss_probe`]).
     pub tail_loss_probes: u64,
+    /// Tail loss probes that resent the last segment and repaired its loss (an ACK went past
+    /// them without saying both copies arrived), each taken as a loss by the congestion control
+    /// (Linux's `TCPLossProbeRecovery`).
+    pub tlp_recoveries: u64,
     /// The largest reordering seen, in segments, at least DupThresh (3): how far below the
     /// highest delivered byte a delivered segment began (measured with [`Config::rack`];
     /// Linux's `tcpi_reordering`).

@@ -182,6 +182,9 @@ impl Connection {
             }
             self.recovery.dup_acks = 0;
             self.timers.rto = if self.snd.una == self.snd.max { None } else { Some(now + self.rtt.rto()) };
+            // RFC 8985 §7.2: the probe timeout restarts with every ACK of new data, as the RTO
+            // does (a flow whose ACKs keep coming is not at a tail).
+            self.arm_tlp(now);
             self.persist.backoff = 0;
         } else if ack == self.snd.una
             && self.snd.nxt != self.snd.una
@@ -190,6 +193,10 @@ impl Connection {
             && window == self.snd.wnd
         {
             reno_delivered = self.duplicate_ack(ack);
+        }
+        if self.recovery.tlp_out.is_some() {
+            let pure_duplicate = ack == prior_una && seg.sack_blocks.is_empty() && seg.payload.is_empty();
+            self.tlp_on_ack(ack, pure_duplicate);
         }
         if self.config.rack && self.sack_ok {
             self.rack_on_ack(now);
@@ -224,6 +231,33 @@ impl Connection {
         }
         self.update_window(seg.seq_number, ack, window);
         true
+    }
+
+    /// The end of a tail loss probe's episode (RFC 8985 §7.4, as Linux's `tcp_process_tlp_ack`)
+    /// on an ACK of `ack` (`pure_duplicate`: it moved nothing, SACKed nothing and carried no
+    /// data). A probe of new data ends once the ACK covers it. A probe that resent the last
+    /// segment ends on an ACK past it, which says the probe repaired a loss: the window is
+    /// reduced as for one; or on a pure duplicate ACK at it, which says the original and the
+    /// probe both arrived. Until then no other probe goes, and without this end none would go
+    /// again before the next RTO, whatever the losses at the tail.
+    #[cold]
+    #[inline(never)]
+    fn tlp_on_ack(&mut self, ack: SeqNumber, pure_duplicate: bool) {
+        let Some((end, retransmission)) = self.recovery.tlp_out else { return };
+        if ack < end {
+            return;
+        }
+        if !retransmission {
+            self.recovery.tlp_out = None;
+        } else if ack > end {
+            self.recovery.tlp_out = None;
+            if !self.recovery.active && !self.recovery.cwr {
+                self.cc.on_enter_recovery(self.cc.window(), self.snd.mss);
+                self.stats.tlp_recoveries += 1;
+            }
+        } else if pure_duplicate {
+            self.recovery.tlp_out = None;
+        }
     }
 
     /// The window update (RFC 9293 §3.10.7.4, the SND.WL1/SND.WL2 rule) for an ACK of `ack`

@@ -832,6 +832,7 @@ impl Connection {
         self.recovery.tlp_budget = mss;
         let probe = self.send_data(now, buf);
         self.recovery.tlp_budget = 0;
+        let retransmission = probe.is_none();
         let probe = probe.or_else(|| {
             // What was sent, not what is queued: bytes past SND.MAX (data Nagle holds back) sent
             // as a retransmission would not move SND.MAX, and the peer's ACK of them would then
@@ -841,7 +842,7 @@ impl Connection {
             let len = distance(start, data_end).min(mss);
             self.retransmit_at(now, buf, start, len)
         })?;
-        self.recovery.tlp_out = Some(self.snd.max);
+        self.recovery.tlp_out = Some((self.snd.max, retransmission));
         Some(probe)
     }
 }

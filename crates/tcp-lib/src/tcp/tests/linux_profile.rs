@@ -274,6 +274,78 @@ fn a_tail_loss_probe_resends_the_last_segment_before_the_rto() {
     assert_eq!(stats.tail_loss_probes, 0);
 }
 
+/// A connection with tail loss probes and ten segments of initial window, `n` full segments
+/// (1460 bytes) written and the first flight sent: its data segments.
+fn probing(n: usize) -> (Script, Vec<SeqNumber>) {
+    let config =
+        Config { send_buffer: 100_000, initial_window: Some(10), tail_loss_probe: true, ..script_config() };
+    let mut s = established(config);
+    assert_eq!(s.conn.send(&vec![5; n * 1460]), n * 1460);
+    let sent = s.drain().into_iter().filter(|t| !t.payload.is_empty()).map(|t| t.repr.seq_number).collect();
+    (s, sent)
+}
+
+/// ACKs up to `ack` bytes of our data.
+fn ack(s: &mut Script, ack: usize) {
+    s.send(&TcpRepr { ack_number: Some(LOCAL_SEQ + 1 + ack), window_len: 60_000, ..SEND_TEMPL });
+}
+
+/// The data segments due after `d`.
+fn after(s: &mut Script, d: Duration) -> Vec<SeqNumber> {
+    s.advance(d);
+    s.drain().into_iter().filter(|t| !t.payload.is_empty()).map(|t| t.repr.seq_number).collect()
+}
+
+/// RFC 8985 §7.4: a probe's episode ends with the ACK that covers it, and the next tail loss
+/// gets a probe of its own. (Found against the kernel under loss: the episode never ended, so
+/// after its first probe a connection waited for the RTO at every tail loss.)
+#[test]
+fn a_tail_loss_probe_episode_ends_with_the_ack_that_covers_it() {
+    // Eleven segments under a window of ten: the probe is the eleventh, new data.
+    let (mut s, flight) = probing(11);
+    assert_eq!(flight.len(), 10);
+    assert_eq!(after(&mut s, Duration::from_millis(100)), [LOCAL_SEQ + 1 + 10 * 1460], "new data");
+    ack(&mut s, 11 * 1460);
+    // Two more segments, neither acknowledged: a second probe, the last segment again.
+    assert_eq!(s.conn.send(&[6; 2 * 1460]), 2 * 1460);
+    assert_eq!(s.drain().len(), 2);
+    assert_eq!(after(&mut s, Duration::from_millis(100)), [LOCAL_SEQ + 1 + 12 * 1460], "a second probe");
+    let stats = s.conn.stats();
+    assert_eq!((stats.tail_loss_probes, stats.tlp_recoveries, stats.timeouts), (2, 0, 0));
+}
+
+/// A probe that resent the last segment (RFC 8985 §7.4, Linux's `tcp_process_tlp_ack`): an ACK
+/// past it says the probe repaired a loss, which reduces the window; a pure duplicate ACK at its
+/// end says both copies arrived, which ends the episode without one.
+#[test]
+fn a_resent_probe_that_repaired_a_loss_reduces_the_window() {
+    for both_arrived in [false, true] {
+        let (mut s, flight) = probing(4);
+        assert_eq!(after(&mut s, Duration::from_millis(100)), [flight[3]], "the last segment again");
+        ack(&mut s, 4 * 1460);
+        if both_arrived {
+            ack(&mut s, 4 * 1460);
+        }
+        let cwnd = s.conn.stats().cwnd;
+        assert_eq!(s.conn.send(&[6; 1460]), 1460);
+        assert_eq!(s.drain().len(), 1);
+        ack(&mut s, 5 * 1460);
+        let stats = s.conn.stats();
+        if both_arrived {
+            assert_eq!(stats.tlp_recoveries, 0);
+            assert!(stats.cwnd >= cwnd, "no reduction: {} -> {}", cwnd, stats.cwnd);
+        } else {
+            assert_eq!(stats.tlp_recoveries, 1);
+            assert!(stats.cwnd < cwnd, "a reduction: {} -> {}", cwnd, stats.cwnd);
+        }
+        // Either way the episode is over: the next tail gets a probe.
+        assert_eq!(s.conn.send(&[7; 1460]), 1460);
+        assert_eq!(s.drain().len(), 1);
+        assert_eq!(after(&mut s, Duration::from_millis(300)).len(), 1, "the next probe");
+        assert_eq!(s.conn.stats().tail_loss_probes, 2);
+    }
+}
+
 /// The first zero-window probe under `config`: 100 bytes sent and acknowledged with a zero
 /// window, 100 more queued: its sequence number and payload length.
 fn first_window_probe(config: Config) -> (SeqNumber, usize) {
