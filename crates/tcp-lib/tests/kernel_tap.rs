@@ -9,6 +9,9 @@
 //!   about 10% loss each way; SACK recovery (RFC 6675) repairs most losses, ~0.25 MiB/s, where
 //!   NewReno alone managed ~0.1 MiB/s; the RTOs left are mostly tail losses and lost
 //!   retransmissions in windows of two or three segments);
+//! * the same lossy transfers with a second kernel in our stack's place (`kernel_support::peer`:
+//!   its own namespace and TAP, joined to ours by a relay under the same injector), the anchor
+//!   the lossy tests' times compare against (`scripts/lossy-rounds.sh` gathers them);
 //! * 1,000 concurrent kernel connections to our echo server, random-sized messages;
 //! * half-close, RST on abort (and refusal), zero windows (slow readers), keepalive, both ways;
 //! * window scaling, SACK-permitted and timestamps negotiated, as a pcap shows.
@@ -25,14 +28,14 @@
 mod kernel_support;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kernel_support::{
     Family, Host, KernelTcpInfo, Observer, OnTap, Sink, Source, env_bytes, in_private_namespace,
-    kernel_connect, kernel_read_all, kernel_write_all, new_pool, open_tap, our_drain, our_feed,
-    parse_tcp_any, splitmix, stack_config, thread_netns, with_timeouts,
+    kernel_connect, kernel_connect_to, kernel_read_all, kernel_write_all, new_pool, open_tap, our_drain,
+    our_feed, parse_tcp_any, splitmix, stack_config, thread_netns, with_timeouts,
 };
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, PcapWriter};
 use tcp_lib::stack::{Error, ListenerConfig, StreamId};
@@ -73,18 +76,17 @@ enum Role {
     OurClient,
 }
 
-/// The kernel's half of [`bulk`]: connect (or accept on `listener`), write `bytes` from a second
-/// thread and half-close, read to the end (checking it against the stream of `expect`).
+/// The kernel's half of [`bulk`]: connect to `to` (or accept on `listener`), write `bytes` from a
+/// second thread and half-close, read to the end (checking it against the stream of `expect`).
 fn kernel_bulk(
-    family: Family,
     listener: Option<&TcpListener>,
-    port: u16,
+    to: SocketAddr,
     (seed, expect): (u64, u64),
     bytes: u64,
 ) -> Result<(Sink, KernelTcpInfo), String> {
     let stream = match listener {
         Some(l) => kernel_accept(l)?,
-        None => kernel_connect(family, port)?,
+        None => kernel_connect_to(to)?,
     };
     let mut w = stream.try_clone().map_err(|e| e.to_string())?;
     let writer = std::thread::spawn(move || -> Result<(), String> {
@@ -123,7 +125,7 @@ fn bulk<D: OnTap>(
     std::thread::scope(|scope| {
         let kernel_failed = &kernel_failed;
         let kernel = scope.spawn(move || -> Result<(Sink, KernelTcpInfo), String> {
-            let r = kernel_bulk(family, kl.as_ref(), port, (kernel_seed, our_seed), bytes);
+            let r = kernel_bulk(kl.as_ref(), family.stack(port), (kernel_seed, our_seed), bytes);
             kernel_failed.store(r.is_err(), Ordering::SeqCst);
             r
         });
@@ -255,6 +257,46 @@ enum Tcp {
     Linux,
 }
 
+impl Tcp {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Defaults => "defaults",
+            Self::Linux => "linux",
+        }
+    }
+}
+
+/// What the kernel of the calling thread's namespace counted of its loss recovery (`TcpExt`,
+/// as `nstat` shows it): the counters to set beside ours.
+fn kernel_recovery_counters() -> Result<String, String> {
+    const NAMES: [&str; 7] = [
+        "TCPTimeouts",
+        "TCPLossProbes",
+        "TCPLossProbeRecovery",
+        "TCPSackRecovery",
+        "TCPFastRetrans",
+        "TCPLostRetransmit",
+        "TCPDSACKUndo",
+    ];
+    let values = kernel_support::kernel_tcp_ext(&NAMES)?;
+    Ok(NAMES.iter().zip(values).map(|(n, v)| format!("{n} {v}")).collect::<Vec<_>>().join(", "))
+}
+
+/// One line per lossy transfer for `scripts/lossy-rounds.sh` to gather: who stood in our place
+/// (`defaults`, `linux`: our stack so configured; `kernel`: a second kernel), the elapsed time, and
+/// the segments each end retransmitted.
+fn print_lossy_result(
+    (side, family, role): (&str, Family, Role),
+    elapsed: Duration,
+    retransmits: u64,
+    kernel_retransmits: u32,
+) {
+    println!(
+        "lossy result: side={side} family={family:?} role={role:?} secs={:.3} retransmits={retransmits} kernel_retransmits={kernel_retransmits}",
+        elapsed.as_secs_f64()
+    );
+}
+
 /// The injector's faults each way. A frame held back for reordering leaves after 10 ms at the
 /// latest: held until three later frames pass, it waited out whole retransmission timeouts when
 /// the kernel's sender went quiet, and the kernel took that wait for a round trip (the RTT sample
@@ -311,6 +353,15 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
         println!(
             "{role:?}: {elapsed:.2?}, our retransmits {}, the kernel's {}, faults {fs:?}, iptables drops in {input} out {output}",
             ours.retransmits, kernel.retransmits
+        );
+        print_lossy_result((tcp.name(), family, role), elapsed, ours.retransmits, kernel.retransmits);
+        println!(
+            "our recovery: {} timeouts, {} tail loss probes ({} repaired a loss), {} fast retransmissions; the kernel's {}",
+            ours.timeouts,
+            ours.tail_loss_probes,
+            ours.tlp_recoveries,
+            ours.fast_retransmits,
+            kernel_recovery_counters()?
         );
         if fs.rx.dropped < 10 || fs.tx.dropped < 10 || fs.rx.reordered == 0 || fs.tx.duplicated == 0 {
             return Err(format!("too few faults to mean anything: {fs:?}"));
@@ -378,6 +429,128 @@ fn lossy_kernel_client_to_our_linux_profile_server() {
 #[test]
 fn lossy_our_linux_profile_client_to_kernel_server() {
     lossy(Family::V4, Role::OurClient, 5014, 24, Tcp::Linux);
+}
+
+/// The lossy transfers with a second kernel in our stack's place (`kernel_support::peer`): the
+/// same faults in the same place (the injector on the test's TAP, `iptables` on the kernel's
+/// side), the frames moved between the two TAPs by a relay instead of our stack. The anchor of
+/// the tests above: how fast the kernel's own TCP gets through what ours gets through.
+fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64) {
+    in_private_namespace(move || {
+        let tap = open_tap()?;
+        let iptables = match kernel_support::iptables_random_drop(Family::V4, 0.05) {
+            Ok(cmd) => Some(cmd),
+            Err(why) => {
+                kernel_support::skip(&format!("the iptables part only (FaultInjector still runs): {why}"));
+                None
+            }
+        };
+        let faults = FaultConfig { seed, rx: lossy_direction(), tx: lossy_direction(), max_held: 4096 };
+        let pool = new_pool()?;
+        let cache = pool.cache();
+        let mut near = FaultInjector::new(tap, &pool, faults);
+        let bytes = env_bytes("TCP_KERNEL_LOSSY_BYTES", 2 * MIB);
+        // As `bulk`'s: the peer sends what our stack would.
+        let (kernel_seed, peer_seed) = (0x6b65_726e ^ u64::from(port), 0x6f75_7273 ^ u64::from(port));
+        let here_listener = match role {
+            Role::OurClient => Some(kernel_listen(Family::V4, port)?),
+            Role::KernelClient => None,
+        };
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        let start = Instant::now();
+        let (relayed, here, there) = std::thread::scope(|scope| -> Result<_, String> {
+            let failed = &failed;
+            let (tap_tx, tap_rx) = std::sync::mpsc::channel();
+            let peer = scope.spawn(move || -> Result<(Sink, KernelTcpInfo), String> {
+                let r = (|| {
+                    let tap = kernel_support::peer::enter_peer_namespace()?;
+                    let listener = match role {
+                        Role::KernelClient => Some(
+                            TcpListener::bind(Family::V4.stack(port))
+                                .map_err(|e| format!("peer bind :{port}: {e}"))?,
+                        ),
+                        Role::OurClient => None,
+                    };
+                    tap_tx.send(tap).map_err(|_| "the relay is gone".to_owned())?;
+                    let r = kernel_bulk(
+                        listener.as_ref(),
+                        Family::V4.kernel(port),
+                        (peer_seed, kernel_seed),
+                        bytes,
+                    );
+                    println!("the recovery of the kernel in our place: {}", kernel_recovery_counters()?);
+                    r
+                })();
+                failed.fetch_or(r.is_err(), Ordering::SeqCst);
+                r
+            });
+            // The peer's TAP, once its listener (if any) is bound; none: the peer failed first.
+            let Ok(mut far) = tap_rx.recv() else {
+                return Err(peer
+                    .join()
+                    .map_err(|_| "peer thread panicked".to_owned())?
+                    .err()
+                    .unwrap_or_default());
+            };
+            let here_listener = here_listener.as_ref();
+            let kernel = scope.spawn(move || {
+                let r = kernel_bulk(here_listener, Family::V4.stack(port), (kernel_seed, peer_seed), bytes);
+                failed.fetch_or(r.is_err(), Ordering::SeqCst);
+                r
+            });
+            let relayed = kernel_support::peer::relay(
+                &mut near,
+                &mut far,
+                &cache,
+                || (peer.is_finished() && kernel.is_finished()) || failed.load(Ordering::SeqCst),
+                Duration::from_secs(300),
+            );
+            let there = peer.join().map_err(|_| "peer thread panicked".to_owned())?;
+            let here = kernel.join().map_err(|_| "kernel thread panicked".to_owned())?;
+            Ok((relayed?, here?, there?))
+        })?;
+        let elapsed = start.elapsed();
+        let ((here_got, here), (there_got, there)) = (here, there);
+        here_got.check(bytes, "peer -> kernel")?;
+        there_got.check(bytes, "kernel -> peer")?;
+        let fs = near.fault_stats();
+        let (input, output) = iptables.map_or((0, 0), |cmd| {
+            (kernel_support::iptables_dropped(cmd, "INPUT"), kernel_support::iptables_dropped(cmd, "OUTPUT"))
+        });
+        println!(
+            "{role:?}, a kernel in our place: {elapsed:.2?}, its retransmits {}, the kernel's {}, faults {fs:?}, iptables drops in {input} out {output}, relayed {relayed:?}",
+            there.retransmits, here.retransmits
+        );
+        print_lossy_result(
+            ("kernel", Family::V4, role),
+            elapsed,
+            u64::from(there.retransmits),
+            here.retransmits,
+        );
+        if fs.rx.dropped < 10 || fs.tx.dropped < 10 || fs.rx.reordered == 0 || fs.tx.duplicated == 0 {
+            return Err(format!("too few faults to mean anything: {fs:?}"));
+        }
+        if iptables.is_some() && (input == 0 || output == 0) {
+            return Err(format!("iptables dropped nothing: in {input} out {output}"));
+        }
+        if there.retransmits == 0 || here.retransmits == 0 {
+            return Err(format!("a kernel never retransmitted through 5% loss: {there:?}, {here:?}"));
+        }
+        drop((near, cache));
+        pool.check_leaks().map_err(|e| e.to_string())
+    });
+}
+
+// The seeds of the Linux-profile tests above: the injector decides the same way for the same
+// frames in the same order (the handshake's, at least), whoever sends them.
+#[test]
+fn lossy_kernel_client_to_a_kernel_in_our_place() {
+    lossy_with_kernel_peer(Role::KernelClient, 5015, 23);
+}
+
+#[test]
+fn lossy_kernel_in_our_place_client_to_kernel_server() {
+    lossy_with_kernel_peer(Role::OurClient, 5016, 24);
 }
 
 fn thousand_concurrent_kernel_connections_echo_random_messages_over(family: Family) {

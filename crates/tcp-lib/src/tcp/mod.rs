@@ -530,12 +530,14 @@ impl Config {
     /// [`Config`] documents; this is the set packetdrill's Linux scripts run against (its shim
     /// starts from it). On a lossy path it recovers sooner than the defaults, which follow the
     /// RFCs' conservative choices: in `kernel_tap`'s lossy tests (about 10% loss each way, a
-    /// kernel peer, 2 MiB each way, the same 200 ms minimum RTO for both; 16 runs each) a run
-    /// took 2.2 to 9.2 s (median 5.6 s) against 6.3 to 15.4 s (median 8.6 s), with 9 to 38 of
-    /// our RTOs a run against 23 to 46. Its price: its larger windows make each timeout costlier,
-    /// since a timeout forgets the SACK information (RFC 2018 §8; Linux keeps it) and resends
-    /// what the peer already holds until new SACK blocks report it: in four of those runs we
-    /// resent 489 to 844 segments where the others resent about 200.
+    /// kernel peer, 2 MiB each way, the same 200 ms minimum RTO for both) a run takes about 5
+    /// to 7 s against 7 to 11 s (medians), with about 20 to 26 of our RTOs a run against 30 to
+    /// 40. It is still far from the kernel's own TCP in our place, which gets through the same
+    /// faults in under a second, with at most three RTOs (`BENCHMARKS.md`, "TCP through loss").
+    /// Its price: its larger windows make each timeout costlier, since a timeout forgets the SACK
+    /// information (RFC 2018 §8; Linux keeps it) and resends what the peer already holds until
+    /// new SACK blocks report it: in four of 16 runs we resent 489 to 844 segments where the
+    /// others resent about 200.
     ///
     /// ```
     /// use std::time::Duration;

@@ -35,6 +35,8 @@ use tcp_lib::wire::{
     Ipv6Packet, Ipv6Repr, Protocol, TcpControl, TcpPacket, TcpRepr,
 };
 
+pub mod peer;
+
 pub const IFACE: &str = "ktap0";
 pub const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
 pub const STACK_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 2);
@@ -257,6 +259,23 @@ pub fn kernel_tcp_info(fd: &impl AsRawFd) -> Result<KernelTcpInfo, String> {
     })
 }
 
+/// The calling thread's namespace's `TcpExt` counters named in `names` (`/proc/thread-self/net/netstat`,
+/// what `nstat` reads), in that order; 0 for one the kernel does not have.
+pub fn kernel_tcp_ext(names: &[&str]) -> Result<Vec<u64>, String> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/netstat")
+        .map_err(|e| format!("read /proc/thread-self/net/netstat: {e}"))?;
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(keys), Some(values)) = (lines.next(), lines.next()) else {
+        return Err("no TcpExt lines in /proc/thread-self/net/netstat".into());
+    };
+    let table: Vec<(&str, u64)> = keys
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect();
+    Ok(names.iter().map(|n| table.iter().find(|(k, _)| k == n).map_or(0, |&(_, v)| v)).collect())
+}
+
 /// `SO_KEEPALIVE` with `TCP_KEEPIDLE`, `TCP_KEEPINTVL` (seconds) and `TCP_KEEPCNT`.
 pub fn set_keepalive(fd: &impl AsRawFd, idle_s: i32, interval_s: i32, count: i32) -> Result<(), String> {
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
@@ -267,7 +286,11 @@ pub fn set_keepalive(fd: &impl AsRawFd, idle_s: i32, interval_s: i32, count: i32
 
 /// A kernel TCP connection to our stack over `family`, with [`SOCKET_TIMEOUT`]s.
 pub fn kernel_connect(family: Family, port: u16) -> Result<TcpStream, String> {
-    let to = family.stack(port);
+    kernel_connect_to(family.stack(port))
+}
+
+/// A kernel TCP connection to `to`, with [`SOCKET_TIMEOUT`]s.
+pub fn kernel_connect_to(to: SocketAddr) -> Result<TcpStream, String> {
     let s = TcpStream::connect_timeout(&to, SOCKET_TIMEOUT)
         .map_err(|e| format!("kernel connect to {to}: {e}"))?;
     with_timeouts(&s)?;

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# TCP through loss against the kernel, in rounds: runs tcp-lib's `kernel_tap` lossy transfers
+# (2 MiB each way at once through about 10% loss each way, reordering and duplication; our stack
+# with its defaults and with `Config::linux()`, and a second kernel in our stack's place as the
+# anchor) ROUNDS times, one test at a time, and prints per binary, side, family and role the
+# median time and retransmissions. Needs root (the tests make their own network namespaces).
+#
+#   scripts/lossy-rounds.sh [ROUNDS] [KERNEL_TAP_BINARY ...]
+#
+# With binaries (e.g. target/release/deps/kernel_tap-<hash> of two commits, copied away) the
+# rounds interleave them, each round running every binary once; without, the one cargo builds
+# from this tree. `TCP_KERNEL_LOSSY_BYTES` sets the bytes each way; `LOSSY_FILTER` the tests
+# (default `lossy`). Every run's lines are kept in target/lossy-rounds/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=${1:-5}
+shift || true
+bins=("$@")
+if [ ${#bins[@]} -eq 0 ]; then
+    cargo test --release -p tcp-lib --test kernel_tap --no-run 2>/dev/null
+    bin=$(cargo test --release -p tcp-lib --test kernel_tap --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "kernel_tap" and m.get("executable"):
+        print(m["executable"])')
+    bins=("$bin")
+fi
+out=target/lossy-rounds
+mkdir -p "$out"
+: > "$out/results.txt"
+filter=${LOSSY_FILTER:-lossy}
+
+for r in $(seq "$rounds"); do
+    for i in "${!bins[@]}"; do
+        b=${bins[$i]}
+        log="$out/round$r-bin$i.log"
+        # A failed run is reported and its results kept; the rounds go on.
+        timeout 1800 "$b" "$filter" --nocapture --test-threads 1 > "$log" 2>&1 || echo "round $r, $b: failed (see $log)" >&2
+        grep -h '^lossy result:' "$log" | sed "s|^|bin=$i |" >> "$out/results.txt" || true
+        echo "round $r/$rounds, binary $i: $(grep -c '^lossy result:' "$log" || true) transfers" >&2
+    done
+done
+
+python3 - "$out/results.txt" "${bins[@]}" <<'EOF'
+import statistics, sys
+from collections import defaultdict
+rows = defaultdict(list)
+for line in open(sys.argv[1]):
+    f = dict(kv.split("=", 1) for kv in line.replace("lossy result:", "").split())
+    rows[(f["bin"], f["side"], f["family"], f["role"])].append(
+        (float(f["secs"]), int(f["retransmits"]), int(f["kernel_retransmits"])))
+for i, b in enumerate(sys.argv[2:]):
+    print(f"binary {i}: {b}")
+print(f"{'bin':>3} {'side':<9} {'family':<6} {'role':<13} {'runs':>4} {'median s':>9} {'min s':>7} {'max s':>7} {'retx':>6} {'kernel retx':>11}")
+for key in sorted(rows):
+    v = rows[key]
+    secs = [x[0] for x in v]
+    print(f"{key[0]:>3} {key[1]:<9} {key[2]:<6} {key[3]:<13} {len(v):>4} {statistics.median(secs):>9.2f} "
+          f"{min(secs):>7.2f} {max(secs):>7.2f} {statistics.median(x[1] for x in v):>6.0f} "
+          f"{statistics.median(x[2] for x in v):>11.0f}")
+EOF
