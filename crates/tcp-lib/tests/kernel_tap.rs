@@ -356,10 +356,11 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
         );
         print_lossy_result((tcp.name(), family, role), elapsed, ours.retransmits, kernel.retransmits);
         println!(
-            "our recovery: {} timeouts, {} tail loss probes ({} repaired a loss), {} fast retransmissions; the kernel's {}",
+            "our recovery: {} timeouts, {} tail loss probes ({} repaired a loss), {} recoveries, {} fast retransmissions; the kernel's {}",
             ours.timeouts,
             ours.tail_loss_probes,
             ours.tlp_recoveries,
+            ours.recoveries,
             ours.fast_retransmits,
             kernel_recovery_counters()?
         );

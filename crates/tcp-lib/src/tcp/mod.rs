@@ -636,8 +636,12 @@ pub struct Stats {
     pub retransmits: u64,
     /// Retransmission timer expirations.
     pub timeouts: u64,
-    /// Fast retransmits (entries into fast recovery, and NewReno partial-ACK retransmits).
+    /// Fast retransmits (entries into fast recovery, NewReno partial-ACK retransmits, and with
+    /// SACK the segment at SND.UNA sent again when its retransmission was lost).
     pub fast_retransmits: u64,
+    /// Fast recovery episodes entered (Linux's `TCPSackRecovery` and `TCPRenoRecovery`), each a
+    /// window reduction unless it continues an ECN reduction under way.
+    pub recoveries: u64,
     /// Duplicate ACKs received (RFC 5681 definition).
     pub dup_acks: u64,
     /// Payload bytes sent for the first time.

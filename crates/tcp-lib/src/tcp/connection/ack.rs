@@ -487,6 +487,7 @@ impl Connection {
         let flight = distance(self.snd.una, self.snd.max);
         self.recovery.recover = self.snd.max;
         self.recovery.active = true;
+        self.stats.recoveries += 1;
         // Without SACK, the three duplicate ACKs were three segments delivered.
         self.recovery.dup_delivered = if self.sack_ok { 0 } else { (3 * mss).min(flight) };
         self.recovery.high_rxt = self.snd.una;

@@ -241,7 +241,8 @@ fn without_sack_a_partial_ack_retransmits_the_next_hole() {
     // nine segments the duplicate ACKs above S10 delivered) is one segment below ssthresh, which
     // the retransmission takes.
     assert_eq!(on_ack(&mut s, &acking(10, &[])), [10]);
-    assert_eq!(s.conn.stats().fast_retransmits, 2);
+    let st = s.conn.stats();
+    assert_eq!((st.fast_retransmits, st.recoveries), (2, 1), "one episode, two retransmits");
 }
 
 /// An ACK below SND.UNA (reordered) whose SACK blocks report new data delivered counts in
