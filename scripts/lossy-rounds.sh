@@ -18,7 +18,6 @@ rounds=${1:-5}
 shift || true
 bins=("$@")
 if [ ${#bins[@]} -eq 0 ]; then
-    cargo test --release -p tcp-lib --test kernel_tap --no-run 2>/dev/null
     bin=$(cargo test --release -p tcp-lib --test kernel_tap --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:

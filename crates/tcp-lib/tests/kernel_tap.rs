@@ -37,7 +37,8 @@ use kernel_support::{
     kernel_connect, kernel_connect_to, kernel_read_all, kernel_write_all, new_pool, open_tap, our_drain,
     our_feed, parse_tcp_any, splitmix, stack_config, thread_netns, with_timeouts,
 };
-use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, PcapWriter};
+use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, FaultStats, PcapWriter, Tap};
+use netchannel::pool::Pool;
 use tcp_lib::stack::{Error, ListenerConfig, StreamId};
 use tcp_lib::tcp::{self, ConnectionError, Keepalive, State, Stats};
 use tcp_lib::wire::TcpControl;
@@ -99,6 +100,11 @@ fn kernel_bulk(
     Ok((sink, kernel_support::kernel_tcp_info(&r)?))
 }
 
+/// The seeds of the kernel's stream and of ours in [`bulk`] on `port`.
+fn bulk_seeds(port: u16) -> (u64, u64) {
+    (0x6b65_726e ^ u64::from(port), 0x6f75_7273 ^ u64::from(port))
+}
+
 /// `bytes` each way at once on one connection, each side sending then half-closing and reading
 /// to the end; checks every byte both ways (against the senders' generator) and that our
 /// connection's counters say so. Returns the elapsed time, our connection's statistics, and what
@@ -111,7 +117,7 @@ fn bulk<D: OnTap>(
     bytes: u64,
     limit: Duration,
 ) -> Result<(Duration, Stats, KernelTcpInfo), String> {
-    let (kernel_seed, our_seed) = (0x6b65_726e ^ u64::from(port), 0x6f75_7273 ^ u64::from(port));
+    let (kernel_seed, our_seed) = bulk_seeds(port);
     let listener = match role {
         Role::KernelClient => Some(host.stack.listen(port).map_err(|e| e.to_string())?),
         Role::OurClient => None,
@@ -313,16 +319,46 @@ fn lossy_direction() -> DirectionConfig {
     }
 }
 
+/// The lossy tests' path on `tap`: `iptables` drops of 5% each way on the kernel's side (only
+/// the injector's faults where iptables cannot, said with a skip line) and the injector's
+/// faults, seeded by `seed`, around the TAP. Returns the device and the iptables command used.
+fn lossy_path(
+    family: Family,
+    tap: Tap,
+    pool: &Pool,
+    seed: u64,
+) -> (FaultInjector<Tap>, Option<&'static str>) {
+    let iptables = match kernel_support::iptables_random_drop(family, 0.05) {
+        Ok(cmd) => Some(cmd),
+        Err(why) => {
+            kernel_support::skip(&format!("the iptables part only (FaultInjector still runs): {why}"));
+            None
+        }
+    };
+    let faults = FaultConfig { seed, rx: lossy_direction(), tx: lossy_direction(), max_held: 4096 };
+    (FaultInjector::new(tap, pool, faults), iptables)
+}
+
+/// Checks that a lossy transfer met the faults it was meant to (drops, reordering and
+/// duplication by the injector, drops by both iptables rules when they were installed); returns
+/// them said in a line.
+fn lossy_faults_met(fs: &FaultStats, iptables: Option<&str>) -> Result<String, String> {
+    let (input, output) = iptables.map_or((0, 0), |cmd| {
+        (kernel_support::iptables_dropped(cmd, "INPUT"), kernel_support::iptables_dropped(cmd, "OUTPUT"))
+    });
+    let said = format!("faults {fs:?}, iptables drops in {input} out {output}");
+    if fs.rx.dropped < 10 || fs.tx.dropped < 10 || fs.rx.reordered == 0 || fs.tx.duplicated == 0 {
+        return Err(format!("too few faults to mean anything: {said}"));
+    }
+    if iptables.is_some() && (input == 0 || output == 0) {
+        return Err(format!("iptables dropped nothing: {said}"));
+    }
+    Ok(said)
+}
+
 fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
     in_private_namespace(move || {
         let tap = open_tap()?;
-        let iptables = match kernel_support::iptables_random_drop(family, 0.05) {
-            Ok(cmd) => Some(cmd),
-            Err(why) => {
-                kernel_support::skip(&format!("the iptables part only (FaultInjector still runs): {why}"));
-                None
-            }
-        };
         let mut config = bulk_config(&tap);
         if tcp == Tcp::Linux {
             // The bulk transfers' buffers and TIME-WAIT; the rest Linux's.
@@ -334,9 +370,8 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
                 ..tcp::Config::linux()
             };
         }
-        let faults = FaultConfig { seed, rx: lossy_direction(), tx: lossy_direction(), max_held: 4096 };
         let pool = new_pool()?;
-        let dev = FaultInjector::new(tap, &pool, faults);
+        let (dev, iptables) = lossy_path(family, tap, &pool, seed);
         let mut host = Host::with_pool(pool, dev, config);
         let bytes = env_bytes("TCP_KERNEL_LOSSY_BYTES", 2 * MIB);
         // A bound for a stall, not a speed target: through about 10% loss each way (the injector's
@@ -346,12 +381,9 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
         // RTO grew to seconds and minutes: 7 to 62 s, and about one run in twenty stalled to this
         // bound.)
         let (elapsed, ours, kernel) = bulk(family, &mut host, role, port, bytes, Duration::from_secs(300))?;
-        let fs = host.dev.fault_stats();
-        let (input, output) = iptables.map_or((0, 0), |cmd| {
-            (kernel_support::iptables_dropped(cmd, "INPUT"), kernel_support::iptables_dropped(cmd, "OUTPUT"))
-        });
+        let faults = lossy_faults_met(&host.dev.fault_stats(), iptables)?;
         println!(
-            "{role:?}: {elapsed:.2?}, our retransmits {}, the kernel's {}, faults {fs:?}, iptables drops in {input} out {output}",
+            "{role:?}: {elapsed:.2?}, our retransmits {}, the kernel's {}, {faults}",
             ours.retransmits, kernel.retransmits
         );
         print_lossy_result((tcp.name(), family, role), elapsed, ours.retransmits, kernel.retransmits);
@@ -364,12 +396,6 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
             ours.fast_retransmits,
             kernel_recovery_counters()?
         );
-        if fs.rx.dropped < 10 || fs.tx.dropped < 10 || fs.rx.reordered == 0 || fs.tx.duplicated == 0 {
-            return Err(format!("too few faults to mean anything: {fs:?}"));
-        }
-        if iptables.is_some() && (input == 0 || output == 0) {
-            return Err(format!("iptables dropped nothing: in {input} out {output}"));
-        }
         if ours.retransmits == 0 {
             return Err("we never retransmitted through 5% loss".into());
         }
@@ -439,20 +465,12 @@ fn lossy_our_linux_profile_client_to_kernel_server() {
 fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64) {
     in_private_namespace(move || {
         let tap = open_tap()?;
-        let iptables = match kernel_support::iptables_random_drop(Family::V4, 0.05) {
-            Ok(cmd) => Some(cmd),
-            Err(why) => {
-                kernel_support::skip(&format!("the iptables part only (FaultInjector still runs): {why}"));
-                None
-            }
-        };
-        let faults = FaultConfig { seed, rx: lossy_direction(), tx: lossy_direction(), max_held: 4096 };
         let pool = new_pool()?;
         let cache = pool.cache();
-        let mut near = FaultInjector::new(tap, &pool, faults);
+        let (mut near, iptables) = lossy_path(Family::V4, tap, &pool, seed);
         let bytes = env_bytes("TCP_KERNEL_LOSSY_BYTES", 2 * MIB);
-        // As `bulk`'s: the peer sends what our stack would.
-        let (kernel_seed, peer_seed) = (0x6b65_726e ^ u64::from(port), 0x6f75_7273 ^ u64::from(port));
+        // The peer sends what our stack would.
+        let (kernel_seed, peer_seed) = bulk_seeds(port);
         let here_listener = match role {
             Role::OurClient => Some(kernel_listen(Family::V4, port)?),
             Role::KernelClient => None,
@@ -514,12 +532,9 @@ fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64) {
         let ((here_got, here), (there_got, there)) = (here, there);
         here_got.check(bytes, "peer -> kernel")?;
         there_got.check(bytes, "kernel -> peer")?;
-        let fs = near.fault_stats();
-        let (input, output) = iptables.map_or((0, 0), |cmd| {
-            (kernel_support::iptables_dropped(cmd, "INPUT"), kernel_support::iptables_dropped(cmd, "OUTPUT"))
-        });
+        let faults = lossy_faults_met(&near.fault_stats(), iptables)?;
         println!(
-            "{role:?}, a kernel in our place: {elapsed:.2?}, its retransmits {}, the kernel's {}, faults {fs:?}, iptables drops in {input} out {output}, relayed {relayed:?}",
+            "{role:?}, a kernel in our place: {elapsed:.2?}, its retransmits {}, the kernel's {}, {faults}, relayed {relayed:?}",
             there.retransmits, here.retransmits
         );
         print_lossy_result(
@@ -528,12 +543,6 @@ fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64) {
             u64::from(there.retransmits),
             here.retransmits,
         );
-        if fs.rx.dropped < 10 || fs.tx.dropped < 10 || fs.rx.reordered == 0 || fs.tx.duplicated == 0 {
-            return Err(format!("too few faults to mean anything: {fs:?}"));
-        }
-        if iptables.is_some() && (input == 0 || output == 0) {
-            return Err(format!("iptables dropped nothing: in {input} out {output}"));
-        }
         if there.retransmits == 0 || here.retransmits == 0 {
             return Err(format!("a kernel never retransmitted through 5% loss: {there:?}, {here:?}"));
         }

@@ -194,9 +194,9 @@ impl Connection {
         {
             reno_delivered = self.duplicate_ack(ack);
         }
-        if self.recovery.tlp_out.is_some() {
+        if let Some(probe) = self.recovery.tlp_out {
             let pure_duplicate = ack == prior_una && seg.sack_blocks.is_empty() && seg.payload.is_empty();
-            self.tlp_on_ack(ack, pure_duplicate);
+            self.tlp_on_ack(probe, ack, pure_duplicate);
         }
         if self.config.rack && self.sack_ok {
             self.rack_on_ack(now);
@@ -233,8 +233,8 @@ impl Connection {
         true
     }
 
-    /// The end of a tail loss probe's episode (RFC 8985 §7.4, as Linux's `tcp_process_tlp_ack`)
-    /// on an ACK of `ack` (`pure_duplicate`: it moved nothing, SACKed nothing and carried no
+    /// The end of the episode of the probe outstanding, `(end, retransmission)` (RFC 8985 §7.4,
+    /// as Linux's `tcp_process_tlp_ack`) on an ACK of `ack` (`pure_duplicate`: it moved nothing, SACKed nothing and carried no
     /// data). A probe of new data ends once the ACK covers it. A probe that resent the last
     /// segment ends on an ACK past it, which says the probe repaired a loss: the window is
     /// reduced as for one; or on a pure duplicate ACK at it, which says the original and the
@@ -242,8 +242,7 @@ impl Connection {
     /// again before the next RTO, whatever the losses at the tail.
     #[cold]
     #[inline(never)]
-    fn tlp_on_ack(&mut self, ack: SeqNumber, pure_duplicate: bool) {
-        let Some((end, retransmission)) = self.recovery.tlp_out else { return };
+    fn tlp_on_ack(&mut self, (end, retransmission): (SeqNumber, bool), ack: SeqNumber, pure_duplicate: bool) {
         if ack < end {
             return;
         }
