@@ -2,8 +2,9 @@
 # TCP through loss against the kernel, in rounds: runs tcp-lib's `kernel_tap` lossy transfers
 # (2 MiB each way at once through about 10% loss each way, reordering and duplication; our stack
 # with its defaults and with `Config::linux()`, and a second kernel in our stack's place as the
-# anchor) ROUNDS times, one test at a time, and prints per binary, side, family and role the
-# median time and retransmissions. Needs root (the tests make their own network namespaces).
+# anchor, with CUBIC as ours and with BBR) ROUNDS times, one test at a time, and prints per binary,
+# side, congestion control, family and role the median time, RTOs, recovery episodes and
+# retransmissions. Needs root (the tests make their own network namespaces).
 #
 #   scripts/lossy-rounds.sh [ROUNDS] [KERNEL_TAP_BINARY ...]
 #
@@ -48,15 +49,19 @@ from collections import defaultdict
 rows = defaultdict(list)
 for line in open(sys.argv[1]):
     f = dict(kv.split("=", 1) for kv in line.replace("lossy result:", "").split())
-    rows[(f["bin"], f["side"], f["family"], f["role"])].append(
-        (float(f["secs"]), int(f["retransmits"]), int(f["kernel_retransmits"])))
+    rows[(f["bin"], f["side"], f["cc"], f["family"], f["role"])].append(
+        (float(f["secs"]), float(f["both_secs"]), int(f["timeouts"]), int(f["recoveries"]),
+         int(f["retransmits"]), int(f["kernel_retransmits"]), f["peer_cc"]))
 for i, b in enumerate(sys.argv[2:]):
     print(f"binary {i}: {b}")
-print(f"{'bin':>3} {'side':<9} {'family':<6} {'role':<13} {'runs':>4} {'median s':>9} {'min s':>7} {'max s':>7} {'retx':>6} {'kernel retx':>11}")
+print("s: until the far kernel had read all that the side in our place sent (both s: both ways); medians but min and max")
+print(f"{'bin':>3} {'side':<9} {'cc':<6} {'family':<6} {'role':<13} {'runs':>4} {'median s':>9} {'min s':>7} {'max s':>7} "
+      f"{'both s':>7} {'RTOs':>5} {'recov':>5} {'retx':>5} {'peer retx':>9} peer cc")
 for key in sorted(rows):
     v = rows[key]
     secs = [x[0] for x in v]
-    print(f"{key[0]:>3} {key[1]:<9} {key[2]:<6} {key[3]:<13} {len(v):>4} {statistics.median(secs):>9.2f} "
-          f"{min(secs):>7.2f} {max(secs):>7.2f} {statistics.median(x[1] for x in v):>6.0f} "
-          f"{statistics.median(x[2] for x in v):>11.0f}")
+    med = lambda i: statistics.median(x[i] for x in v)
+    print(f"{key[0]:>3} {key[1]:<9} {key[2]:<6} {key[3]:<6} {key[4]:<13} {len(v):>4} {statistics.median(secs):>9.2f} "
+          f"{min(secs):>7.2f} {max(secs):>7.2f} {med(1):>7.2f} {med(2):>5.0f} {med(3):>5.0f} {med(4):>5.0f} "
+          f"{med(5):>9.0f} {','.join(sorted(set(x[6] for x in v)))}")
 EOF

@@ -11,7 +11,8 @@
 //!   retransmissions in windows of two or three segments);
 //! * the same lossy transfers with a second kernel in our stack's place (`kernel_support::peer`:
 //!   its own namespace and TAP, joined to ours by a relay under the same injector), the anchor
-//!   the lossy tests' times compare against (`scripts/lossy-rounds.sh` gathers them);
+//!   the lossy tests' times compare against: with CUBIC, as ours, and with BBR
+//!   (`scripts/lossy-rounds.sh` gathers them);
 //! * 1,000 concurrent kernel connections to our echo server, random-sized messages;
 //! * half-close, RST on abort (and refusal), zero windows (slow readers), keepalive, both ways;
 //! * window scaling, SACK-permitted and timestamps negotiated, as a pcap shows.
@@ -33,9 +34,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kernel_support::{
-    Family, Host, KernelTcpInfo, Observer, OnTap, Sink, Source, env_bytes, in_private_namespace,
-    kernel_connect, kernel_connect_to, kernel_read_all, kernel_write_all, new_pool, open_tap, our_drain,
-    our_feed, parse_tcp_any, splitmix, stack_config, thread_netns, with_timeouts,
+    Family, Host, KernelTcpInfo, Observer, OnTap, Sink, Source, congestion_control, env_bytes,
+    in_private_namespace, kernel_connect, kernel_connect_to, kernel_read_all, kernel_write_all, new_pool,
+    open_tap, our_drain, our_feed, parse_tcp_any, splitmix, stack_config, thread_netns, with_timeouts,
 };
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, FaultStats, PcapWriter, Tap};
 use netchannel::pool::Pool;
@@ -77,6 +78,15 @@ enum Role {
     OurClient,
 }
 
+/// What the kernel's half of a bulk transfer got: the bytes (checked against the sender's
+/// stream), what the kernel says of its socket once it had read everything, and when it had:
+/// the moment the other side's whole stream, FIN included, had arrived.
+struct KernelBulk {
+    got: Sink,
+    info: KernelTcpInfo,
+    read_done: Instant,
+}
+
 /// The kernel's half of [`bulk`]: connect to `to` (or accept on `listener`), write `bytes` from a
 /// second thread and half-close, read to the end (checking it against the stream of `expect`).
 fn kernel_bulk(
@@ -84,7 +94,7 @@ fn kernel_bulk(
     to: SocketAddr,
     (seed, expect): (u64, u64),
     bytes: u64,
-) -> Result<(Sink, KernelTcpInfo), String> {
+) -> Result<KernelBulk, String> {
     let stream = match listener {
         Some(l) => kernel_accept(l)?,
         None => kernel_connect_to(to)?,
@@ -95,9 +105,10 @@ fn kernel_bulk(
         w.shutdown(Shutdown::Write).map_err(|e| e.to_string())
     });
     let mut r = stream;
-    let sink = kernel_read_all(&mut r, expect)?;
+    let got = kernel_read_all(&mut r, expect)?;
+    let read_done = Instant::now();
     writer.join().map_err(|_| "kernel writer panicked".to_owned())??;
-    Ok((sink, kernel_support::kernel_tcp_info(&r)?))
+    Ok(KernelBulk { got, info: kernel_support::kernel_tcp_info(&r)?, read_done })
 }
 
 /// The seeds of the kernel's stream and of ours in [`bulk`] on `port`.
@@ -105,10 +116,21 @@ fn bulk_seeds(port: u16) -> (u64, u64) {
     (0x6b65_726e ^ u64::from(port), 0x6f75_7273 ^ u64::from(port))
 }
 
+/// What [`bulk`] measured.
+struct Bulk {
+    /// Until both directions were done.
+    elapsed: Duration,
+    /// Until the kernel had read all we sent (our direction alone: the kernel's own sending, and
+    /// so its congestion control, does not set it).
+    ours_delivered: Duration,
+    stats: Stats,
+    kernel: KernelTcpInfo,
+}
+
 /// `bytes` each way at once on one connection, each side sending then half-closing and reading
 /// to the end; checks every byte both ways (against the senders' generator) and that our
-/// connection's counters say so. Returns the elapsed time, our connection's statistics, and what
-/// the kernel says of its socket once it had read everything.
+/// connection's counters say so. Returns the times, our connection's statistics, and what the
+/// kernel says of its socket once it had read everything.
 fn bulk<D: OnTap>(
     family: Family,
     host: &mut Host<D>,
@@ -116,7 +138,7 @@ fn bulk<D: OnTap>(
     port: u16,
     bytes: u64,
     limit: Duration,
-) -> Result<(Duration, Stats, KernelTcpInfo), String> {
+) -> Result<Bulk, String> {
     let (kernel_seed, our_seed) = bulk_seeds(port);
     let listener = match role {
         Role::KernelClient => Some(host.stack.listen(port).map_err(|e| e.to_string())?),
@@ -130,7 +152,7 @@ fn bulk<D: OnTap>(
     let kernel_failed = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
         let kernel_failed = &kernel_failed;
-        let kernel = scope.spawn(move || -> Result<(Sink, KernelTcpInfo), String> {
+        let kernel = scope.spawn(move || -> Result<KernelBulk, String> {
             let r = kernel_bulk(kl.as_ref(), family.stack(port), (kernel_seed, our_seed), bytes);
             kernel_failed.store(r.is_err(), Ordering::SeqCst);
             r
@@ -158,7 +180,7 @@ fn bulk<D: OnTap>(
         });
         let kernel = kernel.join().map_err(|_| "kernel thread panicked".to_owned())?;
         result?;
-        let (kernel_got, kernel_info) = kernel?;
+        let KernelBulk { got: kernel_got, info: kernel_info, read_done } = kernel?;
         let s = stream.ok_or("no connection")?;
         let stats = host.stack.connection_stats(s).map_err(|e| e.to_string())?;
         sink.check(bytes, "kernel -> us")?;
@@ -178,7 +200,12 @@ fn bulk<D: OnTap>(
         if let Some(l) = listener {
             host.stack.unlisten(l).map_err(|e| e.to_string())?;
         }
-        Ok((elapsed, stats, kernel_info))
+        Ok(Bulk {
+            elapsed,
+            ours_delivered: read_done.saturating_duration_since(start),
+            stats,
+            kernel: kernel_info,
+        })
     })
 }
 
@@ -274,7 +301,9 @@ impl Tcp {
 
 /// What the kernel of the calling thread's namespace counted of its loss recovery (`TcpExt`,
 /// as `nstat` shows it): the counters to set beside ours.
-fn kernel_recovery_counters() -> Result<String, String> {
+struct KernelRecovery([u64; 7]);
+
+impl KernelRecovery {
     const NAMES: [&str; 7] = [
         "TCPTimeouts",
         "TCPLossProbes",
@@ -284,23 +313,70 @@ fn kernel_recovery_counters() -> Result<String, String> {
         "TCPLostRetransmit",
         "TCPDSACKUndo",
     ];
-    let values = kernel_support::kernel_tcp_ext(&NAMES)?;
-    Ok(NAMES.iter().zip(values).map(|(n, v)| format!("{n} {v}")).collect::<Vec<_>>().join(", "))
+
+    fn read() -> Result<Self, String> {
+        let values = kernel_support::kernel_tcp_ext(&Self::NAMES)?;
+        let mut out = [0; 7];
+        out.copy_from_slice(&values);
+        Ok(Self(out))
+    }
+
+    fn timeouts(&self) -> u64 {
+        self.0[0]
+    }
+
+    fn recoveries(&self) -> u64 {
+        self.0[3]
+    }
 }
 
-/// One line per lossy transfer for `scripts/lossy-rounds.sh` to gather: who stood in our place
-/// (`defaults`, `linux`: our stack so configured; `kernel`: a second kernel), the elapsed time, and
-/// the segments each end retransmitted.
-fn print_lossy_result(
-    (side, family, role): (&str, Family, Role),
-    elapsed: Duration,
+impl std::fmt::Display for KernelRecovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (n, v)) in Self::NAMES.iter().zip(self.0).enumerate() {
+            write!(f, "{}{n} {v}", if i == 0 { "" } else { ", " })?;
+        }
+        Ok(())
+    }
+}
+
+/// One lossy transfer, as `scripts/lossy-rounds.sh` gathers it.
+struct LossyResult<'a> {
+    /// Who stood in our place: `defaults`, `linux` (our stack so configured), `kernel` (a second
+    /// kernel).
+    side: &'a str,
+    /// Its congestion control.
+    cc: &'a str,
+    /// The congestion control of the kernel at the other end.
+    peer_cc: &'a str,
+    family: Family,
+    role: Role,
+    /// Until the other end had read all that the side in our place sent: its direction alone.
+    delivered: Duration,
+    /// Until both directions were done.
+    both: Duration,
     retransmits: u64,
+    timeouts: u64,
+    recoveries: u64,
     kernel_retransmits: u32,
-) {
-    println!(
-        "lossy result: side={side} family={family:?} role={role:?} secs={:.3} retransmits={retransmits} kernel_retransmits={kernel_retransmits}",
-        elapsed.as_secs_f64()
-    );
+}
+
+impl LossyResult<'_> {
+    fn print(&self) {
+        println!(
+            "lossy result: side={} cc={} peer_cc={} family={:?} role={:?} secs={:.3} both_secs={:.3} retransmits={} timeouts={} recoveries={} kernel_retransmits={}",
+            self.side,
+            self.cc,
+            self.peer_cc,
+            self.family,
+            self.role,
+            self.delivered.as_secs_f64(),
+            self.both.as_secs_f64(),
+            self.retransmits,
+            self.timeouts,
+            self.recoveries,
+            self.kernel_retransmits,
+        );
+    }
 }
 
 /// The injector's faults each way. A frame held back for reordering leaves after 10 ms at the
@@ -380,13 +456,28 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
         // blocks were kept as Linux keeps them and reordering was bounded in time, the kernel's
         // RTO grew to seconds and minutes: 7 to 62 s, and about one run in twenty stalled to this
         // bound.)
-        let (elapsed, ours, kernel) = bulk(family, &mut host, role, port, bytes, Duration::from_secs(300))?;
+        let peer_cc = congestion_control()?;
+        let Bulk { elapsed, ours_delivered, stats: ours, kernel } =
+            bulk(family, &mut host, role, port, bytes, Duration::from_secs(300))?;
         let faults = lossy_faults_met(&host.dev.fault_stats(), iptables)?;
         println!(
-            "{role:?}: {elapsed:.2?}, our retransmits {}, the kernel's {}, {faults}",
+            "{role:?}: {elapsed:.2?} ({ours_delivered:.2?} for ours to arrive), our retransmits {}, the kernel's {}, {faults}",
             ours.retransmits, kernel.retransmits
         );
-        print_lossy_result((tcp.name(), family, role), elapsed, ours.retransmits, kernel.retransmits);
+        LossyResult {
+            side: tcp.name(),
+            cc: "cubic",
+            peer_cc: &peer_cc,
+            family,
+            role,
+            delivered: ours_delivered,
+            both: elapsed,
+            retransmits: ours.retransmits,
+            timeouts: ours.timeouts,
+            recoveries: ours.recoveries,
+            kernel_retransmits: kernel.retransmits,
+        }
+        .print();
         println!(
             "our recovery: {} timeouts, {} tail loss probes ({} repaired a loss), {} recoveries, {} fast retransmissions; the kernel's {}",
             ours.timeouts,
@@ -394,7 +485,7 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
             ours.tlp_recoveries,
             ours.recoveries,
             ours.fast_retransmits,
-            kernel_recovery_counters()?
+            KernelRecovery::read()?
         );
         if ours.retransmits == 0 {
             return Err("we never retransmitted through 5% loss".into());
@@ -461,12 +552,14 @@ fn lossy_our_linux_profile_client_to_kernel_server() {
 /// The lossy transfers with a second kernel in our stack's place (`kernel_support::peer`): the
 /// same faults in the same place (the injector on the test's TAP, `iptables` on the kernel's
 /// side), the frames moved between the two TAPs by a relay instead of our stack. The anchor of
-/// the tests above: how fast the kernel's own TCP gets through what ours gets through.
-fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64) {
+/// the tests above: how fast the kernel's own TCP gets through what ours gets through, with the
+/// congestion control `cc` (the kernel at the other end keeps the host's).
+fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64, cc: &'static str) {
     in_private_namespace(move || {
         let tap = open_tap()?;
         let pool = new_pool()?;
         let cache = pool.cache();
+        let peer_cc = congestion_control()?;
         let (mut near, iptables) = lossy_path(Family::V4, tap, &pool, seed);
         let bytes = env_bytes("TCP_KERNEL_LOSSY_BYTES", 2 * MIB);
         // The peer sends what our stack would.
@@ -477,12 +570,15 @@ fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64) {
         };
         let failed = std::sync::atomic::AtomicBool::new(false);
         let start = Instant::now();
-        let (relayed, here, there) = std::thread::scope(|scope| -> Result<_, String> {
+        let (relayed, here, (there, recovery)) = std::thread::scope(|scope| -> Result<_, String> {
             let failed = &failed;
             let (tap_tx, tap_rx) = std::sync::mpsc::channel();
-            let peer = scope.spawn(move || -> Result<(Sink, KernelTcpInfo), String> {
+            let peer = scope.spawn(move || -> Result<(KernelBulk, KernelRecovery), String> {
                 let r = (|| {
                     let tap = kernel_support::peer::enter_peer_namespace()?;
+                    // A kernel without the algorithm cannot be this anchor: a skip, not a failure.
+                    kernel_support::set_congestion_control(cc)
+                        .map_err(|e| format!("{}{e}", netns_test::SKIP))?;
                     let listener = match role {
                         Role::KernelClient => Some(
                             TcpListener::bind(Family::V4.stack(port))
@@ -496,9 +592,10 @@ fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64) {
                         Family::V4.kernel(port),
                         (peer_seed, kernel_seed),
                         bytes,
-                    );
-                    println!("the recovery of the kernel in our place: {}", kernel_recovery_counters()?);
-                    r
+                    )?;
+                    let recovery = KernelRecovery::read()?;
+                    println!("the recovery of the kernel in our place ({cc}): {recovery}");
+                    Ok((r, recovery))
                 })();
                 failed.fetch_or(r.is_err(), Ordering::SeqCst);
                 r
@@ -529,22 +626,33 @@ fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64) {
             Ok((relayed?, here?, there?))
         })?;
         let elapsed = start.elapsed();
-        let ((here_got, here), (there_got, there)) = (here, there);
-        here_got.check(bytes, "peer -> kernel")?;
-        there_got.check(bytes, "kernel -> peer")?;
+        let delivered = here.read_done.saturating_duration_since(start);
+        here.got.check(bytes, "peer -> kernel")?;
+        there.got.check(bytes, "kernel -> peer")?;
         let faults = lossy_faults_met(&near.fault_stats(), iptables)?;
         println!(
-            "{role:?}, a kernel in our place: {elapsed:.2?}, its retransmits {}, the kernel's {}, {faults}, relayed {relayed:?}",
-            there.retransmits, here.retransmits
+            "{role:?}, a kernel in our place ({cc}): {elapsed:.2?} ({delivered:.2?} for its data to arrive), its retransmits {}, the kernel's {}, {faults}, relayed {relayed:?}",
+            there.info.retransmits, here.info.retransmits
         );
-        print_lossy_result(
-            ("kernel", Family::V4, role),
-            elapsed,
-            u64::from(there.retransmits),
-            here.retransmits,
-        );
-        if there.retransmits == 0 || here.retransmits == 0 {
-            return Err(format!("a kernel never retransmitted through 5% loss: {there:?}, {here:?}"));
+        LossyResult {
+            side: "kernel",
+            cc,
+            peer_cc: &peer_cc,
+            family: Family::V4,
+            role,
+            delivered,
+            both: elapsed,
+            retransmits: u64::from(there.info.retransmits),
+            timeouts: recovery.timeouts(),
+            recoveries: recovery.recoveries(),
+            kernel_retransmits: here.info.retransmits,
+        }
+        .print();
+        if there.info.retransmits == 0 || here.info.retransmits == 0 {
+            return Err(format!(
+                "a kernel never retransmitted through 5% loss: {:?}, {:?}",
+                there.info, here.info
+            ));
         }
         drop((near, cache));
         pool.check_leaks().map_err(|e| e.to_string())
@@ -552,15 +660,29 @@ fn lossy_with_kernel_peer(role: Role, port: u16, seed: u64) {
 }
 
 // The seeds of the Linux-profile tests above: the injector decides the same way for the same
-// frames in the same order (the handshake's, at least), whoever sends them.
+// frames in the same order (the handshake's, at least), whoever sends them. The kernel in our
+// place runs CUBIC, as `tcp::Config::linux()` does: the like-for-like anchor.
 #[test]
 fn lossy_kernel_client_to_a_kernel_in_our_place() {
-    lossy_with_kernel_peer(Role::KernelClient, 5015, 23);
+    lossy_with_kernel_peer(Role::KernelClient, 5015, 23, "cubic");
 }
 
 #[test]
 fn lossy_kernel_in_our_place_client_to_kernel_server() {
-    lossy_with_kernel_peer(Role::OurClient, 5016, 24);
+    lossy_with_kernel_peer(Role::OurClient, 5016, 24, "cubic");
+}
+
+// The same with BBR in our place (the default of some hosts, this project's CI machine among
+// them): a congestion control that does not take random loss for congestion, which our stack
+// does not offer. Where the kernel has no BBR, the test says so and passes.
+#[test]
+fn lossy_kernel_client_to_a_kernel_in_our_place_bbr() {
+    lossy_with_kernel_peer(Role::KernelClient, 5017, 23, "bbr");
+}
+
+#[test]
+fn lossy_kernel_in_our_place_client_to_kernel_server_bbr() {
+    lossy_with_kernel_peer(Role::OurClient, 5018, 24, "bbr");
 }
 
 fn thousand_concurrent_kernel_connections_echo_random_messages_over(family: Family) {

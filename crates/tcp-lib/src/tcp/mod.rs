@@ -530,10 +530,12 @@ impl Config {
     /// [`Config`] documents; this is the set packetdrill's Linux scripts run against (its shim
     /// starts from it). On a lossy path it recovers sooner than the defaults, which follow the
     /// RFCs' conservative choices: in `kernel_tap`'s lossy tests (about 10% loss each way, a
-    /// kernel peer, 2 MiB each way, the same 200 ms minimum RTO for both) a run takes about 5
-    /// to 7 s against 7 to 11 s (medians), with about 20 to 26 of our RTOs a run against 30 to
-    /// 40. It is still far from the kernel's own TCP in our place, which gets through the same
-    /// faults in under a second, with at most three RTOs (`BENCHMARKS.md`, "TCP through loss").
+    /// kernel peer, 2 MiB each way, the same 200 ms minimum RTO for both) our 2 MiB arrive in
+    /// about 5 to 6 s against 10.5 to 11 s (medians), with about 18 to 21 of our RTOs a run
+    /// against 30 to 41: level with the kernel's own CUBIC in our place through the same faults
+    /// (6 to 7 s, 17 to 18 RTOs). The kernel's BBR gets through them in hundredths of a second:
+    /// random loss is not congestion to it, and this library has no BBR (`BENCHMARKS.md`, "TCP
+    /// through loss").
     /// Its price: its larger windows make each timeout costlier, since a timeout forgets the SACK
     /// information (RFC 2018 §8; Linux keeps it) and resends what the peer already holds until
     /// new SACK blocks report it: in four of 16 runs we resent 489 to 844 segments where the

@@ -276,6 +276,30 @@ pub fn kernel_tcp_ext(names: &[&str]) -> Result<Vec<u64>, String> {
     Ok(names.iter().map(|n| table.iter().find(|(k, _)| k == n).map_or(0, |&(_, v)| v)).collect())
 }
 
+/// The congestion control the calling thread's namespace gives new TCP sockets
+/// (`net.ipv4.tcp_congestion_control`: each namespace has its own, a new one starts with the
+/// host's).
+pub fn congestion_control() -> Result<String, String> {
+    let path = "/proc/sys/net/ipv4/tcp_congestion_control";
+    let text = std::fs::read_to_string(path).map_err(|e| format!("read {path}: {e}"))?;
+    Ok(text.trim().to_owned())
+}
+
+/// Sets the congestion control of the calling thread's namespace (call it in a namespace of the
+/// test's own: the setting is the namespace's). Fails, naming the fix, where the kernel has no
+/// such algorithm (`tcp_bbr` not loaded, say).
+pub fn set_congestion_control(name: &str) -> Result<(), String> {
+    let path = "/proc/sys/net/ipv4/tcp_congestion_control";
+    std::fs::write(path, name).map_err(|e| {
+        format!("write {name} to {path}: {e} (is it in /proc/sys/net/ipv4/tcp_available_congestion_control? modprobe tcp_{name})")
+    })?;
+    let now = congestion_control()?;
+    if now != name {
+        return Err(format!("{path} says {now} after {name} was written"));
+    }
+    Ok(())
+}
+
 /// `SO_KEEPALIVE` with `TCP_KEEPIDLE`, `TCP_KEEPINTVL` (seconds) and `TCP_KEEPCNT`.
 pub fn set_keepalive(fd: &impl AsRawFd, idle_s: i32, interval_s: i32, count: i32) -> Result<(), String> {
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;

@@ -306,6 +306,7 @@ impl Connection {
             // RFC 6582 §3.2 step 3, RFC 6675 §5 (the recovery point is covered); cwnd =
             // ssthresh (RFC 9937 §4: PRR brought the flight there).
             self.cc.on_exit_recovery();
+            tracing::debug!(local = %self.local, remote = %self.remote, una = ack.get(), cwnd = self.cc.window(), "fast recovery ends");
             self.recovery.active = false;
             self.recovery.rxt_marks.clear();
         } else if self.sack_ok {
@@ -484,6 +485,15 @@ impl Connection {
     fn enter_recovery(&mut self) {
         let mss = self.snd.mss;
         let flight = distance(self.snd.una, self.snd.max);
+        tracing::debug!(
+            local = %self.local,
+            remote = %self.remote,
+            una = self.snd.una.get(),
+            max = self.snd.max.get(),
+            sacked = self.recovery.scoreboard.sacked_bytes(),
+            cwnd = self.cc.window(),
+            "fast recovery begins"
+        );
         self.recovery.recover = self.snd.max;
         self.recovery.active = true;
         self.stats.recoveries += 1;

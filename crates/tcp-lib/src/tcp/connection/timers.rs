@@ -105,6 +105,21 @@ impl Connection {
             return;
         }
         self.stats.timeouts += 1;
+        tracing::debug!(
+            local = %self.local,
+            remote = %self.remote,
+            state = ?self.state,
+            una = self.snd.una.get(),
+            nxt = self.snd.nxt.get(),
+            max = self.snd.max.get(),
+            sacked = self.recovery.scoreboard.sacked_bytes(),
+            in_recovery = self.recovery.active,
+            cwnd = self.cc.window(),
+            ssthresh = self.cc.ssthresh(),
+            rto = ?self.rtt.rto(),
+            retries = self.snd.retries,
+            "retransmission timeout"
+        );
         self.rtt.back_off();
         self.snd.rtt_timing = None;
         match self.state {
@@ -138,6 +153,7 @@ impl Connection {
         if self.snd.una < self.snd.max && !self.recovery.active && self.recovery.tlp_out.is_none() {
             self.recovery.tlp_pending = true;
             self.stats.tail_loss_probes += 1;
+            tracing::debug!(local = %self.local, remote = %self.remote, una = self.snd.una.get(), max = self.snd.max.get(), "tail loss probe");
             self.timers.rto = Some(now + self.rtt.rto());
         }
     }

@@ -19,6 +19,7 @@
 //! * `fuzz`: random segments against a connection in each state never panic, and take the
 //!   header-prediction fast path and the general path alike.
 //! * `time_wait`: the compact TIME-WAIT record answers random segments as the connection does.
+//! * `tracing`: the `tracing` events of loss recovery.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
@@ -54,6 +55,7 @@ mod push;
 mod rack;
 mod scripted;
 mod time_wait;
+mod tracing;
 
 pub(super) const LOCAL: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
 pub(super) const REMOTE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 49500);
