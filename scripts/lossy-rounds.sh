@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # TCP through loss against the kernel, in rounds: runs tcp-lib's `kernel_tap` lossy transfers
 # (2 MiB each way at once through about 10% loss each way, reordering and duplication; our stack
-# with its defaults and with `Config::linux()`, and a second kernel in our stack's place as the
-# anchor, with CUBIC as ours and with BBR) ROUNDS times, one test at a time, and prints per binary,
-# side, congestion control, family and role the median time, RTOs, recovery episodes and
+# with its defaults, `Config::linux()` and `Config::bbr()`, and a second kernel in our stack's
+# place as the anchor, with CUBIC and with BBR) ROUNDS times, one test at a time, and prints per
+# binary, side, congestion control, family and role the median time, RTOs, recovery episodes and
 # retransmissions. Needs root (the tests make their own network namespaces).
 #
 #   scripts/lossy-rounds.sh [ROUNDS] [KERNEL_TAP_BINARY ...]

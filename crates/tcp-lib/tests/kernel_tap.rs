@@ -288,6 +288,8 @@ enum Tcp {
     Defaults,
     /// [`tcp::Config::linux`]: RACK, tail loss probes, Linux's CUBIC, RTO estimator and slow start.
     Linux,
+    /// [`tcp::Config::bbr`]: the Linux profile with BBR and pacing.
+    Bbr,
 }
 
 impl Tcp {
@@ -295,6 +297,15 @@ impl Tcp {
         match self {
             Self::Defaults => "defaults",
             Self::Linux => "linux",
+            Self::Bbr => "bbr",
+        }
+    }
+
+    /// Its congestion control, by the name Linux gives it.
+    fn cc(self) -> &'static str {
+        match self {
+            Self::Defaults | Self::Linux => "cubic",
+            Self::Bbr => "bbr",
         }
     }
 }
@@ -433,17 +444,26 @@ fn lossy_faults_met(fs: &FaultStats, iptables: Option<&str>) -> Result<String, S
 }
 
 fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
+    // `TCP_LIB_TRACE=1`: our connection's loss recovery events on stderr (tcp-lib's `tracing`
+    // events at DEBUG).
+    if std::env::var_os("TCP_LIB_TRACE").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     in_private_namespace(move || {
         let tap = open_tap()?;
         let mut config = bulk_config(&tap);
-        if tcp == Tcp::Linux {
+        if tcp != Tcp::Defaults {
             // The bulk transfers' buffers and TIME-WAIT; the rest Linux's.
             let bulk = config.tcp;
+            let profile = if tcp == Tcp::Bbr { tcp::Config::bbr() } else { tcp::Config::linux() };
             config.tcp = tcp::Config {
                 send_buffer: bulk.send_buffer,
                 recv_buffer: bulk.recv_buffer,
                 msl: bulk.msl,
-                ..tcp::Config::linux()
+                ..profile
             };
         }
         let pool = new_pool()?;
@@ -466,7 +486,7 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
         );
         LossyResult {
             side: tcp.name(),
-            cc: "cubic",
+            cc: tcp.cc(),
             peer_cc: &peer_cc,
             family,
             role,
@@ -489,6 +509,9 @@ fn lossy(family: Family, role: Role, port: u16, seed: u64, tcp: Tcp) {
         );
         if ours.retransmits == 0 {
             return Err("we never retransmitted through 5% loss".into());
+        }
+        if (tcp == Tcp::Bbr) != (ours.ssthresh == usize::MAX) {
+            return Err(format!("{tcp:?} on our side, yet ssthresh {} (BBR has none)", ours.ssthresh));
         }
         // A 512 KiB window of full-sized segments has at most 181 holes, under the 256 ranges our
         // receiver holds: out-of-order data is never dropped for want of one (at 8 ranges, 500 to
@@ -547,6 +570,18 @@ fn lossy_kernel_client_to_our_linux_profile_server() {
 #[test]
 fn lossy_our_linux_profile_client_to_kernel_server() {
     lossy(Family::V4, Role::OurClient, 5014, 24, Tcp::Linux);
+}
+
+/// The lossy transfers with [`tcp::Config::bbr`] on our side (IPv4), against the kernel's BBR in
+/// our place (`lossy_kernel_client_to_a_kernel_in_our_place_bbr` and its pair below).
+#[test]
+fn lossy_kernel_client_to_our_bbr_server() {
+    lossy(Family::V4, Role::KernelClient, 5019, 23, Tcp::Bbr);
+}
+
+#[test]
+fn lossy_our_bbr_client_to_kernel_server() {
+    lossy(Family::V4, Role::OurClient, 5020, 24, Tcp::Bbr);
 }
 
 /// The lossy transfers with a second kernel in our stack's place (`kernel_support::peer`): the

@@ -90,9 +90,11 @@ impl ConfigIn {
             }),
             nodelay: self.nodelay,
             max_ooo_ranges: usize::from(self.max_ooo_ranges % 17),
-            // Bit 7 of the SYN-retries byte: Linux's CUBIC arithmetic instead of RFC 9438's.
+            // Bit 7 of the SYN-retries byte: Linux's CUBIC arithmetic instead of RFC 9438's, or
+            // BBR instead of NewReno.
             congestion: match (self.newreno, self.syn_retries & 0x80 != 0) {
-                (true, _) => CongestionAlgorithm::NewReno,
+                (true, false) => CongestionAlgorithm::NewReno,
+                (true, true) => CongestionAlgorithm::Bbr,
                 (false, false) => CongestionAlgorithm::Cubic,
                 (false, true) => CongestionAlgorithm::LinuxCubic,
             },

@@ -85,6 +85,7 @@ impl Stack {
         let spare = self.spares.pop();
         let budget = &self.budget;
         let Some(e) = self.slots.get_mut(index) else { return index };
+        e.conn.finish_open();
         if let Some(spare) = spare {
             e.conn.adopt(spare);
         }

@@ -1,7 +1,8 @@
-//! Congestion control behind a small trait, with three implementations: [`NewReno`] (RFC 5681 slow
+//! Congestion control behind a small trait, with four implementations: [`NewReno`] (RFC 5681 slow
 //! start and congestion avoidance, cwnd = ssthresh through fast recovery, RFC 3465 byte
-//! counting limited to one SMSS per ACK), [`Cubic`] (RFC 9438), and `LinuxCubic` (`cubic_linux.rs`: the same
-//! curve with Linux's `tcp_cubic.c` arithmetic, for the Linux profile). Slow start may end
+//! counting limited to one SMSS per ACK), [`Cubic`] (RFC 9438), `LinuxCubic` (`cubic_linux.rs`: the same
+//! curve with Linux's `tcp_cubic.c` arithmetic, for the Linux profile), and `Bbr` (`bbr.rs`:
+//! the window and the pacing rate from [`RateSample`]s, not from losses). Slow start may end
 //! before a loss by HyStart (`hystart.rs`).
 //!
 //! The connection owns the loss *detection* (duplicate ACK counting, the SACK scoreboard, the
@@ -70,6 +71,71 @@ pub trait CongestionControl: fmt::Debug + Send {
     fn on_restart_window(&mut self, cwnd: usize, ssthresh: usize) {
         let _ = (cwnd, ssthresh);
     }
+
+    /// The delivery rate sample of an ACK that delivered data (acknowledged or SACKed it), at
+    /// `now`, after the connection's loss detection and recovery ran for that ACK. Only taken
+    /// where the connection logs its transmissions ([`Config::rack`](super::Config::rack)). The
+    /// default ignores it.
+    fn on_rate_sample(&mut self, rs: &RateSample, now: Instant) {
+        let _ = (rs, now);
+    }
+
+    /// The rate the algorithm wants data paced at, in bytes per second, where
+    /// [`Config::pacing`](super::Config::pacing) is set; `None` (the default): the connection's
+    /// own rule, from the window and the smoothed RTT.
+    fn pacing_rate(&self) -> Option<u64> {
+        None
+    }
+
+    /// Whether the algorithm sets the window through fast recovery itself, so that the
+    /// connection sends while the flight is below [`window`](Self::window) instead of as the
+    /// Proportional Rate Reduction allows. `false` by default.
+    fn owns_recovery_window(&self) -> bool {
+        false
+    }
+}
+
+/// A delivery rate sample (Cheng, Cardwell, Hassas Yeganeh and Jacobson, "Delivery Rate
+/// Estimation", IETF draft, 2016, as Linux's `tcp_rate.c`): what one ACK says of the rate at which
+/// the path delivered the connection's data. The connection keeps, for every transmission, how
+/// much had been delivered when it left and when; an ACK that delivers some takes the most
+/// recently sent of them and divides the bytes delivered since by the longer of the time over
+/// which they were sent and the time over which their ACKs came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateSample {
+    /// Bytes delivered over [`interval`](Self::interval).
+    pub delivered: u64,
+    /// The interval the sample spans; [`Duration::ZERO`] when the sample is not valid (shorter
+    /// than the minimum RTT: compressed ACKs would inflate the rate).
+    pub interval: Duration,
+    /// The connection's total bytes delivered when the sample's transmission left (round trips
+    /// are counted on it: a round ends once a transmission sent after it began is delivered).
+    pub prior_delivered: u64,
+    /// The connection's total bytes delivered, this ACK included.
+    pub total_delivered: u64,
+    /// Whether the sample's transmission left while the application, not the window, limited
+    /// sending: the rate says less than the path could carry.
+    pub app_limited: bool,
+    /// The round trip of the sample's transmission (`None` when it was a retransmission).
+    pub rtt: Option<Duration>,
+    /// Bytes this ACK delivered (newly acknowledged or SACKed).
+    pub newly_delivered: usize,
+    /// Bytes in flight after the ACK (RFC 6675's pipe with SACK).
+    pub in_flight: usize,
+    /// The sender's MSS.
+    pub mss: usize,
+}
+
+impl RateSample {
+    /// The delivery rate in bytes per second, `None` for an invalid sample.
+    #[must_use]
+    pub fn rate(&self) -> Option<u64> {
+        let nanos = self.interval.as_nanos();
+        if nanos == 0 {
+            return None;
+        }
+        u64::try_from(u128::from(self.delivered) * 1_000_000_000 / nanos).ok()
+    }
 }
 
 /// Which congestion control a connection uses.
@@ -83,6 +149,11 @@ pub enum CongestionAlgorithm {
     Cubic,
     /// [`LinuxCubic`](super::LinuxCubic): CUBIC counted as Linux's `tcp_cubic.c` counts it.
     LinuxCubic,
+    /// [`Bbr`](super::Bbr): the window and the pacing rate from the measured delivery rate and
+    /// minimum RTT, not from losses. Needs [`Config::rack`](super::Config::rack) (its
+    /// transmission log gives the delivery rate samples) and [`Config::pacing`](super::Config::pacing);
+    /// [`Config::bbr`](super::Config::bbr) sets all three.
+    Bbr,
 }
 
 /// NewReno: RFC 5681, with cwnd = ssthresh through fast recovery (the connection's PRR, RFC

@@ -416,7 +416,26 @@ impl Connection {
         now: Instant,
         opening: (State, bool),
     ) -> Self {
-        Self::open(config, addresses, iss, now, opening)
+        let mut c = Self::open(config, addresses, iss, now, opening);
+        c.finish_open();
+        c
+    }
+
+    /// Completes [`open`](Self::open) once the connection is in its place: for BBR, the
+    /// controller and RACK's delivery rate sampling, which allocate (see
+    /// `CongestionAlgorithm::controller`).
+    #[inline]
+    pub(crate) fn finish_open(&mut self) {
+        if self.config.congestion == CongestionAlgorithm::Bbr {
+            self.attach_bbr();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn attach_bbr(&mut self) {
+        self.cc = Controller::bbr();
+        self.recovery.rack = Rack::with_rate_samples();
     }
 
     /// A connection in `state` (`passive`: made by a listener), as one struct literal. Always
@@ -539,6 +558,7 @@ impl Connection {
                 tlp_budget: 0,
                 sndcnt: 0,
                 dup_delivered: 0,
+                // (BBR's delivery rate samples come with it: `finish_open`.)
                 rack: Rack::default(),
             },
             ecn: EcnState { ok: false, echo: false, cwr_pending: false, reduced_until: iss },

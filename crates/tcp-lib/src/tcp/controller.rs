@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno};
+use super::bbr::Bbr;
+use super::congestion::{CongestionAlgorithm, CongestionControl, Cubic, NewReno, RateSample};
 use super::cubic_linux::LinuxCubic;
 
 impl CongestionAlgorithm {
@@ -14,6 +15,7 @@ impl CongestionAlgorithm {
             Self::NewReno => Box::new(NewReno::new()),
             Self::Cubic => Box::new(Cubic::new()),
             Self::LinuxCubic => Box::new(LinuxCubic::new()),
+            Self::Bbr => Box::new(Bbr::new()),
         }
     }
 }
@@ -25,16 +27,30 @@ pub(crate) enum Controller {
     NewReno(NewReno),
     Cubic(Cubic),
     LinuxCubic(LinuxCubic),
+    /// Boxed: BBR's model (its filters and clocks) is more than twice CUBIC's state, and the
+    /// connections that do not run it should not carry its size.
+    Bbr(Box<Bbr>),
 }
 
 impl CongestionAlgorithm {
-    /// A fresh [`Controller`] running the algorithm.
+    /// A fresh [`Controller`] running the algorithm; for BBR, a CUBIC that stands in until
+    /// the connection, in its place, attaches BBR (`Connection::finish_open`): BBR's model is
+    /// boxed, and an allocation inside the connection's constructor would make the stack build
+    /// every connection in a temporary and copy its 2.2 KB into the table.
     pub(crate) fn controller(self) -> Controller {
         match self {
             Self::NewReno => Controller::NewReno(NewReno::new()),
             Self::Cubic => Controller::Cubic(Cubic::new()),
             Self::LinuxCubic => Controller::LinuxCubic(LinuxCubic::new()),
+            Self::Bbr => Controller::Cubic(Cubic::new()),
         }
+    }
+}
+
+impl Controller {
+    /// A fresh BBR.
+    pub(crate) fn bbr() -> Self {
+        Self::Bbr(Box::default())
     }
 }
 
@@ -45,6 +61,7 @@ macro_rules! dispatch {
             Controller::NewReno($c) => $call,
             Controller::Cubic($c) => $call,
             Controller::LinuxCubic($c) => $call,
+            Controller::Bbr($c) => $call,
         }
     };
 }
@@ -96,5 +113,17 @@ impl CongestionControl for Controller {
 
     fn on_restart_window(&mut self, cwnd: usize, ssthresh: usize) {
         dispatch!(self, c => c.on_restart_window(cwnd, ssthresh));
+    }
+
+    fn on_rate_sample(&mut self, rs: &RateSample, now: Instant) {
+        dispatch!(self, c => c.on_rate_sample(rs, now));
+    }
+
+    fn pacing_rate(&self) -> Option<u64> {
+        dispatch!(self, c => c.pacing_rate())
+    }
+
+    fn owns_recovery_window(&self) -> bool {
+        dispatch!(self, c => c.owns_recovery_window())
     }
 }

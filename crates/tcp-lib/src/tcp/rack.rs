@@ -20,6 +20,13 @@
 //! connection sends again when it is the segment at SND.UNA (a loss that otherwise waits for
 //! enough SACKs of later data or for the RTO). RACK is off unless
 //! [`Config::rack`](super::Config::rack) asks for it.
+//!
+//! The same log gives the delivery rate samples ([`RateSample`]; Cheng, Cardwell, Hassas Yeganeh
+//! and Jacobson, "Delivery Rate Estimation", IETF draft, 2016, as Linux's `tcp_rate.c`): each
+//! transmission also records how much the connection had delivered when it left, and when, and
+//! an ACK that delivers transmissions takes the most recently sent of them as its sample.
+//!
+//! [`RateSample`]: super::RateSample
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -40,6 +47,52 @@ struct Sent {
     end: SeqNumber,
     at: Instant,
     retransmission: bool,
+    /// The delivery state when it left (the draft's P.delivered, P.delivered_time,
+    /// P.first_sent_time, P.is_app_limited).
+    rate: SentRate,
+}
+
+/// The connection's delivery state a transmission records when it leaves.
+#[derive(Debug, Clone, Copy)]
+struct SentRate {
+    delivered: u64,
+    delivered_at: Instant,
+    first_sent_at: Instant,
+    app_limited: bool,
+}
+
+/// The connection's delivery state (the draft's C.delivered, C.delivered_time,
+/// C.first_sent_time, C.app_limited).
+#[derive(Debug, Default)]
+struct Delivery {
+    /// Bytes delivered (acknowledged or SACKed) so far.
+    delivered: u64,
+    /// When the last delivery was acknowledged (or sending restarted with nothing in flight).
+    delivered_at: Option<Instant>,
+    /// When the transmission of the last sample left (or sending restarted).
+    first_sent_at: Option<Instant>,
+    /// Non-zero while the application limits sending: the delivered count past which the
+    /// samples are no longer app-limited.
+    app_limited_until: u64,
+}
+
+/// What one ACK's delivered transmissions say of the delivery rate (the connection adds the
+/// flight and the MSS to make a [`RateSample`](super::RateSample)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sampled {
+    /// Bytes delivered over `interval`.
+    pub(crate) delivered: u64,
+    /// The sample's interval; zero when it is shorter than the minimum RTT (not valid).
+    pub(crate) interval: Duration,
+    /// The connection's delivered count when the sample's transmission left.
+    pub(crate) prior_delivered: u64,
+    /// The connection's delivered count now.
+    pub(crate) total_delivered: u64,
+    pub(crate) app_limited: bool,
+    /// The sample's round trip, for an original transmission.
+    pub(crate) rtt: Option<Duration>,
+    /// Bytes this ACK delivered.
+    pub(crate) newly_delivered: usize,
 }
 
 /// What [`Rack::detect`] found.
@@ -72,6 +125,17 @@ pub(crate) struct Rack {
     degree: usize,
     /// ACKs that showed reordering (Linux's `tcpi_reord_seen`).
     events: u64,
+    /// The delivery rate sampling, for the connections that take samples (BBR's): boxed, so
+    /// that the others do not carry it.
+    rates: Option<Box<Rates>>,
+}
+
+/// The delivery state and the last sample.
+#[derive(Debug, Default)]
+struct Rates {
+    delivery: Delivery,
+    /// The rate sample of the last ACK that delivered something, until taken.
+    sample: Option<Sampled>,
 }
 
 /// Removes the transmissions in `log` that start in `start..end` (the bytes are being sent
@@ -98,7 +162,41 @@ fn sent_after(t1: Instant, e1: SeqNumber, t2: Instant, e2: SeqNumber) -> bool {
     t1 > t2 || (t1 == t2 && e1 > e2)
 }
 
+impl Delivery {
+    /// The sample of an ACK that delivered `newly` bytes, `p` the most recently sent of them
+    /// (the draft's `UpdateRateSample` and `GenerateRateSample`): the bytes delivered since `p`
+    /// left over the longer of its send phase (from the first transmission of its flight to
+    /// it) and its ACK phase (from the delivery before it left to now). A sample shorter than
+    /// `min_rtt` is not valid: ACKs compressed in time would inflate it.
+    fn sample(&mut self, p: &Sent, newly: usize, now: Instant, min_rtt: Option<Duration>) -> Sampled {
+        self.delivered = self.delivered.saturating_add(newly as u64);
+        self.delivered_at = Some(now);
+        if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
+            self.app_limited_until = 0;
+        }
+        self.first_sent_at = Some(p.at);
+        let send = p.at.saturating_duration_since(p.rate.first_sent_at);
+        let ack = now.saturating_duration_since(p.rate.delivered_at);
+        let interval = send.max(ack);
+        let valid = min_rtt.is_none_or(|m| interval >= m) && !interval.is_zero();
+        Sampled {
+            delivered: self.delivered - p.rate.delivered.min(self.delivered),
+            interval: if valid { interval } else { Duration::ZERO },
+            prior_delivered: p.rate.delivered,
+            total_delivered: self.delivered,
+            app_limited: p.rate.app_limited,
+            rtt: (!p.retransmission).then(|| now.saturating_duration_since(p.at)),
+            newly_delivered: newly,
+        }
+    }
+}
+
 impl Rack {
+    /// A RACK state that also takes delivery rate samples (see [`take_sample`](Self::take_sample)).
+    pub(crate) fn with_rate_samples() -> Self {
+        Self { rates: Some(Box::default()), ..Self::default() }
+    }
+
     /// `start..end` left at `now` (`retransmission`: it had been sent before).
     pub(crate) fn on_sent(&mut self, start: SeqNumber, end: SeqNumber, now: Instant, retransmission: bool) {
         if retransmission {
@@ -108,7 +206,39 @@ impl Rack {
         if self.log.len() == MAX_LOG {
             self.log.pop_front();
         }
-        self.log.push_back(Sent { start, end, at: now, retransmission });
+        let rate = match self.rates.as_deref_mut() {
+            Some(Rates { delivery: d, .. }) => {
+                if self.log.is_empty() {
+                    // Nothing in flight: the sending starts afresh, and so does the rate's
+                    // clock (the draft's "if no packets in flight").
+                    d.first_sent_at = Some(now);
+                    d.delivered_at = Some(now);
+                }
+                SentRate {
+                    delivered: d.delivered,
+                    delivered_at: d.delivered_at.unwrap_or(now),
+                    first_sent_at: d.first_sent_at.unwrap_or(now),
+                    app_limited: d.app_limited_until != 0,
+                }
+            }
+            None => SentRate { delivered: 0, delivered_at: now, first_sent_at: now, app_limited: false },
+        };
+        self.log.push_back(Sent { start, end, at: now, retransmission, rate });
+    }
+
+    /// The application, not the window, limits sending with `in_flight` bytes out: the samples
+    /// of what leaves until all that is delivered say less than the path can do (the draft's
+    /// `C.app_limited = C.delivered + C.inflight`, at least 1).
+    pub(crate) fn set_app_limited(&mut self, in_flight: usize) {
+        if let Some(Rates { delivery: d, .. }) = self.rates.as_deref_mut() {
+            d.app_limited_until = d.delivered.saturating_add(in_flight as u64).max(1);
+        }
+    }
+
+    /// The rate sample of the last ACK that delivered data, once (none unless made
+    /// [`with_rate_samples`](Self::with_rate_samples)).
+    pub(crate) fn take_sample(&mut self) -> Option<Sampled> {
+        self.rates.as_deref_mut().and_then(|r| r.sample.take())
     }
 
     /// Whether no transmission is logged (every one was delivered, or none was sent).
@@ -144,14 +274,21 @@ impl Rack {
         sequence_order: bool,
         sacked: impl Fn(SeqNumber, SeqNumber) -> bool,
     ) {
-        let Self { log, newest, rtt, min_rtt, fack, reordering, degree, events } = self;
+        let Self { log, newest, rtt, min_rtt, fack, reordering, degree, events, rates } = self;
         let mut reordered = false;
         // Linux's last sample so far: (cumulatively acknowledged, start, sample).
         let mut last: Option<(bool, SeqNumber, Duration)> = None;
+        // The delivered transmission that left last: the rate sample's.
+        let mut newly = 0usize;
+        let mut latest: Option<Sent> = None;
         // One pass, in transmission order: delivered transmissions update the clock and leave.
         log.retain(|s| {
             if !(s.end <= una || sacked(s.start, s.end)) {
                 return true;
+            }
+            newly += usize::try_from(s.end - s.start).unwrap_or(0);
+            if latest.is_none_or(|l| sent_after(s.at, s.end, l.at, l.end)) {
+                latest = Some(*s);
             }
             let sample = now.saturating_duration_since(s.at);
             // A retransmission's ACK may be the original's: too short a sample is ambiguous.
@@ -187,6 +324,9 @@ impl Rack {
         *events += u64::from(reordered);
         if let Some((_, _, sample)) = last {
             *rtt = Some(sample);
+        }
+        if let (Some(p), Some(r)) = (latest, rates.as_deref_mut()) {
+            r.sample = Some(r.delivery.sample(&p, newly, now, *min_rtt));
         }
     }
 
@@ -384,7 +524,15 @@ mod tests {
             let log: VecDeque<Sent> = (0..len)
                 .map(|i| {
                     let at = below(30) * 100;
-                    Sent { start: s(at), end: s(at + 100), at: t0 + i * MS, retransmission: below(2) == 0 }
+                    let rate =
+                        SentRate { delivered: 0, delivered_at: t0, first_sent_at: t0, app_limited: false };
+                    Sent {
+                        start: s(at),
+                        end: s(at + 100),
+                        at: t0 + i * MS,
+                        retransmission: below(2) == 0,
+                        rate,
+                    }
                 })
                 .collect();
             let (start, end) = (s(below(30) * 100), s(below(30) * 100 + 50 + below(500)));
@@ -406,6 +554,65 @@ mod tests {
             runs > 300 && scattered > 300 && none > 300,
             "runs {runs}, scattered {scattered}, none {none}"
         );
+    }
+
+    /// A flight sent one segment a millisecond, each ACKed 20 ms after it left: once the ACKs
+    /// come as steadily as the segments left, each delivery rate sample says one segment a
+    /// millisecond (the bytes delivered since its segment left, over the time since then), the
+    /// delivered count at its departure counts round trips, and a sample shorter than the
+    /// minimum RTT is not valid.
+    #[test]
+    fn delivery_rate_samples_measure_the_rate_acks_come_back_at() {
+        let t0 = Instant::now();
+        let mut r = Rack::with_rate_samples();
+        r.on_rtt_sample(20 * MS);
+        let mut samples = Vec::new();
+        for i in 0..80u32 {
+            let at = t0 + i * MS;
+            r.on_sent(s(i * 100), s(i * 100 + 100), at, false);
+            // The ACK of the segment sent 20 ms ago arrives now.
+            if i >= 20 {
+                r.on_ack(s((i - 19) * 100), at, 100, false, |_, _| false);
+                samples.push(r.take_sample().expect("an ACK that delivered gives a sample"));
+            }
+        }
+        assert_eq!(r.take_sample(), None, "taken once");
+        let last = samples.last().unwrap();
+        // Its segment (the 60th) left at 59 ms, when 39 had been delivered, the last at 58 ms,
+        // and the sample before it had come from the segment sent at 38 ms: 21 segments over
+        // 21 ms either way.
+        assert_eq!((last.delivered, last.interval, last.prior_delivered), (2100, 21 * MS, 3900));
+        assert_eq!((last.newly_delivered, last.total_delivered), (100, 6000));
+        assert_eq!(last.rtt, Some(20 * MS));
+        assert!(!last.app_limited);
+        // Too short a sample is not valid: one segment ACKed after 20 ms, a minimum RTT of 30.
+        let mut r = Rack::with_rate_samples();
+        r.on_rtt_sample(30 * MS);
+        r.on_sent(s(0), s(100), t0, false);
+        r.on_ack(s(100), t0 + 20 * MS, 100, false, |_, _| false);
+        assert_eq!(r.take_sample().map(|x| (x.delivered, x.interval)), Some((100, Duration::ZERO)));
+    }
+
+    /// What leaves while the application limits sending is marked, until the data in flight
+    /// then is delivered.
+    #[test]
+    fn app_limited_marks_last_until_the_flight_is_delivered() {
+        let t0 = Instant::now();
+        let mut r = Rack::with_rate_samples();
+        r.on_sent(s(0), s(100), t0, false);
+        r.set_app_limited(100);
+        r.on_sent(s(100), s(200), t0 + MS, false);
+        r.on_ack(s(100), t0 + 10 * MS, 100, false, |_, _| false);
+        assert!(!r.take_sample().unwrap().app_limited, "sent before the mark");
+        r.on_sent(s(200), s(300), t0 + 11 * MS, false);
+        r.on_ack(s(200), t0 + 11 * MS, 100, false, |_, _| false);
+        assert!(r.take_sample().unwrap().app_limited, "sent while marked");
+        // Delivered past the mark (100 + 100 in flight then): what leaves now is not marked.
+        r.on_sent(s(300), s(400), t0 + 12 * MS, false);
+        r.on_ack(s(400), t0 + 20 * MS, 100, false, |_, _| false);
+        let last = r.take_sample().unwrap();
+        assert_eq!(last.total_delivered, 400);
+        assert!(!last.app_limited);
     }
 
     /// A retransmission whose ACK comes back faster than the minimum RTT may be the original's:

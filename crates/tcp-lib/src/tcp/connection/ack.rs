@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Connection, distance};
-use crate::tcp::congestion::CongestionControl;
+use crate::tcp::congestion::{CongestionAlgorithm, CongestionControl, RateSample};
 use crate::tcp::rules;
 use crate::wire::tcp::{SackBlock, SackBlocks};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
@@ -200,6 +200,8 @@ impl Connection {
         }
         if self.config.rack && self.sack_ok {
             self.rack_on_ack(now);
+        } else if self.config.rack && self.config.congestion == CongestionAlgorithm::Bbr && ack > prior_una {
+            self.rate_samples_without_sack(now);
         }
         self.cc_on_sack(now, prior_una, prior_sacked);
         // RFC 6675 §5 step (1.b): with SACK, loss is also detected when IsLost(HighACK + 1),
@@ -229,8 +231,40 @@ impl Connection {
             };
             self.prr_after_ack(seg, &prior, reno_delivered);
         }
+        if self.config.congestion == CongestionAlgorithm::Bbr {
+            self.cc_on_rate_sample(now);
+        }
         self.update_window(seg.seq_number, ack, window);
         true
+    }
+
+    /// Without SACK, RACK detects nothing, but its log still gives BBR its samples, from what
+    /// the cumulative ACK delivered.
+    #[cold]
+    #[inline(never)]
+    fn rate_samples_without_sack(&mut self, now: Instant) {
+        let order = self.config.rack_rtt_sequence_order;
+        self.recovery.rack.on_ack(self.snd.una, now, self.snd.mss, order, |_, _| false);
+    }
+
+    /// The delivery rate sample this ACK gave, if it delivered data, to the congestion control
+    /// (after the loss detection and recovery of the ACK, as Linux's `tcp_cong_control`).
+    #[cold]
+    #[inline(never)]
+    fn cc_on_rate_sample(&mut self, now: Instant) {
+        let Some(s) = self.recovery.rack.take_sample() else { return };
+        let rs = RateSample {
+            delivered: s.delivered,
+            interval: s.interval,
+            prior_delivered: s.prior_delivered,
+            total_delivered: s.total_delivered,
+            app_limited: s.app_limited,
+            rtt: s.rtt,
+            newly_delivered: s.newly_delivered,
+            in_flight: self.recovery_pipe(),
+            mss: self.snd.mss,
+        };
+        self.cc.on_rate_sample(&rs, now);
     }
 
     /// The end of the episode of the probe outstanding, `(end, retransmission)` (RFC 8985 §7.4,
@@ -250,7 +284,9 @@ impl Connection {
             self.recovery.tlp_out = None;
         } else if ack > end {
             self.recovery.tlp_out = None;
-            if !self.recovery.active && !self.recovery.cwr {
+            // (BBR takes no loss for congestion: its window stays, as Linux's BBR ignores the
+            // CWR state this enters there.)
+            if !self.recovery.active && !self.recovery.cwr && !self.cc.owns_recovery_window() {
                 self.cc.on_enter_recovery(self.cc.window(), self.snd.mss);
                 self.stats.tlp_recoveries += 1;
             }
@@ -405,13 +441,17 @@ impl Connection {
     #[cold]
     #[inline(never)]
     fn ecn_reduce(&mut self) {
+        self.ecn.reduced_until = self.snd.max;
+        self.ecn.cwr_pending = true;
+        self.stats.ecn_reductions += 1;
+        if self.cc.owns_recovery_window() {
+            // BBR (v1) does not respond to ECN: the peer is told (CWR) and the window stays.
+            return;
+        }
         // RFC 3168 §6.1.2 halves cwnd; RFC 5681's reduction (the default) starts from the
         // flight. With PRR the reduction starts from cwnd, as Linux's does.
         let from = if self.config.ecn_prr { self.cc.window() } else { distance(self.snd.una, self.snd.max) };
         self.cc.on_enter_recovery(from, self.snd.mss);
-        self.ecn.reduced_until = self.snd.max;
-        self.ecn.cwr_pending = true;
-        self.stats.ecn_reductions += 1;
         // (With nothing in flight there is nothing to pace, and no ACK would come to let
         // new data out: the reduction is at once.)
         if self.config.ecn_prr && self.snd.una != self.snd.max {

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Connection, MAX_RXT_MARKS, MIN_PERSIST, distance};
-use crate::tcp::congestion::CongestionControl;
+use crate::tcp::congestion::{CongestionAlgorithm, CongestionControl};
 use crate::tcp::pacing;
 use crate::tcp::prepared::PreparedSlice;
 use crate::tcp::push::{Packet, Sizing};
@@ -115,6 +115,17 @@ impl Connection {
         if self.recovery.active || self.recovery.cwr {
             self.recovery.prr_out = self.recovery.prr_out.saturating_add(len);
             self.recovery.sndcnt = self.recovery.sndcnt.saturating_sub(len);
+        }
+    }
+
+    /// What recovery (or an ECN reduction by PRR) lets out now: PRR's sndcnt (RFC 9937 §4), or,
+    /// for an algorithm that sets the window through recovery itself (BBR), the window less the
+    /// pipe.
+    fn recovery_room(&self) -> usize {
+        if self.cc.owns_recovery_window() {
+            self.cc.window().saturating_sub(self.recovery_pipe())
+        } else {
+            self.recovery.sndcnt
         }
     }
 
@@ -392,17 +403,19 @@ impl Connection {
     }
 
     /// RFC 6675 §5 step (C): the segment NextSeg() picks (rule 1, lost data, when `lost_only`;
-    /// else rule 3), when PRR's sndcnt holds it (RFC 9937 §4: cwnd = pipe + sndcnt, and a
-    /// segment goes while cwnd - pipe covers it).
+    /// else rule 3), when the recovery's room holds it ([`recovery_room`](Self::recovery_room):
+    /// PRR's sndcnt, RFC 9937 §4: cwnd = pipe + sndcnt, and a segment goes while cwnd - pipe
+    /// covers it).
     fn sack_retransmit(&mut self, now: Instant, buf: &mut [u8], lost_only: bool) -> Option<Transmit> {
-        if self.recovery.sndcnt == 0 {
+        let room = self.recovery_room();
+        if room == 0 {
             return None;
         }
         let high_rxt = self.recovery.high_rxt.max(self.snd.una);
         let (seq, len, lost) =
             self.recovery.scoreboard.next_seg(self.snd.una, self.snd.max, high_rxt, self.snd.mss)?;
         let len = len.min(self.data_mss());
-        if (lost_only && !lost) || len > self.recovery.sndcnt {
+        if (lost_only && !lost) || len > room {
             return None;
         }
         self.retransmit_at(now, buf, seq, len)
@@ -469,6 +482,9 @@ impl Connection {
             && self.snd.nxt <= data_end
             && matches!(self.state, State::FinWait1 | State::Closing | State::LastAck);
         if unsent == 0 && !fin_pending {
+            if self.config.congestion == CongestionAlgorithm::Bbr {
+                self.note_app_limited();
+            }
             return None;
         }
         // Pacing: the data waits for its departure time (a tail loss probe does not).
@@ -488,7 +504,7 @@ impl Connection {
         // says how much may go (RFC 9937 §4), as it does through an ECN reduction by PRR.
         let sacked = !self.recovery.scoreboard.is_empty();
         let cc_room = if self.recovery.active || self.recovery.cwr {
-            self.recovery.sndcnt
+            self.recovery_room()
         } else {
             let extra =
                 if self.recovery.dup_acks > 2 || sacked { 0 } else { self.recovery.dup_acks as usize * mss };
@@ -703,7 +719,11 @@ impl Connection {
         let bytes = Packet::paced_len(&self.snd.packet, now, seq, len);
         let cwnd = self.cc.window();
         let flight = distance(self.snd.una, self.snd.nxt);
-        let rate = pacing::rate(&p, cwnd.max(flight), cwnd, self.cc.ssthresh(), self.rtt.srtt());
+        // An algorithm with a rate of its own (BBR's) sets it; else cwnd per smoothed RTT.
+        let rate = match self.cc.pacing_rate() {
+            Some(r) => Some(p.max_rate.map_or(r, |m| r.min(m))),
+            None => pacing::rate(&p, cwnd.max(flight), cwnd, self.cc.ssthresh(), self.rtt.srtt()),
+        };
         let segments = u32::try_from(bytes.div_ceil(self.snd.mss.max(1))).unwrap_or(u32::MAX);
         if let Some(waited) = self.snd.pacer.sent(now, bytes, segments, rate) {
             self.stats.paced += 1;
@@ -767,6 +787,18 @@ impl Connection {
             from += mss;
         }
         self.recovery.rack.on_sent(from, end, now, retransmission);
+    }
+
+    /// Nothing is left to send: where the window had room and no loss waits to be repaired,
+    /// the application limits sending, and the delivery rate samples of what is in flight say
+    /// so (the draft's and Linux's `tcp_rate_check_app_limited`).
+    #[cold]
+    #[inline(never)]
+    fn note_app_limited(&mut self) {
+        let in_flight = self.recovery_pipe();
+        if in_flight < self.cc.window() && !self.recovery.active {
+            self.recovery.rack.set_app_limited(in_flight);
+        }
     }
 
     /// A zero-window probe: one byte past the window (RFC 9293 §3.8.6.1), not counted as sent,

@@ -3,7 +3,7 @@
 //! its next new data, at once or by PRR ([`Config::ecn_prr`]).
 
 use super::*;
-use crate::tcp::Ecn;
+use crate::tcp::{CongestionAlgorithm, Ecn};
 
 /// The peer's ECN-setup SYN (ECE and CWR).
 fn ecn_syn() -> TcpRepr<'static> {
@@ -275,4 +275,39 @@ fn an_ecn_echo_with_nothing_in_flight_reduces_at_once() {
     assert_eq!((st.ecn_reductions, st.cwr, st.cwnd), (1, false, st.ssthresh), "{st:?}");
     assert_eq!(s.conn.send(&[2; 2000]), 2000);
     assert_eq!(sent_bytes(&mut s), st.cwnd / 100 * 100, "a window's worth of whole segments goes at once");
+}
+
+/// BBR (v1, as Linux's) does not respond to ECN: an echo of congestion is answered with CWR on
+/// the next new data, but the window stays, where CUBIC's is reduced.
+#[test]
+fn bbr_answers_an_ecn_echo_with_cwr_and_keeps_its_window() {
+    let syn = TcpRepr { window_len: 8192, max_seg_size: Some(100), ..ecn_syn() };
+    let config = |congestion| Config {
+        send_buffer: 8192,
+        mss: 100,
+        nodelay: true,
+        initial_window: Some(10),
+        congestion,
+        rack: true,
+        ..script_config()
+    };
+    for (congestion, reduced) in [(CongestionAlgorithm::Cubic, true), (CongestionAlgorithm::Bbr, false)] {
+        let mut s = Script::accept_with(config(congestion), syn);
+        assert!(s.drain()[0].repr.ece, "ECN agreed");
+        send!(s, TcpRepr { ack_number: Some(LOCAL_SEQ + 1), window_len: 8192, ..SEND_TEMPL });
+        assert_eq!(s.conn.send(&[1; 400]), 400);
+        assert_eq!(s.drain().len(), 4);
+        let cwnd0 = s.conn.stats().cwnd;
+        assert_eq!(s.conn.send(&[2; 400]), 400);
+        send!(s, ece_ack(100, true));
+        let st = s.conn.stats();
+        assert_eq!(st.ecn_reductions, 1, "{congestion:?}");
+        assert_eq!(st.cwnd < cwnd0, reduced, "{congestion:?}: {st:?}");
+        let next = s.drain();
+        if reduced {
+            assert!(next.is_empty(), "CUBIC: three in flight fill the reduced window");
+        } else {
+            assert!(next.first().is_some_and(|o| o.repr.cwr), "BBR: CWR on the next new data");
+        }
+    }
 }
