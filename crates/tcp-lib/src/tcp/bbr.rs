@@ -472,11 +472,26 @@ impl Bbr {
         }
     }
 
+    /// Moves to `mode`, with a `tracing` event (DEBUG) that gives the model's estimates: what
+    /// the window and the pacing rate follow.
+    fn set_mode(&mut self, mode: BbrMode) {
+        tracing::debug!(
+            from = ?self.mode,
+            to = ?mode,
+            bandwidth = self.bandwidth(),
+            min_rtt = ?self.min_rtt,
+            cwnd = self.cwnd,
+            rounds = self.round_count,
+            "BBR mode"
+        );
+        self.mode = mode;
+    }
+
     /// Enters ProbeBW (Linux's `bbr_reset_probe_bw_mode`) at a phase other than the 3/4 drain:
     /// Linux draws it at random so that flows desynchronize; here a hash of the round count
     /// picks it, deterministically.
     fn enter_probe_bw(&mut self, now: Instant) {
-        self.mode = BbrMode::ProbeBw;
+        self.set_mode(BbrMode::ProbeBw);
         let draw = (self.round_count.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % CYCLE_RAND;
         self.cycle_index = CYCLE_LEN - 1 - usize::try_from(draw).unwrap_or(0);
         self.advance_cycle_phase(now);
@@ -487,7 +502,7 @@ impl Bbr {
         if self.full_bw_reached {
             self.enter_probe_bw(now);
         } else {
-            self.mode = BbrMode::Startup;
+            self.set_mode(BbrMode::Startup);
         }
     }
 
@@ -512,15 +527,20 @@ impl Bbr {
     /// BDP (Linux's `bbr_check_drain`).
     fn check_drain(&mut self, rs: &RateSample, now: Instant) {
         if self.mode == BbrMode::Startup && self.full_bw_reached {
-            self.mode = BbrMode::Drain;
+            self.set_mode(BbrMode::Drain);
         }
         if self.mode == BbrMode::Drain && rs.in_flight <= self.inflight(self.bandwidth(), UNIT) {
             self.enter_probe_bw(now);
         }
     }
 
-    /// Takes `rtt` at `now` into the min-RTT filter if it is a new minimum, or if `expired`.
+    /// Takes `rtt` at `now` into the min-RTT filter if it is a new minimum, or if `expired`. A
+    /// zero RTT is no measurement (a clock that did not tick between send and ACK): taken, it
+    /// would make every BDP zero and pin the window at its four-segment floor.
     fn take_rtt(&mut self, rtt: Duration, now: Instant, expired: bool) {
+        if rtt.is_zero() {
+            return;
+        }
         if expired || self.min_rtt.is_none_or(|min| rtt < min) {
             (self.min_rtt, self.min_rtt_stamp) = (Some(rtt), Some(now));
         }
@@ -551,7 +571,7 @@ impl Bbr {
         }
         if expired && !self.idle_restart && self.mode != BbrMode::ProbeRtt {
             self.save_cwnd();
-            self.mode = BbrMode::ProbeRtt;
+            self.set_mode(BbrMode::ProbeRtt);
             self.probe_rtt_done = None;
         }
         if self.mode == BbrMode::ProbeRtt {

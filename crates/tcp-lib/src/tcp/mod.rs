@@ -590,8 +590,8 @@ impl Config {
     /// profile); HyStart, which ends CUBIC's slow start, is off (BBR's startup ends on its own).
     ///
     /// In `kernel_tap`'s lossy tests (about 10% loss each way, 2 MiB each way) our data arrives
-    /// in 2.2 to 2.9 s (medians) with 8 to 11 RTOs, against 5.3 to 6.6 s and 20 to 24 RTOs for
-    /// [`Config::linux`]'s CUBIC; the kernel's own BBR in our place takes 0.03 to 0.23 s there
+    /// in 1.3 to 1.8 s (medians) with 4 to 7 RTOs, against 5.3 to 6.6 s and 20 to 24 RTOs for
+    /// [`Config::linux`]'s CUBIC; the kernel's own BBR in our place takes 0.03 s there
     /// (`BENCHMARKS.md`, "BBR in tcp-lib", says where the difference lies).
     ///
     /// ```

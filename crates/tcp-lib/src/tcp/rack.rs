@@ -185,7 +185,10 @@ impl Delivery {
             prior_delivered: p.rate.delivered,
             total_delivered: self.delivered,
             app_limited: p.rate.app_limited,
-            rtt: (!p.retransmission).then(|| now.saturating_duration_since(p.at)),
+            // (A round trip shorter than the caller's clock ticks reads as zero: no measure.)
+            rtt: (!p.retransmission)
+                .then(|| now.saturating_duration_since(p.at))
+                .filter(|rtt| !rtt.is_zero()),
             newly_delivered: newly,
         }
     }

@@ -614,3 +614,46 @@ fn aggregated_acks_raise_the_window_until_they_stop() {
     }
     assert_eq!(p.bbr.aggregation_cwnd(), MSS);
 }
+
+/// Each change of mode is a `tracing` event with the model's estimates.
+#[test]
+fn mode_changes_are_traced_with_the_estimates() {
+    let log = crate::tcp::tests::tracing::traced(|| {
+        let mut p = Path::new();
+        p.run(Duration::from_secs(1), |_, _, _, _, _| {});
+        assert_eq!(p.bbr.mode(), BbrMode::ProbeBw);
+    });
+    let drain = log
+        .lines()
+        .find(|l| l.contains("BBR mode") && l.contains("to=Drain"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(drain.contains("from=Startup") && drain.contains("bandwidth=1000000"), "{drain}");
+    assert!(log.lines().any(|l| l.contains("from=Drain") && l.contains("to=ProbeBw")), "{log}");
+}
+
+/// A zero RTT (a clock that did not tick between a segment's send and its ACK, as a stack that
+/// reads the time once per poll can see) is no measurement: the min RTT, and with it the BDP and
+/// the window, stay.
+#[test]
+fn a_zero_rtt_is_not_a_minimum() {
+    let mut p = Path::new();
+    p.run(Duration::from_secs(2), |_, _, _, _, _| {});
+    let (min, cwnd) = (p.bbr.min_rtt(), p.bbr.window());
+    assert_eq!(min, Some(Duration::from_millis(21)));
+    p.bbr.on_delay_sample(Duration::ZERO, p.now);
+    let total = p.delivered + MSS as u64;
+    let rs = RateSample {
+        delivered: 21 * MSS as u64,
+        interval: Duration::from_millis(21),
+        prior_delivered: total - 21 * MSS as u64,
+        total_delivered: total,
+        app_limited: false,
+        rtt: Some(Duration::ZERO),
+        newly_delivered: MSS,
+        in_flight: 20 * MSS,
+        mss: MSS,
+    };
+    p.bbr.on_rate_sample(&rs, p.now);
+    assert_eq!(p.bbr.min_rtt(), min);
+    assert!(p.bbr.window() >= cwnd, "{} < {cwnd}: the BDP fell", p.bbr.window());
+}

@@ -55,7 +55,7 @@ mod push;
 mod rack;
 mod scripted;
 mod time_wait;
-mod tracing;
+pub(crate) mod tracing;
 
 pub(super) const LOCAL: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
 pub(super) const REMOTE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 49500);

@@ -26,7 +26,7 @@ impl Write for Captured {
 }
 
 /// What `body` logged at DEBUG and above, one line per event.
-fn traced(body: impl FnOnce()) -> String {
+pub(crate) fn traced(body: impl FnOnce()) -> String {
     let out = Captured::default();
     let writer = out.clone();
     let subscriber = tracing_subscriber::fmt()
