@@ -31,6 +31,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::RateSample;
 use crate::wire::SeqNumber;
 
 /// The most transmissions logged; past it the oldest is forgotten (it is then neither a source of
@@ -76,25 +77,6 @@ struct Delivery {
     app_limited_until: u64,
 }
 
-/// What one ACK's delivered transmissions say of the delivery rate (the connection adds the
-/// flight and the MSS to make a [`RateSample`](super::RateSample)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sampled {
-    /// Bytes delivered over `interval`.
-    pub(crate) delivered: u64,
-    /// The sample's interval; zero when it is shorter than the minimum RTT (not valid).
-    pub(crate) interval: Duration,
-    /// The connection's delivered count when the sample's transmission left.
-    pub(crate) prior_delivered: u64,
-    /// The connection's delivered count now.
-    pub(crate) total_delivered: u64,
-    pub(crate) app_limited: bool,
-    /// The sample's round trip, for an original transmission.
-    pub(crate) rtt: Option<Duration>,
-    /// Bytes this ACK delivered.
-    pub(crate) newly_delivered: usize,
-}
-
 /// What [`Rack::detect`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Detected {
@@ -135,7 +117,7 @@ pub(crate) struct Rack {
 struct Rates {
     delivery: Delivery,
     /// The rate sample of the last ACK that delivered something, until taken.
-    sample: Option<Sampled>,
+    sample: Option<RateSample>,
 }
 
 /// Removes the transmissions in `log` that start in `start..end` (the bytes are being sent
@@ -168,7 +150,7 @@ impl Delivery {
     /// left over the longer of its send phase (from the first transmission of its flight to
     /// it) and its ACK phase (from the delivery before it left to now). A sample shorter than
     /// `min_rtt` is not valid: ACKs compressed in time would inflate it.
-    fn sample(&mut self, p: &Sent, newly: usize, now: Instant, min_rtt: Option<Duration>) -> Sampled {
+    fn sample(&mut self, p: &Sent, newly: usize, now: Instant, min_rtt: Option<Duration>) -> RateSample {
         self.delivered = self.delivered.saturating_add(newly as u64);
         self.delivered_at = Some(now);
         if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
@@ -179,7 +161,7 @@ impl Delivery {
         let ack = now.saturating_duration_since(p.rate.delivered_at);
         let interval = send.max(ack);
         let valid = min_rtt.is_none_or(|m| interval >= m) && !interval.is_zero();
-        Sampled {
+        RateSample {
             delivered: self.delivered - p.rate.delivered.min(self.delivered),
             interval: if valid { interval } else { Duration::ZERO },
             prior_delivered: p.rate.delivered,
@@ -190,6 +172,9 @@ impl Delivery {
                 .then(|| now.saturating_duration_since(p.at))
                 .filter(|rtt| !rtt.is_zero()),
             newly_delivered: newly,
+            // The connection's to fill in.
+            in_flight: 0,
+            mss: 0,
         }
     }
 }
@@ -239,8 +224,9 @@ impl Rack {
     }
 
     /// The rate sample of the last ACK that delivered data, once (none unless made
-    /// [`with_rate_samples`](Self::with_rate_samples)).
-    pub(crate) fn take_sample(&mut self) -> Option<Sampled> {
+    /// [`with_rate_samples`](Self::with_rate_samples)); its `in_flight` and `mss` are the
+    /// connection's to fill in.
+    pub(crate) fn take_sample(&mut self) -> Option<RateSample> {
         self.rates.as_deref_mut().and_then(|r| r.sample.take())
     }
 
@@ -281,7 +267,9 @@ impl Rack {
         let mut reordered = false;
         // Linux's last sample so far: (cumulatively acknowledged, start, sample).
         let mut last: Option<(bool, SeqNumber, Duration)> = None;
-        // The delivered transmission that left last: the rate sample's.
+        // The delivered transmission that left last: the rate sample's (kept only where samples
+        // are taken).
+        let sampling = rates.is_some();
         let mut newly = 0usize;
         let mut latest: Option<Sent> = None;
         // One pass, in transmission order: delivered transmissions update the clock and leave.
@@ -289,9 +277,11 @@ impl Rack {
             if !(s.end <= una || sacked(s.start, s.end)) {
                 return true;
             }
-            newly += usize::try_from(s.end - s.start).unwrap_or(0);
-            if latest.is_none_or(|l| sent_after(s.at, s.end, l.at, l.end)) {
-                latest = Some(*s);
+            if sampling {
+                newly += usize::try_from(s.end - s.start).unwrap_or(0);
+                if latest.is_none_or(|l| sent_after(s.at, s.end, l.at, l.end)) {
+                    latest = Some(*s);
+                }
             }
             let sample = now.saturating_duration_since(s.at);
             // A retransmission's ACK may be the original's: too short a sample is ambiguous.

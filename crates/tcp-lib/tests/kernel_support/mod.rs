@@ -276,11 +276,14 @@ pub fn kernel_tcp_ext(names: &[&str]) -> Result<Vec<u64>, String> {
     Ok(names.iter().map(|n| table.iter().find(|(k, _)| k == n).map_or(0, |&(_, v)| v)).collect())
 }
 
+/// The sysctl of the calling thread's namespace that names its congestion control.
+const CONGESTION_CONTROL: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
+
 /// The congestion control the calling thread's namespace gives new TCP sockets
 /// (`net.ipv4.tcp_congestion_control`: each namespace has its own, a new one starts with the
 /// host's).
 pub fn congestion_control() -> Result<String, String> {
-    let path = "/proc/sys/net/ipv4/tcp_congestion_control";
+    let path = CONGESTION_CONTROL;
     let text = std::fs::read_to_string(path).map_err(|e| format!("read {path}: {e}"))?;
     Ok(text.trim().to_owned())
 }
@@ -289,7 +292,7 @@ pub fn congestion_control() -> Result<String, String> {
 /// test's own: the setting is the namespace's). Fails, naming the fix, where the kernel has no
 /// such algorithm (`tcp_bbr` not loaded, say).
 pub fn set_congestion_control(name: &str) -> Result<(), String> {
-    let path = "/proc/sys/net/ipv4/tcp_congestion_control";
+    let path = CONGESTION_CONTROL;
     std::fs::write(path, name).map_err(|e| {
         format!("write {name} to {path}: {e} (is it in /proc/sys/net/ipv4/tcp_available_congestion_control? modprobe tcp_{name})")
     })?;

@@ -253,17 +253,7 @@ impl Connection {
     #[inline(never)]
     fn cc_on_rate_sample(&mut self, now: Instant) {
         let Some(s) = self.recovery.rack.take_sample() else { return };
-        let rs = RateSample {
-            delivered: s.delivered,
-            interval: s.interval,
-            prior_delivered: s.prior_delivered,
-            total_delivered: s.total_delivered,
-            app_limited: s.app_limited,
-            rtt: s.rtt,
-            newly_delivered: s.newly_delivered,
-            in_flight: self.recovery_pipe(),
-            mss: self.snd.mss,
-        };
+        let rs = RateSample { in_flight: self.recovery_pipe(), mss: self.snd.mss, ..s };
         self.cc.on_rate_sample(&rs, now);
     }
 

@@ -2,21 +2,26 @@
 //! recovery's start and end and a tail loss probe each say so, with the connection's addresses
 //! and the sequence numbers and windows that explain them.
 
+use std::cell::RefCell;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Once;
 use std::time::Duration;
 
 use super::{LOCAL_SEQ, REMOTE_SEQ, SEND_TEMPL, Script, script_config, syn_from_peer};
 use crate::tcp::{Config, State};
 use crate::wire::TcpRepr;
 
-/// A writer into a shared buffer, for the subscriber.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+thread_local! {
+    /// The events of the calling thread while it runs [`traced`]; `None` outside it.
+    static CAPTURED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
 
-impl Write for Captured {
+/// The subscriber's writer: into the calling thread's [`CAPTURED`], if it is capturing.
+struct ThreadCapture;
+
+impl Write for ThreadCapture {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("no test thread panicked holding it").extend_from_slice(buf);
+        CAPTURED.with_borrow_mut(|c| c.as_mut().map(|v| v.extend_from_slice(buf)));
         Ok(buf.len())
     }
 
@@ -25,18 +30,26 @@ impl Write for Captured {
     }
 }
 
-/// What `body` logged at DEBUG and above, one line per event.
+/// What `body` logged at DEBUG and above on this thread, one line per event.
+///
+/// One global subscriber for the test binary, writing each thread's events where that thread
+/// captures them: a subscriber scoped to one thread (`tracing::subscriber::with_default`) lost
+/// events now and then while other test threads ran the same callsites, which cache whether any
+/// subscriber wants them.
 pub(crate) fn traced(body: impl FnOnce()) -> String {
-    let out = Captured::default();
-    let writer = out.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .without_time()
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::with_default(subscriber, body);
-    let bytes = out.0.lock().expect("no test thread panicked holding it").clone();
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .without_time()
+            .with_writer(|| ThreadCapture)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("nothing else in this binary sets one");
+    });
+    CAPTURED.with_borrow_mut(|c| *c = Some(Vec::new()));
+    body();
+    let bytes = CAPTURED.with_borrow_mut(Option::take).unwrap_or_default();
     String::from_utf8(bytes).expect("the formatter writes UTF-8")
 }
 
