@@ -221,6 +221,10 @@ struct SendSide {
     wscale: u8,
     /// Retransmission timeouts since data was last acknowledged.
     retries: u32,
+    /// The timestamp clock ([`Connection::ts_now`]) at the last of those timeouts; meaningful
+    /// while `retries` is not zero. An echo of an earlier TSval is no RTT sample
+    /// ([`Connection::sample_rtt`]).
+    timeout_ts: u32,
     /// The segment timed for an RTT sample when timestamps are off (Karn's algorithm).
     rtt_timing: Option<(SeqNumber, Instant)>,
     /// Departure times ([`Config::pacing`]).
@@ -493,6 +497,7 @@ impl Connection {
                 path_mtu: None,
                 wscale: 0,
                 retries: 0,
+                timeout_ts: 0,
                 rtt_timing: None,
                 pacer: Pacer::default(),
             },

@@ -55,7 +55,7 @@ impl Connection {
             self.timers.rto = None;
             self.timers.tlp = None;
             self.recovery.tlp_out = None;
-            self.on_rto();
+            self.on_rto(now);
             if self.state == State::Closed {
                 return;
             }
@@ -94,7 +94,10 @@ impl Connection {
         }
     }
 
-    fn on_rto(&mut self) {
+    fn on_rto(&mut self, now: Instant) {
+        if self.ts.ok {
+            self.snd.timeout_ts = self.ts_now(now);
+        }
         self.snd.retries += 1;
         let limit = match self.state {
             State::SynSent | State::SynReceived => self.config.syn_retries,

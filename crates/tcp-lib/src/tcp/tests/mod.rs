@@ -53,6 +53,7 @@ mod pair;
 mod prr;
 mod push;
 mod rack;
+mod rtt;
 mod scripted;
 mod time_wait;
 pub(crate) mod tracing;
