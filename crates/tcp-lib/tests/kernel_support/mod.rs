@@ -663,6 +663,10 @@ impl<D: NetDevice> NetDevice for Observer<D> {
         Ok(n)
     }
 
+    fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
+        self.inner.wait_rx(queue, timeout)
+    }
+
     fn tx_burst(&mut self, queue: u16, batch: &mut PacketBatch<'_>) -> Result<usize, DevError> {
         if self.blackhole_tx {
             let n = batch.len();
@@ -728,8 +732,8 @@ impl<D: OnTap> Host<D> {
     }
 
     /// Drives the stack until `step` returns true (it runs after every poll), failing after
-    /// `limit`. Sleeps on the TAP (at most 5 ms, and never past the stack's next timer) when a
-    /// poll received nothing.
+    /// `limit`. Sleeps on the device when a poll received nothing: at most 5 ms (1 ms while a
+    /// fault injector holds frames), and never past the stack's next timer.
     pub fn run(
         &mut self,
         limit: Duration,
@@ -753,7 +757,11 @@ impl<D: OnTap> Host<D> {
                     Some(t) => (t - now).min(MAX_WAIT),
                     None => MAX_WAIT,
                 };
-                self.dev.tap().wait_readable(Some(wait)).map_err(|e| format!("wait_readable: {e}"))?;
+                // The device's own wait, not the TAP's: a fault injector bounds it to 1 ms while
+                // it holds frames, so that a delayed or reordered frame leaves on time (as the
+                // relay of `peer`, the kernel anchor's loop, lets them) rather than up to
+                // `MAX_WAIT` late.
+                self.dev.wait_rx(0, Some(wait)).map_err(|e| format!("wait_rx: {e}"))?;
             }
         }
     }
