@@ -188,6 +188,13 @@ pub struct Bbr {
     in_recovery: bool,
     /// A recovery started: the next sample sets the window to the flight plus what it delivered.
     recovery_start_pending: bool,
+    /// A recovery ended on the ACK being processed: the window and conservation flag from before
+    /// its end, put back if another recovery begins on the same ACK. Linux's BBR sees the
+    /// connection's state once per ACK, so an end and a new start within one ACK are one
+    /// recovery to it: no new round of packet conservation, which would set the window to the
+    /// flight (a few segments, when the ACK marked much of it lost) and leave the path idle
+    /// for rounds while it regrows.
+    recovery_left: Option<(usize, bool)>,
     /// After an RTO, the loss state lasts until this round (Linux's `TCP_CA_Loss`, which ends
     /// once what was outstanding is acknowledged, about a round later).
     loss_until_round: u64,
@@ -241,6 +248,7 @@ impl Bbr {
             packet_conservation: false,
             in_recovery: false,
             recovery_start_pending: false,
+            recovery_left: None,
             loss_until_round: 0,
             idle_restart: false,
             extra_acked: [0; 2],
@@ -659,6 +667,11 @@ impl CongestionControl for Bbr {
         if mss > 0 {
             self.mss = mss;
         }
+        if let Some((cwnd, conservation)) = self.recovery_left.take() {
+            // The recovery that ended on this ACK goes on (see `recovery_left`).
+            (self.cwnd, self.packet_conservation, self.in_recovery) = (cwnd, conservation, true);
+            return;
+        }
         self.save_cwnd();
         self.in_recovery = true;
         self.packet_conservation = true;
@@ -668,6 +681,7 @@ impl CongestionControl for Bbr {
     /// The window from before the recovery comes back (if larger); conservation ends.
     fn on_exit_recovery(&mut self) {
         if self.in_recovery {
+            self.recovery_left = Some((self.cwnd, self.packet_conservation));
             self.cwnd = self.cwnd.max(self.prior_cwnd);
         }
         self.in_recovery = false;
@@ -689,6 +703,7 @@ impl CongestionControl for Bbr {
         (self.full_bw, self.full_bw_count) = (0, 0);
         self.packet_conservation = false;
         self.recovery_start_pending = false;
+        self.recovery_left = None;
         self.in_recovery = false;
         self.next_rtt_delivered = 0;
         self.loss_until_round = self.round_count.saturating_add(2);
@@ -747,6 +762,11 @@ impl CongestionControl for Bbr {
     /// BBR sets the window through recovery (packet conservation, then its usual growth).
     fn owns_recovery_window(&self) -> bool {
         true
+    }
+
+    /// A recovery that ended on this ACK and did not start again is over.
+    fn on_ack_done(&mut self) {
+        self.recovery_left = None;
     }
 }
 

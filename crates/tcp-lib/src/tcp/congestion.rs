@@ -80,6 +80,12 @@ pub trait CongestionControl: fmt::Debug + Send {
         let _ = (rs, now);
     }
 
+    /// The connection has finished with an ACK: its loss detection and recovery, then its rate
+    /// sample, if any. Called only where the algorithm takes rate samples (BBR), so that it can
+    /// see the recovery state once per ACK as Linux's congestion controls do. The default does
+    /// nothing.
+    fn on_ack_done(&mut self) {}
+
     /// The rate the algorithm wants data paced at, in bytes per second, where
     /// [`Config::pacing`](super::Config::pacing) is set; `None` (the default): the connection's
     /// own rule, from the window and the smoothed RTT.

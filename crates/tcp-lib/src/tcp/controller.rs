@@ -119,6 +119,10 @@ impl CongestionControl for Controller {
         dispatch!(self, c => c.on_rate_sample(rs, now));
     }
 
+    fn on_ack_done(&mut self) {
+        dispatch!(self, c => c.on_ack_done());
+    }
+
     fn pacing_rate(&self) -> Option<u64> {
         dispatch!(self, c => c.pacing_rate())
     }

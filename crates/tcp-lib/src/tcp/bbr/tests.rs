@@ -290,6 +290,42 @@ fn recovery_conserves_packets_then_restores_the_window() {
     assert_eq!(p.bbr.window(), before);
 }
 
+/// A recovery that ends and starts again on one ACK is one recovery, as Linux's BBR sees the
+/// connection's state once per ACK: the window stays, with no new round of packet conservation
+/// (which would set it to the flight). On separate ACKs the new recovery conserves packets.
+#[test]
+fn a_recovery_ended_and_begun_on_one_ack_goes_on() {
+    let mut p = Path::new();
+    p.run(Duration::from_secs(2), |_, _, _, _, _| {});
+    let before = p.bbr.window();
+    p.lose_oldest();
+    p.bbr.on_enter_recovery(p.in_flight, MSS);
+    let mut round_end = None;
+    loop {
+        let Some(rs) = p.step() else { continue };
+        p.bbr.on_ack_done();
+        if rs.prior_delivered >= *round_end.get_or_insert(rs.total_delivered) {
+            break;
+        }
+    }
+    assert!(!p.bbr.packet_conservation, "the first round is over");
+    let during = p.bbr.window();
+    assert!(during < before);
+    // One ACK covers the recovery point and marks new losses.
+    p.bbr.on_exit_recovery();
+    assert!(p.bbr.window() >= before, "the exit restores the window");
+    p.bbr.on_enter_recovery(p.in_flight, MSS);
+    p.bbr.on_ack_done();
+    assert_eq!(p.bbr.window(), during, "the recovery goes on: its window");
+    assert!(!p.bbr.packet_conservation && !p.bbr.recovery_start_pending, "no new conservation");
+    // An end and a start on separate ACKs: a new recovery.
+    p.bbr.on_exit_recovery();
+    p.bbr.on_ack_done();
+    assert!(p.bbr.window() >= before);
+    p.bbr.on_enter_recovery(p.in_flight, MSS);
+    assert!(p.bbr.packet_conservation && p.bbr.recovery_start_pending, "a new round of conservation");
+}
+
 #[test]
 fn bandwidth_filter_keeps_the_max_of_ten_rounds() {
     let now = Instant::now();

@@ -262,13 +262,16 @@ impl Connection {
     }
 
     /// The delivery rate sample this ACK gave, if it delivered data, to the congestion control
-    /// (after the loss detection and recovery of the ACK, as Linux's `tcp_cong_control`).
+    /// (after the loss detection and recovery of the ACK, as Linux's `tcp_cong_control`), then
+    /// the end of the ACK.
     #[cold]
     #[inline(never)]
     fn cc_on_rate_sample(&mut self, now: Instant) {
-        let Some(s) = self.recovery.rack.take_sample() else { return };
-        let rs = RateSample { in_flight: self.recovery_pipe(), mss: self.snd.mss, ..s };
-        self.cc.on_rate_sample(&rs, now);
+        if let Some(s) = self.recovery.rack.take_sample() {
+            let rs = RateSample { in_flight: self.recovery_pipe(), mss: self.snd.mss, ..s };
+            self.cc.on_rate_sample(&rs, now);
+        }
+        self.cc.on_ack_done();
     }
 
     /// The end of the episode of the probe outstanding, `(end, retransmission)` (RFC 8985 §7.4,
