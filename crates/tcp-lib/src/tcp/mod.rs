@@ -590,9 +590,11 @@ impl Config {
     /// profile); HyStart, which ends CUBIC's slow start, is off (BBR's startup ends on its own).
     ///
     /// In `kernel_tap`'s lossy tests (about 10% loss each way, 2 MiB each way) our data arrives
-    /// in 1.3 to 1.8 s (medians) with 4 to 7 RTOs, against 5.3 to 6.6 s and 20 to 24 RTOs for
-    /// [`Config::linux`]'s CUBIC; the kernel's own BBR in our place takes 0.03 s there
-    /// (`BENCHMARKS.md`, "BBR in tcp-lib", says where the difference lies).
+    /// in 1.3 to 1.9 s (medians) with 4 to 7 RTOs, against 5.3 to 6.6 s and 20 to 24 RTOs for
+    /// [`Config::linux`]'s CUBIC; the kernel's own BBR in our place, behind a relay and so on
+    /// another path, takes 0.03 s there. Through a 10 ms, 20 MB/s bottleneck that both see
+    /// alike (the same faults), ours takes 0.5 to 0.7 s against the kernel's 0.3 to 0.4 s
+    /// (`BENCHMARKS.md`, "BBR in tcp-lib" and "BBR through a bottleneck").
     ///
     /// ```
     /// use tcp_lib::tcp::{CongestionAlgorithm, Config};
