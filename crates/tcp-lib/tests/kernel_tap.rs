@@ -763,9 +763,11 @@ fn lossy_with_kernel_peer_on(path: Path, role: Role, port: u16, seed: u64, cc: &
     });
 }
 
-// The seeds of the Linux-profile tests above: the injector decides the same way for the same
-// frames in the same order (the handshake's, at least), whoever sends them. The kernel in our
-// place runs CUBIC, as `tcp::Config::linux()` does: the like-for-like anchor.
+// The seeds of the Linux-profile tests above: the injector draws the same decisions for the n-th
+// frame each way, whoever sends it. Not always for the same frames: the kernel in our place sends
+// frames of its own before its SYN, so a lost handshake (1 s for any TCP) can fall on one side
+// and not the other; `data_secs` leaves it out. The kernel in our place runs CUBIC, as
+// `tcp::Config::linux()` does: the like-for-like anchor.
 #[test]
 fn lossy_kernel_client_to_a_kernel_in_our_place() {
     lossy_with_kernel_peer(Role::KernelClient, 5015, 23, "cubic");
