@@ -31,13 +31,14 @@ impl Connection {
     /// §4.1's RTTM), else the timed segment.
     ///
     /// After a retransmission timeout, an echo of a TSval sent before the last timeout is no
-    /// sample (Karn's rule, kept where timestamps would lift it). The peer echoes the TSval of the segment
-    /// that last advanced its ACK (RFC 7323 §4.3), so when our ACK of the original was lost,
-    /// the ACK our retransmission draws echoes the original (or an earlier retransmission): it
-    /// measured the timer's wait, not the path. Taken, each such sample makes the next RTO longer than the last (SRTT and
-    /// RTTVAR swell by the wait), and under steady ACK loss the connection waits out ever
-    /// longer timers. Linux takes these samples; without them the backoff stays until an ACK
-    /// of data sent after the timeout gives a sample, as RFC 6298 §5 has it.
+    /// sample (Karn's rule, kept where timestamps would lift it). The peer echoes the TSval of
+    /// the segment that last advanced its ACK (RFC 7323 §4.3), so when our ACK of the original
+    /// was lost, the ACK our retransmission draws echoes the original (or an earlier
+    /// retransmission): it measured the timer's wait, not the path. Taken, each such sample
+    /// makes the next RTO longer than the last (SRTT and RTTVAR swell by the wait), and under
+    /// steady ACK loss the connection waits out ever longer timers. Linux takes these samples;
+    /// without them the backoff stays until an ACK of data sent after the timeout gives a
+    /// sample, as RFC 6298 §5 has it.
     pub(super) fn sample_rtt(&mut self, now: Instant, seg: &TcpRepr<'_>, ack: SeqNumber) {
         if self.ts.ok {
             if let Some(ts) = seg.timestamp {
