@@ -18,7 +18,7 @@ use common::{A_IP, B_IP, Rng, TICK, config, tcp_in};
 use netchannel::dev::{NetDevice, PacketBatch, Pair};
 use netchannel::pool::{HugePages, Pool, PoolCache};
 use tcp_lib::stack::{Detached, Error, ListenerId, Stack, StreamId};
-use tcp_lib::tcp::State;
+use tcp_lib::tcp::{self, State};
 
 const PORT: u16 = 80;
 
@@ -48,17 +48,24 @@ struct Net {
 
 impl Net {
     fn new(drop_permille: u64) -> Self {
+        Self::with_tcp(drop_permille, |_| {})
+    }
+
+    /// [`new`](Self::new) with `tcp` applied to every stack's TCP configuration.
+    fn with_tcp(drop_permille: u64, tcp: impl Fn(&mut tcp::Config)) -> Self {
         let pool = Pool::builder(16 * 1024).hugepages(HugePages::Never).build().unwrap();
         let (dev_client, dev_server) = Pair::builder(&pool).capacity(4096).build().unwrap();
         let cache = pool.cache();
         let now = Instant::now();
         let mut cc = config(&dev_client, A_IP, 1);
         cc.tcp.send_buffer = 64 * 1024;
+        tcp(&mut cc.tcp);
         let client = Stack::new(cc, now);
         let core = |seed| {
             let mut c = config(&dev_server, B_IP, seed);
             c.gratuitous_arp = false;
             c.tcp.send_buffer = 64 * 1024;
+            tcp(&mut c.tcp);
             let mut s = Stack::new(c, now);
             // Both cores listen, as per-core stacks do: a stray segment would draw a reset.
             let l = s.listen(PORT).unwrap();
@@ -128,6 +135,7 @@ impl Net {
     /// Moves `stream` from core `from` to the other core; returns its new handle there and the
     /// queues (unread, unacknowledged) it carried.
     fn migrate(&mut self, from: usize, stream: StreamId) -> (StreamId, (usize, usize)) {
+        let before = self.cores[from].connection_stats(stream).unwrap();
         let detached = self.cores[from].detach(stream).unwrap();
         assert_eq!(self.cores[from].send(stream, b"x"), Err(Error::InvalidHandle), "the old handle is stale");
         assert!(!self.cores[from].contains(detached.local(), detached.remote()));
@@ -136,6 +144,10 @@ impl Net {
         let detached = std::thread::spawn(move || detached).join().unwrap();
         let to = 1 - from;
         let id = self.cores[to].adopt(detached, self.now).unwrap();
+        // The congestion and loss-detection state moves with it, untouched.
+        let after = self.cores[to].connection_stats(id).unwrap();
+        let state = |s: &tcp::Stats| (s.cwnd, s.ssthresh, s.pacing_rate, s.srtt, s.reordering, s.in_recovery);
+        assert_eq!(state(&after), state(&before), "the connection's state after the move");
         (id, queues)
     }
 }
@@ -292,6 +304,24 @@ fn migrated_back_and_forth_mid_bulk_transfer() {
     assert!(out.read_by_core[0] > 0 && out.read_by_core[1] > 0, "{out:?}");
     assert_eq!(net.cores[0].stats().connections_detached, 2);
     assert_eq!(net.cores[1].stats().connections_detached, 2);
+}
+
+/// A BBR connection moves with its model and its transmission log (the delivery rate samples'
+/// and RACK's): adopting it builds no fresh BBR (`Net::migrate` compares the state).
+#[test]
+fn migrated_bbr_connection_keeps_its_model() {
+    let mut net = Net::with_tcp(0, |t| {
+        *t = tcp::Config {
+            send_buffer: t.send_buffer,
+            recv_buffer: t.recv_buffer,
+            msl: t.msl,
+            min_rto: t.min_rto,
+            initial_rto: t.initial_rto,
+            ..tcp::Config::bbr()
+        };
+    });
+    let out = transfer(&mut net, 1 << 20, 1 << 20, true, &[256 << 10, 512 << 10]);
+    assert_eq!(out.carried.len(), 3);
 }
 
 #[test]

@@ -46,7 +46,7 @@ impl Stack {
         app_owned: bool,
     ) -> u32 {
         let index = self.slots.insert_with(|| Entry::new(conn, listener, phase, app_owned));
-        self.register(index)
+        self.register(index, false)
     }
 
     /// Opens a connection in a free slot of the table: actively (SYN-SENT, the application's)
@@ -76,16 +76,21 @@ impl Stack {
                 !passive,
             )
         });
-        self.register(index)
+        self.register(index, true)
     }
 
-    /// A new connection's place in the stack, once its entry is in slot `index`: ring storage
-    /// from a reclaimed connection, the buffer budget, the demultiplexing map, the ready list.
-    fn register(&mut self, index: u32) -> u32 {
+    /// A new connection's place in the stack, once its entry is in slot `index`: what
+    /// [`Connection::open`] left for it to finish there when `opened` (BBR's boxed state; a
+    /// connection [`insert`](Self::insert) stores is complete, and a migrated one carries its
+    /// running state), ring storage from a reclaimed connection, the buffer budget, the
+    /// demultiplexing map, the ready list.
+    fn register(&mut self, index: u32, opened: bool) -> u32 {
         let spare = self.spares.pop();
         let budget = &self.budget;
         let Some(e) = self.slots.get_mut(index) else { return index };
-        e.conn.finish_open();
+        if opened {
+            e.conn.finish_open();
+        }
         if let Some(spare) = spare {
             e.conn.adopt(spare);
         }
