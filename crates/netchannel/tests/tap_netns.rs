@@ -201,3 +201,34 @@ fn run_in_namespace() -> Result<(), String> {
 fn kernel_udp_through_a_tap_in_a_private_namespace() {
     netns_test::in_private_namespace(run_in_namespace);
 }
+
+/// A wait shorter than a millisecond lasts about that long: `poll(2)` counts whole milliseconds and
+/// slept at least one for any timeout, which held a paced connection (its next departure a fraction
+/// of a millisecond ahead) to one packet a millisecond. The shortest of 20 waits of 200 µs on an
+/// idle TAP (no frame can arrive: the link is down) must have slept its timeout and woken well
+/// before a millisecond; with whole milliseconds every one took at least 1 ms.
+fn sub_millisecond_waits() -> Result<(), String> {
+    let mut tap = Tap::open("nctapwait0").map_err(|e| format!("Tap::open: {e}"))?;
+    let wait = Duration::from_micros(200);
+    let mut shortest = Duration::MAX;
+    for i in 0..20 {
+        let start = Instant::now();
+        let readable = if i % 2 == 0 {
+            tap.wait_readable(Some(wait)).map_err(|e| format!("wait_readable: {e}"))?
+        } else {
+            tap.wait_rx(0, Some(wait)).map_err(|e| format!("wait_rx: {e}"))?;
+            false
+        };
+        let took = start.elapsed();
+        assert!(!readable, "nothing can arrive on a TAP whose link is down");
+        assert!(took >= wait, "wait {i} returned after {took:?}, before its {wait:?} timeout");
+        shortest = shortest.min(took);
+    }
+    assert!(shortest < Duration::from_micros(800), "the shortest of 20 waits of {wait:?} took {shortest:?}");
+    Ok(())
+}
+
+#[test]
+fn a_wait_shorter_than_a_millisecond_is_not_rounded_up() {
+    netns_test::in_private_namespace(sub_millisecond_waits);
+}

@@ -172,15 +172,21 @@ impl<'c> CoreDevice<'c> {
             pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
         }
         let timeout = deadline.map_or(SLEEP_CAP, |d| d.saturating_duration_since(now).min(SLEEP_CAP));
-        // Rounded up: a sub-millisecond timeout sleeps instead of spinning.
-        let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+        // To the nanosecond (`ppoll`, not `poll`'s whole milliseconds): a paced connection's next
+        // departure is often a fraction of a millisecond ahead, and a wait rounded up to a
+        // millisecond would hold its rate to a packet a millisecond.
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos().cast_signed()),
+        };
         let count = libc::nfds_t::try_from(pollfds.len()).unwrap_or(libc::nfds_t::MAX);
         local.wake.sleep_with(|| {
             // SAFETY: `pollfds` is a live, initialised array of `count` pollfds for the call, of
             // descriptors this core owns (its channels', its wakeup's, its queue's socket) that
-            // outlive it; EINTR or a timeout just return, and the caller re-checks.
+            // outlive it, and `ts` a live timespec; a null signal mask leaves the thread's alone.
+            // EINTR or a timeout just return, and the caller re-checks.
             unsafe {
-                libc::poll(pollfds.as_mut_ptr(), count, ms);
+                libc::ppoll(pollfds.as_mut_ptr(), count, &raw const ts, std::ptr::null());
             }
         });
         true

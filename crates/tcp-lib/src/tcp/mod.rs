@@ -593,8 +593,11 @@ impl Config {
     /// in 1.3 to 1.9 s (medians) with 4 to 7 RTOs, against 5.3 to 6.6 s and 20 to 24 RTOs for
     /// [`Config::linux`]'s CUBIC; the kernel's own BBR in our place, behind a relay and so on
     /// another path, takes 0.03 s there. Through a 10 ms, 20 MB/s bottleneck that both see
-    /// alike (the same faults), ours takes 0.5 to 0.7 s against the kernel's 0.3 to 0.4 s
-    /// (`BENCHMARKS.md`, "BBR in tcp-lib" and "BBR through a bottleneck").
+    /// alike (the same faults), ours takes 0.31 to 0.37 s against the kernel's 0.28 to 0.37 s
+    /// (with 8 MiB, 1.3 to 1.4 times the kernel's time), provided the loop that drives the stack
+    /// sleeps to [`Stack::poll_timeout`](crate::stack::Stack::poll_timeout) to the microsecond: woken a
+    /// millisecond at a time, a paced sender falls behind its own rate (`BENCHMARKS.md`, "BBR in
+    /// tcp-lib", "BBR through a bottleneck" and "Waits to the nanosecond").
     ///
     /// ```
     /// use tcp_lib::tcp::{CongestionAlgorithm, Config};

@@ -208,7 +208,7 @@ impl IrqEventFd {
     ///
     /// # Errors
     ///
-    /// As [`IrqEventFd::take`], or the `poll(2)` error.
+    /// As [`IrqEventFd::take`], or the `ppoll(2)` error.
     pub fn wait(&self, vector: usize, timeout: Duration) -> io::Result<u64> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -219,9 +219,15 @@ impl IrqEventFd {
             }
             let fd = self.eventfds.get(vector).map_or(-1, AsRawFd::as_raw_fd);
             let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-            let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-            // SAFETY: poll(2) reads and updates the one `pollfd` it is given, a live local.
-            let r = unsafe { libc::poll(&raw mut pfd, 1, ms) };
+            // To the nanosecond: `poll`'s milliseconds would sleep a whole one past a deadline
+            // a fraction of a millisecond ahead.
+            let ts = libc::timespec {
+                tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+                tv_nsec: libc::c_long::from(left.subsec_nanos().cast_signed()),
+            };
+            // SAFETY: ppoll(2) reads and updates the one `pollfd` it is given and reads the
+            // timespec, both live locals; a null signal mask leaves the thread's alone.
+            let r = unsafe { libc::ppoll(&raw mut pfd, 1, &raw const ts, std::ptr::null()) };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {

@@ -58,6 +58,8 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
+use rustix::event::{PollFd, PollFlags};
+
 use super::{DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch};
 use crate::pool::{Offload, Packet, PoolCache};
 
@@ -282,23 +284,27 @@ impl Tap {
     /// Waits until a frame can be read or `timeout` passes (`None`: no limit); returns whether one
     /// can. Interrupted waits (`EINTR`) count as "not yet".
     ///
+    /// The timeout is kept to the nanosecond (`ppoll(2)`, not `poll(2)`'s milliseconds): a paced
+    /// connection's next departure is often a fraction of a millisecond ahead, and a wait rounded
+    /// up to a whole millisecond would cap its rate at one packet a millisecond.
+    ///
     /// # Errors
     ///
-    /// What `poll(2)` reports, or an error condition on the descriptor.
+    /// What `ppoll(2)` reports, or an error condition on the descriptor.
     pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        let ms = timeout
-            .map_or(-1, |t| i32::try_from(t.as_millis().max(u128::from(!t.is_zero()))).unwrap_or(i32::MAX));
-        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid `pollfd`, owned here for the duration of the call.
-        let r = unsafe { libc::poll(&raw mut pfd, 1, ms) };
-        if r < 0 {
-            let e = last_error();
-            return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+        // A timeout past `Timespec`'s range (about 292 years) waits without one.
+        let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, ts.as_ref()) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => return Ok(false),
+            Err(e) => return Err(e.into()),
         }
-        if pfd.revents & (libc::POLLERR | libc::POLLNVAL) != 0 {
+        let revents = fds[0].revents();
+        if revents.intersects(PollFlags::ERR | PollFlags::NVAL) {
             return Err(io::Error::other(format!("{}: error condition on the TAP descriptor", self.name)));
         }
-        Ok(pfd.revents & libc::POLLIN != 0)
+        Ok(revents.contains(PollFlags::IN))
     }
 
     /// The interface flags (`IFF_UP`, `IFF_RUNNING`, ...).
@@ -546,7 +552,7 @@ impl NetDevice for Tap {
         Ok(done)
     }
 
-    /// [`Tap::wait_readable`]: sleeps in `poll(2)` until a frame can be read or `timeout` passes.
+    /// [`Tap::wait_readable`]: sleeps in `ppoll(2)` until a frame can be read or `timeout` passes.
     fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
         DevError::check_queue(queue, 1)?;
         self.wait_readable(timeout).map(drop).map_err(|e| self.failed("poll", &e))
