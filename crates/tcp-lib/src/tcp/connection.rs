@@ -358,6 +358,9 @@ struct Recovery {
     recover: SeqNumber,
     /// A fast retransmission of the segment at SND.UNA is due.
     fast_rexmit: bool,
+    /// A retransmission above SND.UNA that RACK deems lost again (`start..end`): it goes again
+    /// before NextSeg's holes, which start at HighRxt, above it.
+    resend: Option<(SeqNumber, SeqNumber)>,
     /// Reducing the window for an ECN echo by PRR ([`Config::ecn_prr`], Linux's CWR state):
     /// PRR paces what goes out, as in recovery, with nothing to retransmit; it ends once SND.UNA
     /// passes the SND.MAX of the reduction (`EcnState::reduced_until`).
@@ -551,6 +554,7 @@ impl Connection {
                 active: false,
                 recover: iss,
                 fast_rexmit: false,
+                resend: None,
                 cwr: false,
                 scoreboard: Scoreboard::new(),
                 high_rxt: iss,

@@ -82,8 +82,11 @@ struct Delivery {
 pub(crate) struct Detected {
     /// The end of the lost prefix of original transmissions.
     pub(crate) lost_below: SeqNumber,
-    /// The start of the lowest retransmission deemed lost again.
-    pub(crate) lost_retransmission: Option<SeqNumber>,
+    /// The lowest retransmission deemed lost again: its start and end.
+    pub(crate) lost_retransmission: Option<(SeqNumber, SeqNumber)>,
+    /// The second lowest (the one to resend when the lowest is at SND.UNA, where the fast
+    /// retransmission resends it).
+    pub(crate) next_lost_retransmission: Option<(SeqNumber, SeqNumber)>,
     /// When the reordering timer should check again.
     pub(crate) timer: Option<Instant>,
 }
@@ -121,14 +124,24 @@ struct Rates {
 }
 
 /// Removes the transmissions in `log` that start in `start..end` (the bytes are being sent
-/// again). A read-only pass finds them first: usually there are none, or they are one run (the
-/// oldest data, resent after a timeout), which leaves in one `drain` of it; only matches with
-/// others between them take `retain`, which moves every entry after the first match. (With
+/// again); one that reaches past `end` is cut to its rest instead. A read-only pass finds them
+/// first: usually there are none, or they are one run (the oldest data, resent after a
+/// timeout), which leaves in one `drain` of it; only matches with others between them take
+/// `retain`, which moves every entry after the first match. (With
 /// `retain` alone, a retransmission storm over a full log moved up to [`MAX_LOG`] entries per
 /// segment sent: the fuzz target `tcp_segments` found inputs that spent most of their time
 /// there.)
 fn supersede(log: &mut VecDeque<Sent>, start: SeqNumber, end: SeqNumber) {
     let hit = |s: &Sent| start <= s.start && s.start < end;
+    let Some(first) = log.iter().position(hit) else { return };
+    // A transmission that reaches past the new one keeps its rest, sent when it was (the
+    // segment size can change between transmissions, with the options a segment carries): its
+    // bytes there were not sent again, and RACK must still find them lost if they are.
+    for s in log.range_mut(first..) {
+        if hit(s) && s.end > end {
+            s.start = end;
+        }
+    }
     let Some(first) = log.iter().position(hit) else { return };
     let last = log.iter().rposition(hit).unwrap_or(first);
     if log.range(first..=last).all(hit) {
@@ -370,11 +383,12 @@ impl Rack {
 
     /// RFC 8985 §6.2 step 5: the transmissions sent before RACK's segment and older than
     /// RACK.rtt + `reo_wnd` are lost. Returns the end of the lost prefix of original
-    /// transmissions (never below `lost_below`, the prefix already lost), the start of the lowest
-    /// retransmission lost again, and, when a candidate is not old enough yet, when the
+    /// transmissions (never below `lost_below`, the prefix already lost), the two lowest
+    /// retransmissions lost again, and, when a candidate is not old enough yet, when the
     /// reordering timer should check again.
     pub(crate) fn detect(&self, now: Instant, reo_wnd: Duration, lost_below: SeqNumber) -> Detected {
-        let mut d = Detected { lost_below, lost_retransmission: None, timer: None };
+        let mut d =
+            Detected { lost_below, lost_retransmission: None, next_lost_retransmission: None, timer: None };
         let (Some((newest_at, newest_end)), Some(rtt)) = (self.newest, self.rtt) else {
             return d;
         };
@@ -389,7 +403,13 @@ impl Rack {
             if deadline > now {
                 d.timer = Some(d.timer.map_or(deadline, |t: Instant| t.max(deadline)));
             } else if s.retransmission {
-                d.lost_retransmission = Some(d.lost_retransmission.map_or(s.start, |l| l.min(s.start)));
+                let this = Some((s.start, s.end));
+                if d.lost_retransmission.is_none_or(|(l, _)| s.start < l) {
+                    d.next_lost_retransmission = d.lost_retransmission;
+                    d.lost_retransmission = this;
+                } else if d.next_lost_retransmission.is_none_or(|(l, _)| s.start < l) {
+                    d.next_lost_retransmission = this;
+                }
             } else {
                 d.lost_below = s.end;
             }
@@ -452,10 +472,35 @@ mod tests {
         let d = r.detect(t0 + 310 * MS, reo, s(400));
         assert_eq!((d.lost_retransmission, d.timer), (None, Some(t0 + 300 * MS + reo)));
         let d = r.detect(t0 + 300 * MS + reo, reo, s(400));
-        assert_eq!((d.lost_retransmission, d.lost_below, d.timer), (Some(s(0)), s(400), None));
+        assert_eq!((d.lost_retransmission, d.lost_below, d.timer), (Some((s(0), s(100))), s(400), None));
         // Sent again: the lost one is superseded.
         r.on_sent(s(0), s(100), t0 + 330 * MS, true);
         assert_eq!(r.detect(t0 + 330 * MS, reo, s(400)).lost_retransmission, None);
+    }
+
+    /// A retransmission shorter than the one before it (the segment size changes with the
+    /// options a segment carries) leaves the rest of the earlier one logged, with its own send
+    /// time: when that is lost too, RACK finds it. (Removed whole, the rest was in no
+    /// transmission RACK knew, and only the RTO resent it.)
+    #[test]
+    fn the_rest_of_a_longer_retransmission_stays_to_be_found_lost() {
+        let t0 = Instant::now();
+        let mut r = Rack::default();
+        r.on_rtt_sample(100 * MS);
+        r.on_sent(s(0), s(100), t0, false);
+        r.on_sent(s(100), s(200), t0, false);
+        // Resent as 0..108 (cutting the second segment's first 8 bytes off its original),
+        // then, lost again, as 0..100.
+        r.on_sent(s(0), s(108), t0 + 200 * MS, true);
+        r.on_sent(s(0), s(100), t0 + 305 * MS, true);
+        // Something sent after both is delivered: the 100..108 of the first retransmission was
+        // sent before it and is older than RACK.rtt + reo_wnd.
+        r.on_sent(s(200), s(300), t0 + 310 * MS, false);
+        r.on_ack(s(0), t0 + 410 * MS, 100, false, |a, _| a == s(200));
+        // At 404 ms the last retransmission (sent at 305 ms) is not overdue yet.
+        let d = r.detect(t0 + 404 * MS, Duration::ZERO, s(0));
+        assert_eq!(d.lost_retransmission, Some((s(100), s(108))), "the rest, sent at 200 ms");
+        assert_eq!(d.lost_below, s(200), "108..200, the original's rest, sent at 0 ms");
     }
 
     /// A delivery below the highest delivered one is reordering: the window stays open even in
@@ -492,15 +537,17 @@ mod tests {
         assert_eq!(r.whole_segments(s(399), s(400)), None, "the last byte alone");
         assert_eq!(r.whole_segments(s(0), s(250)), Some((s(0), s(200))));
         assert_eq!(r.whole_segments(s(400), s(500)), Some((s(400), s(500))), "nothing logged there");
-        // 150..250 resent: it supersedes 200..300, and 100..200 stays logged beside it, before
-        // it. A right edge at 220 moves back to 150, inside 100..200, and on to 100.
+        // 150..250 resent: it supersedes 200..250 (250..300 stays, sent at t0), and 100..200
+        // stays logged beside it, before it. A right edge at 220 moves back to 150, inside
+        // 100..200, and on to 100.
         r.on_sent(s(150), s(250), t0 + 10 * MS, true);
         assert_eq!(r.whole_segments(s(0), s(220)), Some((s(0), s(100))));
         assert_eq!(r.whole_segments(s(120), s(220)), None);
     }
 
-    /// Superseding removes exactly what `retain` of the same predicate removes, and keeps the
-    /// rest in order, for logs of runs, scattered matches and none (random, against `retain`).
+    /// Superseding removes exactly what `retain` of the same predicate removes, once the
+    /// transmissions that reach past the new one are cut to their rest, and keeps the rest in
+    /// order, for logs of runs, scattered matches and none (random, against `retain`).
     #[test]
     fn supersede_matches_retain() {
         let t0 = Instant::now();
@@ -530,6 +577,12 @@ mod tests {
                 .collect();
             let (start, end) = (s(below(30) * 100), s(below(30) * 100 + 50 + below(500)));
             let mut expected = log.clone();
+            // What reaches past the new transmission keeps its rest.
+            for x in &mut expected {
+                if start <= x.start && x.start < end && x.end > end {
+                    x.start = end;
+                }
+            }
             expected.retain(|x| !(start <= x.start && x.start < end));
             let hits: Vec<usize> =
                 (0..log.len()).filter(|&i| start <= log[i].start && log[i].start < end).collect();

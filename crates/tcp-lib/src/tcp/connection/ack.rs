@@ -96,15 +96,22 @@ impl Connection {
             self.recovery.scoreboard.mark_lost_below(lost);
         }
         self.timers.rack = detected.timer;
-        // The retransmission of the segment at SND.UNA was lost too: it goes again now rather
-        // than at the RTO. (A lost retransmission above SND.UNA waits, as before, for the SACKs
-        // of later data or the RTO: NextSeg does not go back below HighRxt.)
+        // A retransmission was lost too: it goes again now rather than at the RTO. The one of
+        // the segment at SND.UNA as a fast retransmission; one above it before NextSeg's holes,
+        // which start at HighRxt, above it (Linux resends every segment RACK marks lost).
+        self.recovery.resend = None;
         if self.recovery.active
-            && !self.recovery.fast_rexmit
-            && detected.lost_retransmission.is_some_and(|start| start <= self.snd.una)
+            && let Some((start, _)) = detected.lost_retransmission
         {
-            self.recovery.fast_rexmit = true;
-            self.stats.fast_retransmits += 1;
+            if start <= self.snd.una {
+                if !self.recovery.fast_rexmit {
+                    self.recovery.fast_rexmit = true;
+                    self.stats.fast_retransmits += 1;
+                }
+                self.recovery.resend = detected.next_lost_retransmission;
+            } else {
+                self.recovery.resend = detected.lost_retransmission;
+            }
         }
         if !self.recovery.active
             && self.snd.una.partial_cmp(&self.recovery.recover) != Some(std::cmp::Ordering::Less)
@@ -352,7 +359,8 @@ impl Connection {
             self.cc.on_exit_recovery();
             tracing::debug!(local = %self.local, remote = %self.remote, una = ack.get(), cwnd = self.cc.window(), "fast recovery ends");
             self.recovery.active = false;
-            self.recovery.rxt_marks.clear();
+            // The marks of retransmissions still out stay for the next recovery (see
+            // `enter_recovery`); the cumulative ACK prunes them.
         } else if self.sack_ok {
             // RFC 6675: a partial ACK changes no window; the scoreboard chooses what to
             // retransmit. Without SACK information above it, the segment now at SND.UNA
@@ -547,16 +555,30 @@ impl Connection {
         self.stats.recoveries += 1;
         // Without SACK, the three duplicate ACKs were three segments delivered.
         self.recovery.dup_delivered = if self.sack_ok { 0 } else { (3 * mss).min(flight) };
-        self.recovery.high_rxt = self.snd.una;
+        // Retransmissions of the recovery before are still out when HighRxt lies above SND.UNA:
+        // that recovery ended when the ACK passed its recovery point, and this one begins on
+        // losses of data sent since, while the holes it resent from SND.UNA up to HighRxt are
+        // on their way. They are not sent again (HighRxt stays, and so do their marks); one of
+        // them lost again is found as any lost retransmission is: by RACK wherever it lies
+        // (`rack_detect`), else by the SACKs above its mark once it reaches SND.UNA. Linux keeps
+        // the same memory per segment (`TCPCB_SACKED_RETRANS`). Starting over from SND.UNA sent
+        // each of them again a round trip early; their deliveries, a moment after they left,
+        // ended BBR's rounds early (`tests::rack`, and BENCHMARKS.md, "Lost retransmissions").
+        let resent = self.sack_ok && self.recovery.high_rxt > self.snd.una;
+        if !resent {
+            self.recovery.high_rxt = self.snd.una;
+            self.recovery.rxt_marks.clear();
+        }
         if !std::mem::take(&mut self.recovery.cwr) {
             self.cc.on_enter_recovery(flight, mss);
             self.start_prr();
         }
         // Else an ECN reduction by PRR is under way: recovery continues it, with its ssthresh
         // and its PRR counts, instead of reducing again (Linux's tcp_enter_recovery from CWR).
-        self.recovery.rxt_marks.clear();
-        self.recovery.fast_rexmit = true;
-        self.stats.fast_retransmits += 1;
+        if !resent {
+            self.recovery.fast_rexmit = true;
+            self.stats.fast_retransmits += 1;
+        }
         self.snd.rtt_timing = None;
     }
 

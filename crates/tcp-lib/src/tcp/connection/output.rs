@@ -214,7 +214,14 @@ impl Connection {
         }
         let sack_recovery =
             self.recovery.active && self.sack_ok && self.state != State::TimeWait && !self.paced_hold(now);
-        // RFC 6675 §5 step (C), NextSeg() rule 1: lost holes first...
+        // A lost retransmission RACK found above SND.UNA, then RFC 6675 §5 step (C), NextSeg()
+        // rule 1: lost holes first...
+        if sack_recovery
+            && self.recovery.resend.is_some()
+            && let Some(t) = self.resend_lost(now, buf)
+        {
+            return Some(t);
+        }
         if sack_recovery && let Some(t) = self.sack_retransmit(now, buf, true) {
             return Some(t);
         }
@@ -419,6 +426,25 @@ impl Connection {
             return None;
         }
         self.retransmit_at(now, buf, seq, len)
+    }
+
+    /// The retransmission RACK deems lost above SND.UNA (`Recovery::resend`), when the
+    /// recovery's room holds it (as [`sack_retransmit`](Self::sack_retransmit)); the next one
+    /// comes with the next ACK's detection.
+    #[cold]
+    #[inline(never)]
+    fn resend_lost(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let (start, end) = self.recovery.resend?;
+        if start < self.snd.una {
+            self.recovery.resend = None;
+            return None;
+        }
+        let len = distance(start, end).min(self.data_mss());
+        if len == 0 || len > self.recovery_room() {
+            return None;
+        }
+        self.recovery.resend = None;
+        self.retransmit_at(now, buf, start, len)
     }
 
     /// Retransmits up to `len` bytes from `seq` (and the FIN if it follows them) and moves

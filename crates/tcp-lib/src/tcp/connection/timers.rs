@@ -138,6 +138,7 @@ impl Connection {
                 self.recovery.recover = self.snd.max;
                 self.recovery.dup_acks = 0;
                 self.recovery.fast_rexmit = false;
+                self.recovery.resend = None;
                 // RFC 6675 §5.1: forget the SACK information (the receiver may have reneged) and
                 // go back: resend from the first unacknowledged byte as the window allows. SACK
                 // blocks that arrive from now on let the resending skip what they cover.

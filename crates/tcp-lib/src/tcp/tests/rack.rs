@@ -219,3 +219,83 @@ fn rack_waits_out_the_reordering_window_where_early_retransmit_would_not() {
     let rexmit: Vec<_> = out.iter().filter(|o| !o.payload.is_empty()).map(|o| o.repr.seq_number).collect();
     assert_eq!(rexmit, [ours(0)], "the reordering timer resends it");
 }
+
+/// An ACK of everything below `acked` (an offset from our first data byte) SACKing `blocks`.
+fn ack_sack(acked: usize, blocks: &[(usize, usize)]) -> TcpRepr<'static> {
+    TcpRepr { ack_number: Some(ours(acked)), ..sack(blocks) }
+}
+
+/// A recovery ends when the cumulative ACK passes its recovery point, and the same ACK begins
+/// another (the hole now at SND.UNA was marked lost in the first): the hole was already resent
+/// in the first recovery, and that retransmission is on its way. It is not sent again. (The new
+/// recovery started over from SND.UNA and resent it at once, a round trip early: through random
+/// loss a tenth of all retransmissions, and their deliveries, a moment after they left, ended
+/// BBR's rounds early.)
+#[test]
+fn a_recovery_begun_again_does_not_resend_what_the_one_before_resent() {
+    let mut s = ten_in_flight(true);
+    // Ten more segments wait for the window.
+    assert_eq!(s.conn.send(&vec![4; 10 * MSS]), 10 * MSS);
+    assert!(s.drain().iter().all(|o| o.payload.is_empty()));
+    let mut sent = Vec::new();
+    let step = |s: &mut Script, sent: &mut Vec<SeqNumber>, wait: Duration, ack: &TcpRepr<'_>| {
+        s.advance(wait);
+        s.send(ack);
+        let out: Vec<_> =
+            s.drain().into_iter().filter(|o| !o.payload.is_empty()).map(|o| o.repr.seq_number).collect();
+        sent.extend(out.iter().copied());
+        out
+    };
+    // S5 lost: recovery (its point is S10); S5 resent and new data after it.
+    let out = step(&mut s, &mut sent, 100 * MS, &ack_sack(5 * MSS, &[(6 * MSS, 10 * MSS)]));
+    assert_eq!(out.first(), Some(&ours(5 * MSS)), "{out:?}");
+    assert!(out.contains(&ours(11 * MSS)), "new data S10 and S11 went too: {out:?}");
+    // An RTT later: S10 lost (S11 SACKed), and S5's retransmission too. Both go again in this
+    // recovery.
+    let out =
+        step(&mut s, &mut sent, 100 * MS, &ack_sack(5 * MSS, &[(6 * MSS, 10 * MSS), (11 * MSS, 12 * MSS)]));
+    assert!(out.contains(&ours(10 * MSS)) && out.contains(&ours(5 * MSS)), "{out:?}");
+    let recoveries = s.conn.stats().recoveries;
+    // S5's second retransmission arrives: the ACK passes the recovery point, and S10, still
+    // below RACK's lost mark, begins a new recovery at once.
+    let out = step(&mut s, &mut sent, 100 * MS, &ack_sack(10 * MSS, &[(11 * MSS, 12 * MSS)]));
+    assert_eq!(s.conn.stats().recoveries, recoveries + 1, "a new recovery began");
+    assert!(!out.contains(&ours(10 * MSS)), "S10's retransmission is on its way: {out:?}");
+    assert_eq!(sent.iter().filter(|&&q| q == ours(10 * MSS)).count(), 2, "sent and resent once: {sent:?}");
+    // Its retransmission arrives: nothing was lost for good, and no timer had to fire.
+    step(&mut s, &mut sent, 100 * MS, &ack_sack(12 * MSS, &[]));
+    let st = s.conn.stats();
+    assert_eq!(st.timeouts, 0, "{st:?}");
+}
+
+/// A retransmission above SND.UNA is lost too, while the one at SND.UNA is still on its way:
+/// RACK finds it (a retransmission sent after it was SACKed) and it goes again at once, below
+/// HighRxt, where NextSeg does not look. (It waited until the cumulative ACK reached it, a round
+/// trip later, or for the RTO at the tail of a transfer.)
+#[test]
+fn a_lost_retransmission_above_snd_una_goes_again_before_snd_una_reaches_it() {
+    let mut s = ten_in_flight(true);
+    let resent = |s: &mut Script| -> Vec<SeqNumber> {
+        s.drain().into_iter().filter(|o| !o.payload.is_empty()).map(|o| o.repr.seq_number).collect()
+    };
+    // S6 SACKed an RTT after the flight: S0..S5 are lost a reordering window later, and go
+    // again one an ACK as PRR allows, each ACK SACKing one more of S7..S9.
+    s.advance(100 * MS);
+    s.send(&sack(&[(6 * MSS, 7 * MSS)]));
+    s.advance(26 * MS);
+    let mut out = resent(&mut s);
+    for n in 8..=10 {
+        s.advance(10 * MS);
+        s.send(&sack(&[(6 * MSS, n * MSS)]));
+        out.extend(resent(&mut s));
+    }
+    assert_eq!(out, [ours(0), ours(MSS), ours(2 * MSS), ours(3 * MSS)], "S0..S3 resent, 10 ms apart");
+    // An RTT after S3's retransmission, it and S1's are SACKed; S0's and S2's are late. S0's is
+    // lost (a fast retransmission at SND.UNA), and so is S2's, above SND.UNA.
+    s.advance(100 * MS);
+    s.send(&sack(&[(MSS, 2 * MSS), (3 * MSS, 4 * MSS), (6 * MSS, 10 * MSS)]));
+    let out = resent(&mut s);
+    assert_eq!(s.conn.stats().unacked_bytes, 10 * MSS, "SND.UNA is still S0");
+    assert_eq!(out, [ours(0), ours(2 * MSS)], "S0 and S2 again, before S4's first retransmission");
+    assert_eq!(s.conn.stats().timeouts, 0);
+}
