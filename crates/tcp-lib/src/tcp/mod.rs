@@ -408,7 +408,9 @@ pub struct Config {
     /// minimum RTT while reordering is seen or the loss is not plain) has passed since it left,
     /// checked on every ACK and by a reordering timer, besides RFC 6675's IsLost. Its
     /// reordering window then stands in for RFC 5827's early retransmit, which is off (as in
-    /// Linux since 4.14). `false` (the default): IsLost and early retransmit, and the RTO.
+    /// Linux since 4.14). Retransmissions are checked alike: one deemed lost goes again at once,
+    /// wherever it lies (RFC 6675's NextSeg alone never goes back below HighRxt). `false` (the
+    /// default): IsLost and early retransmit, and the RTO.
     pub rack: bool,
     /// Which delivered transmission gives RACK.rtt when one ACK delivers several: `false` (the
     /// default) the last by the time it left (RFC 8985 §6.2 step 2); `true` the last in Linux's
@@ -590,14 +592,15 @@ impl Config {
     /// profile); HyStart, which ends CUBIC's slow start, is off (BBR's startup ends on its own).
     ///
     /// In `kernel_tap`'s lossy tests (about 10% loss each way, 2 MiB each way) our data arrives
-    /// in 1.3 to 1.9 s (medians) with 4 to 7 RTOs, against 5.3 to 6.6 s and 20 to 24 RTOs for
+    /// in 1.1 to 1.6 s (medians) with 5 to 7 RTOs, against 4.6 to 6.1 s and 18 to 22 RTOs for
     /// [`Config::linux`]'s CUBIC; the kernel's own BBR in our place, behind a relay and so on
     /// another path, takes 0.03 s there. Through a 10 ms, 20 MB/s bottleneck that both see
-    /// alike (the same faults), ours takes 0.31 to 0.37 s against the kernel's 0.28 to 0.37 s
-    /// (with 8 MiB, 1.3 to 1.4 times the kernel's time), provided the loop that drives the stack
+    /// alike (the same faults), ours takes 0.25 to 0.33 s against the kernel's 0.30 to 0.49 s
+    /// (with 8 MiB, 0.7 to 1.4 times the kernel's time), provided the loop that drives the stack
     /// sleeps to [`Stack::poll_timeout`](crate::stack::Stack::poll_timeout) to the microsecond: woken a
     /// millisecond at a time, a paced sender falls behind its own rate (`BENCHMARKS.md`, "BBR in
-    /// tcp-lib", "BBR through a bottleneck" and "Waits to the nanosecond").
+    /// tcp-lib", "BBR through a bottleneck", "Waits to the nanosecond" and "Lost
+    /// retransmissions").
     ///
     /// ```
     /// use tcp_lib::tcp::{CongestionAlgorithm, Config};
