@@ -350,6 +350,41 @@ impl Direction {
             self.tokens.saturating_add(elapsed.saturating_mul(i128::from(rate.bytes_per_sec))).min(depth);
     }
 
+    /// The earliest time after `now` at which a held frame may become free to leave: its delay
+    /// ends, its hold for reordering times out, or, with a frame ready and the rate limit's
+    /// bucket empty, the bucket has room again. `None` when no such time is ahead (nothing
+    /// held, or only frames that are free now, or that wait for later frames to leave).
+    fn next_event(&self, now: Duration) -> Option<Duration> {
+        let mut next: Option<Duration> = None;
+        let mut at = |t: Duration| {
+            if t > now {
+                next = Some(next.map_or(t, |n: Duration| n.min(t)));
+            }
+        };
+        let mut ready = false;
+        for h in &self.held {
+            at(h.due);
+            if h.after.is_some()
+                && let Some(timeout) = self.cfg.reorder_timeout
+            {
+                at(h.due.saturating_add(timeout));
+            }
+            ready |= h.due <= now;
+        }
+        if ready
+            && let Some(rate) = self.cfg.rate
+            && self.tokens <= 0
+            && rate.bytes_per_sec > 0
+        {
+            // Tokens are byte-nanoseconds and refill at `bytes_per_sec` a nanosecond.
+            let short = u128::try_from(1 - self.tokens).unwrap_or(u128::MAX);
+            let nanos = short.div_ceil(u128::from(rate.bytes_per_sec));
+            let wait = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+            at(self.last_refill.unwrap_or(now).saturating_add(wait));
+        }
+        next
+    }
+
     /// Moves due frames, in order, into `out` (rebuilt with `cache`, which must be of the pool every
     /// held index belongs to); returns how many.
     fn release<'c>(&mut self, now: Duration, cache: &'c PoolCache, out: &mut PacketBatch<'c>) -> usize {
@@ -647,13 +682,18 @@ impl<D: NetDevice, C: Clock> NetDevice for FaultInjector<D, C> {
         self.flush_tx(now).map(|_| take)
     }
 
-    /// The wrapped device's wait, bounded to 1 ms while the injector holds frames (they
-    /// are released by time, on later `rx_burst`/`tx_burst` calls, not by the device).
+    /// The wrapped device's wait, while the injector holds frames (they are released by time,
+    /// on later `rx_burst`/`tx_burst` calls, not by the device) bounded to the next time one
+    /// may leave (its delay ends, its reordering hold times out, the rate limit lets it go) and
+    /// to 1 ms. (With the 1 ms bound alone, a frame delayed by 5 ms left up to 1 ms late.)
     fn wait_rx(&mut self, queue: u16, timeout: Option<Duration>) -> Result<(), DevError> {
         let timeout = if self.rx.held.is_empty() && self.tx.held.is_empty() {
             timeout
         } else {
-            Some(timeout.map_or(HELD_WAIT, |t| t.min(HELD_WAIT)))
+            let now = self.clock.now();
+            let next = self.rx.next_event(now).into_iter().chain(self.tx.next_event(now)).min();
+            let bound = next.map_or(HELD_WAIT, |t| t.saturating_sub(now).min(HELD_WAIT));
+            Some(timeout.map_or(bound, |t| t.min(bound)))
         };
         self.inner.wait_rx(queue, timeout)
     }
@@ -702,6 +742,33 @@ mod tests {
             let cfg = FaultConfig { seed: 1, tx, ..FaultConfig::default() };
             (FaultInjector::with_clock(a, &self.pool, cfg, clock.clone()), b, clock)
         }
+    }
+
+    /// While a frame is held, the wait lasts until it may leave, not a flat millisecond: a frame
+    /// delayed by 300 µs (virtual time standing still) bounds the wait to 300 µs. The shortest
+    /// of 10 waits must be well under a millisecond (each took at least 1 ms with the flat
+    /// bound).
+    #[test]
+    fn a_wait_ends_when_a_held_frame_may_leave() {
+        let rig = Rig::new();
+        let (mut inj, b, _clock) = rig.delaying_tx(Duration::from_micros(300));
+        let cache = rig.pool.cache();
+        let mut out = PacketBatch::with_capacity(1);
+        let mut p = cache.alloc().unwrap();
+        p.extend_from_slice(&[7; 60]).unwrap();
+        out.push(p).unwrap();
+        assert_eq!(inj.tx_burst(0, &mut out).unwrap(), 1);
+        assert_eq!(inj.fault_stats().tx_held, 1);
+        let mut shortest = Duration::MAX;
+        for _ in 0..10 {
+            let start = Instant::now();
+            inj.wait_rx(0, Some(Duration::from_millis(10))).unwrap();
+            shortest = shortest.min(start.elapsed());
+        }
+        assert!(shortest < Duration::from_micros(800), "the shortest wait took {shortest:?}");
+        drop(out);
+        drop((inj, b, cache));
+        rig.pool.check_leaks().unwrap();
     }
 
     /// Sends `n` numbered frames through a tx-faulty end and returns the numbers (and first bytes)
