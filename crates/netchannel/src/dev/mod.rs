@@ -30,6 +30,9 @@
 use std::fmt;
 use std::time::Duration;
 
+#[cfg(not(loom))]
+use rustix::event::{PollFd, PollFlags};
+
 pub use crate::pool::RxFrame;
 use crate::pool::{FRAME_TAG, Packet, Pool, PoolCache};
 
@@ -90,6 +93,26 @@ pub(crate) unsafe fn packet_from_token(cache: &PoolCache, buffers: u32, token: u
         Some(unsafe { cache.frame_from_raw(token) })
     } else {
         None
+    }
+}
+
+/// Waits until `fd` is readable or `timeout` passes (`None`: no limit), to the nanosecond
+/// (`ppoll(2)`, not `poll(2)`'s whole milliseconds: a paced connection's next departure is often
+/// a fraction of a millisecond ahead, and a wait rounded up to one would cap its rate at a
+/// packet a millisecond). Returns the events reported, empty when the timeout passed or a
+/// signal interrupted the wait (`EINTR` counts as "not yet"). A timeout past `Timespec`'s range
+/// (about 292 years) waits without one.
+#[cfg(not(loom))]
+pub(crate) fn wait_readable(
+    fd: std::os::fd::BorrowedFd<'_>,
+    timeout: Option<Duration>,
+) -> std::io::Result<PollFlags> {
+    let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    match rustix::event::poll(&mut fds, ts.as_ref()) {
+        Ok(_) => Ok(fds[0].revents()),
+        Err(rustix::io::Errno::INTR) => Ok(PollFlags::empty()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -466,21 +466,9 @@ impl Queue {
     }
 
     fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool, DevError> {
-        // `ppoll`, not `poll`: a core that sleeps here between bursts asks for microseconds.
-        let ts = timeout.map(|t| libc::timespec {
-            tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: libc::c_long::from(t.subsec_nanos().cast_signed()),
-        });
-        let ts_ptr = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
-        let mut pfd = libc::pollfd { fd: self.xsk.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid `pollfd` and a valid (or null: no limit) timespec, owned here for the
-        // duration of the call; a null signal mask leaves the thread's mask alone.
-        let r = unsafe { libc::ppoll(&raw mut pfd, 1, ts_ptr, std::ptr::null()) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(DevError::Failed(e)) };
-        }
-        Ok(pfd.revents & libc::POLLIN != 0)
+        // To the nanosecond: a core that sleeps here between bursts asks for microseconds.
+        let revents = super::wait_readable(self.xsk.fd.as_fd(), timeout).map_err(DevError::Failed)?;
+        Ok(revents.contains(rustix::event::PollFlags::IN))
     }
 
     fn xdp_stats(&self) -> Result<XdpStats, DevError> {

@@ -58,7 +58,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use rustix::event::{PollFd, PollFlags};
+use rustix::event::PollFlags;
 
 use super::{DevError, DeviceInfo, DeviceOffloads, DeviceStats, Link, MacAddr, NetDevice, PacketBatch};
 use crate::pool::{Offload, Packet, PoolCache};
@@ -292,15 +292,7 @@ impl Tap {
     ///
     /// What `ppoll(2)` reports, or an error condition on the descriptor.
     pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        // A timeout past `Timespec`'s range (about 292 years) waits without one.
-        let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
-        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, ts.as_ref()) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => return Ok(false),
-            Err(e) => return Err(e.into()),
-        }
-        let revents = fds[0].revents();
+        let revents = super::wait_readable(self.fd.as_fd(), timeout)?;
         if revents.intersects(PollFlags::ERR | PollFlags::NVAL) {
             return Err(io::Error::other(format!("{}: error condition on the TAP descriptor", self.name)));
         }
