@@ -142,7 +142,7 @@ fn supersede(log: &mut VecDeque<Sent>, start: SeqNumber, end: SeqNumber) {
             s.start = end;
         }
     }
-    let Some(first) = log.iter().position(hit) else { return };
+    let Some(first) = log.range(first..).position(hit).map(|i| first + i) else { return };
     let last = log.iter().rposition(hit).unwrap_or(first);
     if log.range(first..=last).all(hit) {
         log.drain(first..=last);
