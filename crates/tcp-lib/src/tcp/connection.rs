@@ -26,6 +26,7 @@ use super::sack::{RecentBlocks, Scoreboard};
 use super::send_stream::SendStream;
 use super::time_wait::{TimeWait, TimeWaitParts};
 use super::{Config, ConnectionError, State, Stats};
+use crate::wire::tcp::SackBlock;
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 use netchannel::pool::{PoolCache, SharedPacket};
 
@@ -145,6 +146,8 @@ struct Counters {
     pacing_rate: u64,
     predicted: u64,
     ooo_dropped: u64,
+    dsacks_sent: u64,
+    dsacks_received: u64,
 }
 
 /// Explicit Congestion Notification (RFC 3168) on a connection: negotiated or not, the ECE we
@@ -244,6 +247,9 @@ struct RecvSide {
     ooo: Assembler,
     /// Our SACK blocks (RFC 2018 §4): those of the out-of-order segments received most recently.
     sack_recent: RecentBlocks,
+    /// A duplicate segment's data to report once, first in the next segment's SACK option
+    /// (D-SACK, RFC 2883 §4; [`Config::dsack`]).
+    dsack: Option<SackBlock>,
     /// A FIN received out of order, at this sequence number.
     ooo_fin: Option<SeqNumber>,
     fin_received: bool,
@@ -511,6 +517,7 @@ impl Connection {
                 buf: RingBuffer::new(config.recv_buffer),
                 ooo: Assembler::new(config.max_ooo_ranges),
                 sack_recent: RecentBlocks::default(),
+                dsack: None,
                 ooo_fin: None,
                 fin_received: false,
                 closed: false,
@@ -713,6 +720,8 @@ impl Connection {
             pacing_rate: c.pacing_rate,
             predicted: c.predicted,
             ooo_dropped: c.ooo_dropped,
+            dsacks_sent: c.dsacks_sent,
+            dsacks_received: c.dsacks_received,
         }
     }
 

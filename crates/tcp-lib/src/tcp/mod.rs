@@ -91,8 +91,14 @@
 //!   out-of-order data held, the block of the most recently received segment first, then the
 //!   other recent ones, up to 4 (3 beside timestamps), kept as Linux keeps them: held data whose
 //!   block was forgotten (a fifth hole) is not reported later, since a sender that times SACKs
-//!   would read the delay as a round trip. D-SACK (RFC 2883) is not sent, and D-SACK blocks
-//!   received are ignored.
+//!   would read the delay as a round trip.
+//! * RFC 2883 D-SACK ([`Config::dsack`], on by default as in Linux): the ACK answering data
+//!   received before names it once, in its first SACK block (below the cumulative ACK, or
+//!   inside the block that holds it when it was held out of order); not from TIME-WAIT, whose
+//!   answers are plain. D-SACKs received are counted ([`Stats::dsacks_received`]), are not
+//!   duplicate ACKs (RFC 6675 §2), take no part in the scoreboard, and widen RACK's reordering
+//!   window (below). No undoing of a window reduction a D-SACK shows was spurious (Linux's
+//!   `TCPDSACKUndo`; RFC 3708 detects, RFC 4015 responds).
 //! * RFC 6675 conservative SACK-based loss recovery: a bounded scoreboard of SACKed ranges,
 //!   IsLost (DupThresh = 3 segments or duplicate ACKs), recovery entered on the third duplicate
 //!   ACK or as soon as IsLost(HighACK + 1) (so ACKs carrying data count too), pipe estimation,
@@ -106,7 +112,9 @@
 //!   loss marking beside IsLost. Every transmission is logged with the time it left; the most
 //!   recently sent one the peer delivered (cumulatively or by SACK) sets RACK's clock, and the
 //!   original transmissions sent before it are lost once an RTT plus a reordering window (a
-//!   quarter of the minimum RTT, none once the loss is plain) has passed since they left, on an
+//!   quarter of the minimum RTT, and another quarter for each round trip in which a D-SACK
+//!   arrived, for 16 recoveries after the last, at most SRTT; none once the loss is plain and
+//!   no reordering was seen: §6.2 step 4) has passed since they left, on an
 //!   ACK or by the reordering timer. Its marks join the scoreboard's (`rack.rs`); [`Stats::reordering`] and
 //!   [`Stats::reordering_events`] report the reordering it saw. RACK.rtt is the sample of the
 //!   last delivered transmission by send time, or in Linux's order
@@ -339,6 +347,15 @@ pub struct Config {
     pub timestamps: bool,
     /// Offer SACK (RFC 2018).
     pub sack: bool,
+    /// With SACK: report duplicate segments received (D-SACK, RFC 2883 §4), as Linux does
+    /// (`tcp_dsack` 1, the default): the first SACK block of the ACK that answers a segment
+    /// holding data already received names that data once, below the cumulative ACK or inside
+    /// the second block. A sender that reads them learns that a retransmission was spurious
+    /// (Linux undoes the window reduction it made for it, and widens RACK's reordering window);
+    /// one that does not ignores them (RFC 2883 §4 keeps them valid SACK blocks to an RFC 2018
+    /// sender). Ours reads them whatever this says: [`Stats::dsacks_received`] and RACK's
+    /// reordering window ([`Config::rack`]).
+    pub dsack: bool,
     /// Maximum segment lifetime; TIME-WAIT lasts twice this.
     pub msl: Duration,
     /// RTO before any RTT sample (RFC 6298: 1 s).
@@ -630,6 +647,7 @@ impl Default for Config {
             rcv_wscale: None,
             timestamps: true,
             sack: true,
+            dsack: true,
             msl: Duration::from_secs(30),
             initial_rto: Duration::from_secs(1),
             min_rto: Duration::from_secs(1),
@@ -760,6 +778,14 @@ pub struct Stats {
     /// [`Config::max_ooo_ranges`] allows was taken by other holes (Linux's `TCPOFODrop`): the
     /// peer sends that data again.
     pub ooo_dropped: u64,
+    /// D-SACKs sent ([`Config::dsack`]): ACKs that named a duplicate segment we received (each
+    /// a retransmission the peer need not have sent, or a segment the network duplicated).
+    pub dsacks_sent: u64,
+    /// D-SACKs received (RFC 2883): ACKs whose first SACK block named data the peer received
+    /// twice, i.e. a retransmission of ours that was spurious, or a duplicate the network made
+    /// (Linux's `TCPDSACKRecv`). Each widens RACK's reordering window ([`Config::rack`];
+    /// RFC 8985 §6.2 step 4), at most once a round trip.
+    pub dsacks_received: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

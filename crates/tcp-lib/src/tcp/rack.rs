@@ -41,6 +41,10 @@ const MAX_LOG: usize = 4096;
 /// The largest reordering degree reported, in segments (Linux's `sysctl_tcp_max_reordering`).
 const MAX_DEGREE: usize = 300;
 
+/// Recoveries after the last D-SACK for which the reordering window stays widened (RFC 8985
+/// §6.2 step 4's RACK.reo_wnd_persist; Linux's `TCP_RACK_RECOVERY_THRESH`).
+const REO_WND_PERSIST: u8 = 16;
+
 /// One transmission of `start..end`.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
@@ -110,6 +114,13 @@ pub(crate) struct Rack {
     degree: usize,
     /// ACKs that showed reordering (Linux's `tcpi_reord_seen`).
     events: u64,
+    /// RACK.reo_wnd_mult − 1: quarters of the minimum RTT added to the reordering window, one per
+    /// round trip in which a D-SACK arrived.
+    reo_wnd_extra: u8,
+    /// RACK.reo_wnd_persist: recoveries left before the window narrows back.
+    reo_wnd_persist: u8,
+    /// RACK.dsack_round: SND.NXT when the last widening happened; none until SND.UNA passes it.
+    dsack_round: Option<SeqNumber>,
     /// The delivery rate sampling, for the connections that take samples (BBR's): boxed, so
     /// that the others do not carry it.
     rates: Option<Box<Rates>>,
@@ -276,7 +287,7 @@ impl Rack {
         sequence_order: bool,
         sacked: impl Fn(SeqNumber, SeqNumber) -> bool,
     ) {
-        let Self { log, newest, rtt, min_rtt, fack, reordering, degree, events, rates } = self;
+        let Self { log, newest, rtt, min_rtt, fack, reordering, degree, events, rates, .. } = self;
         let mut reordered = false;
         // Linux's last sample so far: (cumulatively acknowledged, start, sample).
         let mut last: Option<(bool, SeqNumber, Duration)> = None;
@@ -371,14 +382,39 @@ impl Rack {
         self.degree.max(super::sack::DUP_THRESH)
     }
 
-    /// RACK.reo_wnd (RFC 8985 §6.2 step 4, without the D-SACK adaptation): none when no
-    /// reordering was seen and the sender is in recovery or DupThresh segments were SACKed (the
-    /// loss is plain), else a quarter of the minimum RTT, at most `srtt`.
+    /// RACK.reo_wnd (RFC 8985 §6.2 step 4): none when no reordering was seen and the sender is
+    /// in recovery or DupThresh segments were SACKed (the loss is plain), else a quarter of the
+    /// minimum RTT times RACK.reo_wnd_mult ([`on_dsack`](Self::on_dsack)), at most `srtt`.
     pub(crate) fn reo_wnd(&self, in_recovery_or_dupthresh: bool, srtt: Duration) -> Duration {
         if !self.reordering && in_recovery_or_dupthresh {
             return Duration::ZERO;
         }
-        self.min_rtt.map_or(Duration::ZERO, |m| (m / 4).min(srtt))
+        let mult = 1 + u32::from(self.reo_wnd_extra);
+        self.min_rtt.map_or(Duration::ZERO, |m| (m / 4 * mult).min(srtt))
+    }
+
+    /// An ACK carried a D-SACK (RFC 8985 §6.2 step 4): the first of a round trip (since SND.UNA
+    /// passed the SND.NXT of the last one counted) widens the reordering window by another
+    /// quarter of the minimum RTT, and keeps it so for the next [`REO_WND_PERSIST`] recoveries.
+    /// A spurious retransmission says the window was too short for this path's reordering.
+    pub(crate) fn on_dsack(&mut self, una: SeqNumber, nxt: SeqNumber) {
+        if self.dsack_round.is_some_and(|round| una >= round) {
+            self.dsack_round = None;
+        }
+        if self.dsack_round.is_none() {
+            self.dsack_round = Some(nxt);
+            self.reo_wnd_extra = self.reo_wnd_extra.saturating_add(1);
+            self.reo_wnd_persist = REO_WND_PERSIST;
+        }
+    }
+
+    /// A recovery ended (fast recovery, or a timeout's): after [`REO_WND_PERSIST`] of them with
+    /// no D-SACK, the reordering window is a quarter of the minimum RTT again.
+    pub(crate) fn on_recovery_end(&mut self) {
+        self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
+        if self.reo_wnd_persist == 0 {
+            self.reo_wnd_extra = 0;
+        }
     }
 
     /// RFC 8985 §6.2 step 5: the transmissions sent before RACK's segment and older than
@@ -501,6 +537,31 @@ mod tests {
         let d = r.detect(t0 + 404 * MS, Duration::ZERO, s(0));
         assert_eq!(d.lost_retransmission, Some((s(100), s(108))), "the rest, sent at 200 ms");
         assert_eq!(d.lost_below, s(200), "108..200, the original's rest, sent at 0 ms");
+    }
+
+    /// D-SACKs widen the reordering window by a quarter of the minimum RTT, once a round trip
+    /// (until SND.UNA passes the SND.NXT of the last widening), never past SRTT, and 16
+    /// recoveries without one narrow it back (RFC 8985 §6.2 step 4).
+    #[test]
+    fn dsacks_widen_the_window_once_a_round_trip_for_16_recoveries() {
+        let mut r = Rack::default();
+        r.on_rtt_sample(100 * MS);
+        let srtt = 200 * MS;
+        assert_eq!(r.reo_wnd(false, srtt), 25 * MS);
+        r.on_dsack(s(0), s(1000));
+        assert_eq!(r.reo_wnd(false, srtt), 50 * MS);
+        r.on_dsack(s(999), s(2000));
+        assert_eq!(r.reo_wnd(false, srtt), 50 * MS, "the same round trip");
+        r.on_dsack(s(1000), s(3000));
+        assert_eq!(r.reo_wnd(false, srtt), 75 * MS, "SND.UNA passed the round's SND.NXT");
+        assert_eq!(r.reo_wnd(false, 60 * MS), 60 * MS, "at most SRTT");
+        assert_eq!(r.reo_wnd(true, srtt), Duration::ZERO, "plain loss, no reordering seen");
+        for _ in 0..15 {
+            r.on_recovery_end();
+        }
+        assert_eq!(r.reo_wnd(false, srtt), 75 * MS);
+        r.on_recovery_end();
+        assert_eq!(r.reo_wnd(false, srtt), 25 * MS, "16 recoveries without a D-SACK");
     }
 
     /// A delivery below the highest delivered one is reordering: the window stays open even in

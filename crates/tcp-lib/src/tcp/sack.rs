@@ -303,11 +303,15 @@ impl RecentBlocks {
         self.len = 0;
     }
 
-    /// Up to `max` SACK blocks, newest first, above `rcv_nxt` (a block the cumulative ACK
-    /// reached is in order now).
-    pub(crate) fn blocks(&self, rcv_nxt: SeqNumber, max: usize) -> SackBlocks {
+    /// Up to `max` SACK blocks: `dsack` first (a D-SACK block, RFC 2883 §4), then the blocks
+    /// newest first, above `rcv_nxt` (a block the cumulative ACK reached is in order now).
+    pub(crate) fn blocks(&self, dsack: Option<SackBlock>, rcv_nxt: SeqNumber, max: usize) -> SackBlocks {
         let mut out = SackBlocks::new();
-        for &b in self.blocks[..self.len].iter().filter(|b| b.left > rcv_nxt).take(max) {
+        if let Some(d) = dsack {
+            out.push(d);
+        }
+        let rest = max - out.len();
+        for &b in self.blocks[..self.len].iter().filter(|b| b.left > rcv_nxt).take(rest) {
             out.push(b);
         }
         out
@@ -411,7 +415,7 @@ mod tests {
     #[test]
     fn recent_blocks_order_merge_and_limit() {
         let listed = |r: &RecentBlocks, nxt: u32, max: usize| -> Vec<_> {
-            r.blocks(s(nxt), max).as_slice().iter().map(|b| (b.left, b.right)).collect()
+            r.blocks(None, s(nxt), max).as_slice().iter().map(|b| (b.left, b.right)).collect()
         };
         let mut r = RecentBlocks::default();
         r.record(s(0), s(300), s(400));

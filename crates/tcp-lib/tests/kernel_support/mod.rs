@@ -231,6 +231,9 @@ pub struct KernelTcpInfo {
     pub rto: Duration,
     /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
     pub retransmits: u32,
+    /// Segments the peer's D-SACK blocks said it received twice (`tcpi_dsack_dups`): each
+    /// D-SACK the kernel took as one.
+    pub dsack_dups: u32,
 }
 
 /// The kernel's smoothed RTT, RTO and retransmissions of a TCP socket (`TCP_INFO`).
@@ -256,6 +259,7 @@ pub fn kernel_tcp_info(fd: &impl AsRawFd) -> Result<KernelTcpInfo, String> {
         srtt: Duration::from_micros(info.tcpi_rtt.into()),
         rto: Duration::from_micros(info.tcpi_rto.into()),
         retransmits: info.tcpi_total_retrans,
+        dsack_dups: info.tcpi_dsack_dups,
     })
 }
 

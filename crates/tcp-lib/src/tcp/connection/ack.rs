@@ -162,7 +162,11 @@ impl Connection {
             && ack.max(self.snd.una) > self.ecn.reduced_until;
         // DeliveredData without SACK: estimated from duplicate ACKs (RFC 6937 §3).
         let mut reno_delivered = 0;
-        let new_sack = self.sack_ok && !seg.sack_blocks.is_empty() && self.take_sack_blocks(seg, ack);
+        let (new_sack, dsack) = if self.sack_ok && !seg.sack_blocks.is_empty() {
+            self.take_sack_blocks(seg, ack)
+        } else {
+            (false, false)
+        };
         if ack > self.snd.una {
             let acked = distance(self.snd.una, ack);
             let mut data_acked = acked;
@@ -213,6 +217,9 @@ impl Connection {
             && seg.payload.is_empty()
             && seg.control == TcpControl::None
             && window == self.snd.wnd
+            // An ACK whose only SACK news is a duplicate the peer received says nothing left the
+            // network since the last (RFC 6675 §2: a DupAck SACKs bytes not SACKed before).
+            && (new_sack || !dsack)
         {
             reno_delivered = self.duplicate_ack(ack);
         }
@@ -331,12 +338,17 @@ impl Connection {
 
     /// RFC 6675 §5: the scoreboard takes the SACK blocks of `seg` (there are some) first.
     /// Blocks at or below the cumulative ACK (D-SACKs, stale blocks) are ignored. Returns
-    /// whether the scoreboard learned something. Out of line, as every branch below that only
-    /// loss, reordering or ECN takes: a transaction's ACKs carry no SACK blocks, and the code
-    /// they run should fit the instruction cache.
+    /// whether the scoreboard learned something, and whether the first block was a D-SACK
+    /// ([`on_dsack`](Self::on_dsack)). Out of line, as every branch below that only loss,
+    /// reordering or ECN takes: a transaction's ACKs carry no SACK blocks, and the code they
+    /// run should fit the instruction cache.
     #[cold]
     #[inline(never)]
-    fn take_sack_blocks(&mut self, seg: &TcpRepr<'_>, ack: SeqNumber) -> bool {
+    fn take_sack_blocks(&mut self, seg: &TcpRepr<'_>, ack: SeqNumber) -> (bool, bool) {
+        let dsack = is_dsack(seg.sack_blocks.as_slice(), ack);
+        if dsack {
+            self.on_dsack();
+        }
         let whole;
         let blocks = if self.config.sack_in_segments && self.config.rack {
             whole = self.whole_segment_blocks(&seg.sack_blocks);
@@ -344,7 +356,21 @@ impl Connection {
         } else {
             &seg.sack_blocks
         };
-        !blocks.is_empty() && self.recovery.scoreboard.update(blocks, ack.max(self.snd.una), self.snd.max)
+        let new = !blocks.is_empty()
+            && self.recovery.scoreboard.update(blocks, ack.max(self.snd.una), self.snd.max);
+        (new, dsack)
+    }
+
+    /// The peer received something twice (RFC 2883): a retransmission of ours was spurious, or
+    /// the network duplicated a segment. Counted ([`Stats::dsacks_received`]); with RACK, its
+    /// reordering window grows (RFC 8985 §6.2 step 4).
+    ///
+    /// [`Stats::dsacks_received`]: crate::tcp::Stats::dsacks_received
+    fn on_dsack(&mut self) {
+        self.stats.dsacks_received += 1;
+        if self.config.rack {
+            self.recovery.rack.on_dsack(self.snd.una, self.snd.nxt);
+        }
     }
 
     /// An ACK of new data (`acked` bytes, up to `ack`) in loss recovery. Returns the bytes it
@@ -357,6 +383,7 @@ impl Connection {
             // RFC 6582 §3.2 step 3, RFC 6675 §5 (the recovery point is covered); cwnd =
             // ssthresh (RFC 9937 §4: PRR brought the flight there).
             self.cc.on_exit_recovery();
+            self.recovery.rack.on_recovery_end();
             tracing::debug!(local = %self.local, remote = %self.remote, una = ack.get(), cwnd = self.cc.window(), "fast recovery ends");
             self.recovery.active = false;
             // The marks of retransmissions still out stay for the next recovery (see
@@ -660,4 +687,12 @@ impl Connection {
             self.cc.on_ack(left, mss, now, srtt);
         }
     }
+}
+
+/// Whether the first of an ACK's SACK `blocks` (there is one) is a D-SACK (RFC 2883 §4): it
+/// starts below the cumulative `ack`, or lies inside the second block. Linux's test
+/// (`tcp_check_dsack`).
+fn is_dsack(blocks: &[SackBlock], ack: SeqNumber) -> bool {
+    let first = blocks[0];
+    first.left < ack || blocks.get(1).is_some_and(|b| b.left <= first.left && first.right <= b.right)
 }

@@ -21,6 +21,7 @@ use super::{Connection, DEFAULT_MSS, DEFAULT_MSS_V6, MAX_WSCALE, MIN_MSS, TS_OPT
 use crate::tcp::congestion::{CongestionControl, NewReno};
 use crate::tcp::rules::{self, acceptable};
 use crate::tcp::{ConnectionError, Ecn, State, reset_for};
+use crate::wire::tcp::SackBlock;
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
 impl Connection {
@@ -313,6 +314,11 @@ impl Connection {
         let wnd = distance(self.rcv.nxt, self.rcv.adv);
         let mut payload = seg.payload;
         if !acceptable(self.rcv.nxt, wnd, seg.seq_number, seg.segment_len()) {
+            if !payload.is_empty() && seg.seq_number < self.rcv.nxt {
+                // Data received before (RFC 2883 §4.1.1): its ACK names it.
+                let end = (seg.seq_number + payload.len()).min(self.rcv.nxt);
+                self.note_dsack(seg.seq_number, end);
+            }
             if !self.unacceptable(now, seg, wnd) {
                 return;
             }
@@ -326,6 +332,10 @@ impl Connection {
             let skip = distance(seq, self.rcv.nxt);
             if skip > payload.len() {
                 fin = false;
+            }
+            if !payload.is_empty() {
+                // Its head was received before (RFC 2883 §4.1.2; Linux names it too).
+                self.note_dsack(seq, seq + skip.min(payload.len()));
             }
             payload = payload.get(skip..).unwrap_or(&[]);
             seq = self.rcv.nxt;
@@ -403,7 +413,14 @@ impl Connection {
                 written = self.receive_in_order(now, payload, deliver);
             } else {
                 // Out of order: keep it if the range fits, and send a duplicate ACK at once
-                // (RFC 5681 §4.2). Bytes already held are not overwritten (see the module docs).
+                // (RFC 5681 §4.2). Bytes already held are not overwritten (see the module docs),
+                // and the first run of them this segment brought again is named (RFC 2883
+                // §4.1.3: the D-SACK block, then the block that holds it, recorded below).
+                let end = offset + payload.len();
+                let held = self.rcv.ooo.ranges_past(offset).next().filter(|&(s, _)| s < end);
+                if let Some((s, e)) = held {
+                    self.note_dsack(self.rcv.nxt + s.max(offset), self.rcv.nxt + e.min(end));
+                }
                 written =
                     self.rcv.buf.write_unallocated_around(offset, payload, self.rcv.ooo.ranges_past(offset));
                 if written > 0 {
@@ -426,6 +443,20 @@ impl Connection {
         if (fin && seq + payload.len() == self.rcv.nxt) || self.rcv.ooo_fin == Some(self.rcv.nxt) {
             self.rcv.ooo_fin = None;
             self.process_fin(now);
+        }
+    }
+
+    /// `left..right` arrived again: our next segment names it in a D-SACK block ([`Config::dsack`],
+    /// RFC 2883 §4), once SACK was negotiated. A later duplicate before it goes replaces it.
+    /// Not in TIME-WAIT, whose answers are plain ACKs (the compact record's, as Linux's
+    /// `tcp_timewait_state_process`).
+    ///
+    /// [`Config::dsack`]: crate::tcp::Config::dsack
+    #[cold]
+    #[inline(never)]
+    fn note_dsack(&mut self, left: SeqNumber, right: SeqNumber) {
+        if self.sack_ok && self.config.dsack && left < right && self.state != State::TimeWait {
+            self.rcv.dsack = Some(SackBlock { left, right });
         }
     }
 

@@ -53,7 +53,7 @@ impl Connection {
         self.timers.delayed_ack = None;
         self.ack.unacked_bytes = 0;
         self.ts.last_ack_sent = self.rcv.nxt;
-        TcpRepr {
+        let repr = TcpRepr {
             src_port: self.local.port(),
             dst_port: self.remote.port(),
             control,
@@ -64,20 +64,33 @@ impl Connection {
             sack_blocks: self.sack_blocks(),
             ece: self.ecn.echo,
             ..TcpRepr::default()
+        };
+        if self.rcv.dsack.is_some() {
+            self.dsack_sent();
         }
+        repr
+    }
+
+    /// The D-SACK block went in a segment: named once (RFC 2883 §4 reports each duplicate once).
+    #[cold]
+    #[inline(never)]
+    fn dsack_sent(&mut self) {
+        self.rcv.dsack = None;
+        self.stats.dsacks_sent += 1;
     }
 
     /// The SACK blocks for our next ACK (RFC 2018 §4): when SACK was negotiated and data is held
     /// out of order, the block holding the most recently received segment first, then the
     /// blocks other segments joined most recently ([`RecentBlocks`](crate::tcp::sack::RecentBlocks):
     /// held data whose block was forgotten is not reported), as many as fit beside the timestamps
-    /// option (three; four without it). D-SACK (RFC 2883) is not sent.
+    /// option (three; four without it), after the D-SACK block naming a duplicate just received
+    /// if there is one ([`Config::dsack`](crate::tcp::Config::dsack), RFC 2883 §4).
     fn sack_blocks(&self) -> SackBlocks {
-        if !self.sack_ok || self.rcv.ooo.is_empty() {
+        if !self.sack_ok || (self.rcv.ooo.is_empty() && self.rcv.dsack.is_none()) {
             return SackBlocks::new();
         }
         let max = if self.ts.ok { 3 } else { SackBlocks::MAX };
-        self.rcv.sack_recent.blocks(self.rcv.nxt, max)
+        self.rcv.sack_recent.blocks(self.rcv.dsack, self.rcv.nxt, max)
     }
 
     /// The most payload bytes in our next segment: the send MSS less the SACK option it will
@@ -540,7 +553,8 @@ impl Connection {
         };
         let usable = self.snd.wnd.saturating_sub(in_flight).min(cc_room);
         let mut size = unsent.min(usable).min(mss).min(buf.len());
-        if size == mss && self.snd.super_max > mss {
+        // A D-SACK block goes in one segment, not in each of a super-segment's.
+        if size == mss && self.snd.super_max > mss && self.rcv.dsack.is_none() {
             // A super-segment lent from the ring ends where the ring's storage does (one that
             // wrapped would be copied whole); the one segment that crosses it is copied alone.
             let run = self.snd.stream.ring_run(sent).map_or(usize::MAX, |r| r.max(mss));

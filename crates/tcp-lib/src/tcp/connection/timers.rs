@@ -133,6 +133,9 @@ impl Connection {
                     self.cc.on_rto(flight, self.snd.mss);
                     self.cc_on_rto();
                 }
+                // A recovery ends (fast recovery, or the last timeout's): counted down for the
+                // D-SACK-widened reordering window (RFC 8985 §6.2 step 4).
+                self.recovery.rack.on_recovery_end();
                 self.recovery.active = false;
                 self.recovery.cwr = false;
                 self.recovery.recover = self.snd.max;

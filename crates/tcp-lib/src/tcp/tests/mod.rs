@@ -42,6 +42,7 @@ macro_rules! recv {
 }
 
 mod cubic;
+mod dsack;
 mod ecn;
 mod fuzz;
 mod header_prediction;

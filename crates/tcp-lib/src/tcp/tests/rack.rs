@@ -19,7 +19,7 @@ fn ten_in_flight(rack: bool) -> Script {
 }
 
 /// [`ten_in_flight`] with the rest of `config` as given.
-fn ten_in_flight_with(config: Config) -> Script {
+pub(super) fn ten_in_flight_with(config: Config) -> Script {
     in_flight(config, 10)
 }
 
