@@ -46,6 +46,13 @@ pub trait CongestionControl: fmt::Debug + Send {
     /// The retransmission timer expired.
     fn on_rto(&mut self, flight: usize, mss: usize);
 
+    /// A window reduction proved spurious ([`Config::dsack_undo`](super::Config::dsack_undo)):
+    /// cwnd and ssthresh go back to at least `cwnd` and `ssthresh`, their values before it. The
+    /// default ignores it (BBR's window never followed the loss).
+    fn on_undo(&mut self, cwnd: usize, ssthresh: usize) {
+        let _ = (cwnd, ssthresh);
+    }
+
     /// HyStart ([`Config::hystart`](super::Config::hystart)) found the end of slow start:
     /// ssthresh = cwnd, and the next ACK grows the window in congestion avoidance.
     fn exit_slow_start(&mut self);
@@ -264,6 +271,10 @@ impl CongestionControl for NewReno {
     fn on_restart_window(&mut self, cwnd: usize, ssthresh: usize) {
         (self.cwnd, self.ssthresh, self.acked_in_ca) = (cwnd, ssthresh, 0);
     }
+
+    fn on_undo(&mut self, cwnd: usize, ssthresh: usize) {
+        (self.cwnd, self.ssthresh) = (self.cwnd.max(cwnd), self.ssthresh.max(ssthresh));
+    }
 }
 
 /// CUBIC (RFC 9438): after a congestion event the window follows the cubic function of the
@@ -431,6 +442,15 @@ impl CongestionControl for Cubic {
     fn on_restart_window(&mut self, cwnd: usize, ssthresh: usize) {
         // The next congestion avoidance stage starts a new epoch from the restarted window.
         (self.cwnd, self.ssthresh, self.epoch) = (cwnd as f64, ssthresh, None);
+    }
+
+    fn on_undo(&mut self, cwnd: usize, ssthresh: usize) {
+        // RFC 9438 §4.9 lets CUBIC restore its state from before a spurious event; the window and
+        // ssthresh come back, and the next congestion avoidance stage starts a new epoch from
+        // them (W_max stays the event's).
+        self.cwnd = self.cwnd.max(cwnd as f64);
+        self.ssthresh = self.ssthresh.max(ssthresh);
+        self.epoch = None;
     }
 }
 

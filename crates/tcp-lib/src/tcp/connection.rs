@@ -25,6 +25,7 @@ use super::rtt::RttEstimator;
 use super::sack::{RecentBlocks, Scoreboard};
 use super::send_stream::SendStream;
 use super::time_wait::{TimeWait, TimeWaitParts};
+use super::undo::Undo;
 use super::{Config, ConnectionError, State, Stats};
 use crate::wire::tcp::SackBlock;
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
@@ -148,6 +149,7 @@ struct Counters {
     ooo_dropped: u64,
     dsacks_sent: u64,
     dsacks_received: u64,
+    dsack_undos: u64,
 }
 
 /// Explicit Congestion Notification (RFC 3168) on a connection: negotiated or not, the ECE we
@@ -402,6 +404,9 @@ struct Recovery {
     /// RACK (RFC 8985 §6) when [`Config::rack`] is on: the transmissions in flight and the
     /// clock of the latest delivered one.
     rack: Rack,
+    /// The last window reduction, while D-SACKs may still prove it spurious
+    /// ([`Config::dsack_undo`]).
+    undo: Option<Undo>,
 }
 
 /// The smallest shift that makes `buffer` fit the 16-bit window field, at most 14.
@@ -576,6 +581,7 @@ impl Connection {
                 dup_delivered: 0,
                 // (BBR's delivery rate samples come with it: `finish_open`.)
                 rack: Rack::default(),
+                undo: None,
             },
             ecn: EcnState { ok: false, echo: false, cwr_pending: false, reduced_until: iss },
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.linux_rto),
@@ -722,6 +728,7 @@ impl Connection {
             ooo_dropped: c.ooo_dropped,
             dsacks_sent: c.dsacks_sent,
             dsacks_received: c.dsacks_received,
+            dsack_undos: c.dsack_undos,
         }
     }
 

@@ -95,6 +95,10 @@ impl CongestionControl for Controller {
         dispatch!(self, c => c.on_rto(flight, mss));
     }
 
+    fn on_undo(&mut self, cwnd: usize, ssthresh: usize) {
+        dispatch!(self, c => c.on_undo(cwnd, ssthresh));
+    }
+
     fn exit_slow_start(&mut self) {
         dispatch!(self, c => c.exit_slow_start());
     }

@@ -280,6 +280,11 @@ impl CongestionControl for LinuxCubic {
         // `tcp_cwnd_restart` sets the window; CUBIC itself ignores `CA_EVENT_CWND_RESTART`.
         (self.cwnd, self.ssthresh) = (cwnd, ssthresh);
     }
+
+    fn on_undo(&mut self, cwnd: usize, ssthresh: usize) {
+        // `tcp_undo_cwnd_reduction` with CUBIC's `undo_cwnd` (the window before the loss).
+        (self.cwnd, self.ssthresh) = (self.cwnd.max(cwnd), self.ssthresh.max(ssthresh));
+    }
 }
 
 #[cfg(test)]

@@ -97,8 +97,10 @@
 //!   inside the block that holds it when it was held out of order); not from TIME-WAIT, whose
 //!   answers are plain. D-SACKs received are counted ([`Stats::dsacks_received`]), are not
 //!   duplicate ACKs (RFC 6675 §2), take no part in the scoreboard, and widen RACK's reordering
-//!   window (below). No undoing of a window reduction a D-SACK shows was spurious (Linux's
-//!   `TCPDSACKUndo`; RFC 3708 detects, RFC 4015 responds).
+//!   window (below); with [`Config::dsack_undo`] (on in [`Config::linux`]), a fast recovery
+//!   whose every retransmission comes back D-SACKed was spurious, and its window reduction is
+//!   undone (RFC 3708's detection; the response restores cwnd and ssthresh, as Linux's
+//!   `TCPDSACKUndo`; `undo.rs`). A timeout's reduction is never undone (no F-RTO or Eifel).
 //! * RFC 6675 conservative SACK-based loss recovery: a bounded scoreboard of SACKed ranges,
 //!   IsLost (DupThresh = 3 segments or duplicate ACKs), recovery entered on the third duplicate
 //!   ACK or as soon as IsLost(HighACK + 1) (so ACKs carrying data count too), pipe estimation,
@@ -231,6 +233,7 @@ mod sack;
 mod send_ref;
 mod send_stream;
 mod time_wait;
+mod undo;
 
 #[cfg(test)]
 mod tests;
@@ -356,6 +359,13 @@ pub struct Config {
     /// sender). Ours reads them whatever this says: [`Stats::dsacks_received`] and RACK's
     /// reordering window ([`Config::rack`]).
     pub dsack: bool,
+    /// Undo a fast recovery's window reduction once D-SACKs name every segment it retransmitted
+    /// (`tcp/undo.rs`: RFC 3708's detection, Linux's `TCPDSACKUndo` response): none was lost,
+    /// the originals were late (reordering), and cwnd and ssthresh go back to their values
+    /// before it (never lower), ending the recovery if it is still under way. Needs SACK and
+    /// a peer that sends D-SACKs (Linux does; [`Config::dsack`] on ours). Counted in
+    /// [`Stats::dsack_undos`]. `false` (the default): a reduction stands, as RFC 5681 has it.
+    pub dsack_undo: bool,
     /// Maximum segment lifetime; TIME-WAIT lasts twice this.
     pub msl: Duration,
     /// RTO before any RTT sample (RFC 6298: 1 s).
@@ -540,6 +550,7 @@ impl Config {
     /// behave as a Linux host's would towards the same peers: RACK loss detection and tail loss
     /// probes (RFC 8985, `tcp_recovery` 1, `tcp_early_retrans` 3; RACK's RTT taken in Linux's
     /// order, SACKs taken in whole segments) with window growth for SACKed data under reordering,
+    /// window reductions undone when D-SACKs prove them spurious (`TCPDSACKUndo`),
     /// a 200 ms minimum RTO that bounds the RTO's variance term (Linux's estimator), delayed ACKs
     /// of up to 40 ms after a quick-ACK start of 16 segments, an initial window of ten segments
     /// (RFC 6928), slow start that grows by every segment an ACK covers, only while the window is
@@ -569,7 +580,7 @@ impl Config {
     /// use tcp_lib::tcp::Config;
     ///
     /// let linux = Config { recv_buffer: 256 * 1024, ..Config::linux() };
-    /// assert!(linux.rack && linux.tail_loss_probe);
+    /// assert!(linux.rack && linux.tail_loss_probe && linux.dsack_undo);
     /// assert_eq!(linux.min_rto, Duration::from_millis(200));
     /// ```
     #[must_use]
@@ -591,6 +602,7 @@ impl Config {
             restart_after_idle: true,
             tail_loss_probe: true,
             rack: true,
+            dsack_undo: true,
             rack_rtt_sequence_order: true,
             sack_in_segments: true,
             ecn_prr: true,
@@ -648,6 +660,7 @@ impl Default for Config {
             timestamps: true,
             sack: true,
             dsack: true,
+            dsack_undo: false,
             msl: Duration::from_secs(30),
             initial_rto: Duration::from_secs(1),
             min_rto: Duration::from_secs(1),
@@ -786,6 +799,9 @@ pub struct Stats {
     /// (Linux's `TCPDSACKRecv`). Each widens RACK's reordering window ([`Config::rack`];
     /// RFC 8985 §6.2 step 4), at most once a round trip.
     pub dsacks_received: u64,
+    /// Window reductions undone because D-SACKs proved them spurious ([`Config::dsack_undo`];
+    /// Linux's `TCPDSACKUndo`).
+    pub dsack_undos: u64,
 }
 
 /// One segment to send, from [`Connection::poll_transmit`].

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::{Connection, distance};
 use crate::tcp::congestion::{CongestionAlgorithm, CongestionControl, RateSample};
 use crate::tcp::rules;
+use crate::tcp::undo::Undo;
 use crate::wire::tcp::{SackBlock, SackBlocks};
 use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 
@@ -347,7 +348,7 @@ impl Connection {
     fn take_sack_blocks(&mut self, seg: &TcpRepr<'_>, ack: SeqNumber) -> (bool, bool) {
         let dsack = is_dsack(seg.sack_blocks.as_slice(), ack);
         if dsack {
-            self.on_dsack();
+            self.on_dsack(seg.sack_blocks.as_slice()[0]);
         }
         let whole;
         let blocks = if self.config.sack_in_segments && self.config.rack {
@@ -361,16 +362,35 @@ impl Connection {
         (new, dsack)
     }
 
-    /// The peer received something twice (RFC 2883): a retransmission of ours was spurious, or
-    /// the network duplicated a segment. Counted ([`Stats::dsacks_received`]); with RACK, its
-    /// reordering window grows (RFC 8985 §6.2 step 4).
+    /// The peer received `block` twice (RFC 2883): a retransmission of ours was spurious, or the
+    /// network duplicated a segment. Counted ([`Stats::dsacks_received`]); with RACK, its
+    /// reordering window grows (RFC 8985 §6.2 step 4); and when it names the last of the
+    /// retransmissions a window reduction made, the reduction is undone, at once or, in
+    /// recovery, when the recovery ends ([`Config::dsack_undo`]).
     ///
     /// [`Stats::dsacks_received`]: crate::tcp::Stats::dsacks_received
-    fn on_dsack(&mut self) {
+    /// [`Config::dsack_undo`]: crate::tcp::Config::dsack_undo
+    fn on_dsack(&mut self, block: SackBlock) {
         self.stats.dsacks_received += 1;
         if self.config.rack {
             self.recovery.rack.on_dsack(self.snd.una, self.snd.nxt);
         }
+        if self.recovery.undo.as_mut().is_some_and(|u| u.dsacked(block.left, block.right))
+            && !self.recovery.active
+        {
+            self.undo_reduction();
+        }
+    }
+
+    /// The last window reduction was spurious: cwnd and ssthresh go back to their values before
+    /// it (`tcp/undo.rs`). Called outside recovery only: in recovery, PRR paces the flight down
+    /// to ssthresh and the exit sets cwnd to it, so the undo waits for the exit.
+    fn undo_reduction(&mut self) {
+        let Some(u) = self.recovery.undo.take() else { return };
+        let (cwnd, ssthresh) = u.prior();
+        self.cc.on_undo(cwnd, ssthresh);
+        self.stats.dsack_undos += 1;
+        tracing::debug!(local = %self.local, remote = %self.remote, cwnd = self.cc.window(), "window reduction undone");
     }
 
     /// An ACK of new data (`acked` bytes, up to `ack`) in loss recovery. Returns the bytes it
@@ -384,6 +404,9 @@ impl Connection {
             // ssthresh (RFC 9937 §4: PRR brought the flight there).
             self.cc.on_exit_recovery();
             self.recovery.rack.on_recovery_end();
+            if self.recovery.undo.is_some_and(|u| u.proven()) {
+                self.undo_reduction();
+            }
             tracing::debug!(local = %self.local, remote = %self.remote, una = ack.get(), cwnd = self.cc.window(), "fast recovery ends");
             self.recovery.active = false;
             // The marks of retransmissions still out stay for the next recovery (see
@@ -484,6 +507,9 @@ impl Connection {
     #[cold]
     #[inline(never)]
     fn ecn_reduce(&mut self) {
+        // A reduction for congestion the network reported, which no D-SACK undoes; nor, after
+        // it, one before it.
+        self.recovery.undo = None;
         self.ecn.reduced_until = self.snd.max;
         self.ecn.cwr_pending = true;
         self.stats.ecn_reductions += 1;
@@ -596,7 +622,13 @@ impl Connection {
             self.recovery.high_rxt = self.snd.una;
             self.recovery.rxt_marks.clear();
         }
-        if !std::mem::take(&mut self.recovery.cwr) {
+        let cwr = std::mem::take(&mut self.recovery.cwr);
+        // What undoing this reduction needs (`Config::dsack_undo`): none where the window is not
+        // reduced here (an ECN reduction continued, which is no loss to undo; BBR's window).
+        self.recovery.undo =
+            (self.config.dsack_undo && self.sack_ok && !cwr && !self.cc.owns_recovery_window())
+                .then(|| Undo::new(self.snd.una, self.cc.window(), self.cc.ssthresh()));
+        if !cwr {
             self.cc.on_enter_recovery(flight, mss);
             self.start_prr();
         }

@@ -491,6 +491,7 @@ impl Connection {
         // last segment of a write did; a resent piece from the middle does not.
         repr.push = n > 0 && offset + n == self.snd.stream.len();
         self.stats.retransmits += 1;
+        self.undo_needs(seq, end);
         if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
             self.snd.rtt_timing = None;
         }
@@ -711,8 +712,17 @@ impl Connection {
     #[inline(never)]
     fn count_resend(&mut self, seq: SeqNumber, n: usize, mss: usize) {
         self.stats.retransmits += n.div_ceil(mss).max(1) as u64;
+        self.undo_needs(seq, seq + n);
         if self.snd.rtt_timing.is_some_and(|(s, _)| seq <= s) {
             self.snd.rtt_timing = None;
+        }
+    }
+
+    /// `start..end` went again: the window reduction that may still be undone needs a D-SACK of
+    /// it too (`tcp/undo.rs`); one that resent too many ranges no longer can be.
+    fn undo_needs(&mut self, start: SeqNumber, end: SeqNumber) {
+        if self.recovery.undo.as_mut().is_some_and(|u| !u.retransmitted(start, end)) {
+            self.recovery.undo = None;
         }
     }
 

@@ -136,6 +136,9 @@ impl Connection {
                 // A recovery ends (fast recovery, or the last timeout's): counted down for the
                 // D-SACK-widened reordering window (RFC 8985 §6.2 step 4).
                 self.recovery.rack.on_recovery_end();
+                // A timeout's reduction is not undone (no F-RTO or Eifel here), and it supersedes
+                // the one before it.
+                self.recovery.undo = None;
                 self.recovery.active = false;
                 self.recovery.cwr = false;
                 self.recovery.recover = self.snd.max;

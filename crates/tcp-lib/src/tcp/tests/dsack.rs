@@ -170,3 +170,76 @@ fn dsacks_alone_are_not_duplicate_acks() {
         assert_eq!(st.dsacks_received, if dsack { 3 } else { 0 });
     }
 }
+
+/// Ten in flight without RACK, undo on; the first segment acknowledged, then the second
+/// deemed lost by three SACKs (of the third to fifth) and resent in fast recovery. Returns the
+/// script and the window before the reduction.
+fn spurious_recovery() -> (Script, usize) {
+    let mut s = super::rack::ten_in_flight_with(Config { dsack_undo: true, ..script_config() });
+    s.advance(100 * MS);
+    s.send(&ack_with(MSS, &[]));
+    s.drain();
+    let before = s.conn.stats().cwnd;
+    for sacked in [3, 4, 5] {
+        s.send(&ack_with(MSS, &[(2 * MSS, sacked * MSS)]));
+    }
+    let resent: Vec<_> = s.drain().into_iter().filter(|o| !o.payload.is_empty()).collect();
+    assert_eq!(resent.len(), 1, "{resent:?}");
+    assert_eq!(resent[0].repr.seq_number, ours(MSS), "the second segment again");
+    let st = s.conn.stats();
+    assert!(st.in_recovery && st.cwnd < before, "{st:?}");
+    (s, before)
+}
+
+/// The original of the resent segment was only late: everything is acknowledged, then the
+/// peer's D-SACK names the retransmission. The reduction is undone: the window and the
+/// slow-start threshold are back (RFC 3708's detection, Linux's `TCPDSACKUndo`).
+#[test]
+fn a_reduction_whose_retransmissions_were_all_duplicates_is_undone() {
+    let (mut s, before) = spurious_recovery();
+    s.send(&ack_with(10 * MSS, &[]));
+    let st = s.conn.stats();
+    assert!(!st.in_recovery && st.cwnd < before, "the recovery ends, the window reduced: {st:?}");
+    s.send(&ack_with(10 * MSS, &[(MSS, 2 * MSS)]));
+    let st = s.conn.stats();
+    assert_eq!(st.dsack_undos, 1);
+    assert_eq!((st.cwnd, st.ssthresh), (before, usize::MAX), "back in slow start, as before the loss");
+}
+
+/// A D-SACK that arrives while the recovery is under way (a partial ACK) proves it spurious, and
+/// the undo comes when the recovery ends: PRR had brought the flight down meanwhile.
+#[test]
+fn a_reduction_proven_spurious_in_recovery_is_undone_at_its_end() {
+    let (mut s, before) = spurious_recovery();
+    s.send(&ack_with(5 * MSS, &[(MSS, 2 * MSS)]));
+    let st = s.conn.stats();
+    assert!(st.in_recovery && st.dsack_undos == 0, "{st:?}");
+    s.send(&ack_with(10 * MSS, &[]));
+    let st = s.conn.stats();
+    assert_eq!((st.dsack_undos, st.cwnd, st.in_recovery), (1, before, false), "{st:?}");
+}
+
+/// A D-SACK of data that was never retransmitted (the network duplicated it) proves nothing;
+/// nor does any D-SACK without [`Config::dsack_undo`].
+#[test]
+fn a_dsack_of_other_data_or_without_the_knob_undoes_nothing() {
+    let (mut s, _) = spurious_recovery();
+    s.send(&ack_with(10 * MSS, &[]));
+    let reduced = s.conn.stats().cwnd;
+    s.send(&ack_with(10 * MSS, &[(3 * MSS, 4 * MSS)]));
+    let st = s.conn.stats();
+    assert_eq!((st.dsacks_received, st.dsack_undos, st.cwnd), (1, 0, reduced));
+
+    let mut s = super::rack::ten_in_flight_with(script_config());
+    s.advance(100 * MS);
+    s.send(&ack_with(MSS, &[]));
+    for sacked in [3, 4, 5] {
+        s.send(&ack_with(MSS, &[(2 * MSS, sacked * MSS)]));
+    }
+    s.drain();
+    s.send(&ack_with(10 * MSS, &[]));
+    let reduced = s.conn.stats().cwnd;
+    s.send(&ack_with(10 * MSS, &[(MSS, 2 * MSS)]));
+    let st = s.conn.stats();
+    assert_eq!((st.dsacks_received, st.dsack_undos, st.cwnd), (1, 0, reduced));
+}
