@@ -560,13 +560,14 @@ fn lossy_on(path: Path, family: Family, role: Role, port: u16, seed: u64, tcp: T
         }
         .print();
         println!(
-            "our recovery: {} timeouts, {} tail loss probes ({} repaired a loss), {} recoveries, {} fast retransmissions, {} D-SACKs received, {} sent; the kernel's {}",
+            "our recovery: {} timeouts, {} tail loss probes ({} repaired a loss), {} recoveries, {} fast retransmissions, {} D-SACKs received ({} reductions undone), {} sent; the kernel's {}",
             ours.timeouts,
             ours.tail_loss_probes,
             ours.tlp_recoveries,
             ours.recoveries,
             ours.fast_retransmits,
             ours.dsacks_received,
+            ours.dsack_undos,
             ours.dsacks_sent,
             KernelRecovery::read()?
         );
