@@ -609,10 +609,16 @@ impl Harness {
                     "the FIN follows the last byte"
                 );
             }
-            // SACK blocks: above the cumulative ACK, within the buffer, over data the peer sent.
-            for block in repr.sack_blocks.as_slice() {
-                assert!(ack < block.left && block.left < block.right, "SACK block {block:?} at ACK {ack:?}");
-                assert!((block.right - ack) as usize <= self.config.recv_buffer);
+            // SACK blocks: above the cumulative ACK, within the buffer, over data the peer sent;
+            // the first may be a D-SACK (RFC 2883) of data received before, below the ACK.
+            for (i, block) in repr.sack_blocks.as_slice().iter().enumerate() {
+                assert!(block.left < block.right, "SACK block {block:?} at ACK {ack:?}");
+                if i == 0 && block.left < ack {
+                    assert!(self.config.dsack && block.right <= ack, "D-SACK {block:?} at ACK {ack:?}");
+                } else {
+                    assert!(ack < block.left, "SACK block {block:?} at ACK {ack:?}");
+                    assert!((block.right - ack) as usize <= self.config.recv_buffer);
+                }
                 let (l, r) = (block.left - (irs + 1), block.right - (irs + 1));
                 assert!(self.peer_data.covers(i64::from(l), i64::from(r)), "SACK of data never sent");
             }

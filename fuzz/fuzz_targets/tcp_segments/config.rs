@@ -136,6 +136,10 @@ impl ConfigIn {
             ][usize::from(self.initial_rto >> 6)],
             // Bit 7 of the window scale byte (bits 0 to 3 choose the shift): the fast path off.
             header_prediction: !self.rcv_wscale.is_some_and(|s| s & 0x80 != 0),
+            // Bits 4 and 5 of the same byte: no D-SACKs sent (on by default, so that older
+            // inputs send them), and undoing a reduction D-SACKs prove spurious.
+            dsack: !self.rcv_wscale.is_some_and(|s| s & 0x10 != 0),
+            dsack_undo: self.rcv_wscale.is_some_and(|s| s & 0x20 != 0),
         }
     }
 }

@@ -315,9 +315,10 @@ impl Connection {
         let mut payload = seg.payload;
         if !acceptable(self.rcv.nxt, wnd, seg.seq_number, seg.segment_len()) {
             if !payload.is_empty() && seg.seq_number < self.rcv.nxt {
-                // Data received before (RFC 2883 §4.1.1): its ACK names it.
-                let end = (seg.seq_number + payload.len()).min(self.rcv.nxt);
-                self.note_dsack(seg.seq_number, end);
+                // Data received before (RFC 2883 §4.1.1): its ACK names it. (A SYN's data
+                // follows the SYN's sequence number.)
+                let data = seg.seq_number + usize::from(syn);
+                self.note_dsack(data, (data + payload.len()).min(self.rcv.nxt));
             }
             if !self.unacceptable(now, seg, wnd) {
                 return;
@@ -455,6 +456,8 @@ impl Connection {
     #[cold]
     #[inline(never)]
     fn note_dsack(&mut self, left: SeqNumber, right: SeqNumber) {
+        // Data only: the peer's SYN is not (a duplicate SYN's data starts after it).
+        let left = left.max(self.rcv.irs + 1);
         if self.sack_ok && self.config.dsack && left < right && self.state != State::TimeWait {
             self.rcv.dsack = Some(SackBlock { left, right });
         }

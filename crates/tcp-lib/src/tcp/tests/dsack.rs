@@ -75,6 +75,19 @@ fn data_received_before_is_named_once() {
     assert_eq!(s.conn.recv_queue(), 200, "the new bytes are taken, each once");
 }
 
+/// A SYN carrying data, received again once the connection is established: the D-SACK names
+/// its data, which follows the SYN's sequence number, and not the SYN (the fuzz target
+/// `tcp_segments` found the first version naming the SYN's number as data).
+#[test]
+fn a_duplicate_syns_data_is_named_without_the_syn() {
+    let mut s = receiver(true);
+    s.send(&data(0, 100));
+    s.drain();
+    let syn = TcpRepr { control: TcpControl::Syn, seq_number: REMOTE_SEQ, ..data(0, 10) };
+    s.send(&syn);
+    assert_eq!(one_ack(&mut s), (peer(100), blocks(&[(peer(0), peer(10))])));
+}
+
 /// Data held out of order, received again: the D-SACK block names the bytes received twice,
 /// the block that holds them follows, then the other blocks (RFC 2883 §4.1.3).
 #[test]
