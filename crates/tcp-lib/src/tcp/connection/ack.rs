@@ -404,7 +404,7 @@ impl Connection {
             // ssthresh (RFC 9937 §4: PRR brought the flight there).
             self.cc.on_exit_recovery();
             self.recovery.rack.on_recovery_end();
-            if self.recovery.undo.is_some_and(|u| u.proven()) {
+            if self.recovery.undo.as_ref().is_some_and(|u| u.proven()) {
                 self.undo_reduction();
             }
             tracing::debug!(local = %self.local, remote = %self.remote, una = ack.get(), cwnd = self.cc.window(), "fast recovery ends");
@@ -625,9 +625,12 @@ impl Connection {
         let cwr = std::mem::take(&mut self.recovery.cwr);
         // What undoing this reduction needs (`Config::dsack_undo`): none where the window is not
         // reduced here (an ECN reduction continued, which is no loss to undo; BBR's window).
-        self.recovery.undo =
-            (self.config.dsack_undo && self.sack_ok && !cwr && !self.cc.owns_recovery_window())
-                .then(|| Undo::new(self.snd.una, self.cc.window(), self.cc.ssthresh()));
+        let undo = (self.config.dsack_undo && self.sack_ok && !cwr && !self.cc.owns_recovery_window())
+            .then(|| Undo::new(self.snd.una, self.cc.window(), self.cc.ssthresh()));
+        match (undo, &mut self.recovery.undo) {
+            (Some(new), Some(slot)) => **slot = new,
+            (new, slot) => *slot = new.map(Box::new),
+        }
         if !cwr {
             self.cc.on_enter_recovery(flight, mss);
             self.start_prr();
