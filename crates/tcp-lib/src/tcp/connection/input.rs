@@ -313,13 +313,13 @@ impl Connection {
         // Acceptability.
         let wnd = distance(self.rcv.nxt, self.rcv.adv);
         let mut payload = seg.payload;
+        if !payload.is_empty() && seg.seq_number < self.rcv.nxt {
+            // Data received before, all of it (RFC 2883 §4.1.1) or its head (§4.1.2, as Linux):
+            // the ACK names it. (A SYN's data follows the SYN's sequence number.)
+            let data = seg.seq_number + usize::from(syn);
+            self.note_dsack(data, (data + payload.len()).min(self.rcv.nxt));
+        }
         if !acceptable(self.rcv.nxt, wnd, seg.seq_number, seg.segment_len()) {
-            if !payload.is_empty() && seg.seq_number < self.rcv.nxt {
-                // Data received before (RFC 2883 §4.1.1): its ACK names it. (A SYN's data
-                // follows the SYN's sequence number.)
-                let data = seg.seq_number + usize::from(syn);
-                self.note_dsack(data, (data + payload.len()).min(self.rcv.nxt));
-            }
             if !self.unacceptable(now, seg, wnd) {
                 return;
             }
@@ -333,10 +333,6 @@ impl Connection {
             let skip = distance(seq, self.rcv.nxt);
             if skip > payload.len() {
                 fin = false;
-            }
-            if !payload.is_empty() {
-                // Its head was received before (RFC 2883 §4.1.2; Linux names it too).
-                self.note_dsack(seq, seq + skip.min(payload.len()));
             }
             payload = payload.get(skip..).unwrap_or(&[]);
             seq = self.rcv.nxt;
