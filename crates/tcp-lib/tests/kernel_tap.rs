@@ -111,7 +111,24 @@ fn kernel_bulk(
     let got = kernel_read_all(&mut r, expect)?;
     let read_done = Instant::now();
     writer.join().map_err(|_| "kernel writer panicked".to_owned())??;
-    Ok(KernelBulk { got, info: kernel_support::kernel_tcp_info(&r)?, read_done, established })
+    Ok(KernelBulk { got, info: kernel_info_once_delivered(&r, bytes)?, read_done, established })
+}
+
+/// What the kernel says of `stream` once the peer has acknowledged the `bytes` it wrote (for at
+/// most 10 s): its retransmissions then are all of them. When the reading ends, the writer has
+/// only handed its data to the send buffer (up to megabytes of it), and a count taken there left
+/// out the retransmissions of the transfer's last round trips: the kernel in our place's
+/// direction often ends after the other, and through the bottleneck such a count was a fifth
+/// lower than the frames its data lost.
+fn kernel_info_once_delivered(stream: &TcpStream, bytes: u64) -> Result<KernelTcpInfo, String> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = kernel_support::kernel_tcp_info(stream)?;
+        if info.bytes_acked >= bytes || Instant::now() >= until {
+            return Ok(info);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// The seeds of the kernel's stream and of ours in [`bulk`] on `port`.

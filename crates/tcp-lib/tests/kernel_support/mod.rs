@@ -234,6 +234,9 @@ pub struct KernelTcpInfo {
     /// Segments the peer's D-SACK blocks said it received twice (`tcpi_dsack_dups`): each
     /// D-SACK the kernel took as one.
     pub dsack_dups: u32,
+    /// Bytes the peer acknowledged (`tcpi_bytes_acked`, RFC 4898's `tcpEStatsAppHCThruOctetsAcked`:
+    /// how far SND.UNA moved, the SYN and FIN included).
+    pub bytes_acked: u64,
 }
 
 /// The kernel's smoothed RTT, RTO and retransmissions of a TCP socket (`TCP_INFO`).
@@ -260,6 +263,7 @@ pub fn kernel_tcp_info(fd: &impl AsRawFd) -> Result<KernelTcpInfo, String> {
         rto: Duration::from_micros(info.tcpi_rto.into()),
         retransmits: info.tcpi_total_retrans,
         dsack_dups: info.tcpi_dsack_dups,
+        bytes_acked: info.tcpi_bytes_acked,
     })
 }
 
