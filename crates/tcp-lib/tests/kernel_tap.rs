@@ -340,10 +340,10 @@ impl Tcp {
 
 /// What the kernel of the calling thread's namespace counted of its loss recovery (`TcpExt`,
 /// as `nstat` shows it): the counters to set beside ours.
-struct KernelRecovery([u64; 7]);
+struct KernelRecovery([u64; 10]);
 
 impl KernelRecovery {
-    const NAMES: [&str; 7] = [
+    const NAMES: [&str; 10] = [
         "TCPTimeouts",
         "TCPLossProbes",
         "TCPLossProbeRecovery",
@@ -351,11 +351,14 @@ impl KernelRecovery {
         "TCPFastRetrans",
         "TCPLostRetransmit",
         "TCPDSACKUndo",
+        "TCPDSACKRecv",
+        "TCPDSACKOldSent",
+        "TCPDSACKOfoSent",
     ];
 
     fn read() -> Result<Self, String> {
         let values = kernel_support::kernel_tcp_ext(&Self::NAMES)?;
-        let mut out = [0; 7];
+        let mut out = [0; 10];
         out.copy_from_slice(&values);
         Ok(Self(out))
     }
@@ -799,6 +802,7 @@ fn lossy_with_kernel_peer_on(path: Path, role: Role, port: u16, seed: u64, cc: &
             "{role:?}, a kernel in our place ({cc}): {elapsed:.2?} ({delivered:.2?} for its data to arrive), its retransmits {}, the kernel's {}, {faults}, relayed {relayed:?}",
             there.info.retransmits, here.info.retransmits
         );
+        println!("the far kernel's recovery, with a kernel in our place ({cc}): {}", KernelRecovery::read()?);
         LossyResult {
             path,
             side: "kernel",
