@@ -1,10 +1,12 @@
 //! The connection table: the slab of [`Entry`]s behind every [`StreamId`], its
 //! demultiplexing map, the ready list, and reclaiming a slot. A reclaimed connection's small ring
 //! storage waits in a bounded free list ([`MAX_SPARES`]) for the next connection, so that short
-//! connections allocate nothing for their buffers.
+//! connections allocate nothing for their buffers. The connections one configuration opens
+//! share it ([`SharedTcp`]).
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use super::flows::FlowKey;
 use super::{Entry, Error, ListenerId, Phase, Stack, StreamId};
@@ -14,6 +16,30 @@ use crate::wire::SeqNumber;
 /// The most reclaimed connections' storage the stack keeps for new ones (each at most 8 KiB:
 /// two rings of `tcp::buffer::RETAINED_STORAGE`).
 pub(super) const MAX_SPARES: usize = 64;
+
+/// A TCP configuration as the connections it opens share it: the stack's, or a listener's. One
+/// copy per family, with the MSS clamped to what the interface's MTU leaves over that family's
+/// header (an IPv6 header is 20 bytes longer), each behind an [`Arc`] that every connection
+/// opened with it holds instead of a copy of its 224 bytes.
+#[derive(Clone, Debug)]
+pub(super) struct SharedTcp {
+    v4: Arc<tcp::Config>,
+    v6: Arc<tcp::Config>,
+}
+
+impl SharedTcp {
+    /// `tcp` for an interface whose MTU allows segments of `mtu_mss` bytes over IPv4.
+    pub(super) fn new(tcp: tcp::Config, mtu_mss: u16) -> Self {
+        let clamped =
+            |extra: u16| tcp::Config { mss: tcp.mss.min(mtu_mss.saturating_sub(extra).max(64)), ..tcp };
+        Self { v4: Arc::new(clamped(0)), v6: Arc::new(clamped(20)) }
+    }
+
+    /// The configuration of a connection to `remote`.
+    pub(super) fn for_remote(&self, remote: IpAddr) -> &Arc<tcp::Config> {
+        if remote.is_ipv6() { &self.v6 } else { &self.v4 }
+    }
+}
 
 impl Stack {
     pub(super) fn entry(&self, id: StreamId) -> Result<&Entry, Error> {
@@ -37,7 +63,7 @@ impl Stack {
     }
 
     /// Stores `conn`, a connection built elsewhere (a SYN cookie's, a migrated one), in the
-    /// table: a copy of its 2.2 KB into the slot, which [`insert_new`](Self::insert_new) avoids.
+    /// table: a copy of its 2 KB into the slot, which [`insert_new`](Self::insert_new) avoids.
     pub(super) fn insert(
         &mut self,
         conn: Connection,
@@ -53,13 +79,13 @@ impl Stack {
     /// when `listener` is `None`, else passively (SYN-RECEIVED, in the listener's SYN queue,
     /// the SYN still to be taken). The connection is written in the slot where it will live:
     /// [`Connection::open`] is inlined here, into the slab's in-place insert, so that no
-    /// temporary holds it (a connection is 2.2 KB; copying it from a temporary cost about 250
+    /// temporary holds it (a connection is 2 KB; copying it from a temporary cost about 250
     /// instructions and 37 cache lines a connection, when it was 2.3 KB). Out of line, so that
     /// the active and the passive opens share this one copy of the connection's initialisation.
     #[inline(never)]
     pub(super) fn insert_new(
         &mut self,
-        config: tcp::Config,
+        config: Arc<tcp::Config>,
         addresses: (SocketAddr, SocketAddr),
         iss: SeqNumber,
         listener: Option<ListenerId>,
@@ -107,7 +133,7 @@ impl Stack {
         }
     }
 
-    /// Drops the connection in slot `index` (where it lies: its 2.2 KB are not copied out),
+    /// Drops the connection in slot `index` (where it lies: its 2 KB are not copied out),
     /// after taking it out of the tables and keeping its ring storage for the next connection.
     pub(super) fn reclaim(&mut self, index: u32) {
         let keep_spare = self.spares.len() < MAX_SPARES;

@@ -23,9 +23,11 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::Instant;
 
+use super::connections::SharedTcp;
 use super::hash;
 use super::{Error, ListenerConfig, ListenerId, Phase, Stack, StreamId};
 use crate::tcp::{self, Connection, ListenAction, State, listen_reply};
@@ -59,7 +61,7 @@ pub(super) struct Listener {
     pub(super) port: u16,
     pub(super) config: ListenerConfig,
     /// The configuration of the connections it accepts (`None`: the stack's).
-    pub(super) tcp: Option<tcp::Config>,
+    pub(super) tcp: Option<SharedTcp>,
     pub(super) syn_queue: usize,
     pub(super) accept_queue: VecDeque<StreamId>,
     pub(super) last_overflow: Option<Instant>,
@@ -116,9 +118,9 @@ impl Stack {
     ///
     /// # Errors
     /// [`Error::InvalidHandle`].
-    pub fn set_listener_tcp(&mut self, listener: ListenerId, mut tcp: tcp::Config) -> Result<(), Error> {
-        tcp.mss = tcp.mss.min(self.mtu_mss());
-        self.listener_mut(listener).ok_or(Error::InvalidHandle)?.tcp = Some(tcp);
+    pub fn set_listener_tcp(&mut self, listener: ListenerId, tcp: tcp::Config) -> Result<(), Error> {
+        let shared = SharedTcp::new(tcp, self.mtu_mss());
+        self.listener_mut(listener).ok_or(Error::InvalidHandle)?.tcp = Some(shared);
         Ok(())
     }
 
@@ -178,7 +180,7 @@ impl Stack {
         let since = now - self.epoch;
         let Some(l) = self.listener(id) else { return };
         let lconfig = l.config;
-        let tcp = self.tcp_for(remote.ip(), l.tcp.unwrap_or(self.config.tcp));
+        let tcp = Arc::clone(l.tcp.as_ref().unwrap_or(&self.tcp).for_remote(remote.ip()));
         let recent_overflow = l.last_overflow.is_some_and(|t| now - t < hash::COOKIE_PERIOD * 2);
         let syn_queue = l.syn_queue;
         match listen_reply(seg) {
@@ -283,7 +285,8 @@ impl Stack {
             ..TcpRepr::default()
         };
         let now = self.now;
-        let tcp = self.tcp_for(remote.ip(), self.listener(id).and_then(|l| l.tcp).unwrap_or(self.config.tcp));
+        let shared = self.listener(id).and_then(|l| l.tcp.as_ref()).unwrap_or(&self.tcp);
+        let tcp = Arc::clone(shared.for_remote(remote.ip()));
         let Some(mut conn) = Connection::accept(tcp, local, remote, &syn, our_isn, now) else {
             return;
         };

@@ -520,6 +520,8 @@ struct Entry {
 /// A per-core IPv4/IPv6 TCP endpoint on one interface. See the [module documentation](self).
 pub struct Stack {
     config: Config,
+    /// [`Config::tcp`] as the connections it opens share it.
+    tcp: connections::SharedTcp,
     epoch: Instant,
     now: Instant,
     key: Key,
@@ -608,6 +610,7 @@ impl Stack {
         let tables = TableHash::new(&key);
         let mut stack = Self {
             config,
+            tcp: connections::SharedTcp::new(config.tcp, mtu_mss(config.mtu)),
             epoch: now,
             now,
             key,

@@ -21,7 +21,9 @@ impl Stack {
     /// [`Error::Unreachable`] (no route, or the family is off), [`Error::NoPorts`],
     /// [`Error::TooManyConnections`].
     pub fn connect(&mut self, remote: impl Into<SocketAddr>) -> Result<StreamId, Error> {
-        self.connect_with(remote, self.config.tcp)
+        let remote = remote.into();
+        let tcp = Arc::clone(self.tcp.for_remote(remote.ip()));
+        self.open_stream(remote, tcp)
     }
 
     /// [`connect`](Self::connect) with a configuration of its own instead of the stack's
@@ -36,7 +38,12 @@ impl Stack {
         tcp: tcp::Config,
     ) -> Result<StreamId, Error> {
         let remote = remote.into();
-        let tcp = self.tcp_for(remote.ip(), tcp);
+        let tcp = Arc::new(self.tcp_for(remote.ip(), tcp));
+        self.open_stream(remote, tcp)
+    }
+
+    /// [`connect_with`](Self::connect_with) `tcp`, its MSS clamped for `remote`.
+    fn open_stream(&mut self, remote: SocketAddr, tcp: Arc<tcp::Config>) -> Result<StreamId, Error> {
         if remote.port() == 0 {
             return Err(Error::InvalidPort);
         }

@@ -72,7 +72,11 @@ const MAX_RXT_MARKS: usize = 16;
 /// for the calling contract.
 #[derive(Debug)]
 pub struct Connection {
-    config: Config,
+    /// Shared with the other connections the same configuration opened (a stack's, or a
+    /// listener's): read where it is used, never copied into each connection (as quinn-proto's
+    /// connections share their `Arc<TransportConfig>`). A change to one connection's (its send
+    /// buffer) copies it first ([`Arc::make_mut`]).
+    config: Arc<Config>,
     local: SocketAddr,
     remote: SocketAddr,
     state: State,
@@ -429,7 +433,7 @@ impl Connection {
     /// out-of-line copy of [`open`](Self::open).
     #[inline(never)]
     fn new(
-        config: Config,
+        config: Arc<Config>,
         addresses: (SocketAddr, SocketAddr),
         iss: SeqNumber,
         now: Instant,
@@ -459,13 +463,13 @@ impl Connection {
 
     /// A connection in `state` (`passive`: made by a listener), as one struct literal. Always
     /// inlined, so that a caller storing it in place (the stack's table slot, where
-    /// `Stack::insert_new` has its one copy of this) writes its 2.2 KB there directly: a
+    /// `Stack::insert_new` has its one copy of this) writes its 2 KB there directly: a
     /// function returning it would write it to a temporary that the caller then copies, since
     /// the compiler may not let a call that can unwind write its result into memory the caller
     /// can observe.
     #[inline(always)]
     pub(crate) fn open(
-        config: Config,
+        config: Arc<Config>,
         (local, remote): (SocketAddr, SocketAddr),
         iss: SeqNumber,
         now: Instant,
@@ -477,7 +481,6 @@ impl Connection {
             (true, None) => wscale_for(config.recv_buffer),
         };
         Self {
-            config,
             local,
             remote,
             state,
@@ -597,30 +600,34 @@ impl Connection {
             pending_rst: None,
             rst_with_ts: false,
             stats: Counters::default(),
+            // Last: the fields above read it.
+            config,
         }
     }
 
     /// Active open (RFC 9293 §3.10.1): a connection in SYN-SENT whose first
     /// [`poll_transmit`](Self::poll_transmit) is the SYN. `iss` is the initial send sequence
-    /// number (RFC 6528: the stack draws it from a keyed hash).
+    /// number (RFC 6528: the stack draws it from a keyed hash). `config` is a [`Config`], or an
+    /// `Arc<Config>` that many connections share (as the stack's do: one copy, not one each).
     #[must_use]
     pub fn connect(
-        config: Config,
+        config: impl Into<Arc<Config>>,
         local: impl Into<SocketAddr>,
         remote: impl Into<SocketAddr>,
         iss: SeqNumber,
         now: Instant,
     ) -> Self {
-        Self::new(config, (local.into(), remote.into()), iss, now, (State::SynSent, false))
+        Self::new(config.into(), (local.into(), remote.into()), iss, now, (State::SynSent, false))
     }
 
     /// Passive open: the connection a listener creates for the SYN `syn` from `remote` (the
     /// LISTEN-state processing of RFC 9293 §3.10.7.2), in SYN-RECEIVED; its first
     /// [`poll_transmit`](Self::poll_transmit) is the SYN-ACK. Returns `None` if `syn` is not a
-    /// SYN without ACK, or its ports do not match `local` and `remote`.
+    /// SYN without ACK, or its ports do not match `local` and `remote`. `config` as for
+    /// [`connect`](Self::connect).
     #[must_use]
     pub fn accept(
-        config: Config,
+        config: impl Into<Arc<Config>>,
         local: impl Into<SocketAddr>,
         remote: impl Into<SocketAddr>,
         syn: &TcpRepr<'_>,
@@ -631,7 +638,7 @@ impl Connection {
         if !Self::accepts(syn, local, remote) {
             return None;
         }
-        let mut c = Self::new(config, (local, remote), iss, now, (State::SynReceived, true));
+        let mut c = Self::new(config.into(), (local, remote), iss, now, (State::SynReceived, true));
         c.take_syn(syn, now);
         Some(c)
     }
@@ -737,7 +744,7 @@ impl Connection {
     /// already built, for tests that compare the two paths from one state.
     #[cfg(test)]
     pub(crate) fn set_header_prediction(&mut self, on: bool) {
-        self.config.header_prediction = on;
+        Arc::make_mut(&mut self.config).header_prediction = on;
     }
 
     /// RCV.NXT, SND.UNA and TS.Recent: where the segment header prediction expects starts, what
@@ -946,7 +953,9 @@ impl Connection {
     /// Resizes the send buffer ([`Config::send_buffer`]) to `bytes`, never below what it holds:
     /// `SO_SNDBUF` on an open connection.
     pub fn set_send_buffer(&mut self, bytes: usize) {
-        self.config.send_buffer = bytes;
+        if self.config.send_buffer != bytes {
+            Arc::make_mut(&mut self.config).send_buffer = bytes;
+        }
         self.snd.stream.set_capacity(bytes);
     }
 

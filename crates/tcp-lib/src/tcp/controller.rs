@@ -36,7 +36,7 @@ impl CongestionAlgorithm {
     /// A fresh [`Controller`] running the algorithm; for BBR, a CUBIC that stands in until
     /// the connection, in its place, attaches BBR (`Connection::finish_open`): BBR's model is
     /// boxed, and an allocation inside the connection's constructor would make the stack build
-    /// every connection in a temporary and copy its 2.2 KB into the table.
+    /// every connection in a temporary and copy its 2 KB into the table.
     pub(crate) fn controller(self) -> Controller {
         match self {
             Self::NewReno => Controller::NewReno(NewReno::new()),
