@@ -189,3 +189,51 @@ impl Entry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use netchannel::dev::PacketBatch;
+    use netchannel::pool::{HugePages, Pool};
+
+    use super::super::{Config, Stack};
+    use crate::tcp;
+    use crate::wire::{EthernetAddress, Ipv4Cidr};
+
+    fn stack() -> Stack {
+        let cidr = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 24).expect("a /24");
+        Stack::new(Config::new(EthernetAddress([2, 0, 0, 0, 0, 1]), cidr), Instant::now())
+    }
+
+    fn remote(port: u16) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), port))
+    }
+
+    #[test]
+    fn connections_share_the_stacks_configuration_and_give_it_back() {
+        let mut s = stack();
+        let shared = |s: &Stack| Arc::strong_count(s.tcp.for_remote(remote(1).ip()));
+        assert_eq!(shared(&s), 1);
+        let ids: Vec<_> = (1..=3).map(|p| s.connect(remote(p)).expect("a connection")).collect();
+        assert_eq!(shared(&s), 4, "each connection holds the stack's configuration, not a copy");
+        // Its own configuration: a connection of its own, the stack's untouched.
+        let own = s.connect_with(remote(4), tcp::Config { send_buffer: 4096, ..tcp::Config::default() });
+        assert!(own.is_ok());
+        assert_eq!(shared(&s), 4);
+        // SO_SNDBUF on a connection copies the configuration it changes.
+        s.set_send_buffer(ids[0], 8192).expect("an open connection");
+        assert_eq!(shared(&s), 3);
+        for id in ids {
+            s.abort(id).expect("an open connection");
+        }
+        // Released connections are reclaimed in the next transmit.
+        let pool = Pool::builder(64).hugepages(HugePages::Never).build().expect("a pool");
+        let cache = pool.cache();
+        let mut out = PacketBatch::with_capacity(64);
+        s.transmit(Instant::now(), &cache, &mut out);
+        assert_eq!(shared(&s), 1, "a reclaimed connection gives its share back");
+    }
+}
