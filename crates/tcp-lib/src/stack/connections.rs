@@ -30,9 +30,16 @@ pub(super) struct SharedTcp {
 impl SharedTcp {
     /// `tcp` for an interface whose MTU allows segments of `mtu_mss` bytes over IPv4.
     pub(super) fn new(tcp: tcp::Config, mtu_mss: u16) -> Self {
-        let clamped =
-            |extra: u16| tcp::Config { mss: tcp.mss.min(mtu_mss.saturating_sub(extra).max(64)), ..tcp };
-        Self { v4: Arc::new(clamped(0)), v6: Arc::new(clamped(20)) }
+        let family = |ipv6| Arc::new(Self::clamp(tcp, mtu_mss, ipv6));
+        Self { v4: family(false), v6: family(true) }
+    }
+
+    /// `tcp` for a connection over IPv6 (`ipv6`) or IPv4 on an interface whose MTU allows
+    /// segments of `mtu_mss` bytes over IPv4: the MSS clamped to what the MTU leaves over the
+    /// family's header (an IPv6 header is 20 bytes longer).
+    pub(super) fn clamp(tcp: tcp::Config, mtu_mss: u16, ipv6: bool) -> tcp::Config {
+        let extra = if ipv6 { 20 } else { 0 };
+        tcp::Config { mss: tcp.mss.min(mtu_mss.saturating_sub(extra).max(64)), ..tcp }
     }
 
     /// The configuration of a connection to `remote`.

@@ -124,6 +124,13 @@ impl Stack {
         Ok(())
     }
 
+    /// The configuration of the connections listener `id` accepts from `remote` (its own, or
+    /// the stack's). Cloned only for a connection made: the segments a listener answers without
+    /// one take no reference.
+    fn listener_tcp(&self, id: ListenerId, remote: SocketAddr) -> &Arc<tcp::Config> {
+        self.listener(id).and_then(|l| l.tcp.as_ref()).unwrap_or(&self.tcp).for_remote(remote.ip())
+    }
+
     /// The next established connection of `listener`, oldest first.
     pub fn accept(&mut self, listener: ListenerId) -> Option<StreamId> {
         self.listener_mut(listener)?.accept_queue.pop_front()
@@ -180,7 +187,6 @@ impl Stack {
         let since = now - self.epoch;
         let Some(l) = self.listener(id) else { return };
         let lconfig = l.config;
-        let tcp = Arc::clone(l.tcp.as_ref().unwrap_or(&self.tcp).for_remote(remote.ip()));
         let recent_overflow = l.last_overflow.is_some_and(|t| now - t < hash::COOKIE_PERIOD * 2);
         let syn_queue = l.syn_queue;
         match listen_reply(seg) {
@@ -218,6 +224,7 @@ impl Stack {
                         l.syn_queue += 1;
                     }
                     // Built in its slot, the SYN taken there (no copy of the connection).
+                    let tcp = Arc::clone(self.listener_tcp(id, remote));
                     let index = self.insert_new(tcp, (local, remote), iss, Some(id));
                     if let Some(e) = self.slot_entry(index) {
                         e.conn.take_syn(seg, now);
@@ -230,8 +237,10 @@ impl Stack {
                     if let Some(l) = self.listener_mut(id) {
                         l.last_overflow = Some(now);
                     }
+                    let tcp = self.listener_tcp(id, remote);
+                    let (mss, window) = (tcp.mss, u16::try_from(tcp.recv_buffer).unwrap_or(u16::MAX));
                     let default_mss = if remote.is_ipv6() { 1220 } else { 536 };
-                    let peer_mss = seg.max_seg_size.unwrap_or(default_mss).min(tcp.mss);
+                    let peer_mss = seg.max_seg_size.unwrap_or(default_mss).min(mss);
                     let index = hash::cookie_mss_index(peer_mss);
                     let count = hash::cookie_count(since);
                     let iss = hash::cookie(&self.key, local, remote, seg.seq_number, count, index);
@@ -241,8 +250,8 @@ impl Stack {
                         control: TcpControl::Syn,
                         seq_number: iss,
                         ack_number: Some(seg.seq_number + 1),
-                        window_len: u16::try_from(tcp.recv_buffer).unwrap_or(u16::MAX),
-                        max_seg_size: Some(tcp.mss),
+                        window_len: window,
+                        max_seg_size: Some(mss),
                         ..TcpRepr::default()
                     };
                     self.send_tcp_control(local, remote, &synack);
@@ -285,8 +294,7 @@ impl Stack {
             ..TcpRepr::default()
         };
         let now = self.now;
-        let shared = self.listener(id).and_then(|l| l.tcp.as_ref()).unwrap_or(&self.tcp);
-        let tcp = Arc::clone(shared.for_remote(remote.ip()));
+        let tcp = Arc::clone(self.listener_tcp(id, remote));
         let Some(mut conn) = Connection::accept(tcp, local, remote, &syn, our_isn, now) else {
             return;
         };

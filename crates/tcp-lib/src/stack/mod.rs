@@ -593,14 +593,6 @@ impl Stack {
         mtu_mss(self.config.mtu)
     }
 
-    /// `tcp` for a connection to `remote`: the MSS clamped to what the MTU allows over its
-    /// family (an IPv6 header is 20 bytes longer).
-    pub(super) fn tcp_for(&self, remote: IpAddr, mut tcp: crate::tcp::Config) -> crate::tcp::Config {
-        let extra: u16 = if remote.is_ipv6() { 20 } else { 0 };
-        tcp.mss = tcp.mss.min(self.mtu_mss().saturating_sub(extra).max(64));
-        tcp
-    }
-
     /// A stack for one interface, at time `now`. Queues a gratuitous ARP when configured.
     #[must_use]
     pub fn new(mut config: Config, now: Instant) -> Self {

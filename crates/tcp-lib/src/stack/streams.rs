@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use netchannel::pool::SharedPacket;
 
+use super::connections::SharedTcp;
 use super::flows::FlowKey;
 use super::hash;
 use super::{Error, PreparedSegments, Stack, StreamId};
@@ -38,7 +39,7 @@ impl Stack {
         tcp: tcp::Config,
     ) -> Result<StreamId, Error> {
         let remote = remote.into();
-        let tcp = Arc::new(self.tcp_for(remote.ip(), tcp));
+        let tcp = Arc::new(SharedTcp::clamp(tcp, self.mtu_mss(), remote.is_ipv6()));
         self.open_stream(remote, tcp)
     }
 
