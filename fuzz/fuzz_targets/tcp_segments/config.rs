@@ -140,6 +140,12 @@ impl ConfigIn {
             // inputs send them), and undoing a reduction D-SACKs prove spurious.
             dsack: !self.rcv_wscale.is_some_and(|s| s & 0x10 != 0),
             dsack_undo: self.rcv_wscale.is_some_and(|s| s & 0x20 != 0),
+            // Bit 6 of the same byte: receive-buffer autotuning up to eight times the buffer.
+            recv_buffer_max: if self.rcv_wscale.is_some_and(|s| s & 0x40 != 0) {
+                8 * self.recv_buffer.bytes()
+            } else {
+                0
+            },
         }
     }
 }

@@ -219,7 +219,8 @@
 //!   the buffers in use are the ones in the device's rings and the channels in between, which are
 //!   of fixed capacity (the runtime sizes its pool from them).
 //! * **Heap, per connection:** the send and receive rings (up to [`tcp::Config::send_buffer`] and
-//!   [`tcp::Config::recv_buffer`], grown on demand, freed in TIME-WAIT and CLOSED), the
+//!   [`tcp::Config::recv_buffer`], or [`tcp::Config::recv_buffer_max`] with receive autotuning,
+//!   grown on demand, freed in TIME-WAIT and CLOSED), the
 //!   out-of-order ranges ([`tcp::Config::max_ooo_ranges`], whose bytes live in the receive ring)
 //!   and the SACK scoreboard (bounded), about 1.1 KB of state; prepared content is the
 //!   application's, shared by [`Arc`], at most 64 runs a connection.

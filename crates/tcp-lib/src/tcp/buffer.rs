@@ -158,6 +158,65 @@ impl RingBuffer {
         }
     }
 
+    /// The configured capacity (what a clamped ring takes back once empty).
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Raises the capacity to `capacity`, keeping every byte where its offset from the head says
+    /// (the stored bytes and those written past them, out-of-order data, which lie within
+    /// `extent` bytes of the head): the receive ring's growth under autotuning. Laid out over the
+    /// old capacity, bytes that wrapped past its end to the front of the storage move to follow
+    /// it, as far as the new capacity goes, and the rest to the front (as `VecDeque` grows):
+    /// nothing moves when none wrapped. Returns false, changing nothing, for a clamped ring, a
+    /// capacity not above the present one, or a budget without room for the storage the move
+    /// needs (growth beyond that is charged as writes reach it, as always).
+    pub(crate) fn raise_limit(&mut self, capacity: usize, extent: usize) -> bool {
+        let old = self.cap;
+        if capacity <= old || old < self.limit {
+            return false;
+        }
+        let wrapped = (self.head + extent).saturating_sub(old);
+        if wrapped > 0 {
+            let moved = wrapped.min(capacity - old);
+            if !self.reserve_charged(old + moved) {
+                return false;
+            }
+            // Storage short of the old end holds no byte there (an out-of-order write can wrap
+            // to the front over a gap never written): zero-filled, as any gap.
+            self.storage.resize(old, 0);
+            // The first `moved` bytes of the front follow the old end, the rest shift down to
+            // index 0 (there when the new capacity is smaller than the old one plus the wrap).
+            self.storage.extend_from_within(..moved);
+            self.storage.copy_within(moved..wrapped, 0);
+        }
+        self.cap = capacity;
+        self.limit = capacity;
+        true
+    }
+
+    /// Makes the storage's capacity at least `want`, charging the growth to the budget (if
+    /// attached) only when it has room; returns whether it did.
+    fn reserve_charged(&mut self, want: usize) -> bool {
+        let have = self.storage.capacity();
+        if want <= have {
+            return true;
+        }
+        let charged = match &self.budget {
+            Some((budget, _)) if !budget.try_charge(want - have) => return false,
+            Some(_) => want - have,
+            None => 0,
+        };
+        self.storage.reserve_exact(want - self.storage.len());
+        let capacity = self.storage.capacity();
+        if let Some((budget, _)) = &self.budget {
+            // Settle the charge with the capacity the allocator gave.
+            budget.charge(capacity - have - charged);
+            self.charged = capacity;
+        }
+        true
+    }
+
     /// Starts an empty ring's next byte at index 0 of its storage (a no-op with bytes stored).
     /// Only when nothing is written past the end (no out-of-order bytes: they lie at offsets from
     /// the head).
@@ -954,6 +1013,67 @@ mod tests {
             let mut out = vec![0; cap];
             let n = r.dequeue_slice(&mut out);
             prop_assert_eq!(&out[..n], &m.read(0, cap)[..]);
+        }
+
+        /// A ring whose capacity is raised (`raise_limit`) keeps every byte at its offset, the
+        /// in-order bytes and those written past them, against a model of offsets: appends,
+        /// writes past the end (committed when they join the end), drops from the front, and
+        /// raises to any capacity, with the ring wrapped or not.
+        #[test]
+        fn ring_raised_keeps_its_bytes(
+            ops in proptest::collection::vec((0u8..5, 0usize..300, 1usize..200, any::<u8>()), 1..80),
+        ) {
+            let mut r = RingBuffer::new(500);
+            // The in-order bytes, and what is written past them (offsets from their end).
+            let mut stored: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
+            let mut past: Vec<Option<u8>> = vec![None; 500];
+            let mut salt = 0u8;
+            for (op, a, b, fill) in ops {
+                salt = salt.wrapping_add(1);
+                let data: Vec<u8> = (0..b).map(|i| fill.wrapping_add(i.to_le_bytes()[0]).wrapping_mul(salt)).collect();
+                match op {
+                    0 | 1 => {
+                        let at = if op == 0 { 0 } else { a };
+                        let n = r.write_unallocated(at, &data);
+                        prop_assert_eq!(n, data.len().min(past.len().saturating_sub(at)));
+                        for (k, &byte) in data[..n].iter().enumerate() {
+                            past[at + k] = Some(byte);
+                        }
+                        let run = past.iter().take_while(|b| b.is_some()).count();
+                        r.enqueue_unallocated(run);
+                        stored.extend(past.drain(..run).map(Option::unwrap));
+                        past.resize(r.capacity() - stored.len(), None);
+                    }
+                    2 => {
+                        let n = r.dequeue_allocated(b);
+                        prop_assert_eq!(n, b.min(stored.len()));
+                        stored.drain(..n);
+                        past.resize(r.capacity() - stored.len(), None);
+                    }
+                    3 => {
+                        let extent = stored.len() + past.iter().rposition(Option::is_some).map_or(0, |p| p + 1);
+                        let raised = r.raise_limit(r.capacity() + a + 1, extent);
+                        prop_assert!(raised);
+                        past.resize(r.capacity() - stored.len(), None);
+                    }
+                    _ => {
+                        let mut out = vec![0; b];
+                        let n = r.read_allocated(a, &mut out);
+                        let want: Vec<u8> = stored.iter().skip(a).take(b).copied().collect();
+                        prop_assert_eq!(&out[..n], &want[..]);
+                    }
+                }
+                prop_assert_eq!(r.len(), stored.len());
+                // Every byte written past the end is still where its offset says.
+                for (k, byte) in past.iter().enumerate() {
+                    if let Some(byte) = byte {
+                        prop_assert_eq!(r.storage[r.index(r.len + k)], *byte, "offset {} past the end", k);
+                    }
+                }
+            }
+            let mut out = vec![0; r.capacity()];
+            let n = r.dequeue_slice(&mut out);
+            prop_assert_eq!(&out[..n], &stored.iter().copied().collect::<Vec<_>>()[..]);
         }
 
         /// The assembler against a bitmap model.

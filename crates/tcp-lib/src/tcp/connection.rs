@@ -32,6 +32,7 @@ use crate::wire::{SeqNumber, TcpControl, TcpRepr};
 use netchannel::pool::{PoolCache, SharedPacket};
 
 mod ack;
+mod autotune;
 mod cc;
 mod input;
 mod output;
@@ -154,6 +155,7 @@ struct Counters {
     dsacks_sent: u64,
     dsacks_received: u64,
     dsack_undos: u64,
+    recv_buffer_raises: u64,
 }
 
 /// Explicit Congestion Notification (RFC 3168) on a connection: negotiated or not, the ECE we
@@ -267,6 +269,8 @@ struct RecvSide {
     largest: usize,
     /// Our window scale shift.
     wscale: u8,
+    /// Receive-buffer autotuning's measures ([`Config::recv_buffer_max`]).
+    tune: autotune::RecvTuning,
 }
 
 /// The ACK we owe the peer.
@@ -478,7 +482,7 @@ impl Connection {
         let rcv_wscale = match (config.window_scaling, config.rcv_wscale) {
             (false, _) => 0,
             (true, Some(shift)) => shift.min(MAX_WSCALE),
-            (true, None) => wscale_for(config.recv_buffer),
+            (true, None) => wscale_for(config.recv_buffer.max(config.recv_buffer_max)),
         };
         Self {
             local,
@@ -533,6 +537,7 @@ impl Connection {
                 mss: usize::from(config.mss),
                 largest: 0,
                 wscale: rcv_wscale,
+                tune: autotune::RecvTuning::new(&config),
             },
             ack: AckState { pending: false, now: false, unacked_bytes: 0, quick: 0, last_data: None },
             ts: Timestamps {
@@ -737,6 +742,8 @@ impl Connection {
             dsacks_sent: c.dsacks_sent,
             dsacks_received: c.dsacks_received,
             dsack_undos: c.dsack_undos,
+            recv_buffer: self.rcv.buf.limit(),
+            recv_buffer_raises: c.recv_buffer_raises,
         }
     }
 

@@ -337,12 +337,36 @@ pub struct Config {
     /// Receive buffer size in bytes; the advertised window follows its free space (the limit
     /// less the bytes held, however much memory is allocated now: it grows as data arrives).
     pub recv_buffer: usize,
+    /// Receive-buffer autotuning: the most the receive buffer may grow to, from
+    /// [`recv_buffer`](Self::recv_buffer), as the application reads (0, or any size not above
+    /// `recv_buffer`: off, the default). Once a round trip (the receiver's estimate: the
+    /// shortest time the peer took to fill a window it was offered), when the application read
+    /// more in the last round trip than in any before, the buffer grows to twice that and more
+    /// (so the window stays ahead of a sender in slow start), up to this: the window follows what
+    /// the path and the application take, and an application that reads slowly keeps a small
+    /// one. This is Linux's receive autotuning (`tcp_moderate_rcvbuf`, up to `tcp_rmem[2]`, 6
+    /// MiB by default), after Fisk and Feng's dynamic right-sizing ("Dynamic right-sizing in
+    /// TCP", 2001). The buffer's memory is allocated as data arrives, as always, and charged to
+    /// a [`BufferBudget`] when the stack has one (growth is skipped
+    /// when it has no room); the window scale announced ([`rcv_wscale`](Self::rcv_wscale)'s
+    /// `None`) covers this size. Counted in [`Stats::recv_buffer`] and
+    /// [`Stats::recv_buffer_raises`].
+    ///
+    /// ```
+    /// use tcp_lib::tcp::Config;
+    ///
+    /// // Start at Linux's 128 KiB and grow to its 6 MiB as the path and the reader allow.
+    /// let config = Config { recv_buffer: 128 * 1024, recv_buffer_max: 6 << 20, ..Config::linux() };
+    /// assert!(config.recv_buffer_max > config.recv_buffer);
+    /// ```
+    pub recv_buffer_max: usize,
     /// The MSS we announce and the most we send per segment (the interface MTU minus 40).
     pub mss: u16,
     /// Offer window scaling (RFC 7323).
     pub window_scaling: bool,
     /// The window scale shift to announce (RFC 7323 §2.3, at most 14); `None`: the smallest that
-    /// lets the whole [`recv_buffer`](Self::recv_buffer) be advertised. Linux announces the shift
+    /// lets the whole [`recv_buffer`](Self::recv_buffer) be advertised (or the whole
+    /// [`recv_buffer_max`](Self::recv_buffer_max), when larger). Linux announces the shift
     /// for the largest buffer its receive autotuning may grow to (`tcp_rmem[2]`: 7 for its
     /// default 6 MiB, 8 for 8 to 16 MiB), so a peer modelling Linux sets it.
     pub rcv_wscale: Option<u8>,
@@ -654,6 +678,7 @@ impl Default for Config {
         Self {
             send_buffer: 64 * 1024,
             recv_buffer: 64 * 1024,
+            recv_buffer_max: 0,
             mss: 1460,
             window_scaling: true,
             rcv_wscale: None,
@@ -787,6 +812,11 @@ pub struct Stats {
     /// Segments taken by header prediction ([`Config::header_prediction`]), of
     /// [`segments_in`](Self::segments_in).
     pub predicted: u64,
+    /// The receive buffer's size now: [`Config::recv_buffer`], or more once autotuning raised
+    /// it ([`Config::recv_buffer_max`]).
+    pub recv_buffer: usize,
+    /// Times autotuning raised the receive buffer ([`Config::recv_buffer_max`]).
+    pub recv_buffer_raises: u64,
     /// Out-of-order segments whose data was not kept because every range
     /// [`Config::max_ooo_ranges`] allows was taken by other holes (Linux's `TCPOFODrop`): the
     /// peer sends that data again.

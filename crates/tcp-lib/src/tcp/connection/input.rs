@@ -503,6 +503,9 @@ impl Connection {
         }
         self.rcv.nxt += reach;
         self.stats.bytes_in += reach as u64;
+        if self.may_raise_recv_buffer() {
+            self.tune_recv_buffer(now);
+        }
         self.ack.unacked_bytes += reach;
         self.ack.pending = true;
         let quick = self.quick_ack(now);

@@ -41,6 +41,7 @@ macro_rules! recv {
     };
 }
 
+mod autotune;
 mod cubic;
 mod dsack;
 mod ecn;

@@ -725,13 +725,15 @@ pub(super) fn any_faults() -> impl Strategy<Value = Faults> {
 }
 
 /// Random options for the proptests, on [`pair_config`]: 3000-byte or 64 KiB buffers, Nagle,
-/// timestamps, window scaling, SACK, CUBIC or NewReno, and up to 40 retransmissions.
+/// timestamps, window scaling, SACK, CUBIC or NewReno, receive-buffer autotuning up to eight
+/// times the buffer, and up to 40 retransmissions.
 pub(super) fn any_config() -> impl Strategy<Value = Config> {
-    any::<[bool; 6]>().prop_map(|[small_buffers, nodelay, timestamps, window_scaling, sack, cubic]| {
+    any::<[bool; 7]>().prop_map(|[small_buffers, nodelay, timestamps, window_scaling, sack, cubic, tune]| {
         let buffer = if small_buffers { 3000 } else { 64 * 1024 };
         Config {
             send_buffer: buffer,
             recv_buffer: buffer,
+            recv_buffer_max: if tune { 8 * buffer } else { 0 },
             nodelay,
             timestamps,
             window_scaling,
