@@ -8,7 +8,8 @@
 //!   `iptables -m statistic` drops on the kernel side (`TCP_KERNEL_LOSSY_BYTES`, 2 MiB by default:
 //!   about 10% loss each way; SACK recovery (RFC 6675) repairs most losses, ~0.25 MiB/s, where
 //!   NewReno alone managed ~0.1 MiB/s; the RTOs left are mostly tail losses and lost
-//!   retransmissions in windows of two or three segments);
+//!   retransmissions in windows of two or three segments; `TCP_KERNEL_RECV_MAX` autotunes our
+//!   receive buffer up to that many bytes);
 //! * the same lossy transfers with a second kernel in our stack's place (`kernel_support::peer`:
 //!   its own namespace and TAP, joined to ours by a relay under the same injector), the anchor
 //!   the lossy tests' times compare against: with CUBIC, as ours, and with BBR
@@ -545,6 +546,14 @@ fn lossy_on(path: Path, family: Family, role: Role, port: u16, seed: u64, tcp: T
                 ..profile
             };
         }
+        // `TCP_KERNEL_RECV_MAX=<bytes>`: our receive buffer autotuned from its 512 KiB up to that
+        // (`tcp::Config::recv_buffer_max`), with out-of-order ranges for every other segment of
+        // it (the check on `ooo_dropped` below holds then too), to set beside the fixed buffer.
+        let recv_max = usize::try_from(env_bytes("TCP_KERNEL_RECV_MAX", 0)).unwrap_or(usize::MAX);
+        if recv_max > config.tcp.recv_buffer {
+            config.tcp.recv_buffer_max = recv_max;
+            config.tcp.max_ooo_ranges = config.tcp.max_ooo_ranges.max(recv_max / 2896 + 1);
+        }
         let pool = new_pool()?;
         let (dev, iptables) = lossy_path(family, tap, &pool, seed, path);
         let mut host = Host::with_pool(pool, dev, config);
@@ -579,6 +588,7 @@ fn lossy_on(path: Path, family: Family, role: Role, port: u16, seed: u64, tcp: T
             kernel_retransmits: kernel.retransmits,
         }
         .print();
+        println!("our receive buffer: {} bytes after {} raises", ours.recv_buffer, ours.recv_buffer_raises);
         println!(
             "our recovery: {} timeouts, {} tail loss probes ({} repaired a loss), {} recoveries, {} fast retransmissions, {} D-SACKs received ({} reductions undone), {} sent; the kernel's {}",
             ours.timeouts,
