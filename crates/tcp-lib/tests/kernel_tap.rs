@@ -144,6 +144,8 @@ struct Bulk {
     /// Until the kernel had read all we sent (our direction alone: the kernel's own sending, and
     /// so its congestion control, does not set it).
     ours_delivered: Duration,
+    /// Until we had read all the kernel sent (its direction alone).
+    theirs_delivered: Duration,
     /// The same from the moment our connection was established: the handshake's retransmission
     /// timeouts (1 s each, the same for any TCP) left out.
     ours_data: Duration,
@@ -189,7 +191,7 @@ fn bulk<D: OnTap>(
         let mut src = Source::new(our_seed, bytes);
         let mut sink = Sink::new(kernel_seed);
         let (mut shut, mut eof) = (false, false);
-        let mut established = None;
+        let (mut established, mut theirs_done) = (None, None);
         let mut buf = vec![0u8; 64 * 1024];
         let result = host.run(limit, "bulk transfer", |stack| {
             if stream.is_none()
@@ -203,6 +205,9 @@ fn bulk<D: OnTap>(
             }
             our_feed(stack, s, &mut src, &mut shut)?;
             eof = eof || our_drain(stack, s, &mut sink, &mut buf)?;
+            if eof && theirs_done.is_none() {
+                theirs_done = Some(Instant::now());
+            }
             // A kernel thread that ended early has failed: stop and report its error below.
             Ok(kernel.is_finished() && ((eof && shut) || kernel_failed.load(Ordering::SeqCst)))
         });
@@ -231,6 +236,7 @@ fn bulk<D: OnTap>(
         Ok(Bulk {
             elapsed,
             ours_delivered: read_done.saturating_duration_since(start),
+            theirs_delivered: theirs_done.unwrap_or_else(Instant::now).saturating_duration_since(start),
             ours_data: read_done.saturating_duration_since(established.unwrap_or(start)),
             stats,
             kernel: kernel_info,
@@ -403,6 +409,8 @@ struct LossyResult<'a> {
     data: Duration,
     /// Until both directions were done.
     both: Duration,
+    /// Until the side in our place had read all the other end sent (that end's direction).
+    theirs: Duration,
     retransmits: u64,
     timeouts: u64,
     recoveries: u64,
@@ -412,7 +420,7 @@ struct LossyResult<'a> {
 impl LossyResult<'_> {
     fn print(&self) {
         println!(
-            "lossy result: path={} side={} cc={} peer_cc={} family={:?} role={:?} secs={:.3} data_secs={:.3} both_secs={:.3} retransmits={} timeouts={} recoveries={} kernel_retransmits={}",
+            "lossy result: path={} side={} cc={} peer_cc={} family={:?} role={:?} secs={:.3} data_secs={:.3} both_secs={:.3} theirs_secs={:.3} retransmits={} timeouts={} recoveries={} kernel_retransmits={}",
             self.path.name(),
             self.side,
             self.cc,
@@ -422,6 +430,7 @@ impl LossyResult<'_> {
             self.delivered.as_secs_f64(),
             self.data.as_secs_f64(),
             self.both.as_secs_f64(),
+            self.theirs.as_secs_f64(),
             self.retransmits,
             self.timeouts,
             self.recoveries,
@@ -565,7 +574,7 @@ fn lossy_on(path: Path, family: Family, role: Role, port: u16, seed: u64, tcp: T
         // RTO grew to seconds and minutes: 7 to 62 s, and about one run in twenty stalled to this
         // bound.)
         let peer_cc = congestion_control()?;
-        let Bulk { elapsed, ours_delivered, ours_data, stats: ours, kernel } =
+        let Bulk { elapsed, ours_delivered, theirs_delivered, ours_data, stats: ours, kernel } =
             bulk(family, &mut host, role, port, bytes, Duration::from_secs(300))?;
         let faults = lossy_faults_met(&host.dev.fault_stats(), iptables)?;
         println!(
@@ -580,6 +589,7 @@ fn lossy_on(path: Path, family: Family, role: Role, port: u16, seed: u64, tcp: T
             family,
             role,
             delivered: ours_delivered,
+            theirs: theirs_delivered,
             data: ours_data,
             both: elapsed,
             retransmits: ours.retransmits,
@@ -823,6 +833,7 @@ fn lossy_with_kernel_peer_on(path: Path, role: Role, port: u16, seed: u64, cc: &
             delivered,
             data: here.read_done.saturating_duration_since(there.established),
             both: elapsed,
+            theirs: there.read_done.saturating_duration_since(start),
             retransmits: u64::from(there.info.retransmits),
             timeouts: recovery.timeouts(),
             recoveries: recovery.recoveries(),
