@@ -3,7 +3,9 @@
 //! 5 ms each way and 20 MB/s (our `FaultInjector`, no loss), a bandwidth-delay product of about
 //! 200 KB. A 64 KiB receive buffer holds the kernel to 64 KiB a round trip (about 6.5 MB/s);
 //! the same buffer with autotuning grows as we read and lets the path's rate through. Both run
-//! in the same namespace one after the other, the kernel's data checked byte for byte.
+//! in the same namespace one after the other, the kernel's data checked byte for byte, and then
+//! the anchor: a second kernel in our place (its own namespace behind a relay, through the same
+//! path) receiving with Linux's own autotuning.
 //!
 //! `TCP_KERNEL_AUTOTUNE_BYTES` sets the transfer (8 MiB by default). Needs root and
 //! `/dev/net/tun`; otherwise the test prints `skipped: <why>`.
@@ -11,12 +13,13 @@
 
 mod kernel_support;
 
-use std::net::Shutdown;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kernel_support::{
-    Family, Host, Sink, Source, env_bytes, in_private_namespace, kernel_connect, kernel_write_all, new_pool,
-    open_tap, our_drain, stack_config,
+    Family, Host, Sink, Source, env_bytes, in_private_namespace, kernel_connect, kernel_read_all,
+    kernel_write_all, new_pool, open_tap, our_drain, stack_config, with_timeouts,
 };
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, RateLimit};
 use tcp_lib::tcp::Stats;
@@ -77,22 +80,98 @@ fn receive(port: u16, bytes: u64, recv_buffer_max: usize) -> Result<(Duration, S
     Ok((took, stats))
 }
 
+/// The anchor: a second kernel in our stack's place (`kernel_support::peer`) receives the same
+/// transfer through the same path, with its own receive autotuning (`tcp_rmem` as the host
+/// has it): the time from its accept to the end of the stream.
+fn kernel_receives(port: u16, bytes: u64) -> Result<Duration, String> {
+    let tap = open_tap()?;
+    let pool = new_pool()?;
+    let cache = pool.cache();
+    let faults = FaultConfig { seed: u64::from(port), rx: bottleneck(), tx: bottleneck(), max_held: 4096 };
+    let mut near = FaultInjector::new(tap, &pool, faults);
+    let seed = 0x6175_746f ^ u64::from(port);
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let failed = &failed;
+        let (tap_tx, tap_rx) = std::sync::mpsc::channel();
+        let peer = scope.spawn(move || -> Result<Duration, String> {
+            let r = (|| {
+                let tap = kernel_support::peer::enter_peer_namespace()?;
+                let listener =
+                    TcpListener::bind(Family::V4.stack(port)).map_err(|e| format!("peer bind: {e}"))?;
+                tap_tx.send(tap).map_err(|_| "the relay is gone".to_owned())?;
+                let mut s = accept_within(&listener, Duration::from_secs(10))?;
+                let accepted = Instant::now();
+                kernel_read_all(&mut s, seed)?.check(bytes, "kernel -> kernel in our place")?;
+                Ok(accepted.elapsed())
+            })();
+            failed.fetch_or(r.is_err(), Ordering::SeqCst);
+            r
+        });
+        let Ok(mut far) = tap_rx.recv() else {
+            return Err(peer.join().map_err(|_| "peer panicked".to_owned())?.err().unwrap_or_default());
+        };
+        let sender = scope.spawn(move || -> Result<(), String> {
+            let r = (|| {
+                let mut s = kernel_connect(Family::V4, port)?;
+                kernel_write_all(&mut s, &mut Source::new(seed, bytes))?;
+                s.shutdown(Shutdown::Write).map_err(|e| e.to_string())
+            })();
+            failed.fetch_or(r.is_err(), Ordering::SeqCst);
+            r
+        });
+        kernel_support::peer::relay(
+            &mut near,
+            &mut far,
+            &cache,
+            || (peer.is_finished() && sender.is_finished()) || failed.load(Ordering::SeqCst),
+            Duration::from_secs(60),
+        )?;
+        sender.join().map_err(|_| "the kernel's sender panicked".to_owned())??;
+        peer.join().map_err(|_| "peer panicked".to_owned())?
+    })
+}
+
+/// The first connection on `listener` within `limit` (polled, so that a sender that never
+/// connects fails the test instead of hanging it), with the tests' socket timeouts.
+fn accept_within(listener: &TcpListener, limit: Duration) -> Result<TcpStream, String> {
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + limit;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                with_timeouts(&s)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(format!("peer accept: {e}")),
+        }
+    }
+}
+
 /// With autotuning our receiver lets the kernel send at the path's rate where a fixed 64 KiB
-/// buffer holds it to a window a round trip, and the buffer it grows stays within its maximum.
+/// buffer holds it to a window a round trip, the buffer it grows stays within its maximum, and
+/// it takes no more than twice what a kernel in our place takes (about the same, measured).
 #[test]
 fn autotuning_lets_the_kernel_fill_the_path() {
     in_private_namespace(|| {
         let bytes = env_bytes("TCP_KERNEL_AUTOTUNE_BYTES", 8 << 20);
         let (fixed, fixed_stats) = receive(5301, bytes, 0)?;
         let (tuned, tuned_stats) = receive(5302, bytes, 6 << 20)?;
+        let kernel = kernel_receives(5303, bytes)?;
         let rate = |d: Duration| bytes as f64 / 1e6 / d.as_secs_f64();
         println!(
             "{bytes} bytes from the kernel through 10 ms and 20 MB/s: a fixed 64 KiB buffer {fixed:.2?} ({:.1} MB/s); \
-             autotuned to at most 6 MiB {tuned:.2?} ({:.1} MB/s), the buffer {} bytes after {} raises",
+             autotuned to at most 6 MiB {tuned:.2?} ({:.1} MB/s), the buffer {} bytes after {} raises; \
+             a kernel in our place {kernel:.2?} ({:.1} MB/s)",
             rate(fixed),
             rate(tuned),
             tuned_stats.recv_buffer,
             tuned_stats.recv_buffer_raises,
+            rate(kernel),
         );
         if (fixed_stats.recv_buffer, fixed_stats.recv_buffer_raises) != (64 * 1024, 0) {
             return Err(format!("the fixed buffer moved: {fixed_stats:?}"));
@@ -103,6 +182,10 @@ fn autotuning_lets_the_kernel_fill_the_path() {
         // 64 KiB a round trip of at least 10 ms is at most 6.6 MB/s; the path allows 20.
         if tuned.as_secs_f64() * 1.5 > fixed.as_secs_f64() {
             return Err(format!("autotuned {tuned:?} is not 1.5 times faster than fixed {fixed:?}"));
+        }
+        // Linux's own autotuning through the same path: ours should not be far behind it.
+        if tuned.as_secs_f64() > 2.0 * kernel.as_secs_f64() {
+            return Err(format!("autotuned {tuned:?} against the kernel in our place's {kernel:?}"));
         }
         Ok(())
     });
