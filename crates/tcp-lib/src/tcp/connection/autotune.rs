@@ -26,41 +26,45 @@
 //! buffer never shrinks (a window offered is not taken back). Once it reaches its maximum the
 //! connection stops measuring: the check on each segment is one compare.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Config, Connection, distance};
 use crate::wire::SeqNumber;
 
-/// The state of the two measures (see the [module documentation](self)).
+/// The state of the two measures (see the [module documentation](self)), in 40 bytes: every
+/// connection carries it. Instants are nanoseconds since the connection's timestamp epoch.
 #[derive(Debug)]
 pub(super) struct RecvTuning {
     /// The buffer may still grow: set at the open when the maximum is above the buffer, cleared
     /// when the buffer reaches it (one byte to test per segment).
     on: bool,
-    /// The receiver's RTT estimate (`Duration::ZERO` before the first sample).
-    rtt: Duration,
+    /// The receiver's RTT estimate in nanoseconds (0 before the first sample; at most 4.3 s).
+    rtt: u32,
     /// The RTT measure under way: RCV.NXT must pass `rtt_edge`; it began at `rtt_start`.
     rtt_edge: SeqNumber,
-    rtt_start: Option<Instant>,
-    /// The most the application read in one measure (bytes).
-    space: usize,
-    /// The reading measure under way: from the application's read position `read_from`, since
-    /// `read_start` (`None` before the first in-order data).
+    /// The reading measure under way: from the application's read position `read_from`.
     read_from: SeqNumber,
-    read_start: Option<Instant>,
+    /// The most the application read in one measure (bytes).
+    space: u32,
+    rtt_start: u64,
+    /// When the reading measure began.
+    read_start: u64,
 }
+
+/// An instant of [`RecvTuning`] not reached yet: its measure has not begun.
+const NOT_BEGUN: u64 = u64::MAX;
 
 impl RecvTuning {
     /// Nothing measured yet; on when `config` lets the buffer grow.
     pub(super) fn new(config: &Config) -> Self {
         Self {
             on: config.recv_buffer_max > config.recv_buffer,
-            rtt: Duration::ZERO,
+            rtt: 0,
             rtt_edge: SeqNumber::default(),
-            rtt_start: None,
-            space: 0,
             read_from: SeqNumber::default(),
-            read_start: None,
+            space: 0,
+            rtt_start: NOT_BEGUN,
+            read_start: NOT_BEGUN,
         }
     }
 }
@@ -83,39 +87,40 @@ impl Connection {
     /// done with it) carries only the test.
     #[inline(never)]
     pub(super) fn tune_recv_buffer(&mut self, now: Instant) {
+        let now =
+            u64::try_from(now.saturating_duration_since(self.ts.epoch).as_nanos()).unwrap_or(NOT_BEGUN - 1);
         let mss = self.rcv.mss.max(1);
         // What the peer may send now at most: the ring, or the largest window the scale allows.
         let window = self.rcv.buf.capacity().min(usize::from(u16::MAX) << self.rcv.wscale).max(mss);
         let read_at = self.rcv.nxt - self.rcv.buf.len();
         let t = &mut self.rcv.tune;
-        match t.rtt_start {
-            Some(_) if self.rcv.nxt < t.rtt_edge => {}
-            Some(start) => {
-                let sample = now.saturating_duration_since(start).max(Duration::from_nanos(1));
-                if t.rtt.is_zero() || sample < t.rtt {
+        if t.rtt_start == NOT_BEGUN || self.rcv.nxt >= t.rtt_edge {
+            if t.rtt_start != NOT_BEGUN {
+                let sample = u32::try_from(now.saturating_sub(t.rtt_start)).unwrap_or(u32::MAX).max(1);
+                if t.rtt == 0 || sample < t.rtt {
                     t.rtt = sample;
                 }
-                (t.rtt_edge, t.rtt_start) = (self.rcv.nxt + window, Some(now));
             }
-            None => (t.rtt_edge, t.rtt_start) = (self.rcv.nxt + window, Some(now)),
+            (t.rtt_edge, t.rtt_start) = (self.rcv.nxt + window, now);
         }
-        let Some(read_start) = t.read_start else {
-            t.space = (INITIAL_SPACE_SEGMENTS * mss).min(self.rcv.buf.capacity());
-            (t.read_from, t.read_start) = (read_at, Some(now));
+        if t.read_start == NOT_BEGUN {
+            t.space = u32::try_from((INITIAL_SPACE_SEGMENTS * mss).min(self.rcv.buf.capacity()))
+                .unwrap_or(u32::MAX);
+            (t.read_from, t.read_start) = (read_at, now);
             return;
-        };
-        if t.rtt.is_zero() || now.saturating_duration_since(read_start) < t.rtt {
+        }
+        if t.rtt == 0 || now.saturating_sub(t.read_start) < u64::from(t.rtt) {
             return;
         }
         let read = distance(t.read_from, read_at);
-        (t.read_from, t.read_start) = (read_at, Some(now));
-        if read <= t.space {
+        (t.read_from, t.read_start) = (read_at, now);
+        let space = t.space.max(1) as u128;
+        if read as u128 <= space {
             return;
         }
-        let space = t.space.max(1) as u128;
         let mut target = 2 * read as u128 + 16 * mss as u128;
         target += 2 * (target * (read as u128 - space) / space);
-        t.space = read;
+        t.space = u32::try_from(read).unwrap_or(u32::MAX);
         let max = self.config.recv_buffer_max.min(usize::from(u16::MAX) << self.rcv.wscale);
         let target = usize::try_from(target).unwrap_or(usize::MAX).min(max);
         // Everything written so far lies within the in-order bytes and the last range held
