@@ -5,7 +5,8 @@
 //! the RFC 5961 rate limits `limits`, loss `recovery`), the opens, the queries, the application
 //! calls and the moves into TIME-WAIT and CLOSED. The state machine's other parts are its
 //! children: `input` (segments received), `ack` (ACK processing and loss recovery), `output`
-//! (`poll_transmit`) and `timers` (`poll_timeout`, `handle_timeout`). The segment rules shared
+//! (`poll_transmit`), `timers` (`poll_timeout`, `handle_timeout`) and `autotune` (the receive
+//! buffer's growth). The segment rules shared
 //! with the TIME-WAIT record are in [`rules`](super::rules), the send stream in
 //! [`send_stream`](super::send_stream).
 

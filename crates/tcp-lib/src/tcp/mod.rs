@@ -174,6 +174,11 @@
 //!   packet whole) at its earliest departure time, at Linux's rate of 200 % of cwnd per smoothed
 //!   RTT in slow start and 120 % after, as Linux sends under the `fq` qdisc; the departure time
 //!   is a timer of [`Connection::poll_timeout`], so a paced connection sleeps between packets.
+//! * Receive-buffer autotuning ([`Config::recv_buffer_max`], off by default): Fisk and Feng's
+//!   dynamic right-sizing ("Dynamic right-sizing in TCP", 2001) as Linux's
+//!   `tcp_rcv_space_adjust` does it: once a receiver-side round trip, the buffer grows to twice
+//!   what the application read in the last one and more, up to the maximum, so the window
+//!   follows the path and the reader (`connection/autotune.rs`).
 //! * Overlapping data: the first copy of a byte received wins (see `connection/input.rs`).
 //! * Header prediction ([`Config::header_prediction`], on by default; Jacobson, "4BSD Header
 //!   Prediction", 1990, as Linux's `tcp_rcv_established` fast path): the next in-order data
@@ -201,8 +206,9 @@
 //!
 //! `connection.rs` holds the TCB, its state grouped by concern, and the application calls; its
 //! children `connection/input.rs`, `ack.rs`, `output.rs` and `timers.rs` hold the state machine's
-//! receiving, ACK processing and loss recovery, sending, and timers, and `connection/cc.rs` what
-//! the congestion controller learns besides acknowledged bytes. `send_stream.rs` is the send
+//! receiving, ACK processing and loss recovery, sending, and timers, `connection/cc.rs` what
+//! the congestion controller learns besides acknowledged bytes, and `connection/autotune.rs` the
+//! receive buffer's growth. `send_stream.rs` is the send
 //! stream (copied bytes and prepared content), `buffer.rs` the rings and the out-of-order
 //! assembler, `sack.rs` the SACK scoreboard and our SACK blocks, `rtt.rs` the RTO estimator,
 //! `budget.rs` the budget the rings are charged to, `push.rs` where PSH goes, `pacing.rs` departure times, `congestion.rs` the congestion controllers (`cubic_linux.rs` Linux's CUBIC arithmetic, `bbr.rs` BBR,
@@ -583,8 +589,10 @@ impl Config {
     /// put it (`tcp_min_tso_segs` 2), empty zero-window probes, six SYN retries and fifteen
     /// retransmissions (`tcp_syn_retries`, `tcp_retries2`).
     ///
-    /// Buffer sizes, the MSS and the rest are [`Config::default`]'s (Linux sizes its buffers by
-    /// autotuning, which this library does not do). Each field is one of the knobs
+    /// Buffer sizes, the MSS and the rest are [`Config::default`]'s (Linux sizes its receive
+    /// buffer by autotuning, from `tcp_rmem`'s 128 KiB up to 6 MiB: set
+    /// [`Config::recv_buffer_max`] for that; this profile, which packetdrill's shim starts
+    /// from, leaves it off). Each field is one of the knobs
     /// [`Config`] documents; this is the set packetdrill's Linux scripts run against (its shim
     /// starts from it). On a lossy path it recovers sooner than the defaults, which follow the
     /// RFCs' conservative choices: in `kernel_tap`'s lossy tests (about 10% loss each way, a
