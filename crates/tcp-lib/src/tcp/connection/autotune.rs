@@ -24,7 +24,7 @@
 //!
 //! A reader that does not keep up reads no more than before and the buffer stays as it is; the
 //! buffer never shrinks (a window offered is not taken back). Once it reaches its maximum the
-//! connection stops measuring: the check on each segment is one compare.
+//! connection stops measuring: what each segment pays is one flag's test.
 
 use std::time::Instant;
 
@@ -46,6 +46,7 @@ pub(super) struct RecvTuning {
     read_from: SeqNumber,
     /// The most the application read in one measure (bytes).
     space: u32,
+    /// When the RTT measure began.
     rtt_start: u64,
     /// When the reading measure began.
     read_start: u64,
