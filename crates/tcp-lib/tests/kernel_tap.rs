@@ -13,7 +13,8 @@
 //! * the same lossy transfers with a second kernel in our stack's place (`kernel_support::peer`:
 //!   its own namespace and TAP, joined to ours by a relay under the same injector), the anchor
 //!   the lossy tests' times compare against: with CUBIC, as ours, and with BBR
-//!   (`scripts/lossy-rounds.sh` gathers them);
+//!   (`scripts/lossy-rounds.sh` gathers them; `TCP_KERNEL_PEER_RMEM` sets that kernel's
+//!   `tcp_rmem`);
 //! * 1,000 concurrent kernel connections to our echo server, random-sized messages;
 //! * half-close, RST on abort (and refusal), zero windows (slow readers), keepalive, both ways;
 //! * window scaling, SACK-permitted and timestamps negotiated, as a pcap shows.
@@ -767,6 +768,13 @@ fn lossy_with_kernel_peer_on(path: Path, role: Role, port: u16, seed: u64, cc: &
                     // A kernel without the algorithm cannot be this anchor: a skip, not a failure.
                     kernel_support::set_congestion_control(cc)
                         .map_err(|e| format!("{}{e}", netns_test::SKIP))?;
+                    // `TCP_KERNEL_PEER_RMEM="MIN DEFAULT MAX"`: the kernel in our place's
+                    // `tcp_rmem` (its namespace's own), e.g. to offer its largest window at once
+                    // as our autotuned receiver comes to (`TCP_KERNEL_RECV_MAX`).
+                    if let Ok(rmem) = std::env::var("TCP_KERNEL_PEER_RMEM") {
+                        std::fs::write("/proc/sys/net/ipv4/tcp_rmem", &rmem)
+                            .map_err(|e| format!("the peer's tcp_rmem = {rmem}: {e}"))?;
+                    }
                     let listener = match role {
                         Role::KernelClient => Some(
                             TcpListener::bind(Family::V4.stack(port))
