@@ -32,7 +32,8 @@ use super::{Config, Connection, distance};
 use crate::wire::SeqNumber;
 
 /// The state of the two measures (see the [module documentation](self)), in 40 bytes: every
-/// connection carries it. Instants are nanoseconds since the connection's timestamp epoch.
+/// connection carries it. Instants are nanoseconds since the connection's timestamp epoch, plus
+/// one, so that every field but `on` starts at zero ("not begun").
 #[derive(Debug)]
 pub(super) struct RecvTuning {
     /// The buffer may still grow: set at the open when the maximum is above the buffer, cleared
@@ -53,7 +54,7 @@ pub(super) struct RecvTuning {
 }
 
 /// An instant of [`RecvTuning`] not reached yet: its measure has not begun.
-const NOT_BEGUN: u64 = u64::MAX;
+const NOT_BEGUN: u64 = 0;
 
 impl RecvTuning {
     /// Nothing measured yet; on when `config` lets the buffer grow.
@@ -88,8 +89,8 @@ impl Connection {
     /// done with it) carries only the test.
     #[inline(never)]
     pub(super) fn tune_recv_buffer(&mut self, now: Instant) {
-        let now =
-            u64::try_from(now.saturating_duration_since(self.ts.epoch).as_nanos()).unwrap_or(NOT_BEGUN - 1);
+        let now = u64::try_from(now.saturating_duration_since(self.ts.epoch).as_nanos())
+            .map_or(u64::MAX, |ns| ns.saturating_add(1));
         let mss = self.rcv.mss.max(1);
         // What the peer may send now at most: the ring, or the largest window the scale allows.
         let window = self.rcv.buf.capacity().min(usize::from(u16::MAX) << self.rcv.wscale).max(mss);
