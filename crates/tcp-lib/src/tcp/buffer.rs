@@ -179,7 +179,7 @@ impl RingBuffer {
         let wrapped = (self.head + extent).saturating_sub(old);
         if wrapped > 0 {
             let moved = wrapped.min(capacity - old);
-            if !self.reserve_charged(old + moved) {
+            if !self.reserve_charged(old + moved, false) {
                 return false;
             }
             // Storage short of the old end holds no byte there (an out-of-order write can wrap
@@ -196,22 +196,27 @@ impl RingBuffer {
     }
 
     /// Makes the storage's capacity at least `want`, charging the growth to the budget (if
-    /// attached) only when it has room; returns whether it did.
-    fn reserve_charged(&mut self, want: usize) -> bool {
+    /// attached): only when it has room, or whatever it says when `forced`. Returns whether it
+    /// did (always, without a budget).
+    fn reserve_charged(&mut self, want: usize, forced: bool) -> bool {
         let have = self.storage.capacity();
         if want <= have {
             return true;
         }
-        let charged = match &self.budget {
-            Some((budget, _)) if !budget.try_charge(want - have) => return false,
-            Some(_) => want - have,
-            None => 0,
-        };
+        if let Some((budget, _)) = &self.budget {
+            if forced {
+                budget.charge(want - have);
+            } else if !budget.try_charge(want - have) {
+                return false;
+            }
+        }
         self.storage.reserve_exact(want - self.storage.len());
         let capacity = self.storage.capacity();
         if let Some((budget, _)) = &self.budget {
-            // Settle the charge with the capacity the allocator gave.
-            budget.charge(capacity - have - charged);
+            // Settle the charge with the capacity the allocator gave (at least what was asked).
+            if capacity > want {
+                budget.charge(capacity - want);
+            }
             self.charged = capacity;
         }
         true
@@ -359,27 +364,18 @@ impl RingBuffer {
     fn grow(&mut self, reach: usize) -> bool {
         let have = self.storage.capacity();
         let target = reach.max(2 * have).max(MIN_ALLOCATION).min(self.cap);
-        let Some((budget, _)) = &self.budget else {
-            self.storage.reserve_exact(target - self.storage.len());
-            return true;
-        };
-        debug_assert_eq!(self.charged, have, "an attached ring has its whole storage charged");
+        debug_assert!(
+            self.budget.is_none() || self.charged == have,
+            "an attached ring has its whole storage charged"
+        );
         let floor = BufferBudget::GUARANTEED.min(self.cap);
         // The doubling, or at least what this write needs, within the budget; the guaranteed
         // storage whatever it says.
-        let Some(want) =
-            [target, reach].into_iter().find(|&want| want <= floor || budget.try_charge(want - have))
-        else {
-            self.hold();
-            return false;
-        };
-        let charged = if want > floor { want - have } else { 0 };
-        self.storage.reserve_exact(want - self.storage.len());
-        // Settle the charge with the capacity the allocator gave (at least what was asked).
-        let capacity = self.storage.capacity();
-        budget.charge(capacity - have - charged);
-        self.charged = capacity;
-        true
+        if [target, reach].into_iter().any(|want| self.reserve_charged(want, want <= floor)) {
+            return true;
+        }
+        self.hold();
+        false
     }
 
     /// Clamps the ring now, before its free space is promised to the peer, when its budget has
