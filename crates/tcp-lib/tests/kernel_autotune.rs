@@ -14,13 +14,13 @@
 
 mod kernel_support;
 
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kernel_support::{
-    Family, Host, Sink, Source, env_bytes, in_private_namespace, kernel_connect, kernel_read_all,
-    kernel_write_all, new_pool, open_tap, our_drain, stack_config, with_timeouts,
+    Family, Host, Sink, Source, env_bytes, in_private_namespace, kernel_accept, kernel_connect,
+    kernel_read_all, kernel_write_all, new_pool, open_tap, our_drain, stack_config,
 };
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, RateLimit};
 use tcp_lib::tcp::Stats;
@@ -33,6 +33,11 @@ fn bottleneck() -> DirectionConfig {
         rate: Some(RateLimit { bytes_per_sec: 20_000_000, burst_bytes: 64 * 1024 }),
         ..DirectionConfig::default()
     }
+}
+
+/// The path both ways, its injector seeded by `port`.
+fn path(port: u16) -> FaultConfig {
+    FaultConfig { seed: u64::from(port), rx: bottleneck(), tx: bottleneck(), max_held: 4096 }
 }
 
 /// The kernel sends `bytes` to our listener on `port`, our side starting with a 64 KiB receive
@@ -49,8 +54,7 @@ fn receive(
     let mut config = stack_config(&tap);
     config.tcp.recv_buffer = 64 * 1024;
     config.tcp.recv_buffer_max = recv_buffer_max;
-    let faults = FaultConfig { seed: u64::from(port), rx: bottleneck(), tx: bottleneck(), max_held: 4096 };
-    let dev = FaultInjector::new(tap, &pool, faults);
+    let dev = FaultInjector::new(tap, &pool, path(port));
     let mut host = Host::with_pool(pool, dev, config);
     let listener = host.stack.listen(port).map_err(|e| e.to_string())?;
     let seed = 0x6175_746f ^ u64::from(port);
@@ -93,8 +97,7 @@ fn kernel_receives(port: u16, bytes: u64) -> Result<Duration, String> {
     let tap = open_tap()?;
     let pool = new_pool()?;
     let cache = pool.cache();
-    let faults = FaultConfig { seed: u64::from(port), rx: bottleneck(), tx: bottleneck(), max_held: 4096 };
-    let mut near = FaultInjector::new(tap, &pool, faults);
+    let mut near = FaultInjector::new(tap, &pool, path(port));
     let seed = 0x6175_746f ^ u64::from(port);
     let failed = AtomicBool::new(false);
     std::thread::scope(|scope| {
@@ -106,7 +109,7 @@ fn kernel_receives(port: u16, bytes: u64) -> Result<Duration, String> {
                 let listener =
                     TcpListener::bind(Family::V4.stack(port)).map_err(|e| format!("peer bind: {e}"))?;
                 tap_tx.send(tap).map_err(|_| "the relay is gone".to_owned())?;
-                let mut s = accept_within(&listener, Duration::from_secs(10))?;
+                let mut s = kernel_accept(&listener)?;
                 let accepted = Instant::now();
                 kernel_read_all(&mut s, seed)?.check(bytes, "kernel -> kernel in our place")?;
                 Ok(accepted.elapsed())
@@ -136,26 +139,6 @@ fn kernel_receives(port: u16, bytes: u64) -> Result<Duration, String> {
         sender.join().map_err(|_| "the kernel's sender panicked".to_owned())??;
         peer.join().map_err(|_| "peer panicked".to_owned())?
     })
-}
-
-/// The first connection on `listener` within `limit` (polled, so that a sender that never
-/// connects fails the test instead of hanging it), with the tests' socket timeouts.
-fn accept_within(listener: &TcpListener, limit: Duration) -> Result<TcpStream, String> {
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + limit;
-    loop {
-        match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).map_err(|e| e.to_string())?;
-                with_timeouts(&s)?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => return Err(format!("peer accept: {e}")),
-        }
-    }
 }
 
 /// Megabytes a second.

@@ -37,8 +37,9 @@ use std::time::{Duration, Instant};
 
 use kernel_support::{
     Family, Host, KernelTcpInfo, Observer, OnTap, Sink, Source, congestion_control, env_bytes,
-    in_private_namespace, kernel_connect, kernel_connect_to, kernel_read_all, kernel_write_all, new_pool,
-    open_tap, our_drain, our_feed, parse_tcp_any, splitmix, stack_config, thread_netns, with_timeouts,
+    in_private_namespace, kernel_accept, kernel_connect, kernel_connect_to, kernel_read_all,
+    kernel_write_all, new_pool, open_tap, our_drain, our_feed, parse_tcp_any, splitmix, stack_config,
+    thread_netns,
 };
 use netchannel::dev::{DirectionConfig, FaultConfig, FaultInjector, FaultStats, PcapWriter, RateLimit, Tap};
 use netchannel::pool::Pool;
@@ -47,26 +48,6 @@ use tcp_lib::tcp::{self, ConnectionError, Keepalive, State, Stats};
 use tcp_lib::wire::TcpControl;
 
 const MIB: u64 = 1 << 20;
-
-/// Accepts one connection on `l` within the socket timeout (a non-blocking poll, so a kernel thread
-/// never waits forever for a connection that does not come).
-fn kernel_accept(l: &TcpListener) -> Result<TcpStream, String> {
-    l.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + kernel_support::SOCKET_TIMEOUT;
-    loop {
-        match l.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).map_err(|e| e.to_string())?;
-                with_timeouts(&s)?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => return Err(format!("kernel accept: {e}")),
-        }
-    }
-}
 
 fn kernel_listen(family: Family, port: u16) -> Result<TcpListener, String> {
     TcpListener::bind(family.kernel(port)).map_err(|e| format!("kernel bind :{port}: {e}"))

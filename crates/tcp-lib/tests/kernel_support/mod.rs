@@ -19,7 +19,7 @@
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs, reason = "each test uses its own subset")]
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -322,6 +322,26 @@ pub fn set_keepalive(fd: &impl AsRawFd, idle_s: i32, interval_s: i32, count: i32
 /// A kernel TCP connection to our stack over `family`, with [`SOCKET_TIMEOUT`]s.
 pub fn kernel_connect(family: Family, port: u16) -> Result<TcpStream, String> {
     kernel_connect_to(family.stack(port))
+}
+
+/// Accepts one connection on `l` within the socket timeout (a non-blocking poll, so a kernel thread
+/// never waits forever for a connection that does not come).
+pub fn kernel_accept(l: &TcpListener) -> Result<TcpStream, String> {
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + SOCKET_TIMEOUT;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                with_timeouts(&s)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(format!("kernel accept: {e}")),
+        }
+    }
 }
 
 /// A kernel TCP connection to `to`, with [`SOCKET_TIMEOUT`]s.
